@@ -1,0 +1,77 @@
+"""Command-line plumbing shared by the invoke tasks: user errors, signals, number lists."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Iterator
+
+from invoke.exceptions import Exit
+
+from harness.datasets import DatasetError
+from harness.presets import UnknownPreset
+from harness.results import ResultsError
+from harness.spec import SpecError
+from harness.sweep import SweepError
+from topologies.incast import TopologyError
+from topologies.network import TestbedError
+from topologies.ovs import OVSError
+from transports.base import OptionError, TransportError
+from transports.registry import UnknownTransport
+
+USER_ERRORS = (SpecError, UnknownPreset, UnknownTransport, OptionError, TopologyError,
+               TestbedError, OVSError, SweepError, ResultsError, DatasetError, TransportError)
+
+
+def require_root() -> None:
+    """Exit with a sentence unless running as root."""
+    if os.geteuid() != 0:
+        raise Exit("This needs root (Mininet and Open vSwitch do): run it as root or with sudo.",
+                   code=2)
+
+
+def require_setup() -> None:
+    """Exit with a sentence if the setup has not been run."""
+    import shutil
+
+    missing = [t for t in ("mnexec", "ovs-vswitchd", "nft", "tc") if shutil.which(t) is None]
+    if missing:
+        raise Exit(f"{missing[0]} is missing: run ./setup.sh first.", code=2)
+
+
+def _terminate(signum, frame):
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn user mistakes into one sentence and exit code 2, and SIGTERM into Ctrl-C."""
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield
+    except USER_ERRORS as exc:
+        raise Exit(f"error: {exc}", code=2) from None
+    except KeyboardInterrupt:
+        raise Exit("interrupted: everything started was stopped and finished rows are kept; "
+                   "run the same command to resume.", code=130) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def numbers(text: str | None, kind=float, name: str = "value") -> tuple | None:
+    """'0,1,2.5' -> (0.0, 1.0, 2.5); None stays None; a bad item exits with a sentence."""
+    if text is None:
+        return None
+    try:
+        return tuple(kind(x) for x in str(text).split(",") if x.strip() != "")
+    except ValueError:
+        raise Exit(f"error: {name} must be a comma-separated list of numbers, not {text!r}.",
+                   code=2) from None
+
+
+def words(text: str | None) -> tuple[str, ...] | None:
+    """'a,b' -> ('a', 'b'); None stays None."""
+    if text is None:
+        return None
+    return tuple(x.strip() for x in text.split(",") if x.strip())

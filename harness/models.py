@@ -1,0 +1,70 @@
+"""The model registry: small PyTorch models that train on the CPU in seconds.
+
+``mlp`` is the 784-128-64-10 perceptron (109,386 parameters, a 437,544-byte float32 gradient,
+about 300 datagrams); ``lenet5`` is LeNet-5 for 28x28 inputs (61,706 parameters, ten tensors,
+roughly 8x the compute per step). Every model takes a batch of flattened 784-pixel images.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from transports.base import Layout
+
+
+class UnknownModel(KeyError):
+    """The model name is not in the registry."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def mlp() -> nn.Module:
+    """Multilayer perceptron 784-128-64-10 with ReLU."""
+    return nn.Sequential(nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 64), nn.ReLU(),
+                         nn.Linear(64, 10))
+
+
+def lenet5() -> nn.Module:
+    """LeNet-5 (padded first convolution so 28x28 inputs work), ReLU and max pooling."""
+    return nn.Sequential(
+        nn.Unflatten(1, (1, 28, 28)),
+        nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(400, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(),
+        nn.Linear(84, 10),
+    )
+
+
+MODELS: dict[str, Callable[[], nn.Module]] = {"mlp": mlp, "lenet5": lenet5}
+
+
+def build(name: str, seed: int) -> nn.Module:
+    """Model ``name`` with weights drawn from ``seed`` (the same on every host)."""
+    if name not in MODELS:
+        raise UnknownModel(f"unknown model {name!r}; choose one of: {', '.join(MODELS)}.")
+    torch.manual_seed(seed)
+    return MODELS[name]()
+
+
+def layout(model: nn.Module) -> Layout:
+    """Where each parameter tensor lies in the flat vector the transports carry."""
+    return Layout.from_sizes([(n, p.numel()) for n, p in model.named_parameters()])
+
+
+def flat_params(model: nn.Module) -> torch.Tensor:
+    """All parameters as one float32 vector, in :func:`layout` order."""
+    return torch.nn.utils.parameters_to_vector(model.parameters()).detach()
+
+
+def flat_grads(model: nn.Module) -> torch.Tensor:
+    """All gradients as one float32 vector, in :func:`layout` order."""
+    return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+
+
+def load_flat(model: nn.Module, values: torch.Tensor) -> None:
+    """Overwrite the model's parameters with a flat vector."""
+    torch.nn.utils.vector_to_parameters(values, model.parameters())

@@ -1,0 +1,186 @@
+"""The results tables: their columns (with units) and append-only, crash-safe writers.
+
+A sweep folder holds
+
+- ``manifest.json``: provenance, written before the first run;
+- ``runs.csv``: one row per finished run (ok, timeout or crash), appended the moment it ends;
+- ``curves.csv``: long form, one row per (run, evaluation point);
+- ``runs/<run_id>/``: the run's raw files (spec, per-host logs and records, counters).
+
+Rows are appended with a flush and an fsync, so a sweep killed at any moment keeps every row it
+wrote; a half-written last line (power loss) is dropped when the table is read back.
+``docs/results-schema.md`` is generated from :data:`RUNS_COLUMNS` and :data:`CURVES_COLUMNS`.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+
+class ResultsError(RuntimeError):
+    """A results table does not have the expected columns."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Column:
+    """One column of a results table."""
+
+    name: str
+    unit: str
+    description: str
+
+
+RUNS_COLUMNS = (
+    Column("run_id", "", "unique id: transport, loss, bandwidth, seed and a digest of the spec"),
+    Column("sweep", "", "name of the sweep (preset) the run belongs to"),
+    Column("status", "", "ok, timeout or crash"),
+    Column("reason", "", "why a run is not ok (empty when ok)"),
+    Column("transport", "", "transport slug (see transports/registry.py)"),
+    Column("transport_options", "JSON", "every effective option of the transport, as JSON"),
+    Column("n_workers", "hosts", "number of workers"),
+    Column("bottleneck_mbps", "Mbit/s", "rate of the PS link (HTB)"),
+    Column("worker_link_mbps", "Mbit/s", "rate of each worker link"),
+    Column("queue_pkts", "packets", "pfifo length on the switch port toward the PS"),
+    Column("loss_pct", "%", "configured random loss per packet at each receiving host's ingress"),
+    Column("model", "", "model name (harness/models.py)"),
+    Column("dataset", "", "data set name (harness/datasets.py)"),
+    Column("iterations", "iterations", "BSP iterations asked for"),
+    Column("iterations_done", "iterations", "BSP iterations the PS completed"),
+    Column("batch_size", "samples", "batch size per worker per iteration"),
+    Column("lr", "", "SGD learning rate"),
+    Column("eval_every", "iterations", "test accuracy measured every this many iterations"),
+    Column("seed", "", "seed of model initialisation, sharding and batching"),
+    Column("final_accuracy", "fraction", "test accuracy after the last iteration"),
+    Column("iters_per_s", "1/s", "training throughput: iterations / training time at the PS "
+                                 "(evaluation excluded)"),
+    Column("iter_mean_s", "s", "mean iteration time at the PS (broadcast + gather + update)"),
+    Column("iter_p50_s", "s", "median iteration time at the PS"),
+    Column("iter_p99_s", "s", "99th percentile iteration time at the PS"),
+    Column("gather_p50_s", "s", "median time the PS waited for all gradients of an iteration"),
+    Column("gather_p99_s", "s", "99th percentile of that wait"),
+    Column("mean_recv_frac", "fraction", "mean fraction of a gradient that reached the PS"),
+    Column("min_recv_frac", "fraction", "smallest fraction of any gradient that reached the PS"),
+    Column("measured_loss_pct", "%", "random drops / IPv4 packets arriving at all hosts "
+                                      "(nftables counters)"),
+    Column("arrived_packets", "packets", "IPv4 packets that arrived at all hosts' ingress"),
+    Column("random_drops", "packets", "packets dropped by the random-loss rules"),
+    Column("queue_drops", "packets", "bottleneck drops: packets the switch received from workers "
+                                     "minus packets the PS queue sent"),
+    Column("queue_drops_tc", "packets", "drops the bottleneck pfifo itself counted (undercounts "
+                                        "under userspace OVS)"),
+    Column("bottleneck_tx_bytes", "bytes", "bytes the switch sent toward the PS"),
+    Column("grad_payload_bytes", "bytes", "gradient payload the workers pushed, all iterations"),
+    Column("grad_wire_bytes", "bytes", "what the transports sent for it (headers and "
+                                       "retransmissions included, where the transport knows)"),
+    Column("retransmits", "packets", "retransmitted segments or packets, all hosts"),
+    Column("wall_s", "s", "wall-clock time of the run, process start to exit"),
+    Column("started_at", "ISO 8601", "when the run started (UTC)"),
+    Column("git_commit", "", "commit of the project that ran"),
+    Column("git_dirty", "bool", "whether the work tree had uncommitted changes"),
+)
+
+CURVES_COLUMNS = (
+    Column("run_id", "", "the run (see runs.csv)"),
+    Column("transport", "", "transport slug"),
+    Column("loss_pct", "%", "configured random loss"),
+    Column("seed", "", "seed"),
+    Column("iteration", "iterations", "updates applied before this evaluation"),
+    Column("time_s", "s", "training time at the PS up to this evaluation"),
+    Column("accuracy", "fraction", "test accuracy"),
+    Column("test_loss", "nats", "mean cross-entropy on the test set"),
+)
+
+
+def names(columns: Iterable[Column]) -> list[str]:
+    """The column names, in order."""
+    return [c.name for c in columns]
+
+
+def _format(value) -> str:
+    if hasattr(value, "item") and not isinstance(value, (list, tuple, dict, str)):
+        value = value.item()  # numpy scalars
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+def append_rows(path: Path, columns: tuple[Column, ...], rows: Iterable[Mapping]) -> None:
+    """Append ``rows`` to the CSV at ``path`` (header first if new), then flush and fsync."""
+    header = names(columns)
+    rows = list(rows)
+    for row in rows:
+        missing = set(header) - set(row)
+        extra = set(row) - set(header)
+        if missing or extra:
+            raise ResultsError(f"row for {path.name} does not match its schema "
+                               f"(missing {sorted(missing)}, unexpected {sorted(extra)}).")
+    new = not path.exists() or path.stat().st_size == 0
+    if not new:
+        with open(path, newline="") as f:
+            existing = next(csv.reader(f), [])
+        if existing != header:
+            raise ResultsError(f"{path} has other columns than this version writes; "
+                               "write the sweep to a new folder.")
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    if new:
+        writer.writerow(header)
+    for row in rows:
+        writer.writerow([_format(row[h]) for h in header])
+    with open(path, "a", newline="") as f:
+        f.write(buf.getvalue())
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    """Complete rows of a CSV written by :func:`append_rows` (an unterminated last line is dropped)."""
+    if not path.exists():
+        return []
+    text = path.read_text()
+    if text and not text.endswith("\n"):
+        text = text[: text.rfind("\n") + 1]
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+def finished_run_ids(folder: Path) -> set[str]:
+    """Ids of the runs that already have a row in ``runs.csv``."""
+    return {row["run_id"] for row in read_rows(folder / "runs.csv")}
+
+
+def drop_rows(path: Path, run_id: str) -> None:
+    """Rewrite ``path`` without the rows of ``run_id`` (for partial output of an interrupted run)."""
+    rows = read_rows(path)
+    keep = [r for r in rows if r["run_id"] != run_id]
+    if len(keep) == len(rows):
+        return
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(keep)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def schema_markdown() -> str:
+    """The Markdown body of ``docs/results-schema.md``."""
+    out = []
+    for title, columns in (("runs.csv", RUNS_COLUMNS), ("curves.csv", CURVES_COLUMNS)):
+        out += [f"## `{title}`", "", "| column | unit | meaning |", "|---|---|---|"]
+        out += [f"| `{c.name}` | {c.unit} | {c.description} |" for c in columns]
+        out.append("")
+    return "\n".join(out)

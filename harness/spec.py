@@ -1,0 +1,128 @@
+"""One run's every parameter, as a frozen, validated, hashable value.
+
+A :class:`RunSpec` fully determines a run: the transport and its options, the network, the model
+and data, the training schedule and the seed. Its :attr:`~RunSpec.run_id` is derived from all of
+that, so a resumed sweep recognises a finished run by id alone. Specs travel to the emulated hosts
+as JSON (:meth:`RunSpec.to_json`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Any
+
+from harness import datasets, models
+from topologies.incast import IncastParams, TopologyError, check_params
+from transports import registry
+from transports.base import OptionError
+
+
+class SpecError(ValueError):
+    """A run parameter is unknown or out of range."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """Everything that defines one run; invalid values raise :class:`SpecError`."""
+
+    transport: str = "tcp-cubic"
+    transport_options: tuple[tuple[str, Any], ...] = ()
+    n_workers: int = 8
+    bottleneck_mbps: float = 100.0
+    worker_link_mbps: float | None = None
+    queue_pkts: int = 64
+    loss_pct: float = 0.0
+    model: str = "mlp"
+    dataset: str = "fashion-mnist"
+    iterations: int = 100
+    batch_size: int = 32
+    lr: float = 0.2
+    eval_every: int = 25
+    seed: int = 0
+    timeout_s: float = 600.0
+    port: int = 5000
+
+    def __post_init__(self) -> None:
+        # Options may come in as a dict; store them sorted so equal specs hash equal.
+        opts = self.transport_options
+        if isinstance(opts, dict):
+            opts = opts.items()
+        object.__setattr__(self, "transport_options",
+                           tuple(sorted((str(k), _freeze(v)) for k, v in opts)))
+        for name in ("bottleneck_mbps", "loss_pct", "lr", "timeout_s"):
+            object.__setattr__(self, name, float(getattr(self, name)))
+        if self.worker_link_mbps is not None:
+            object.__setattr__(self, "worker_link_mbps", float(self.worker_link_mbps))
+        self._validate()
+
+    def _validate(self) -> None:
+        try:
+            registry.create(self.transport, dict(self.transport_options))
+            check_params(self.n_workers, self.bottleneck_mbps, self.worker_link_mbps,
+                         self.queue_pkts, self.loss_pct)
+        except (registry.UnknownTransport, OptionError, TopologyError) as exc:
+            raise SpecError(str(exc)) from None
+        if self.model not in models.MODELS:
+            raise SpecError(f"unknown model {self.model!r}; choose one of: "
+                            f"{', '.join(models.MODELS)}.")
+        if self.dataset not in datasets.DATASETS:
+            raise SpecError(f"unknown data set {self.dataset!r}; choose one of: "
+                            f"{', '.join(datasets.DATASETS)}.")
+        for name in ("iterations", "batch_size", "eval_every", "seed", "port"):
+            value = getattr(self, name)
+            low = 0 if name == "seed" else 1
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise SpecError(f"{name} must be a whole number of at least {low}, not {value!r}.")
+        if not 1024 <= self.port <= 65000:
+            raise SpecError(f"port must be between 1024 and 65000, not {self.port}.")
+        if not self.lr > 0:
+            raise SpecError(f"lr must be above 0, not {self.lr!r}.")
+        if not self.timeout_s > 0:
+            raise SpecError(f"timeout_s must be above 0, not {self.timeout_s!r}.")
+
+    @property
+    def network(self) -> IncastParams:
+        """The topology this run needs (loss included)."""
+        return IncastParams(self.n_workers, self.bottleneck_mbps, self.worker_link_mbps,
+                            self.queue_pkts, self.loss_pct)
+
+    @property
+    def network_key(self) -> tuple:
+        """What a network must match to be reused for this run (all but the loss rate)."""
+        return (self.n_workers, self.bottleneck_mbps, self.worker_link_mbps, self.queue_pkts)
+
+    def options(self) -> dict[str, Any]:
+        """The transport options as a dict."""
+        return dict(self.transport_options)
+
+    def as_dict(self) -> dict[str, Any]:
+        """All fields, JSON-ready (options as a dict)."""
+        d = dataclasses.asdict(self)
+        d["transport_options"] = self.options()
+        return d
+
+    def to_json(self) -> str:
+        """Canonical JSON of all fields."""
+        return json.dumps(self.as_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunSpec:
+        """The spec written by :meth:`to_json`."""
+        return cls(**json.loads(text))
+
+    @property
+    def run_id(self) -> str:
+        """A readable, unique id: transport, loss, bandwidth, seed and a digest of everything."""
+        digest = hashlib.sha256(self.to_json().encode()).hexdigest()[:8]
+        return (f"{self.transport}_loss{self.loss_pct:g}_bw{self.bottleneck_mbps:g}"
+                f"_s{self.seed}_{digest}")
+
+    def replace(self, **changes: Any) -> RunSpec:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
+def _freeze(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value

@@ -1,0 +1,149 @@
+"""Run a plan of many runs into one results folder, resumably.
+
+``run_plan(plan, folder)`` writes the manifest (provenance) before the first run, skips every run
+that already has a row in ``runs.csv``, runs the rest in a shuffled order (seed recorded) grouped
+so that runs sharing a topology share one live network (only the loss rate changes between them),
+appends each run's rows the moment it ends, and reports progress. Killed at any moment, it keeps
+every finished row; the same command resumes; a finished sweep re-run does nothing.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import platform
+import random
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from importlib import metadata
+from pathlib import Path
+
+from harness import results
+from harness.presets import Plan
+from harness.runner import execute, git_state, spawn_forked
+from harness.spec import RunSpec
+from harness.zygote import Zygote
+from topologies.network import Testbed
+
+
+class SweepError(RuntimeError):
+    """The results folder cannot take this sweep."""
+
+
+def _version(cmd: list[str]) -> str:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True).stdout.splitlines()[0].strip()
+    except (OSError, IndexError):
+        return "unknown"
+
+
+def provenance() -> dict:
+    """Versions of everything that shapes a result, and the project's git state."""
+    commit, dirty = git_state()
+    import mininet.net
+    import torch
+
+    def pkg(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "unknown"
+
+    return {
+        "git_commit": commit, "git_dirty": dirty, "kernel": platform.release(),
+        "python": platform.python_version(), "mininet": mininet.net.VERSION,
+        "openvswitch": _version(["ovs-vswitchd", "--version"]), "os_ken": pkg("os-ken"),
+        "torch": torch.__version__, "numpy": pkg("numpy"), "pandas": pkg("pandas"),
+        "host": platform.node(), "command": " ".join(sys.argv),
+    }
+
+
+def _network_dir(spec: RunSpec) -> str:
+    wl = "" if spec.worker_link_mbps is None else f"_wl{spec.worker_link_mbps:g}"
+    return f"n{spec.n_workers}_bw{spec.bottleneck_mbps:g}{wl}_q{spec.queue_pkts}"
+
+
+def _write_manifest(plan: Plan, specs: list[RunSpec], folder: Path) -> None:
+    path = folder / "manifest.json"
+    ids = sorted(s.run_id for s in specs)
+    if path.exists():
+        old = json.loads(path.read_text())
+        if sorted(old["run_ids"]) != ids:
+            raise SweepError(f"{folder} holds a different sweep ({old['plan']['name']}); "
+                             "give this one another folder with --out.")
+        return
+    manifest = {
+        "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "plan": {"name": plan.name, "transports": plan.transports, "loss_pcts": plan.loss_pcts,
+                 "bottleneck_mbps": plan.bottleneck_mbps, "seeds": plan.seeds,
+                 "order_seed": plan.order_seed, "base": plan.base.as_dict()},
+        "run_ids": ids, "specs": [s.as_dict() for s in specs], "provenance": provenance(),
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(manifest, indent=1))
+
+
+def order(specs: list[RunSpec], seed: int) -> list[list[RunSpec]]:
+    """Group runs by the network they need, shuffling groups and runs with ``seed``."""
+    rng = random.Random(seed)
+    groups: dict[tuple, list[RunSpec]] = {}
+    for spec in specs:
+        groups.setdefault(spec.network_key, []).append(spec)
+    out = list(groups.values())
+    rng.shuffle(out)
+    for group in out:
+        rng.shuffle(group)
+    return out
+
+
+def _fmt_s(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def run_plan(plan: Plan, folder: Path, progress: Callable[[str], None] = print) -> Path:
+    """Run every unfinished run of ``plan`` into ``folder``; return ``folder``."""
+    specs = plan.specs()
+    _write_manifest(plan, specs, folder)
+    done = results.finished_run_ids(folder)
+    todo = [s for s in specs if s.run_id not in done]
+    if not todo:
+        progress(f"all {len(specs)} runs of {folder} are done; nothing to run.")
+        return folder
+    progress(f"{len(todo)} of {len(specs)} runs to go ({len(done)} already done) -> {folder}")
+    finished, run_times = 0, []
+    for group in order(todo, plan.order_seed):
+        network = group[0].network
+        net_dir = folder / "network" / _network_dir(group[0])
+        with Testbed(network, net_dir) as testbed, Zygote(net_dir, testbed.ledger) as zygote:
+            spawn = spawn_forked(testbed, zygote)
+            for spec in group:
+                run_dir = folder / "runs" / spec.run_id
+                if run_dir.exists():
+                    # An earlier attempt was interrupted: keep its files aside, never overwrite.
+                    stamp = time.strftime("%Y%m%dT%H%M%S")
+                    shutil.move(run_dir, run_dir.with_name(f"{spec.run_id}.interrupted-{stamp}"))
+                results.drop_rows(folder / "curves.csv", spec.run_id)
+                progress(f"[{finished + 1}/{len(todo)}] {spec.transport} loss {spec.loss_pct:g}% "
+                         f"bw {spec.bottleneck_mbps:g} Mbit/s seed {spec.seed} ...")
+                t0 = time.monotonic()
+                row, curves = execute(testbed, spec, run_dir, plan.name, spawn)
+                results.append_rows(folder / "curves.csv", results.CURVES_COLUMNS, curves)
+                results.append_rows(folder / "runs.csv", results.RUNS_COLUMNS, [row])
+                run_times.append(time.monotonic() - t0)
+                finished += 1
+                left = len(todo) - finished
+                acc = row["final_accuracy"]
+                progress(
+                    f"    {row['status']}{' (' + row['reason'][:120] + ')' if row['reason'] else ''}"
+                    f" in {_fmt_s(run_times[-1])}: accuracy "
+                    f"{'-' if acc is None else f'{acc:.3f}'}, "
+                    f"{row['iters_per_s'] or 0:.2f} it/s, measured loss "
+                    f"{row['measured_loss_pct']:.2f}%, queue drops {row['queue_drops']}"
+                    f" | {finished} done, {left} left, ETA "
+                    f"{_fmt_s(left * sum(run_times) / len(run_times))}")
+    progress(f"wrote {folder}")
+    return folder

@@ -1,0 +1,90 @@
+"""Tasks of ltp-testbed (``invoke --list``). Thin: argument plumbing only; logic lives in packages.
+
+    invoke run-sweep                      # the default sweep into results/<preset>/
+    invoke run-sweep --preset smoke --loss 0,5 --iterations 20
+    invoke bench-network                  # the emulated network against its configuration
+    invoke clean                          # remove what a killed run left behind
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from invoke import task
+
+PROJECT = Path(__file__).resolve().parent
+
+
+@task(help={
+    "preset": "named sweep (smoke, ...); default: the README's default sweep",
+    "out": "results folder (default results/<preset>); the same folder resumes",
+    "transports": "comma-separated transport slugs, e.g. tcp-cubic,ltp",
+    "loss": "comma-separated random loss rates in percent, e.g. 0,1,5",
+    "bandwidth": "comma-separated bottleneck rates in Mbit/s",
+    "workers": "number of workers",
+    "queue": "bottleneck queue length in packets",
+    "model": "model name (mlp, lenet5)",
+    "iterations": "training iterations per run",
+    "seeds": "comma-separated seeds",
+    "timeout": "per-run timeout in seconds",
+})
+def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=None, workers=None,
+              queue=None, model=None, iterations=None, seeds=None, timeout=None):
+    """Run a sweep of training runs over the emulated incast network and tabulate the results."""
+    from harness import cli
+
+    with cli.user_errors():
+        from harness import presets, sweep
+
+        plan = presets.get(preset or presets.DEFAULT_PRESET).override(
+            transports=cli.words(transports), loss_pcts=cli.numbers(loss, float, "--loss"),
+            bottleneck_mbps=cli.numbers(bandwidth, float, "--bandwidth"),
+            seeds=cli.numbers(seeds, int, "--seeds"),
+            n_workers=None if workers is None else int(workers),
+            queue_pkts=None if queue is None else int(queue), model=model,
+            iterations=None if iterations is None else int(iterations),
+            timeout_s=None if timeout is None else float(timeout))
+        cli.require_root()
+        cli.require_setup()
+        folder = Path(out) if out else PROJECT / "results" / plan.name
+        sweep.run_plan(plan, folder)
+
+
+@task(help={
+    "bandwidth": "bottleneck rate in Mbit/s (default 100)",
+    "queue": "bottleneck queue in packets (default 64)",
+    "loss": "random loss in percent for the loss check (default 5)",
+    "seconds": "duration of each throughput test (default 5)",
+})
+def bench_network(c, bandwidth=100.0, queue=64, loss=5.0, seconds=5.0):
+    """Measure the emulated network: one flow, 8-to-1 incast, queue drops, measured vs set loss."""
+    from harness import cli
+
+    with cli.user_errors():
+        cli.require_root()
+        cli.require_setup()
+        from harness import bench
+
+        bench.network(float(bandwidth), int(queue), float(loss), float(seconds))
+
+
+@task
+def clean(c):
+    """Remove what a killed testbed left behind (its processes, links, OVS), and only that."""
+    from harness import cli
+
+    with cli.user_errors():
+        cli.require_root()
+        from topologies.network import clean as clean_testbed
+
+        removed = clean_testbed()
+        print("\n".join(removed) if removed else "nothing to clean.")
+
+
+@task
+def transports(c):
+    """List the registered transports."""
+    from transports import registry
+
+    for info in registry.REGISTRY.values():
+        print(f"{info.slug:20} {info.display_name:20} {info.description}")

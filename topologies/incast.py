@@ -1,0 +1,143 @@
+"""The incast star: ``n_workers`` workers and one parameter server behind one switch.
+
+::
+
+    w1 ──┐
+    w2 ──┤               bottleneck: the switch port toward the PS
+    ...  ├── s1 ══════ ps1   (HTB at bottleneck_mbps, pfifo of queue_pkts packets)
+    wN ──┘
+
+Hosts are ``w1..wN`` (10.0.0.1..N) and ``ps1`` (10.0.0.254), all in 10.0.0.0/24, with MAC
+addresses that end in the same number as the IP; the PS sits on switch port 1 and worker ``wi`` on
+port ``i + 1``, so the controller can install forwarding from this data alone. Every link is an
+HTB-shaped ``TCLink`` with checksum offload off (userspace Open vSwitch carries no TCP or UDP
+otherwise); worker links run at ``worker_link_mbps`` (by default the bottleneck rate), so the PS
+link is the single bottleneck in both directions: gradients queue at the switch port toward the
+PS, parameters at the PS's own interface.
+
+Random loss (``loss_pct``) and the bottleneck queue length are not Mininet link parameters on this
+kernel (no netem); :mod:`topologies.network` applies them after the network starts. ``loss_pct``
+is the probability, in percent, that any IPv4 packet is dropped at the ingress of the host that
+receives it. Every host-to-host path crosses exactly one such drop point, so it is the per-packet,
+per-direction, end-to-end random loss rate for gradients, parameters and ACKs alike; congestion
+drops at the bottleneck queue come on top and are counted separately.
+
+From the Mininet command line (with a switch and controller of your own)::
+
+    mn --custom topologies/incast.py --topo incast,n_workers=4,bottleneck_mbps=100 ...
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from mininet.link import TCLink
+from mininet.topo import Topo
+
+PS_NAME = "ps1"
+SWITCH_NAME = "s1"
+SUBNET_PREFIX = 24
+PS_PORT = 1
+MAX_WORKERS = 253
+MAX_LINK_MBPS = 1000.0  # Mininet's HTB ceiling; userspace OVS tops out well below it
+
+
+class TopologyError(ValueError):
+    """A topology parameter is out of range."""
+
+
+@dataclasses.dataclass(frozen=True)
+class IncastParams:
+    """The parameters of the incast star, validated on construction."""
+
+    n_workers: int = 8
+    bottleneck_mbps: float = 100.0
+    worker_link_mbps: float | None = None
+    queue_pkts: int = 64
+    loss_pct: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_params(self.n_workers, self.bottleneck_mbps, self.worker_link_mbps,
+                     self.queue_pkts, self.loss_pct)
+
+    @property
+    def worker_mbps(self) -> float:
+        """The worker links' rate (the bottleneck rate unless set)."""
+        return self.bottleneck_mbps if self.worker_link_mbps is None else self.worker_link_mbps
+
+
+def check_params(n_workers: int, bottleneck_mbps: float, worker_link_mbps: float | None,
+                 queue_pkts: int, loss_pct: float) -> None:
+    """Raise :class:`TopologyError` with a sentence if any parameter is out of range."""
+    if not isinstance(n_workers, int) or isinstance(n_workers, bool) or n_workers < 1:
+        raise TopologyError(f"n_workers must be a whole number of at least 1, not {n_workers!r}.")
+    if n_workers > MAX_WORKERS:
+        raise TopologyError(f"n_workers can be at most {MAX_WORKERS} (one /24), not {n_workers}.")
+    if not 0 < bottleneck_mbps <= MAX_LINK_MBPS:
+        raise TopologyError(
+            f"bottleneck_mbps must be above 0 and at most {MAX_LINK_MBPS:g}, not {bottleneck_mbps!r}."
+        )
+    if worker_link_mbps is not None and not bottleneck_mbps <= worker_link_mbps <= MAX_LINK_MBPS:
+        raise TopologyError(
+            "worker_link_mbps must be at least bottleneck_mbps (the PS link is the single "
+            f"bottleneck) and at most {MAX_LINK_MBPS:g}, not {worker_link_mbps!r}."
+        )
+    if not isinstance(queue_pkts, int) or isinstance(queue_pkts, bool) or queue_pkts < 1:
+        raise TopologyError(f"queue_pkts must be a whole number of at least 1, not {queue_pkts!r}.")
+    if not 0 <= loss_pct < 50:
+        raise TopologyError(f"loss_pct must be at least 0 and below 50, not {loss_pct!r}.")
+
+
+def worker_name(rank: int) -> str:
+    """Host name of worker ``rank`` (0-based): ``w1`` for rank 0."""
+    return f"w{rank + 1}"
+
+
+def worker_ip(rank: int) -> str:
+    """IPv4 address of worker ``rank`` (0-based)."""
+    return f"10.0.0.{rank + 1}"
+
+
+PS_IP = "10.0.0.254"
+
+
+def mac_for(ip: str) -> str:
+    """A MAC address whose last byte is the IP's last octet."""
+    return "00:00:00:00:00:%02x" % int(ip.rsplit(".", 1)[1])
+
+
+def worker_port(rank: int) -> int:
+    """Switch port of worker ``rank`` (0-based)."""
+    return rank + 2
+
+
+class IncastTopo(Topo):
+    """``n_workers`` workers and one PS on one switch; see the module docstring."""
+
+    def build(self, n_workers: int = 8, bottleneck_mbps: float = 100.0,
+              worker_link_mbps: float | None = None, queue_pkts: int = 64,
+              loss_pct: float = 0.0) -> None:
+        self.params = IncastParams(n_workers, float(bottleneck_mbps),
+                                   None if worker_link_mbps is None else float(worker_link_mbps),
+                                   queue_pkts, float(loss_pct))
+        switch = self.addSwitch(SWITCH_NAME, dpid="%016x" % 1)
+        ps = self.addHost(PS_NAME, ip=f"{PS_IP}/{SUBNET_PREFIX}", mac=mac_for(PS_IP))
+        self.addLink(ps, switch, port1=0, port2=PS_PORT, cls=TCLink,
+                     bw=self.params.bottleneck_mbps, txo=False, rxo=False)
+        for rank in range(n_workers):
+            ip = worker_ip(rank)
+            host = self.addHost(worker_name(rank), ip=f"{ip}/{SUBNET_PREFIX}", mac=mac_for(ip))
+            self.addLink(host, switch, port1=0, port2=worker_port(rank), cls=TCLink,
+                         bw=self.params.worker_mbps, txo=False, rxo=False)
+
+    def forwarding_table(self) -> list[dict]:
+        """One entry per host (name, ip, mac, switch port): what the controller installs."""
+        entries = [{"host": PS_NAME, "ip": PS_IP, "mac": mac_for(PS_IP), "port": PS_PORT}]
+        for rank in range(self.params.n_workers):
+            ip = worker_ip(rank)
+            entries.append({"host": worker_name(rank), "ip": ip, "mac": mac_for(ip),
+                            "port": worker_port(rank)})
+        return entries
+
+
+topos = {"incast": IncastTopo}

@@ -1,0 +1,430 @@
+"""The network lifecycle: bring up the incast testbed, measure it, and always take it down.
+
+:class:`Testbed` is a context manager. Entering it
+
+1. reclaims anything a previous testbed left behind after being killed outright (its ledger),
+2. raises ``net.core.wmem_default`` and starts a private userspace Open vSwitch
+   (:mod:`topologies.ovs`),
+3. starts the os-ken controller (:mod:`topologies.controller_app`) on 127.0.0.1 and waits until it
+   listens,
+4. builds the Mininet network from :class:`~topologies.incast.IncastTopo` (HTB-shaped links,
+   offload off, static ARP), sets the bottleneck pfifo on the switch port toward the PS, applies
+   the random loss (:mod:`topologies.impair`), and polls the switch until the controller's flows
+   are installed.
+
+Leaving it, also on Ctrl-C, SIGTERM and errors, removes exactly what it created, recorded in a
+ledger on disk (:mod:`topologies.ledger`) as it went. It never runs ``mn -c`` or
+``mininet.clean.cleanup()``, which kill and delete machine-wide by name.
+
+While it is up, :meth:`Testbed.set_loss` changes the loss rate in place (so consecutive runs can
+share one network), :meth:`Testbed.snapshot` reads every counter a run needs, and
+:meth:`Testbed.start_process` runs a program inside a host, in its own process group, recorded
+for cleanup.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from mininet.link import TCLink
+from mininet.log import setLogLevel
+from mininet.net import Mininet
+from mininet.node import Host, OVSSwitch, RemoteController
+
+from topologies import impair, ovs
+from topologies.incast import PS_NAME, PS_PORT, SWITCH_NAME, IncastParams, IncastTopo
+from topologies.ledger import Ledger, ProcessRef, link_exists, read_sysctl, reclaim, write_sysctl
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+STATE_DIR = Path(os.environ.get("LTP_STATE_DIR", PROJECT_DIR / ".state"))
+OVS_WMEM_DEFAULT = 4 * 1024 * 1024
+# What Mininet's fixLimits() raises machine-wide; we put back what we found.
+MININET_SYSCTLS = (
+    "fs.file-max", "net.core.wmem_max", "net.core.rmem_max", "net.ipv4.tcp_rmem",
+    "net.ipv4.tcp_wmem", "net.core.netdev_max_backlog", "net.ipv4.neigh.default.gc_thresh1",
+    "net.ipv4.neigh.default.gc_thresh2", "net.ipv4.neigh.default.gc_thresh3",
+    "net.ipv4.route.max_size", "kernel.pty.max",
+)
+CONTROLLER_CONFIG_ENV = "LTP_CONTROLLER_CONFIG"  # read by topologies/controller_app.py
+FLOW_COOKIE = 0x17B  # marks the controller's flows, so we can poll the switch for them
+CONTROLLER_READY_S = 30.0
+FLOWS_READY_S = 15.0
+
+
+class TestbedError(RuntimeError):
+    """The emulated network could not be brought up or used."""
+
+
+def _ledger(state_dir: Path) -> Ledger:
+    return Ledger(state_dir / "ledger.json")
+
+
+def clean(state_dir: Path = STATE_DIR) -> list[str]:
+    """Remove what a testbed that is no longer running left behind; return what was removed.
+
+    Refuses while the testbed that owns the ledger is still alive.
+    """
+    ledger = _ledger(state_dir)
+    ledger.load()
+    owner = ledger.owner()
+    if owner is not None and owner.alive() and owner.pid != os.getpid():
+        raise TestbedError(f"a testbed is running as process {owner.pid}; stop it first.")
+    return reclaim(ledger, ovs.stop)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _listening(port: int) -> bool:
+    """True if something listens on 127.0.0.1:``port`` (read from /proc, no probe connection)."""
+    want = f"0100007F:{port:04X}"
+    with open("/proc/net/tcp") as f:
+        return any(line.split()[1] == want and line.split()[3] == "0A" for line in f.readlines()[1:])
+
+
+def _run(*args: str, env: dict | None = None) -> str:
+    proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=30)
+    if proc.returncode != 0:
+        raise TestbedError(f"{' '.join(args)} failed: {(proc.stderr or proc.stdout).strip()}")
+    return proc.stdout
+
+
+class _Recorded:
+    """Mixin: record a Mininet node's shell in the ledger the moment it exists."""
+
+    ledger: Ledger | None = None
+
+    def startShell(self, *args, **kwargs):  # noqa: N802 (Mininet's name)
+        super().startShell(*args, **kwargs)
+        if self.ledger is not None:
+            self.ledger.add_process("processes", ProcessRef.of(self.shell.pid))
+
+
+class HostProcess:
+    """A program running inside an emulated host, as the leader of its own process group."""
+
+    def __init__(self, testbed: Testbed, host: str, popen: subprocess.Popen, log_path: Path) -> None:
+        self.testbed = testbed
+        self.host = host
+        self.popen = popen
+        self.log_path = log_path
+        self.ref = ProcessRef.of(popen.pid)
+
+    def poll(self) -> int | None:
+        """The exit code, or None while it runs."""
+        return self.popen.poll()
+
+    def kill(self) -> None:
+        """Kill the whole process group and reap the leader."""
+        self.ref.kill_group()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=5)
+        self.testbed.ledger.remove_process("groups", self.ref)
+
+
+class Testbed:
+    """The incast network with its switch and controller; see the module docstring."""
+
+    def __init__(self, params: IncastParams, folder: Path, *, state_dir: Path = STATE_DIR,
+                 stats_interval_s: float = 0.5) -> None:
+        self.params = params
+        self.folder = Path(folder)
+        self.state_dir = state_dir
+        self.stats_interval_s = stats_interval_s
+        self.ledger = _ledger(state_dir)
+        self.topo = IncastTopo(**dataclasses.asdict(params))
+        self.ovs = ovs.PrivateOVS(state_dir / "ovs")
+        self.controller: subprocess.Popen | None = None
+        self.controller_ref: ProcessRef | None = None
+        self.controller_log = self.folder / "controller.log"
+        self.stats_path = self.folder / "port_stats.jsonl"
+        self.net: Mininet | None = None
+        self.loss_pct = params.loss_pct
+        self._controller_log_offset = 0
+        self._saved_env: dict[str, str | None] = {}
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    def __enter__(self) -> Testbed:
+        if os.geteuid() != 0:
+            raise TestbedError("the emulated network needs root; run as root (sudo).")
+        try:
+            self._up()
+        except BaseException:
+            self._down()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._down()
+
+    def _up(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        leftovers = clean(self.state_dir)
+        if leftovers:
+            (self.folder / "reclaimed.txt").write_text("\n".join(leftovers) + "\n")
+        self._check_names_free()
+        self.ledger.claim()
+        self.ledger.set("links", self._link_names())
+
+        self._set_sysctl("net.core.wmem_default", str(OVS_WMEM_DEFAULT))
+        for key in MININET_SYSCTLS:
+            self.ledger.remember_sysctl(key, read_sysctl(key))
+        self.ledger.set("ovs", str(self.ovs.folder))
+        self.ovs.start()
+        # Mininet's own ovs-vsctl calls find the private instance through these variables.
+        for key, value in ovs.ovs_env(self.ovs.folder).items():
+            self._saved_env[key] = os.environ.get(key)
+            os.environ[key] = value
+
+        port = self._start_controller()
+        setLogLevel("critical")  # Mininet reports HTB quantum notices as errors
+        _Recorded.ledger = self.ledger
+        switch = functools.partial(RecordedSwitch, datapath="user", protocols="OpenFlow13",
+                                   failMode="secure")
+        controller = functools.partial(RemoteController, ip="127.0.0.1", port=port)
+        self.net = Mininet(topo=self.topo, switch=switch, host=RecordedHost, link=TCLink,
+                           controller=controller, autoSetMacs=False, autoStaticArp=True,
+                           waitConnected=False, build=True)
+        self.net.start()
+        # Hosts speak IPv4 only; IPv6 router solicitations and MLD reports would otherwise
+        # cross the switch during runs and blur the packet counters.
+        for name in self.host_names():
+            self.host_run(name, "sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1",
+                          "net.ipv6.conf.default.disable_ipv6=1")
+        _run("tc", "qdisc", "add", "dev", self.bottleneck_intf, "parent", "5:1", "handle", "10:",
+             "pfifo", "limit", str(self.params.queue_pkts))
+        self.set_loss(self.params.loss_pct)
+        self._wait_for_flows()
+
+    def _down(self) -> None:
+        # A second Ctrl-C must not cut the cleanup short.
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            for item in list(self.ledger.data.get("groups", [])):
+                ProcessRef(**item).kill_group()
+            if self.net is not None:
+                with contextlib.suppress(Exception):
+                    self.net.stop()
+                self.net = None
+            _Recorded.ledger = None
+            if self.controller is not None:
+                self.controller_ref.kill_group()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.controller.wait(timeout=5)
+                self.controller = None
+            for key, value in self._saved_env.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+            self._saved_env = {}
+            if self.ledger.data:
+                reclaim(self.ledger, ovs.stop)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    def _set_sysctl(self, key: str, value: str) -> None:
+        self.ledger.remember_sysctl(key, read_sysctl(key))
+        write_sysctl(key, value)
+
+    def _link_names(self) -> list[str]:
+        names = []
+        for a, b, info in self.topo.links(withInfo=True):
+            names += [f"{a}-eth{info['port1']}", f"{b}-eth{info['port2']}"]
+        return names
+
+    def _check_names_free(self) -> None:
+        taken = [name for name in self._link_names() if link_exists(name)]
+        if taken:
+            raise TestbedError(
+                f"interface {taken[0]} already exists, so another Mininet network is up; "
+                "stop it first (if it was ours, `invoke clean` removes it)."
+            )
+
+    def _start_controller(self) -> int:
+        port = _free_port()
+        config = self.folder / "controller.json"
+        config.write_text(json.dumps({"hosts": self.topo.forwarding_table(),
+                                      "stats_path": str(self.stats_path),
+                                      "stats_interval_s": self.stats_interval_s,
+                                      "cookie": FLOW_COOKIE}, indent=1))
+        # osken-manager is installed next to the interpreter running the harness (the venv).
+        manager = Path(sys.executable).parent / "osken-manager"
+        with open(self.controller_log, "ab") as log:
+            self.controller = subprocess.Popen(
+                [str(manager), "--ofp-listen-host", "127.0.0.1", "--ofp-tcp-listen-port", str(port),
+                 "topologies.controller_app"],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=PROJECT_DIR,
+                env={**os.environ, CONTROLLER_CONFIG_ENV: str(config)})
+        self.controller_ref = ProcessRef.of(self.controller.pid)
+        self.ledger.add_process("groups", self.controller_ref)
+        deadline = time.monotonic() + CONTROLLER_READY_S
+        while not _listening(port):
+            if self.controller.poll() is not None:
+                raise TestbedError(f"the controller exited at start; see {self.controller_log}.")
+            if time.monotonic() > deadline:
+                raise TestbedError(f"the controller did not listen within {CONTROLLER_READY_S:g} s; "
+                                   f"see {self.controller_log}.")
+            time.sleep(0.05)
+        return port
+
+    def _wait_for_flows(self) -> None:
+        want = len(self.topo.hosts()) + 2
+        deadline = time.monotonic() + FLOWS_READY_S
+        while True:
+            flows = _run("ovs-ofctl", "-O", "OpenFlow13", "dump-flows", SWITCH_NAME,
+                         f"cookie={FLOW_COOKIE:#x}/-1")
+            if flows.count("cookie=") >= want:
+                return
+            if time.monotonic() > deadline:
+                raise TestbedError(f"the controller installed {flows.count('cookie=')} of {want} "
+                                   f"flows within {FLOWS_READY_S:g} s; see {self.controller_log}.")
+            time.sleep(0.02)
+
+    # ---- use -------------------------------------------------------------------------------
+
+    @property
+    def bottleneck_intf(self) -> str:
+        """The switch port toward the PS, whose queue is the bottleneck."""
+        return f"{SWITCH_NAME}-eth{PS_PORT}"
+
+    def host(self, name: str):
+        """The Mininet host ``name``."""
+        return self.net[name]
+
+    def host_names(self) -> list[str]:
+        """The PS first, then the workers in rank order."""
+        return [PS_NAME] + [f"w{i + 1}" for i in range(self.params.n_workers)]
+
+    def host_run(self, name: str, *args: str) -> str:
+        """Run a command inside host ``name`` and return its output; raise on failure."""
+        out, err, code = self.net[name].pexec(list(args))
+        if code != 0:
+            raise TestbedError(f"{' '.join(args)} failed on {name}: {(err or out).strip()}")
+        return out
+
+    def set_loss(self, loss_pct: float) -> None:
+        """Apply random loss ``loss_pct`` at every host's ingress (and reset its counters)."""
+        IncastParams(self.params.n_workers, self.params.bottleneck_mbps,
+                     self.params.worker_link_mbps, self.params.queue_pkts, loss_pct)
+        for name in self.host_names():
+            script = self.folder / f".impair-{name}.nft"
+            script.write_text(impair.ruleset(f"{name}-eth0", loss_pct))
+            self.host_run(name, "nft", "-f", str(script))
+            script.unlink()
+        self.loss_pct = loss_pct
+
+    def snapshot(self) -> dict:
+        """Every counter a run needs, at this instant.
+
+        ``ports``: the switch's per-port counters; ``bottleneck``: the pfifo toward the PS;
+        ``impair``: per-host arrived/dropped IPv4 packets; ``tcp``: per-host kernel TCP counters.
+        """
+        # One process per host for both readings: this runs twice per run for every host.
+        hosts = {}
+        for name in self.host_names():
+            out = self.host_run(name, "sh", "-c", f"nft -j list counters table netdev {impair.TABLE}"
+                                " && echo '@@' && nstat -asz --json")
+            nft, _, nstat = out.partition("@@")
+            hosts[name] = (nft, nstat)
+        return {
+            "t": time.time(),
+            "ports": parse_dump_ports(_run("ovs-ofctl", "-O", "OpenFlow13", "dump-ports",
+                                           SWITCH_NAME)),
+            "bottleneck": parse_qdisc(_run("tc", "-s", "-j", "qdisc", "show", "dev",
+                                           self.bottleneck_intf)),
+            "impair": {name: impair.parse_counters(nft) for name, (nft, _) in hosts.items()},
+            "tcp": {name: parse_nstat(nstat) for name, (_, nstat) in hosts.items()},
+        }
+
+    def start_process(self, host: str, argv: list[str], log_path: Path,
+                      env: dict[str, str] | None = None) -> HostProcess:
+        """Start ``argv`` inside ``host`` in its own session, output to ``log_path``."""
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
+            popen = self.net[host].popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, env=env, cwd=PROJECT_DIR)
+        proc = HostProcess(self, host, popen, log_path)
+        self.ledger.add_process("groups", proc.ref)
+        return proc
+
+    def controller_errors(self) -> list[str]:
+        """Exception lines the controller logged since the last call (empty if healthy)."""
+        bad = []
+        if self.controller is not None and self.controller.poll() is not None:
+            bad.append(f"the controller exited with code {self.controller.returncode}")
+        with open(self.controller_log, "rb") as f:
+            f.seek(self._controller_log_offset)
+            text = f.read().decode(errors="replace")
+            self._controller_log_offset = f.tell()
+        bad += [line for line in text.splitlines()
+                if re.search(r"Traceback|Exception|Error|error", line)]
+        return bad
+
+    def port_stats_between(self, t0: float, t1: float) -> list[dict]:
+        """The controller's port statistics records with ``t0 <= t <= t1``."""
+        out = []
+        with contextlib.suppress(FileNotFoundError), open(self.stats_path) as f:
+            for line in f:
+                if not line.endswith("\n"):
+                    break  # the controller is writing this line right now
+                rec = json.loads(line)
+                if t0 <= rec["t"] <= t1:
+                    out.append(rec)
+        return out
+
+
+class RecordedHost(_Recorded, Host):
+    """A Mininet host whose shell is recorded in the ledger."""
+
+
+class RecordedSwitch(_Recorded, OVSSwitch):
+    """An Open vSwitch bridge whose Mininet shell is recorded in the ledger."""
+
+
+_PORT_RE = re.compile(r"port\s+(\d+|LOCAL):\s*rx pkts=(\d+), bytes=(\d+), drop=(\d+), errs=(\d+)"
+                      r".*?tx pkts=(\d+), bytes=(\d+), drop=(\d+), errs=(\d+)", re.S)
+
+
+def parse_dump_ports(text: str) -> dict[int, dict[str, int]]:
+    """Per-port counters from ``ovs-ofctl dump-ports`` (the LOCAL port is left out)."""
+    out = {}
+    for m in _PORT_RE.finditer(text):
+        if m.group(1) == "LOCAL":
+            continue
+        vals = [int(v) for v in m.groups()[1:]]
+        out[int(m.group(1))] = dict(zip(
+            ("rx_packets", "rx_bytes", "rx_dropped", "rx_errors",
+             "tx_packets", "tx_bytes", "tx_dropped", "tx_errors"), vals))
+    return out
+
+
+def parse_qdisc(tc_json: str) -> dict[str, int]:
+    """The bottleneck pfifo's counters (``sent_packets``, ``sent_bytes``, ``drops``, ...)."""
+    for q in json.loads(tc_json):
+        if q.get("kind") == "pfifo":
+            return {"sent_packets": q["packets"], "sent_bytes": q["bytes"], "drops": q["drops"],
+                    "overlimits": q.get("overlimits", 0), "requeues": q.get("requeues", 0)}
+    raise TestbedError("the bottleneck pfifo is missing from the switch port toward the PS.")
+
+
+def parse_nstat(nstat_json: str) -> dict[str, int]:
+    """Absolute kernel counters from ``nstat -as --json`` (TCP and UDP ones)."""
+    data = json.loads(nstat_json)
+    counters = data.get("kernel", data)
+    return {k: int(v) for k, v in counters.items() if k.startswith(("Tcp", "Udp"))}

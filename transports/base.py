@@ -1,0 +1,225 @@
+"""The contract every gradient transport implements.
+
+One parameter-server job has one :class:`ServerEnd` (on the PS) and one :class:`WorkerEnd` per
+worker. Each iteration every worker calls :meth:`WorkerEnd.push` with its flat float32 gradient,
+the PS calls :meth:`ServerEnd.gather` to collect one message per worker, averages them with
+:meth:`ServerEnd.average`, and calls :meth:`ServerEnd.broadcast` with the new parameters, which the
+workers receive with :meth:`WorkerEnd.pull`.
+
+Partial delivery is a first-class result: every received message is a :class:`Delivery` whose
+``mask`` says which coordinates arrived (``None`` means all of them) and whose ``received_frac`` is
+the fraction that did. A reliable transport (TCP) always returns ``received_frac == 1.0``; a
+loss-tolerant one (LTP, PLOT) may close a message early and repair the missing spans with a
+Bubble Filling strategy, and says exactly what it filled.
+
+A transport is created from its registry slug and a mapping of options
+(:func:`transports.registry.create`); it never reads the run spec itself, so the harness does not
+change when a new transport is added. See ``docs/adding-a-transport.md``.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+Addr = tuple[str, int]
+"""An (IPv4 address, port) pair."""
+
+
+class TransportError(Exception):
+    """A transport failed in a way the run cannot recover from."""
+
+
+class TransportTimeout(TransportError):
+    """A peer did not answer within the allowed time."""
+
+
+class OptionError(ValueError):
+    """A transport option is unknown or out of range."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Segment:
+    """A named span of the flat parameter vector (one tensor of the model)."""
+
+    name: str
+    offset: int
+    length: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """How the model's tensors lie in the flat float32 vector that transports carry."""
+
+    segments: tuple[Segment, ...]
+
+    @property
+    def n_floats(self) -> int:
+        """Total number of float32 values in one message."""
+        return sum(s.length for s in self.segments)
+
+    @property
+    def n_bytes(self) -> int:
+        """Payload size of one message in bytes."""
+        return 4 * self.n_floats
+
+    @classmethod
+    def single(cls, n_floats: int) -> Layout:
+        """A layout with one segment, for tests and benchmarks that send plain vectors."""
+        return cls((Segment("all", 0, n_floats),))
+
+    @classmethod
+    def from_sizes(cls, sizes: Sequence[tuple[str, int]]) -> Layout:
+        """Lay out named tensors of the given sizes back to back."""
+        segments, offset = [], 0
+        for name, length in sizes:
+            segments.append(Segment(name, offset, int(length)))
+            offset += int(length)
+        return cls(tuple(segments))
+
+
+@dataclasses.dataclass
+class Delivery:
+    """One message as the receiver got it.
+
+    ``values`` is always a full-length float32 vector; where ``mask`` is False the values were
+    not received and hold whatever the transport's filler put there. ``segment_fracs`` gives the
+    received fraction per layout segment. ``stats`` holds per-message transport counters (packets,
+    retransmissions, early close, ...), all numbers.
+    """
+
+    values: np.ndarray
+    mask: np.ndarray | None
+    received_frac: float
+    segment_fracs: tuple[float, ...]
+    stats: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def whole(cls, values: np.ndarray, layout: Layout, **stats: float) -> Delivery:
+        """A message that arrived completely."""
+        return cls(values, None, 1.0, tuple(1.0 for _ in layout.segments), dict(stats))
+
+
+@dataclasses.dataclass
+class SendReport:
+    """What sending one message cost the sender."""
+
+    payload_bytes: int
+    wire_bytes: int
+    packets: int = 0
+    retransmits: int = 0
+    stats: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+class ServerEnd(abc.ABC):
+    """The parameter server's end of a job: gathers gradients, broadcasts parameters."""
+
+    @abc.abstractmethod
+    def wait_for_workers(self, timeout_s: float) -> None:
+        """Block until every worker has joined, or raise :class:`TransportTimeout`."""
+
+    @abc.abstractmethod
+    def gather(self, msg_id: int, timeout_s: float) -> list[Delivery]:
+        """Receive message ``msg_id`` from every worker; one :class:`Delivery` per worker, by rank."""
+
+    @abc.abstractmethod
+    def broadcast(self, msg_id: int, values: np.ndarray, timeout_s: float) -> list[SendReport]:
+        """Send ``values`` as message ``msg_id`` to every worker; one report per worker, by rank."""
+
+    def average(self, deliveries: Sequence[Delivery]) -> np.ndarray:
+        """Average the workers' messages coordinate by coordinate (filled values included)."""
+        return np.mean([d.values for d in deliveries], axis=0, dtype=np.float32)
+
+    def stats(self) -> dict[str, float | str]:
+        """Cumulative counters of this end (numbers) and settings in effect (strings)."""
+        return {}
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release sockets and native state. Safe to call twice."""
+
+    def __enter__(self) -> ServerEnd:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class WorkerEnd(abc.ABC):
+    """A worker's end of a job: pushes gradients, pulls parameters."""
+
+    @abc.abstractmethod
+    def join(self, timeout_s: float) -> None:
+        """Reach the server and register, or raise :class:`TransportTimeout`."""
+
+    @abc.abstractmethod
+    def push(self, msg_id: int, values: np.ndarray, timeout_s: float) -> SendReport:
+        """Send this worker's message ``msg_id`` to the server."""
+
+    @abc.abstractmethod
+    def pull(self, msg_id: int, timeout_s: float) -> Delivery:
+        """Receive the server's message ``msg_id``."""
+
+    def stats(self) -> dict[str, float | str]:
+        """Cumulative counters of this end (numbers) and settings in effect (strings)."""
+        return {}
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release sockets and native state. Safe to call twice."""
+
+    def __enter__(self) -> WorkerEnd:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Transport(abc.ABC):
+    """A factory for the two ends of a job, configured by options.
+
+    Subclasses declare ``DEFAULTS`` (every option with its default value); unknown options are
+    rejected, and :meth:`options` returns the effective set so the results can record exactly what
+    ran.
+    """
+
+    DEFAULTS: Mapping[str, Any] = {}
+
+    def __init__(self, slug: str, options: Mapping[str, Any] | None = None) -> None:
+        self.slug = slug
+        given = dict(options or {})
+        unknown = sorted(set(given) - set(self.DEFAULTS))
+        if unknown:
+            known = ", ".join(sorted(self.DEFAULTS)) or "none"
+            raise OptionError(
+                f"transport {slug!r} has no option {unknown[0]!r}; its options are: {known}."
+            )
+        self._options = {**self.DEFAULTS, **given}
+        self.validate()
+
+    def validate(self) -> None:
+        """Check option values; raise :class:`OptionError` with a sentence on a bad one."""
+
+    def options(self) -> dict[str, Any]:
+        """The effective options (defaults merged with what was given)."""
+        return dict(self._options)
+
+    def host_commands(self, intf: str) -> list[str]:
+        """Shell commands to run on every emulated host before the job starts.
+
+        ``intf`` is the host's interface toward the switch. Used for per-host settings such as a
+        lowered TCP minimum RTO; the default is none.
+        """
+        return []
+
+    @abc.abstractmethod
+    def serve(self, bind: Addr, workers: Sequence[Addr], layout: Layout) -> ServerEnd:
+        """Open the parameter server's end, bound to ``bind``, for the given worker addresses."""
+
+    @abc.abstractmethod
+    def connect(self, rank: int, bind: Addr, server: Addr, layout: Layout) -> WorkerEnd:
+        """Open worker ``rank``'s end, bound to ``bind``, toward the server at ``server``."""

@@ -1,0 +1,94 @@
+"""The registry of transports: one slug per scheme, with what figures need to draw it.
+
+A slug names a transport class plus the options that define the scheme (``tcp-reno`` is the TCP
+transport with ``cc=reno``); those options are fixed, everything else can be set per run. Classes
+are imported lazily, so listing the registry never needs the native library to be built.
+
+    >>> from transports import registry
+    >>> t = registry.create("tcp-bbr")
+    >>> t.options()
+    {'cc': 'bbr'}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
+from transports.base import OptionError, Transport
+
+
+class UnknownTransport(KeyError):
+    """The slug is not in the registry."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+@dataclasses.dataclass(frozen=True)
+class TransportInfo:
+    """How to build one scheme and how to draw it."""
+
+    slug: str
+    display_name: str
+    color: str
+    marker: str
+    target: str  # "module:Class"
+    fixed_options: Mapping[str, Any]
+    loss_tolerant: bool
+    description: str
+
+    def transport_class(self) -> type[Transport]:
+        """Import and return the transport class."""
+        module, _, name = self.target.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+
+_ENTRIES = (
+    TransportInfo("tcp-cubic", "TCP CUBIC", "#1f77b4", "o", "transports.tcp:TcpTransport",
+                  {"cc": "cubic"}, False, "Linux TCP with CUBIC congestion control"),
+    TransportInfo("tcp-reno", "TCP Reno", "#ff7f0e", "s", "transports.tcp:TcpTransport",
+                  {"cc": "reno"}, False, "Linux TCP with Reno congestion control"),
+    TransportInfo("tcp-bbr", "TCP BBR", "#2ca02c", "^", "transports.tcp:TcpTransport",
+                  {"cc": "bbr"}, False, "Linux TCP with BBR (v1) congestion control"),
+)
+
+REGISTRY: dict[str, TransportInfo] = {e.slug: e for e in _ENTRIES}
+
+
+def register(info: TransportInfo) -> None:
+    """Add a scheme (used by the registry's own entries and by users' experiments)."""
+    if info.slug in REGISTRY:
+        raise ValueError(f"a transport named {info.slug!r} is already registered.")
+    REGISTRY[info.slug] = info
+
+
+def slugs() -> list[str]:
+    """Every registered slug, in registration order."""
+    return list(REGISTRY)
+
+
+def get(slug: str) -> TransportInfo:
+    """The entry for ``slug``, or :class:`UnknownTransport` with the list of known slugs."""
+    try:
+        return REGISTRY[slug]
+    except KeyError:
+        raise UnknownTransport(
+            f"unknown transport {slug!r}; choose one of: {', '.join(REGISTRY)}."
+        ) from None
+
+
+def create(slug: str, options: Mapping[str, Any] | None = None) -> Transport:
+    """Build the transport ``slug`` with extra ``options`` on top of its fixed ones."""
+    info = get(slug)
+    extra = dict(options or {})
+    clash = sorted(k for k in extra if k in info.fixed_options
+                   and extra[k] != info.fixed_options[k])
+    if clash:
+        raise OptionError(
+            f"option {clash[0]!r} is what defines {slug!r} and cannot be changed; "
+            "pick the slug that has the value you want."
+        )
+    return info.transport_class()(slug, {**info.fixed_options, **extra})
