@@ -88,3 +88,14 @@ def transports(c):
 
     for info in registry.REGISTRY.values():
         print(f"{info.slug:20} {info.display_name:20} {info.description}")
+
+
+@task
+def docs(c):
+    """Regenerate docs/results-schema.md from the schema in harness/results.py."""
+    from harness import results
+
+    path = PROJECT / "docs" / "results-schema.md"
+    head = path.read_text().split("<!-- generated -->")[0] if path.exists() else ""
+    path.write_text(head + "<!-- generated -->\n\n" + results.schema_markdown())
+    print(f"wrote {path}")

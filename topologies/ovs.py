@@ -6,9 +6,10 @@ and ``ovs-vswitchd`` run with their database, sockets, pid files and logs under 
 (``OVS_RUNDIR``, ``OVS_DBDIR``, ``OVS_LOGDIR``, ``OVS_SYSCONFDIR``), so they never touch a system
 Open vSwitch and Mininet's own ``ovs-vsctl`` calls find them through the same variables.
 
-Userspace OVS transmits through one socket whose buffer is ``net.core.wmem_default``; past about
-90 queued full-size packets it drops silently. The caller raises that sysctl before
-:meth:`PrivateOVS.start` (see :mod:`topologies.network`).
+Userspace OVS transmits through one socket whose buffer is ``net.core.wmem_default`` (past about
+90 queued full-size packets it drops silently) and receives through per-port sockets sized by
+``net.core.rmem_default`` (which overflow under load, also silently). The caller raises both
+before :meth:`PrivateOVS.start` (see :mod:`topologies.network`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,76 @@
+"""The real testbed: Mininet hosts, userspace OVS, the os-ken controller, PyTorch training."""
+
+import json
+import sys
+
+import pytest
+
+from harness.runner import counter_deltas, execute
+from harness.spec import RunSpec
+from topologies.incast import IncastParams
+from topologies.network import Testbed
+
+GRADIENT_BYTES = 4 * 109_386
+
+
+@pytest.fixture(scope="module")
+def testbed(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("testbed")
+    with Testbed(IncastParams(n_workers=2, bottleneck_mbps=100, queue_pkts=64), folder) as tb:
+        yield tb
+
+
+def test_gradient_bytes_cross_the_bottleneck(testbed, tmp_path):
+    spec = RunSpec(transport="tcp-cubic", n_workers=2, iterations=5, eval_every=5, timeout_s=120)
+    row, curves = execute(testbed, spec, tmp_path / "run", "test")
+    assert row["status"] == "ok", row["reason"]
+    assert row["iterations_done"] == 5
+    assert row["grad_payload_bytes"] == 2 * 5 * GRADIENT_BYTES
+    # The switch sent at least every gradient byte toward the PS (plus headers), and not wildly more.
+    assert 2 * 5 * GRADIENT_BYTES <= row["bottleneck_tx_bytes"] < 1.2 * 2 * 5 * GRADIENT_BYTES
+    # The controller's own statistics saw the same traffic on the PS port.
+    stats = [json.loads(line) for line in (tmp_path / "run" / "port_stats.jsonl").open()]
+    ps_port = [s for s in stats if s["port"] == 1]
+    assert ps_port, "the controller emitted no statistics during the run"
+    assert ps_port[-1]["tx_bytes"] - ps_port[0]["tx_bytes"] > 0
+    assert [c["iteration"] for c in curves] == [0, 5]
+
+
+def test_measured_loss_is_near_the_configured_rate(testbed):
+    testbed.set_loss(5.0)
+    try:
+        before = testbed.snapshot()
+        sender = ("import socket,time\n"
+                  "s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
+                  "for i in range(20000):\n"
+                  "    s.sendto(b'x'*200,('10.0.0.254',9))\n"
+                  "    time.sleep(0.00005) if i % 10 == 0 else None\n")
+        testbed.host_run("w1", sys.executable, "-c", sender)
+        after = testbed.snapshot()
+    finally:
+        testbed.set_loss(0.0)
+    arrived = after["impair"]["ps1"]["arrived"] - before["impair"]["ps1"]["arrived"]
+    dropped = after["impair"]["ps1"]["dropped"] - before["impair"]["ps1"]["dropped"]
+    assert arrived > 15000
+    # 5% of ~20000 packets: the standard deviation is 0.15 points, so 1 point is > 6 sigma.
+    assert abs(100.0 * dropped / arrived - 5.0) < 1.0
+    assert counter_deltas(before, after, 2)["measured_loss_pct"] > 3.0
+
+
+def test_training_reaches_well_above_chance(testbed, tmp_path):
+    spec = RunSpec(transport="tcp-reno", n_workers=2, iterations=40, eval_every=20,
+                   loss_pct=1.0, timeout_s=180)
+    row, curves = execute(testbed, spec, tmp_path / "run", "test")
+    assert row["status"] == "ok", row["reason"]
+    assert row["final_accuracy"] > 0.5, "chance is 0.1"
+    assert 0.3 < row["measured_loss_pct"] < 2.0
+    assert curves[-1]["accuracy"] == row["final_accuracy"]
+
+
+def test_a_hung_run_is_killed_and_recorded(testbed, tmp_path):
+    spec = RunSpec(transport="tcp-cubic", n_workers=2, iterations=100000, timeout_s=8)
+    row, _ = execute(testbed, spec, tmp_path / "run", "test")
+    assert row["status"] == "timeout"
+    assert "still running" in row["reason"]
+    groups = [g["pid"] for g in testbed.ledger.data["groups"]]
+    assert groups == [testbed.controller_ref.pid], "the run's processes stayed in the ledger"

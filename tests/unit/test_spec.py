@@ -1,0 +1,68 @@
+"""Run specs: validation before anything starts, stable ids, JSON round trip, presets."""
+
+import pytest
+
+from harness import presets
+from harness.spec import RunSpec, SpecError
+
+
+def test_round_trip_and_stable_id():
+    spec = RunSpec(transport="tcp-reno", loss_pct=1, n_workers=2, iterations=5)
+    again = RunSpec.from_json(spec.to_json())
+    assert again == spec
+    assert again.run_id == spec.run_id
+    assert spec.run_id.startswith("tcp-reno_loss1_bw100_s0_")
+
+
+def test_id_changes_with_any_field():
+    base = RunSpec()
+    assert len({base.run_id, base.replace(seed=1).run_id, base.replace(lr=0.1).run_id,
+                base.replace(queue_pkts=32).run_id}) == 4
+
+
+def test_options_are_order_independent():
+    a = RunSpec(transport="tcp-cubic", transport_options={"cc": "cubic"})
+    b = RunSpec(transport="tcp-cubic", transport_options=(("cc", "cubic"),))
+    assert a == b and a.run_id == b.run_id
+
+
+@pytest.mark.parametrize("changes, words", [
+    ({"transport": "udp-magic"}, "unknown transport"),
+    ({"transport": "tcp-cubic", "transport_options": {"cc": "reno"}}, "defines"),
+    ({"transport": "tcp-cubic", "transport_options": {"nagle": 1}}, "no option"),
+    ({"model": "resnet"}, "unknown model"),
+    ({"dataset": "imagenet"}, "unknown data set"),
+    ({"loss_pct": 60}, "loss_pct"),
+    ({"n_workers": 0}, "n_workers"),
+    ({"iterations": 0}, "iterations"),
+    ({"lr": 0}, "lr"),
+    ({"timeout_s": -1}, "timeout_s"),
+])
+def test_bad_specs_are_rejected(changes, words):
+    with pytest.raises(SpecError, match=words):
+        RunSpec(**changes)
+
+
+def test_network_key_ignores_loss():
+    assert RunSpec(loss_pct=0).network_key == RunSpec(loss_pct=5).network_key
+    assert RunSpec(queue_pkts=8).network_key != RunSpec().network_key
+
+
+def test_smoke_preset_is_the_tcp_grid():
+    specs = presets.get("smoke").specs()
+    assert {(s.transport, s.loss_pct) for s in specs} == {
+        (t, loss) for t in ("tcp-cubic", "tcp-reno", "tcp-bbr") for loss in (0.0, 1.0)}
+
+
+def test_override_any_dimension_and_validate_up_front():
+    plan = presets.get("smoke").override(transports=("tcp-bbr",), loss_pcts=(0, 5),
+                                         iterations=7, n_workers=2)
+    specs = plan.specs()
+    assert {s.loss_pct for s in specs} == {0.0, 5.0}
+    assert all(s.iterations == 7 and s.n_workers == 2 and s.transport == "tcp-bbr" for s in specs)
+    with pytest.raises(SpecError, match="loss_pct"):
+        presets.get("smoke").override(loss_pcts=(0, 75))
+    with pytest.raises(SpecError, match="no run parameter"):
+        presets.get("smoke").override(colour="red")
+    with pytest.raises(presets.UnknownPreset, match="choose one of"):
+        presets.get("huge")
