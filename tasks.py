@@ -99,3 +99,24 @@ def docs(c):
     head = path.read_text().split("<!-- generated -->")[0] if path.exists() else ""
     path.write_text(head + "<!-- generated -->\n\n" + results.schema_markdown())
     print(f"wrote {path}")
+
+
+@task(help={
+    "transports": "comma-separated slugs (default ltp,tcp-cubic)",
+    "loss": "comma-separated loss rates in percent (default 0,1,5,10)",
+    "bandwidth": "comma-separated bottleneck rates in Mbit/s (default 100,200)",
+    "iterations": "synchronized pushes per cell (default 20)",
+    "queue": "bottleneck queue in packets (default 64)",
+})
+def bench_transport(c, transports="ltp,tcp-cubic", loss="0,1,5,10", bandwidth="100,200",
+                    iterations=20, queue=64):
+    """Loopback goodput and 8-to-1 push time per transport vs the physical bound."""
+    from harness import cli
+
+    with cli.user_errors():
+        cli.require_root()
+        cli.require_setup()
+        from harness import bench
+
+        bench.transport(cli.words(transports), cli.numbers(loss, float, "--loss"),
+                        cli.numbers(bandwidth, float, "--bandwidth"), int(iterations), int(queue))

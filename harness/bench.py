@@ -109,3 +109,126 @@ def network(bandwidth_mbps: float, queue_pkts: int, loss_pct: float, seconds: fl
         print(f"random loss:      {measured:7.2f} %  measured by the rules at ps1 "
               f"({ps['dropped']} of {ps['arrived']} packets), iperf3 saw "
               f"{udp['end']['sum']['lost_percent']:.2f} %, configured {loss_pct:g} %")
+
+
+def _loopback_push_s(slug: str, n_bytes: int, repeats: int) -> list[float]:
+    """Push times of one worker -> PS over 127.0.0.1, each from a common start to full receipt."""
+    import socket
+    import threading
+
+    import numpy as np
+
+    from transports import registry
+    from transports.base import Layout
+
+    layout = Layout.single(n_bytes // 4)
+    ports = []
+    for _ in range(2):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    ps_addr, w_addr = ("127.0.0.1", ports[0]), ("127.0.0.1", ports[1])
+    transport = registry.create(slug)
+    payload = np.ones(layout.n_floats, np.float32)
+    ready, go, errors = threading.Semaphore(0), threading.Event(), []
+
+    def worker():
+        try:
+            with transport.connect(0, w_addr, ps_addr, layout) as end:
+                end.join(30)
+                for k in range(repeats):
+                    end.pull(k, 30)
+                    ready.release()
+                    go.wait()
+                    end.push(k, payload, 30)
+        except Exception as exc:
+            errors.append(exc)
+
+    times = []
+    with transport.serve(ps_addr, [w_addr], layout) as end:
+        thread = threading.Thread(target=worker)
+        thread.start()
+        end.wait_for_workers(30)
+        for k in range(repeats):
+            end.broadcast(k, payload, 30)
+            ready.acquire()
+            go.clear()
+            t0 = time.monotonic()
+            go.set()
+            end.gather(k, 30)
+            times.append(time.monotonic() - t0)
+        thread.join(30)
+    if errors:
+        raise errors[0]
+    return times
+
+
+def transport(slugs: tuple[str, ...], losses: tuple[float, ...], bandwidths: tuple[float, ...],
+              iterations: int, queue_pkts: int, n_bytes: int = 437_544) -> None:
+    """Loopback goodput, then synchronized 8-to-1 push times on the emulated incast vs the bound."""
+    import numpy as np
+
+    from harness.runner import _wait
+    from harness.zygote import Zygote
+    from transports import registry
+
+    for slug in slugs:
+        registry.get(slug)
+    folder = BENCH_DIR / time.strftime("transport-%Y%m%dT%H%M%S")
+    folder.mkdir(parents=True, exist_ok=True)
+    print("loopback goodput, one worker -> PS (median of 20 pushes):")
+    for size in (n_bytes, 4 * 1024 * 1024):
+        cells = []
+        for slug in slugs:
+            t = float(np.median(_loopback_push_s(slug, size, 20)))
+            cells.append(f"{slug} {size * 8 / t / 1e9:6.2f} Gbit/s ({t * 1e3:6.2f} ms)")
+        print(f"  {size:>9,} B: " + "   ".join(cells))
+
+    rows = []
+    print(f"\nemulated incast: 8 workers x {n_bytes:,} B pushed at once, queue {queue_pkts} packets, "
+          f"{iterations} iterations per cell (raw output in {folder})")
+    print(f"  {'Mbit/s':>6} {'loss %':>6} {'transport':<14} {'median s':>9} {'p99 s':>8} "
+          f"{'bound s':>8} {'median/bound':>12} {'p99/bound':>9} {'min frac':>8}")
+    for bw in bandwidths:
+        net_dir = folder / f"bw{bw:g}"
+        bound_s = 8 * n_bytes * 8 / (bw * 1e6)
+        with Testbed(IncastParams(8, bw, None, queue_pkts, 0.0), net_dir) as tb, \
+                Zygote(net_dir, tb.ledger) as zygote:
+            for loss in losses:
+                tb.set_loss(loss)
+                for slug in slugs:
+                    cell = net_dir / f"{slug}-loss{loss:g}"
+                    base = ["--transport", slug, "--workers", "8", "--bytes", str(n_bytes),
+                            "--iterations", str(iterations), "--folder", str(cell)]
+                    procs = {PS_NAME: zygote.spawn(PS_NAME, tb.host(PS_NAME).pid,
+                                                   "harness.bench_node", base + ["--role", "ps"],
+                                                   cell / "ps1.log")}
+                    for r in range(8):
+                        host = worker_name(r)
+                        procs[host] = zygote.spawn(host, tb.host(host).pid, "harness.bench_node",
+                                                   base + ["--role", "worker", "--rank", str(r)],
+                                                   cell / f"{host}.log")
+                    try:
+                        status, reason = _wait(procs, time.monotonic() + 60 + 30 * iterations)
+                    finally:
+                        for proc in procs.values():
+                            proc.kill()
+                    if status != "ok":
+                        print(f"  {bw:>6g} {loss:>6g} {slug:<14} {status}: {reason[:80]}")
+                        continue
+                    recs = json.loads((cell / "push_times.json").read_text())["records"]
+                    push = np.array([r["push_s"] for r in recs])
+                    frac = min(min(r["recv_frac"]) for r in recs)
+                    med, p99 = float(np.median(push)), float(np.percentile(push, 99))
+                    rows.append({"bottleneck_mbps": bw, "loss_pct": loss, "transport": slug,
+                                 "median_s": med, "p99_s": p99, "bound_s": bound_s,
+                                 "min_recv_frac": frac})
+                    print(f"  {bw:>6g} {loss:>6g} {slug:<14} {med:9.3f} {p99:8.3f} {bound_s:8.3f} "
+                          f"{med / bound_s:12.2f} {p99 / bound_s:9.2f} {frac:8.3f}")
+    import csv
+
+    with open(folder / "push_times.csv", "w", newline="") as f:
+        if rows:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)

@@ -16,7 +16,8 @@ Bulk-synchronous data-parallel training, one iteration ``t``:
    test accuracy.
 
 Each process appends one JSON line per iteration to ``OUT/<host>.jsonl`` (timings, bytes,
-received fractions) and writes ``OUT/<host>.summary.json`` when it finishes; the PS also writes
+received fractions; ``*_mono`` fields are ``time.monotonic()`` readings, comparable across hosts
+because every namespace shares the machine's monotonic clock) and writes ``OUT/<host>.summary.json`` when it finishes; the PS also writes
 ``OUT/<host>.eval.jsonl``. These raw files are written once and never edited.
 """
 
@@ -109,7 +110,8 @@ def run_ps(spec: RunSpec, out: Path, loopback: bool) -> dict:
             t3 = time.monotonic()
             train_s += t3 - t0
             rec.write("", {
-                "iteration": t, "t_s": t0 - started, "broadcast_s": t1 - t0, "gather_s": t2 - t1,
+                "iteration": t, "t_s": t0 - started, "gather_end_mono": t2,
+                "broadcast_s": t1 - t0, "gather_s": t2 - t1,
                 "update_s": t3 - t2, "iter_s": t3 - t0,
                 "recv_frac": [d.received_frac for d in got],
                 "segment_fracs": [list(d.segment_fracs) for d in got],
@@ -161,7 +163,8 @@ def run_worker(spec: RunSpec, rank: int, out: Path, loopback: bool) -> dict:
             sent = end.push(t, grad, spec.timeout_s)
             t3 = time.monotonic()
             rec.write("", {
-                "iteration": t, "t_s": t0 - started, "pull_s": t1 - t0, "compute_s": t2 - t1,
+                "iteration": t, "t_s": t0 - started, "push_start_mono": t2,
+                "pull_s": t1 - t0, "compute_s": t2 - t1,
                 "push_s": t3 - t2, "param_frac": params.received_frac, "train_loss": loss.item(),
                 "grad_bytes": sent.payload_bytes, "wire_bytes": sent.wire_bytes,
                 "packets": sent.packets, "retransmits": sent.retransmits,

@@ -5,6 +5,7 @@ A sweep folder holds
 - ``manifest.json``: provenance, written before the first run;
 - ``runs.csv``: one row per finished run (ok, timeout or crash), appended the moment it ends;
 - ``curves.csv``: long form, one row per (run, evaluation point);
+- ``iterations.csv``: long form, one row per (run, iteration) as the PS saw it;
 - ``runs/<run_id>/``: the run's raw files (spec, per-host logs and records, counters).
 
 Rows are appended with a flush and an fsync, so a sweep killed at any moment keeps every row it
@@ -64,6 +65,9 @@ RUNS_COLUMNS = (
     Column("iter_p99_s", "s", "99th percentile iteration time at the PS"),
     Column("gather_p50_s", "s", "median time the PS waited for all gradients of an iteration"),
     Column("gather_p99_s", "s", "99th percentile of that wait"),
+    Column("push_p50_s", "s", "median push time: from the first worker starting to push until "
+                              "the PS held every gradient of the iteration"),
+    Column("push_p99_s", "s", "99th percentile push time"),
     Column("mean_recv_frac", "fraction", "mean fraction of a gradient that reached the PS"),
     Column("min_recv_frac", "fraction", "smallest fraction of any gradient that reached the PS"),
     Column("measured_loss_pct", "%", "random drops / IPv4 packets arriving at all hosts "
@@ -83,6 +87,21 @@ RUNS_COLUMNS = (
     Column("started_at", "ISO 8601", "when the run started (UTC)"),
     Column("git_commit", "", "commit of the project that ran"),
     Column("git_dirty", "bool", "whether the work tree had uncommitted changes"),
+)
+
+ITERATIONS_COLUMNS = (
+    Column("run_id", "", "the run (see runs.csv)"),
+    Column("transport", "", "transport slug"),
+    Column("loss_pct", "%", "configured random loss"),
+    Column("bottleneck_mbps", "Mbit/s", "rate of the PS link"),
+    Column("seed", "", "seed"),
+    Column("iteration", "", "iteration index, from 0"),
+    Column("iter_s", "s", "PS iteration time: broadcast + gather + update"),
+    Column("broadcast_s", "s", "time the PS spent sending parameters"),
+    Column("gather_s", "s", "time the PS waited for every gradient after broadcasting"),
+    Column("push_s", "s", "from the first worker starting its push until the PS held every gradient"),
+    Column("min_recv_frac", "fraction", "smallest fraction of a worker's gradient that arrived"),
+    Column("mean_recv_frac", "fraction", "mean fraction of the workers' gradients that arrived"),
 )
 
 CURVES_COLUMNS = (
@@ -179,7 +198,8 @@ def drop_rows(path: Path, run_id: str) -> None:
 def schema_markdown() -> str:
     """The Markdown body of ``docs/results-schema.md``."""
     out = []
-    for title, columns in (("runs.csv", RUNS_COLUMNS), ("curves.csv", CURVES_COLUMNS)):
+    for title, columns in (("runs.csv", RUNS_COLUMNS), ("curves.csv", CURVES_COLUMNS),
+                           ("iterations.csv", ITERATIONS_COLUMNS)):
         out += [f"## `{title}`", "", "| column | unit | meaning |", "|---|---|---|"]
         out += [f"| `{c.name}` | {c.unit} | {c.description} |" for c in columns]
         out.append("")

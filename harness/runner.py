@@ -125,11 +125,24 @@ def iterations_table(raw: Path, spec: RunSpec) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def summarize(spec: RunSpec, raw: Path, deltas: dict) -> tuple[dict, list[dict]]:
-    """(metric columns of the runs row, curve rows) from a run's raw records."""
+def push_times(ps: list[dict], workers: list[list[dict]]) -> np.ndarray:
+    """Per iteration: from the first worker starting its push until the PS held every gradient.
+
+    Both ends read ``time.monotonic()``, one clock for every namespace on the machine.
+    """
+    out = []
+    for t, rec in enumerate(ps):
+        starts = [w[t]["push_start_mono"] for w in workers if len(w) > t]
+        out.append(rec["gather_end_mono"] - min(starts) if starts else np.nan)
+    return np.array(out)
+
+
+def summarize(spec: RunSpec, raw: Path, deltas: dict) -> tuple[dict, list[dict], list[dict]]:
+    """(metric columns of the runs row, curve rows, iteration rows) from a run's raw records."""
     ps = _read_jsonl(raw / f"{PS_NAME}.jsonl")
     evals = _read_jsonl(raw / f"{PS_NAME}.eval.jsonl")
     workers = [_read_jsonl(raw / f"{worker_name(r)}.jsonl") for r in range(spec.n_workers)]
+    push_s = push_times(ps, workers)
     summaries = [raw / f"{worker_name(r)}.summary.json" for r in range(spec.n_workers)]
     iter_s = np.array([rec["iter_s"] for rec in ps])
     gather_s = np.array([rec["gather_s"] for rec in ps])
@@ -150,6 +163,8 @@ def summarize(spec: RunSpec, raw: Path, deltas: dict) -> tuple[dict, list[dict]]
         "iter_p99_s": float(np.percentile(iter_s, 99)) if len(ps) else None,
         "gather_p50_s": float(np.percentile(gather_s, 50)) if len(ps) else None,
         "gather_p99_s": float(np.percentile(gather_s, 99)) if len(ps) else None,
+        "push_p50_s": float(np.nanpercentile(push_s, 50)) if len(ps) else None,
+        "push_p99_s": float(np.nanpercentile(push_s, 99)) if len(ps) else None,
         "mean_recv_frac": float(fracs.mean()) if len(fracs) else None,
         "min_recv_frac": float(fracs.min()) if len(fracs) else None,
         "grad_payload_bytes": sum(rec["grad_bytes"] for w in workers for rec in w),
@@ -162,7 +177,14 @@ def summarize(spec: RunSpec, raw: Path, deltas: dict) -> tuple[dict, list[dict]]
                "seed": spec.seed, "iteration": e["iteration"],
                "time_s": float(cum[min(e["iteration"], len(cum) - 1)]),
                "accuracy": e["accuracy"], "test_loss": e["test_loss"]} for e in evals]
-    return metrics, curves
+    iterations = [{"run_id": spec.run_id, "transport": spec.transport, "loss_pct": spec.loss_pct,
+                   "bottleneck_mbps": spec.bottleneck_mbps, "seed": spec.seed,
+                   "iteration": rec["iteration"], "iter_s": rec["iter_s"],
+                   "broadcast_s": rec["broadcast_s"], "gather_s": rec["gather_s"],
+                   "push_s": float(push_s[t]), "min_recv_frac": min(rec["recv_frac"]),
+                   "mean_recv_frac": float(np.mean(rec["recv_frac"]))}
+                  for t, rec in enumerate(ps)]
+    return metrics, curves, iterations
 
 
 def spawn_plain(testbed: Testbed) -> Callable:
@@ -180,8 +202,8 @@ def spawn_forked(testbed: Testbed, zygote: Zygote) -> Callable:
 
 
 def execute(testbed: Testbed, spec: RunSpec, run_dir: Path, sweep: str,
-            spawn: Callable | None = None) -> tuple[dict, list[dict]]:
-    """Run ``spec`` on ``testbed``; return (the runs.csv row, the curves.csv rows).
+            spawn: Callable | None = None) -> tuple[dict, list[dict], list[dict]]:
+    """Run ``spec`` on ``testbed``; return its rows for runs.csv, curves.csv and iterations.csv.
 
     ``spawn(host, module, args, log_path)`` starts a host's process (default
     :func:`spawn_plain`).
@@ -229,7 +251,8 @@ def execute(testbed: Testbed, spec: RunSpec, run_dir: Path, sweep: str,
             f.write(json.dumps(rec) + "\n")
     iterations_table(raw, spec).to_csv(run_dir / "iterations.csv", index=False)
 
-    metrics, curves = summarize(spec, raw, counter_deltas(before, after, spec.n_workers))
+    metrics, curves, iterations = summarize(spec, raw,
+                                            counter_deltas(before, after, spec.n_workers))
     row = {
         "run_id": spec.run_id, "sweep": sweep, "status": status, "reason": reason,
         "transport": spec.transport, "transport_options": transport.options(),
@@ -241,4 +264,4 @@ def execute(testbed: Testbed, spec: RunSpec, run_dir: Path, sweep: str,
         **metrics,
         "wall_s": wall_s, "started_at": started_at, "git_commit": commit, "git_dirty": dirty,
     }
-    return row, curves
+    return row, curves, iterations

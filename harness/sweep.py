@@ -126,12 +126,16 @@ def run_plan(plan: Plan, folder: Path, progress: Callable[[str], None] = print) 
                     # An earlier attempt was interrupted: keep its files aside, never overwrite.
                     stamp = time.strftime("%Y%m%dT%H%M%S")
                     shutil.move(run_dir, run_dir.with_name(f"{spec.run_id}.interrupted-{stamp}"))
-                results.drop_rows(folder / "curves.csv", spec.run_id)
+                for table in ("curves.csv", "iterations.csv"):
+                    results.drop_rows(folder / table, spec.run_id)
                 progress(f"[{finished + 1}/{len(todo)}] {spec.transport} loss {spec.loss_pct:g}% "
                          f"bw {spec.bottleneck_mbps:g} Mbit/s seed {spec.seed} ...")
                 t0 = time.monotonic()
-                row, curves = execute(testbed, spec, run_dir, plan.name, spawn)
+                row, curves, iterations = execute(testbed, spec, run_dir, plan.name, spawn)
+                # runs.csv last: its row is what marks the run finished.
                 results.append_rows(folder / "curves.csv", results.CURVES_COLUMNS, curves)
+                results.append_rows(folder / "iterations.csv", results.ITERATIONS_COLUMNS,
+                                    iterations)
                 results.append_rows(folder / "runs.csv", results.RUNS_COLUMNS, [row])
                 run_times.append(time.monotonic() - t0)
                 finished += 1

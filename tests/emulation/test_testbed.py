@@ -22,7 +22,7 @@ def testbed(tmp_path_factory):
 
 def test_gradient_bytes_cross_the_bottleneck(testbed, tmp_path):
     spec = RunSpec(transport="tcp-cubic", n_workers=2, iterations=5, eval_every=5, timeout_s=120)
-    row, curves = execute(testbed, spec, tmp_path / "run", "test")
+    row, curves, _ = execute(testbed, spec, tmp_path / "run", "test")
     assert row["status"] == "ok", row["reason"]
     assert row["iterations_done"] == 5
     assert row["grad_payload_bytes"] == 2 * 5 * GRADIENT_BYTES
@@ -60,7 +60,7 @@ def test_measured_loss_is_near_the_configured_rate(testbed):
 def test_training_reaches_well_above_chance(testbed, tmp_path):
     spec = RunSpec(transport="tcp-reno", n_workers=2, iterations=40, eval_every=20,
                    loss_pct=1.0, timeout_s=180)
-    row, curves = execute(testbed, spec, tmp_path / "run", "test")
+    row, curves, _ = execute(testbed, spec, tmp_path / "run", "test")
     assert row["status"] == "ok", row["reason"]
     assert row["final_accuracy"] > 0.5, "chance is 0.1"
     assert 0.3 < row["measured_loss_pct"] < 2.0
@@ -69,7 +69,7 @@ def test_training_reaches_well_above_chance(testbed, tmp_path):
 
 def test_a_hung_run_is_killed_and_recorded(testbed, tmp_path):
     spec = RunSpec(transport="tcp-cubic", n_workers=2, iterations=100000, timeout_s=8)
-    row, _ = execute(testbed, spec, tmp_path / "run", "test")
+    row, _, _ = execute(testbed, spec, tmp_path / "run", "test")
     assert row["status"] == "timeout"
     assert "still running" in row["reason"]
     groups = [g["pid"] for g in testbed.ledger.data["groups"]]
