@@ -120,3 +120,15 @@ def bench_transport(c, transports="ltp,tcp-cubic", loss="0,1,5,10", bandwidth="1
 
         bench.transport(cli.words(transports), cli.numbers(loss, float, "--loss"),
                         cli.numbers(bandwidth, float, "--bandwidth"), int(iterations), int(queue))
+
+
+@task(help={"sweep": "the sweep folder (holding runs.csv)"})
+def figures(c, sweep):
+    """Regenerate every figure and the report of a sweep from its tables alone."""
+    from harness import cli
+
+    with cli.user_errors():
+        from harness import figures as fig
+
+        for path in fig.make(Path(sweep)):
+            print(path)

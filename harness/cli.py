@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from invoke.exceptions import Exit
 
 from harness.datasets import DatasetError
+from harness.figures import FiguresError
 from harness.presets import UnknownPreset
 from harness.results import ResultsError
 from harness.spec import SpecError
@@ -21,7 +22,8 @@ from transports.base import OptionError, TransportError
 from transports.registry import UnknownTransport
 
 USER_ERRORS = (SpecError, UnknownPreset, UnknownTransport, OptionError, TopologyError,
-               TestbedError, OVSError, SweepError, ResultsError, DatasetError, TransportError)
+               TestbedError, OVSError, SweepError, ResultsError, DatasetError, TransportError,
+               FiguresError)
 
 
 def require_root() -> None:

@@ -99,6 +99,7 @@ def run_ps(spec: RunSpec, out: Path, loopback: bool) -> dict:
         models.load_flat(model, params)
         record_eval(0)
         train_s = 0.0
+        train_start_time = time.time()
         for t in range(spec.iterations):
             t0 = time.monotonic()
             sent = end.broadcast(t, params.numpy(), spec.timeout_s)
@@ -125,6 +126,7 @@ def run_ps(spec: RunSpec, out: Path, loopback: bool) -> dict:
                 record_eval(done)
         summary = {"host": PS_NAME, "role": "ps", "iterations": spec.iterations,
                    "train_s": train_s, "elapsed_s": time.monotonic() - started,
+                   "train_start_time": train_start_time, "train_end_time": time.time(),
                    "transport": transport.slug, "transport_options": transport.options(),
                    "transport_stats": end.stats()}
     rec.summary(summary)

@@ -79,6 +79,9 @@ RUNS_COLUMNS = (
     Column("queue_drops_tc", "packets", "drops the bottleneck pfifo itself counted (undercounts "
                                         "under userspace OVS)"),
     Column("bottleneck_tx_bytes", "bytes", "bytes the switch sent toward the PS"),
+    Column("bottleneck_util_frac", "fraction", "bits the switch sent toward the PS while the PS "
+                                               "trained / (bottleneck rate x time), from the "
+                                               "controller's port statistics"),
     Column("grad_payload_bytes", "bytes", "gradient payload the workers pushed, all iterations"),
     Column("grad_wire_bytes", "bytes", "what the transports sent for it (headers and "
                                        "retransmissions included, where the transport knows)"),

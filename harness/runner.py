@@ -103,6 +103,24 @@ def counter_deltas(before: dict, after: dict, n_workers: int) -> dict:
     }
 
 
+def utilisation(stats: list[dict], port: int, rate_mbps: float) -> float | None:
+    """Busy fraction of ``port``'s transmit side between the first and last statistics record."""
+    recs = sorted((r for r in stats if r["port"] == port), key=lambda r: r["t"])
+    if len(recs) < 2 or recs[-1]["t"] <= recs[0]["t"]:
+        return None
+    bits = 8 * (recs[-1]["tx_bytes"] - recs[0]["tx_bytes"])
+    return bits / (rate_mbps * 1e6 * (recs[-1]["t"] - recs[0]["t"]))
+
+
+def _training_window(raw: Path, stats: list[dict]) -> list[dict]:
+    """The statistics records that fall inside the PS's training (evaluations included)."""
+    path = raw / f"{PS_NAME}.summary.json"
+    if not path.exists():
+        return stats
+    summary = json.loads(path.read_text())
+    return [r for r in stats if summary["train_start_time"] <= r["t"] <= summary["train_end_time"]]
+
+
 def iterations_table(raw: Path, spec: RunSpec) -> pd.DataFrame:
     """All hosts' per-iteration records as one long table (one row per host and iteration)."""
     frames = []
@@ -246,8 +264,9 @@ def execute(testbed: Testbed, spec: RunSpec, run_dir: Path, sweep: str,
         status, reason = "crash", f"controller: {errors[0][:300]}"
 
     (run_dir / "counters.json").write_text(json.dumps({"before": before, "after": after}, indent=1))
+    stats = testbed.port_stats_between(before["t"], after["t"])
     with open(run_dir / "port_stats.jsonl", "w") as f:
-        for rec in testbed.port_stats_between(before["t"], after["t"]):
+        for rec in stats:
             f.write(json.dumps(rec) + "\n")
     iterations_table(raw, spec).to_csv(run_dir / "iterations.csv", index=False)
 
@@ -262,6 +281,8 @@ def execute(testbed: Testbed, spec: RunSpec, run_dir: Path, sweep: str,
         "iterations": spec.iterations, "batch_size": spec.batch_size, "lr": spec.lr,
         "eval_every": spec.eval_every, "seed": spec.seed,
         **metrics,
+        "bottleneck_util_frac": utilisation(_training_window(raw, stats), PS_PORT,
+                                            spec.bottleneck_mbps),
         "wall_s": wall_s, "started_at": started_at, "git_commit": commit, "git_dirty": dirty,
     }
     return row, curves, iterations
