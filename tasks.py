@@ -132,3 +132,9 @@ def figures(c, sweep):
 
         for path in fig.make(Path(sweep)):
             print(path)
+
+
+@task(help={"seconds": "how long libFuzzer runs (default 60)"})
+def fuzz(c, seconds=60):
+    """Fuzz the native LTP packet parser under AddressSanitizer (libFuzzer)."""
+    c.run(f"make -C {PROJECT / 'transports' / 'native'} fuzz FUZZ_SECONDS={int(seconds)}", pty=False)

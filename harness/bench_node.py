@@ -75,13 +75,19 @@ def main(argv: list[str] | None = None) -> int:
         (args.folder / "push_times.json").write_text(json.dumps(
             {"records": records, "server_stats": stats}, indent=1))
     else:
-        with transport.connect(args.rank, workers[args.rank], ps_addr, layout) as end:
+        with transport.connect(args.rank, workers[args.rank], ps_addr, layout) as end, \
+                open(args.folder / f"w{args.rank + 1}.jsonl", "x") as log:
             end.join(TIMEOUT_S)
             for k in range(args.iterations):
                 end.pull(k, TIMEOUT_S)
                 (sync / f"ready-{k}-{args.rank}").touch()
                 _wait_for([sync / f"go-{k}"], time.monotonic() + TIMEOUT_S)
-                end.push(k, payload, TIMEOUT_S)
+                t0 = time.monotonic()
+                report = end.push(k, payload, TIMEOUT_S)
+                log.write(json.dumps({"iteration": k, "push_call_s": time.monotonic() - t0,
+                                      "packets": report.packets,
+                                      "retransmits": report.retransmits,
+                                      "wire_bytes": report.wire_bytes, **report.stats}) + "\n")
     return 0
 
 

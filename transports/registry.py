@@ -39,6 +39,9 @@ class TransportInfo:
     fixed_options: Mapping[str, Any]
     loss_tolerant: bool
     description: str
+    # Options with which the conformance tests make a loss-tolerant transport drop part of what
+    # it receives and close messages before repairing all of it (see tests/conformance).
+    test_loss_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def transport_class(self) -> type[Transport]:
         """Import and return the transport class."""
@@ -53,6 +56,10 @@ _ENTRIES = (
                   {"cc": "reno"}, False, "Linux TCP with Reno congestion control"),
     TransportInfo("tcp-bbr", "TCP BBR", "#2ca02c", "^", "transports.tcp:TcpTransport",
                   {"cc": "bbr"}, False, "Linux TCP with BBR (v1) congestion control"),
+    TransportInfo("ltp", "LTP", "#d62728", "D", "transports.ltp:LtpTransport",
+                  {}, True, "Loss-tolerant Transmission Protocol: early close, Bubble Filling",
+                  {"rx_drop_frac": 0.1, "threshold_min": 0.85, "threshold_max": 0.85,
+                   "close_grace_min_us": 0, "grace_rtt_mult": 0.0}),
 )
 
 REGISTRY: dict[str, TransportInfo] = {e.slug: e for e in _ENTRIES}

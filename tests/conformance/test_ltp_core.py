@@ -1,0 +1,280 @@
+"""Conformance tests of the LTP transport's Python binding over loopback (127.0.0.1).
+
+A parameter server and 2-3 workers run as threads of this process (the native calls release the
+GIL), each on its own UDP port. Randomness is seeded; every wait has a deadline. Needs the native
+library: ``pip install -e .`` or ``make -C transports/native lib``.
+
+    .venv/bin/pytest tests/conformance/test_ltp_core.py
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from transports import filling, registry
+from transports.base import Delivery, Layout, OptionError, TransportError, TransportTimeout
+
+ltp = pytest.importorskip("transports.ltp")
+try:
+    ltp.library_path()
+except TransportError as exc:  # pragma: no cover - depends on the build
+    pytest.skip(str(exc), allow_module_level=True)
+
+N_FLOATS = 109_386           # 437,544 bytes, the reference model's gradient
+TIMEOUT_S = 20.0
+
+
+def free_ports(n: int) -> list[int]:
+    """n distinct UDP ports that were free a moment ago (held open together so they differ)."""
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def gradient(rank: int, it: int, n: int = N_FLOATS) -> np.ndarray:
+    return np.random.default_rng(1000 * it + rank).standard_normal(n).astype(np.float32)
+
+
+def params(it: int, n: int = N_FLOATS) -> np.ndarray:
+    return np.random.default_rng(7_000 + it).standard_normal(n).astype(np.float32)
+
+
+def run_job(options: dict, layout: Layout, n_workers: int, iterations: int,
+            on_server: Callable | None = None) -> dict:
+    """One PS and n workers for some iterations; returns what each side received and its stats."""
+    transport = registry.create("ltp", options)
+    ports = free_ports(n_workers + 1)
+    server_addr = ("127.0.0.1", ports[0])
+    worker_addrs = [("127.0.0.1", p) for p in ports[1:]]
+    out: dict = {"gathered": [], "pulled": {r: [] for r in range(n_workers)}, "errors": [],
+                 "worker_stats": {}, "reports": {r: [] for r in range(n_workers)}}
+
+    def worker(rank: int) -> None:
+        try:
+            with transport.connect(rank, worker_addrs[rank], server_addr, layout) as w:
+                w.join(TIMEOUT_S)
+                for it in range(iterations):
+                    grad = gradient(rank, it, layout.n_floats)
+                    out["reports"][rank].append(w.push(it, grad, TIMEOUT_S))
+                    out["pulled"][rank].append(w.pull(it, TIMEOUT_S))
+                out["worker_stats"][rank] = w.stats()
+        except BaseException as exc:  # reported by the main thread's assertion
+            out["errors"].append((rank, exc))
+
+    threads = [threading.Thread(target=worker, args=(r,), daemon=True) for r in range(n_workers)]
+    with transport.serve(server_addr, worker_addrs, layout) as ps:
+        for t in threads:
+            t.start()
+        ps.wait_for_workers(TIMEOUT_S)
+        for it in range(iterations):
+            deliveries = ps.gather(it, TIMEOUT_S)
+            out["gathered"].append(deliveries)
+            if on_server:
+                on_server(ps, it, deliveries)
+            ps.broadcast(it, params(it, layout.n_floats), TIMEOUT_S)
+        for t in threads:
+            t.join(TIMEOUT_S)
+        out["server_stats"] = ps.stats()
+        out["thresholds"] = [ps.threshold(r) for r in range(n_workers)]
+    assert not any(t.is_alive() for t in threads), "a worker thread did not finish"
+    assert not out["errors"], out["errors"]
+    return out
+
+
+def test_whole_delivery_without_loss() -> None:
+    layout = Layout.single(N_FLOATS)
+    res = run_job({}, layout, n_workers=3, iterations=3)
+    for it, deliveries in enumerate(res["gathered"]):
+        assert len(deliveries) == 3
+        for rank, d in enumerate(deliveries):
+            assert d.values.dtype == np.float32 and d.values.shape == (N_FLOATS,)
+            assert np.array_equal(d.values.view(np.uint32), gradient(rank, it).view(np.uint32))
+            assert d.mask is None or d.mask.all()
+            assert d.received_frac == 1.0
+            assert d.segment_fracs == (1.0,)
+            assert d.stats["packets"] == d.stats["count"] and d.stats["early_closed"] == 0
+    for rank in range(3):
+        for it, d in enumerate(res["pulled"][rank]):
+            assert np.array_equal(d.values, params(it)) and d.received_frac == 1.0
+        for rep in res["reports"][rank]:
+            assert rep.payload_bytes == 4 * N_FLOATS and rep.wire_bytes > rep.payload_bytes
+            assert rep.packets >= rep.stats["count"]
+    stats = res["server_stats"]
+    for name in ("malformed", "unknown_peer", "wrong_session", "stale"):
+        assert stats[name] == 0, name
+    assert stats["close_complete"] == 9
+
+
+def test_partial_delivery_with_receive_drops() -> None:
+    layout = Layout.from_sizes([("w", N_FLOATS - 1000), ("b", 1000)])
+    options = {"rx_drop_frac": 0.1, "threshold_min": 0.8, "threshold_max": 0.95,
+               "close_grace_min_us": 0, "grace_rtt_mult": 0.0, "filler": "zero", "seed": 3}
+    res = run_job(options, layout, n_workers=2, iterations=4)
+    partial = 0
+    for it, deliveries in enumerate(res["gathered"]):
+        for rank, d in enumerate(deliveries):
+            sent = gradient(rank, it)
+            mask = np.ones(N_FLOATS, bool) if d.mask is None else d.mask
+            assert mask.dtype == np.bool_ and mask.shape == (N_FLOATS,)
+            assert np.array_equal(d.values[mask], sent[mask])
+            assert np.all(d.values[~mask] == 0.0)             # zero filler
+            assert d.received_frac == pytest.approx(mask.mean(), abs=1e-12)
+            assert d.received_frac >= options["threshold_min"]
+            assert d.stats["threshold_frac"] <= options["threshold_max"]
+            seg = (mask[: N_FLOATS - 1000].mean(), mask[N_FLOATS - 1000:].mean())
+            assert d.segment_fracs == pytest.approx(seg)
+            partial += d.mask is not None
+    assert partial >= 1, "no message closed early at 10% receive drops"
+    assert res["server_stats"]["rx_dropped_hook"] > 0
+    assert res["server_stats"]["close_early"] >= 1
+    # Parameters are reliable by default even though the workers drop 10% too.
+    for rank in range(2):
+        for it, d in enumerate(res["pulled"][rank]):
+            assert d.received_frac == 1.0 and np.array_equal(d.values, params(it))
+    assert all(options["threshold_min"] <= th <= options["threshold_max"] for th in res["thresholds"])
+
+
+def test_critical_segments_always_arrive() -> None:
+    layout = Layout.from_sizes([("conv", 60_000), ("fc.weight", N_FLOATS - 61_000), ("fc.bias", 1000)])
+    options = {"rx_drop_frac": 0.2, "threshold_min": 0.5, "threshold_max": 0.6,
+               "close_grace_min_us": 0, "grace_rtt_mult": 0.0, "critical_segments": ("fc.bias",)}
+    averages = []
+    res = run_job(options, layout, n_workers=2, iterations=3,
+                  on_server=lambda ps, it, ds: averages.append(ps.average(ds)))
+    for it, deliveries in enumerate(res["gathered"]):
+        for rank, d in enumerate(deliveries):
+            assert d.segment_fracs[2] == 1.0
+            mask = np.ones(N_FLOATS, bool) if d.mask is None else d.mask
+            assert np.array_equal(d.values[mask], gradient(rank, it)[mask])
+        expected = filling.masked_mean(deliveries)
+        assert np.array_equal(averages[it], expected)
+
+
+def _delivery(values: list[float], mask: list[bool] | None) -> Delivery:
+    v = np.array(values, dtype=np.float32)
+    m = None if mask is None else np.array(mask, dtype=bool)
+    frac = 1.0 if m is None else float(m.mean())
+    return Delivery(v, m, frac, (frac,), {})
+
+
+def test_filler_zero() -> None:
+    d = filling.Filler("zero").apply(0, _delivery([1, 2, 3, 4], [True, False, True, False]))
+    assert d.values.tolist() == [1, 0, 3, 0]
+    assert d.mask.tolist() == [True, False, True, False]   # the mask says what was filled
+    assert d.stats["filled_frac"] == 0.5
+
+
+def test_filler_previous_is_per_sender() -> None:
+    f = filling.Filler("previous")
+    f.apply(0, _delivery([1, 2, 3, 4], None))
+    f.apply(1, _delivery([9, 9, 9, 9], None))
+    d = f.apply(0, _delivery([5, 6, 7, 8], [False, True, False, True]))
+    assert d.values.tolist() == [1, 6, 3, 8]
+    d = f.apply(0, _delivery([0, 0, 0, 0], [False, False, True, True]))
+    assert d.values.tolist() == [1, 6, 0, 0]                 # previous = last filled values
+    first = f.apply(2, _delivery([5, 5, 5, 5], [True, False, True, False]))
+    assert first.values.tolist() == [5, 0, 5, 0]             # no history: zeros
+
+
+def test_filler_masked_mean() -> None:
+    ds = [_delivery([1, 2, 3, 4], None),
+          _delivery([3, 0, 5, 0], [True, False, True, False]),
+          _delivery([5, 7, 0, 0], [True, True, False, False])]
+    assert filling.masked_mean(ds).tolist() == [3, 4.5, 4, 4]
+    holes = [_delivery([1, 0], [True, False]), _delivery([3, 0], [True, False])]
+    assert filling.masked_mean(holes).tolist() == [2, 0]
+    prev = np.array([10, 20], dtype=np.float32)
+    assert filling.masked_mean(holes, empty="previous", previous_mean=prev).tolist() == [2, 20]
+    rng = np.random.default_rng(5)
+    vals = rng.standard_normal((4, 1000)).astype(np.float32)
+    masks = rng.random((4, 1000)) < 0.8
+    got = filling.masked_mean([Delivery(v, m, float(m.mean()), (), {}) for v, m in zip(vals, masks)])
+    with np.errstate(invalid="ignore"):
+        ref = np.nan_to_num((vals * masks).sum(0) / masks.sum(0))
+    assert np.allclose(got, ref, atol=1e-6)
+
+
+@pytest.mark.parametrize("options, words", [
+    ({"bogus": 1}, "no option 'bogus'"),
+    ({"threshold_min": 1.5}, "threshold_min"),
+    ({"threshold_min": 0.9, "threshold_max": 0.8}, "must not exceed"),
+    ({"filler": "mean"}, "filler"),
+    ({"send_order": "backwards"}, "send_order"),
+    ({"cc": "yes"}, "'cc'"),
+    ({"ack_every": 0}, "ack_every"),
+    ({"ack_every": 2.5}, "ack_every"),
+    ({"packet_payload_bytes": 20}, "packet_payload_bytes"),
+    ({"rx_drop_frac": 1.0}, "rx_drop_frac"),
+    ({"critical_segments": "fc"}, "critical_segments"),
+    ({"max_wait_ms": "soon"}, "max_wait_ms"),
+])
+def test_option_errors(options: dict, words: str) -> None:
+    with pytest.raises(OptionError, match=words) as info:
+        registry.create("ltp", options)
+    message = str(info.value)
+    assert message.endswith(".") and message.count(". ") == 0   # one sentence
+
+
+def test_registry_entry_and_defaults() -> None:
+    info = registry.get("ltp")
+    drawn = (info.display_name, info.color, info.marker, info.loss_tolerant)
+    assert drawn == ("LTP", "#d62728", "D", True)
+    opts = registry.create("ltp").options()
+    assert opts["pull_threshold"] == 1.0 and opts["filler"] == "masked-mean"
+    assert set(opts) == set(ltp.LtpTransport.DEFAULTS)
+
+
+def test_unknown_critical_segment_is_rejected() -> None:
+    t = registry.create("ltp", {"critical_segments": ["nope"]})
+    with pytest.raises(OptionError, match="nope"):
+        t.serve(("127.0.0.1", free_ports(1)[0]), [("127.0.0.1", 1)], Layout.single(8))
+
+
+def test_error_mapping() -> None:
+    with pytest.raises(ltp.LtpTimeout) as info:
+        ltp.check(-3, "waiting")
+    assert isinstance(info.value, TransportTimeout) and info.value.code == -3
+    for code in range(-13, 0):
+        with pytest.raises(TransportError):
+            ltp.check(code, "x")
+    with pytest.raises(ltp.LtpError, match="unknown native error"):
+        ltp.check(-99, "x")
+    assert ltp.check(5, "x") == 5
+
+
+def test_timeouts_close_and_wrong_session() -> None:
+    layout = Layout.single(1024)
+    ps_port, w_port = free_ports(2)
+    ps = registry.create("ltp").serve(("127.0.0.1", ps_port), [("127.0.0.1", w_port)], layout)
+    with pytest.raises(TransportTimeout):
+        ps.wait_for_workers(0.05)
+    with pytest.raises(TransportTimeout):
+        ps.gather(0, 0.05)
+    # A worker of another session is never greeted, and the PS counts its datagrams.
+    other = registry.create("ltp", {"session_id": 2}).connect(
+        0, ("127.0.0.1", w_port), ("127.0.0.1", ps_port), layout)
+    serving = threading.Thread(target=ps.service, args=(0.3,))
+    serving.start()
+    try:
+        with other, pytest.raises(TransportTimeout):
+            other.join(0.1)
+    finally:
+        serving.join()                           # never close a handle another thread is using
+    assert ps.stats()["wrong_session"] >= 1
+    with pytest.raises(TransportError, match="floats"):
+        ps.broadcast(0, np.zeros(10, np.float32), 0.05)
+    ps.close()
+    ps.close()                                   # safe twice
+    assert ps.stats() == {}
+    with pytest.raises(TransportError, match="closed"):
+        ps.gather(0, 0.05)

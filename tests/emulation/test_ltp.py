@@ -1,0 +1,33 @@
+"""LTP over the real emulated incast: training under loss keeps accuracy close to lossless TCP."""
+
+import pytest
+
+from harness.runner import execute
+from harness.spec import RunSpec
+from topologies.incast import IncastParams
+from topologies.network import Testbed
+
+
+@pytest.fixture(scope="module")
+def testbed(tmp_path_factory):
+    with Testbed(IncastParams(n_workers=4, bottleneck_mbps=100, queue_pkts=64),
+                 tmp_path_factory.mktemp("ltp")) as tb:
+        yield tb
+
+
+def test_ltp_at_5pct_loss_trains_as_well_as_tcp_without_loss(testbed, tmp_path):
+    common = dict(n_workers=4, iterations=60, eval_every=20, timeout_s=300)
+    tcp, _, _ = execute(testbed, RunSpec(transport="tcp-cubic", loss_pct=0.0, **common),
+                        tmp_path / "tcp", "test")
+    ltp, _, iters = execute(testbed, RunSpec(transport="ltp", loss_pct=5.0, **common),
+                            tmp_path / "ltp", "test")
+    assert tcp["status"] == "ok", tcp["reason"]
+    assert ltp["status"] == "ok", ltp["reason"]
+    assert 3.5 < ltp["measured_loss_pct"] < 6.5
+    # LTP really tolerated loss: some gradients arrived in part, never below its threshold floor.
+    assert ltp["min_recv_frac"] < 1.0
+    assert ltp["min_recv_frac"] >= 0.8 - 1e-9
+    assert ltp["retransmits"] > 0
+    assert abs(ltp["final_accuracy"] - tcp["final_accuracy"]) < 0.04, (ltp["final_accuracy"],
+                                                                       tcp["final_accuracy"])
+    assert len(iters) == 60

@@ -1,0 +1,256 @@
+/* ltp.h: Loss-tolerant Transmission Protocol (LTP), public C API.
+ *
+ * Two layers share this header:
+ *   - ltp_core_*: the sans-IO protocol core. It never opens a socket and never reads a clock; the
+ *     caller feeds datagrams in (ltp_core_input), pulls datagrams out (ltp_core_poll_tx), passes
+ *     the current time in microseconds to every call, and sleeps until ltp_core_next_timeout.
+ *   - ltp_udp_*: a UDP driver around one core (socket, clock, sendmmsg/recvmmsg, ppoll pacing).
+ *     A progress thread per endpoint runs the event loop while the endpoint is open; every
+ *     blocking call registers its requests and waits until they are done or its deadline passes.
+ *
+ * Wire format, state machines and defaults: docs/ltp-protocol.md. Handles are opaque and owned
+ * by one thread at a time. Every function that can fail returns 0 (or a count) on success and a
+ * negative LTP_E* code on failure.
+ */
+#ifndef LTP_H
+#define LTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LTP_VERSION 1
+#define LTP_MAGIC 0x504Cu           /* "LP" in little-endian byte order */
+#define LTP_HDR_BYTES 20u           /* common header of every packet */
+#define LTP_DATA_HDR_BYTES 52u      /* common header + DATA fields */
+#define LTP_ACK_HDR_BYTES 44u       /* common header + ACK fields, bitmap follows */
+#define LTP_CLOSE_BYTES 32u
+#define LTP_RANK_SERVER 0xFFFFu     /* the parameter server's rank on the wire */
+#define LTP_MAX_DATAGRAM 65507u
+
+enum ltp_type { LTP_T_DATA = 1, LTP_T_ACK = 2, LTP_T_CLOSE = 3, LTP_T_HELLO = 4,
+                LTP_T_HELLO_ACK = 5 };
+
+enum ltp_flag { LTP_F_CRITICAL = 0x01, LTP_F_RETRANSMIT = 0x02, LTP_F_PASS_DONE = 0x04,
+                LTP_F_PROBE = 0x08 };
+
+enum ltp_err {
+    LTP_OK = 0,
+    LTP_EINVAL = -1,       /* bad argument */
+    LTP_ENOMEM = -2,
+    LTP_ETIMEDOUT = -3,    /* the deadline passed before the request completed */
+    LTP_ESYS = -4,         /* an OS call failed; errno holds the reason */
+    LTP_EFULL = -5,        /* a bounded table (peers, open messages) is full */
+    LTP_ENOTFOUND = -6,    /* no such peer or message */
+    LTP_EBUSY = -7,        /* a message with that key is already being sent */
+    LTP_EMALFORMED = -8,   /* the datagram failed validation */
+    LTP_EPEER = -9,        /* the datagram came from an unknown peer */
+    LTP_ESESSION = -10,    /* the datagram carried another session id */
+    LTP_ESTALE = -11,      /* the datagram belongs to a message the application discarded */
+    LTP_EOPTION = -12,     /* unknown configuration name or value out of range */
+    LTP_EDROPPED = -13,    /* valid but dropped (receive table full, duplicate control) */
+};
+
+/* Why a receive context closed (also reported to the sender in CLOSE). */
+enum ltp_close_reason { LTP_CLOSE_NONE = 0, LTP_CLOSE_COMPLETE = 1, LTP_CLOSE_EARLY = 2,
+                        LTP_CLOSE_MAX_WAIT = 3, LTP_CLOSE_STALE = 4 };
+
+/* How a send completed. */
+enum ltp_send_done { LTP_SEND_PENDING = 0, LTP_SEND_CLOSED = 1, LTP_SEND_ALL_ACKED = 2 };
+
+enum ltp_order { LTP_ORDER_SEQUENTIAL = 0, LTP_ORDER_RANDOM = 1, LTP_ORDER_PRIORITY = 2 };
+
+/* Every tunable of one endpoint. Fill with ltp_config_default, change fields (or set them by name
+ * with ltp_config_set), then pass to ltp_core_new / ltp_udp_open, which copy it. */
+typedef struct ltp_config {
+    uint32_t session_id;
+    uint32_t max_udp_payload_bytes;   /* datagram size incl. LTP header, default 1472 */
+    uint32_t max_msg_bytes;           /* largest message accepted or sent */
+    uint32_t max_peers;
+    uint32_t max_open_per_peer;       /* receive contexts per peer (incl. closed, untaken) */
+    uint32_t max_tx_per_peer;         /* concurrent sends per peer */
+    uint32_t closed_ring;             /* recently closed keys remembered per peer */
+    uint32_t send_order;              /* enum ltp_order */
+    uint64_t seed;
+    /* early close */
+    double threshold_min;
+    double threshold_max;
+    double loss_weight;
+    double rtt_weight;
+    double loss_ewma_gain;            /* weight of a new first-pass loss sample in p_hat */
+    uint32_t close_grace_min_us;
+    double grace_rtt_mult;
+    uint32_t max_wait_us;
+    uint32_t close_copies;            /* CLOSE datagrams sent when a message closes */
+    /* acknowledgements */
+    uint32_t ack_every;
+    uint32_t ack_delay_us;
+    /* loss recovery */
+    uint32_t reorder_window_min_us;
+    uint32_t pto_min_us;
+    uint32_t pto_max_backoff;         /* PTO doubles at most this many times */
+    uint32_t initial_rtt_us;
+    uint32_t hello_interval_us;
+    /* congestion control */
+    uint32_t cc;                      /* 1 = BBR-like, 0 = fixed rate */
+    double fixed_rate_mbps;           /* pacing rate with cc off; 0 = unpaced */
+    uint32_t init_cwnd_pkts;
+    uint32_t min_cwnd_pkts;
+    uint32_t pacing_quantum_us;       /* burst allowance: this many microseconds at pacing rate */
+    uint32_t pacing_quantum_min_pkts;
+    uint32_t pacing_quantum_max_pkts;
+    uint32_t bw_window_rounds;
+    uint32_t min_rtt_window_us;
+} ltp_config_t;
+
+/* Per-message receive statistics, filled by ltp_core_rx_take. */
+typedef struct ltp_msg_stats {
+    uint64_t packets;          /* distinct packets received */
+    uint64_t count;            /* packets in the message */
+    uint64_t duplicates;
+    uint64_t retransmits;      /* packets that arrived flagged as retransmissions */
+    uint64_t critical_count;
+    uint64_t received_bytes;
+    uint64_t total_bytes;
+    uint64_t close_reason;     /* enum ltp_close_reason */
+    uint64_t early_closed;     /* 1 if closed before every packet arrived */
+    uint64_t elapsed_us;       /* first packet to close */
+    uint64_t pass_us;          /* first packet to end of the sender's first pass (0: unseen) */
+    double threshold_frac;     /* threshold in force when it closed */
+    double peer_srtt_us;
+} ltp_msg_stats_t;
+
+/* Per-message send statistics. */
+typedef struct ltp_send_stats {
+    uint64_t packets;          /* first-pass packets sent */
+    uint64_t retransmits;
+    uint64_t wire_bytes;       /* every DATA datagram incl. headers */
+    uint64_t acked_packets;
+    uint64_t count;
+    uint64_t done;             /* enum ltp_send_done */
+    uint64_t peer_received;    /* packets the receiver reported in CLOSE */
+    uint64_t elapsed_us;
+    double srtt_us;
+    double pacing_rate_mbps;
+    double btl_bw_mbps;
+} ltp_send_stats_t;
+
+/* Cumulative counters of an endpoint; names from ltp_stat_name. */
+enum ltp_stat {
+    LTP_S_RX_DATAGRAMS, LTP_S_TX_DATAGRAMS, LTP_S_RX_BYTES, LTP_S_TX_BYTES,
+    LTP_S_MALFORMED, LTP_S_UNKNOWN_PEER, LTP_S_WRONG_SESSION, LTP_S_STALE,
+    LTP_S_RX_TABLE_FULL, LTP_S_DUPLICATES, LTP_S_LATE_DATA, LTP_S_CLOSE_RESENT,
+    LTP_S_DATA_SENT, LTP_S_RETRANSMITS, LTP_S_PROBES, LTP_S_LOST_DETECTED,
+    LTP_S_ACKS_SENT, LTP_S_ACKS_RECEIVED, LTP_S_STRAY_CONTROL,
+    LTP_S_CLOSE_COMPLETE, LTP_S_CLOSE_EARLY, LTP_S_CLOSE_MAX_WAIT, LTP_S_CLOSE_STALE,
+    LTP_S_SENDS_CLOSED, LTP_S_SENDS_ALL_ACKED, LTP_S_SENDS_CANCELLED,
+    LTP_S_RX_DROPPED_HOOK, LTP_S_TX_EAGAIN,
+    LTP_S__COUNT
+};
+
+typedef struct ltp_core ltp_core_t;
+typedef struct ltp_udp ltp_udp_t;
+
+/* ---- configuration ---- */
+size_t ltp_config_size(void);
+void ltp_config_default(ltp_config_t *cfg);
+int ltp_config_set(ltp_config_t *cfg, const char *name, double value);
+int ltp_config_validate(const ltp_config_t *cfg);
+uint32_t ltp_chunk_bytes(const ltp_config_t *cfg);   /* payload bytes per DATA packet */
+const char *ltp_strerror(int code);
+const char *ltp_stat_name(int index);
+int ltp_stat_count(void);
+
+/* ---- sans-IO core ---- */
+ltp_core_t *ltp_core_new(const ltp_config_t *cfg, uint16_t self_rank);
+void ltp_core_free(ltp_core_t *core);
+int ltp_core_add_peer(ltp_core_t *core, uint16_t rank);          /* returns the peer slot */
+int ltp_core_set_policy(ltp_core_t *core, uint16_t segment, double threshold_min,
+                        double threshold_max);                     /* per-segment thresholds */
+
+/* Feed one datagram; peer is the slot the source address maps to, or -1 if it maps to none.
+ * Returns 0 if accepted, or the reason it was dropped (also counted). */
+int ltp_core_input(ltp_core_t *core, int peer, const uint8_t *buf, size_t len, uint64_t now_us);
+/* Next datagram due now: writes it to buf, its peer slot to *peer, returns its length; 0 if
+ * nothing is due (call ltp_core_next_timeout), < 0 on error. */
+int ltp_core_poll_tx(ltp_core_t *core, uint64_t now_us, uint8_t *buf, size_t cap, int *peer);
+/* Absolute time at which the core next needs attention (UINT64_MAX: only input can wake it). */
+uint64_t ltp_core_next_timeout(ltp_core_t *core, uint64_t now_us);
+
+int ltp_core_hello(ltp_core_t *core, int peer, uint64_t now_us);   /* start joining peer */
+int ltp_core_peer_joined(const ltp_core_t *core, int peer);        /* HELLO_ACK received */
+int ltp_core_peer_greeted(const ltp_core_t *core, int peer);       /* HELLO received */
+
+/* Start sending; data is referenced, not copied, and must stay valid until the send is
+ * released. The first ceil(critical_bytes / chunk) packets are critical. */
+int ltp_core_send(ltp_core_t *core, int peer, uint32_t msg_id, uint16_t segment,
+                  const void *data, uint32_t len_bytes, uint32_t critical_bytes, uint64_t now_us);
+/* 1 when done (CLOSE or all acked), 0 while in progress; fills *stats if non-NULL. */
+int ltp_core_send_status(ltp_core_t *core, int peer, uint32_t msg_id, uint16_t segment,
+                         ltp_send_stats_t *stats, uint64_t now_us);
+/* Forget a send (cancelling it if still in progress). */
+int ltp_core_send_release(ltp_core_t *core, int peer, uint32_t msg_id, uint16_t segment);
+
+/* 1 if the message is closed and ready to take, 0 if open or not seen yet. */
+int ltp_core_rx_ready(const ltp_core_t *core, int peer, uint32_t msg_id, uint16_t segment);
+/* Copy a closed message out (missing bytes are zero) and free it. mask, if non-NULL, gets one
+ * byte per 4-byte word: 1 received, 0 missing. Messages of this peer older than msg_id become
+ * stale. */
+int ltp_core_rx_take(ltp_core_t *core, int peer, uint32_t msg_id, uint16_t segment, void *out,
+                     uint32_t cap_bytes, uint8_t *mask, ltp_msg_stats_t *stats);
+/* Received fraction of an open or closed message (for tests), < 0 if unknown. */
+double ltp_core_rx_frac(const ltp_core_t *core, int peer, uint32_t msg_id, uint16_t segment);
+double ltp_core_threshold(const ltp_core_t *core, int peer, uint16_t segment);
+void ltp_core_stats(const ltp_core_t *core, uint64_t *out, int n);
+
+/* ---- UDP driver ---- */
+typedef struct ltp_send_req {
+    int32_t peer;
+    uint32_t msg_id;
+    uint32_t segment;
+    uint32_t len_bytes;
+    const void *data;
+    uint32_t critical_bytes;
+    int32_t status;            /* out: 0 or LTP_E* */
+    ltp_send_stats_t stats;    /* out */
+} ltp_send_req_t;
+
+typedef struct ltp_recv_req {
+    int32_t peer;
+    uint32_t msg_id;
+    uint32_t segment;
+    uint32_t cap_bytes;
+    void *data;                /* out: message bytes, missing ones zero */
+    uint8_t *mask;             /* out: one byte per 4-byte word, may be NULL */
+    int32_t status;            /* out: 0 or LTP_E* */
+    ltp_msg_stats_t stats;     /* out */
+} ltp_recv_req_t;
+
+/* rx_drop_frac drops that fraction of incoming DATA datagrams (seeded), a loopback test hook. */
+ltp_udp_t *ltp_udp_open(const ltp_config_t *cfg, uint16_t self_rank, const char *bind_ip,
+                        uint16_t bind_port, double rx_drop_frac, int *err);
+void ltp_udp_close(ltp_udp_t *udp);
+int ltp_udp_add_peer(ltp_udp_t *udp, uint16_t rank, const char *ip, uint16_t port);
+int ltp_udp_local_port(const ltp_udp_t *udp);
+int ltp_udp_join(ltp_udp_t *udp, int peer, uint64_t timeout_us);
+int ltp_udp_wait_greeted(ltp_udp_t *udp, uint64_t timeout_us);  /* every peer said HELLO */
+/* Send n messages concurrently; returns when all are done or the deadline passed (then the
+ * unfinished ones are cancelled and have status LTP_ETIMEDOUT). */
+int ltp_udp_send(ltp_udp_t *udp, ltp_send_req_t *reqs, int n, uint64_t timeout_us);
+/* Wait for n messages to close and take them. */
+int ltp_udp_recv(ltp_udp_t *udp, ltp_recv_req_t *reqs, int n, uint64_t timeout_us);
+/* Wait timeout_us while the progress thread runs (it answers late data with CLOSE, acks, probes);
+ * useful before closing, since closing stops the thread. */
+int ltp_udp_service(ltp_udp_t *udp, uint64_t timeout_us);
+void ltp_udp_stats(ltp_udp_t *udp, uint64_t *out, int n);
+double ltp_udp_threshold(ltp_udp_t *udp, int peer, uint16_t segment);
+int ltp_udp_set_policy(ltp_udp_t *udp, uint16_t segment, double threshold_min,
+                       double threshold_max);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

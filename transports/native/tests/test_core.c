@@ -1,0 +1,620 @@
+/* test_core.c: unit tests of the sans-IO LTP core over a seeded simulated network.
+ *
+ * Run with `make -C transports/native test` (or test-asan). The simulator moves datagrams between
+ * cores with per-link random loss, propagation delay, optional jitter (reordering), duplication,
+ * and an optional bottleneck (rate + drop-tail queue) in front of the receiver. Time is virtual,
+ * so the tests are deterministic and fast. Exit status is non-zero if any check fails.
+ */
+#include "ltp.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int n_pass, n_fail;
+#define CHECK(cond, ...)                                                  \
+    do {                                                                  \
+        if (cond) n_pass++;                                               \
+        else {                                                            \
+            n_fail++;                                                     \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                 \
+            fputc('\n', stderr);                                          \
+        }                                                                 \
+    } while (0)
+
+/* ------------------------------------------------------------------ simulator */
+#define MAXN 9
+#define NEVER UINT64_MAX
+
+typedef struct { uint64_t at; int dst, slot, len; uint8_t *data; } ev_t;
+
+typedef struct {
+    double loss, dup;                 /* per datagram, every direction */
+    uint64_t delay_us, jitter_us;
+    double bottleneck_bytes_per_us;   /* 0: none; else shared queue in front of node 0 */
+    int queue_pkts;
+    uint64_t seed;
+} netcfg_t;
+
+typedef struct {
+    netcfg_t nc;
+    int n;                      /* node 0 = server, 1..n-1 = workers */
+    ltp_core_t *core[MAXN];
+    ev_t *heap;
+    int heap_n, heap_cap;
+    uint64_t now, rng;
+    uint64_t q_depart[4096];    /* departure times of packets in the bottleneck queue (FIFO) */
+    int q_head, q_len;
+    uint64_t q_last;
+    uint64_t bottleneck_bytes, q_drops;
+    /* trace of DATA sent per (sender node): the last time a DATA of message `watch_id` left */
+    uint32_t watch_id;
+    uint64_t watch_last_data_us[MAXN];
+} sim_t;
+
+static double urand(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return (double)((z ^ (z >> 31)) >> 11) / 9007199254740992.0;
+}
+
+static void heap_push(sim_t *s, ev_t e)
+{
+    if (s->heap_n == s->heap_cap) {
+        s->heap_cap = s->heap_cap ? 2 * s->heap_cap : 1024;
+        s->heap = realloc(s->heap, (size_t)s->heap_cap * sizeof *s->heap);
+    }
+    int i = s->heap_n++;
+    while (i > 0 && s->heap[(i - 1) / 2].at > e.at) { s->heap[i] = s->heap[(i - 1) / 2]; i = (i - 1) / 2; }
+    s->heap[i] = e;
+}
+
+static ev_t heap_pop(sim_t *s)
+{
+    ev_t top = s->heap[0], last = s->heap[--s->heap_n];
+    int i = 0;
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, m = i;
+        if (l < s->heap_n && s->heap[l].at < last.at) m = l;
+        if (r < s->heap_n && s->heap[r].at < (m == i ? last.at : s->heap[l].at)) m = r;
+        if (m == i) break;
+        s->heap[i] = s->heap[m];
+        i = m;
+    }
+    if (s->heap_n) s->heap[i] = last;
+    return top;
+}
+
+static ltp_config_t base_cfg(void)
+{
+    ltp_config_t c;
+    ltp_config_default(&c);
+    return c;
+}
+
+/* n nodes: node 0 is the server (peers: workers), node k the worker of rank k-1 (peer: server). */
+static void sim_init(sim_t *s, int n, const ltp_config_t *server_cfg, const ltp_config_t *worker_cfg, netcfg_t nc)
+{
+    memset(s, 0, sizeof *s);
+    s->nc = nc;
+    s->n = n;
+    s->rng = nc.seed;
+    s->watch_id = UINT32_MAX;
+    s->core[0] = ltp_core_new(server_cfg, LTP_RANK_SERVER);
+    for (int k = 1; k < n; k++) {
+        s->core[k] = ltp_core_new(worker_cfg, (uint16_t)(k - 1));
+        ltp_core_add_peer(s->core[k], LTP_RANK_SERVER);
+        ltp_core_add_peer(s->core[0], (uint16_t)(k - 1));
+    }
+}
+
+static void sim_free(sim_t *s)
+{
+    for (int k = 0; k < s->n; k++) ltp_core_free(s->core[k]);
+    for (int i = 0; i < s->heap_n; i++) free(s->heap[i].data);
+    free(s->heap);
+}
+
+static void sim_emit(sim_t *s, int src, int slot, const uint8_t *b, int len)
+{
+    int dst = src == 0 ? slot + 1 : 0;
+    int dst_slot = src == 0 ? 0 : src - 1;
+    if (len >= 16 && b[3] == LTP_T_DATA) {
+        uint32_t id = (uint32_t)b[12] | (uint32_t)b[13] << 8 | (uint32_t)b[14] << 16 | (uint32_t)b[15] << 24;
+        if (id == s->watch_id) s->watch_last_data_us[src] = s->now;
+    }
+    int copies = 1 + (urand(&s->rng) < s->nc.dup);
+    for (int c = 0; c < copies; c++) {
+        if (urand(&s->rng) < s->nc.loss) continue;
+        uint64_t at = s->now + s->nc.delay_us;
+        if (s->nc.jitter_us) at += (uint64_t)(urand(&s->rng) * (double)s->nc.jitter_us);
+        if (dst == 0 && s->nc.bottleneck_bytes_per_us > 0) {
+            while (s->q_len && s->q_depart[s->q_head] <= s->now) { s->q_head = (s->q_head + 1) % 4096; s->q_len--; }
+            if (s->q_len >= s->nc.queue_pkts) { s->q_drops++; continue; }
+            uint64_t start = s->q_last > s->now ? s->q_last : s->now;
+            s->q_last = start + (uint64_t)ceil((len + 28) / s->nc.bottleneck_bytes_per_us);
+            s->q_depart[(s->q_head + s->q_len) % 4096] = s->q_last;
+            s->q_len++;
+            s->bottleneck_bytes += (uint64_t)len;
+            at = s->q_last + s->nc.delay_us;
+        }
+        ev_t e = {at, dst, dst_slot, len, malloc((size_t)len)};
+        memcpy(e.data, b, (size_t)len);
+        heap_push(s, e);
+    }
+}
+
+typedef int (*sim_done_fn)(sim_t *s, void *arg);
+
+/* Advance virtual time until done() or `limit_us` passes. Returns 1 if done. */
+static int sim_run(sim_t *s, uint64_t limit_us, sim_done_fn done, void *arg)
+{
+    uint8_t buf[LTP_MAX_DATAGRAM];
+    uint64_t end = s->now + limit_us;
+    for (;;) {
+        for (int k = 0; k < s->n; k++) {
+            int slot, len;
+            while ((len = ltp_core_poll_tx(s->core[k], s->now, buf, sizeof buf, &slot)) > 0)
+                sim_emit(s, k, slot, buf, len);
+            if (len < 0) CHECK(len == 0, "poll_tx error %d", len);
+        }
+        if (done && done(s, arg)) return 1;
+        uint64_t next = NEVER;
+        if (s->heap_n) next = s->heap[0].at;
+        for (int k = 0; k < s->n; k++) {
+            uint64_t t = ltp_core_next_timeout(s->core[k], s->now);
+            if (t < next) next = t;
+        }
+        if (next == NEVER || next > end) { s->now = end; return done ? done(s, arg) : 1; }
+        s->now = next > s->now ? next : s->now + 1;
+        while (s->heap_n && s->heap[0].at <= s->now) {
+            ev_t e = heap_pop(s);
+            ltp_core_input(s->core[e.dst], e.slot, e.data, (size_t)e.len, s->now);
+            free(e.data);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ scenario helpers */
+typedef struct { int n_workers; uint32_t msg_id; } gather_t;
+
+static int gather_done(sim_t *s, void *arg)
+{
+    gather_t *g = arg;
+    for (int w = 0; w < g->n_workers; w++) {
+        if (ltp_core_rx_ready(s->core[0], w, g->msg_id, 0) != 1) return 0;
+        if (ltp_core_send_status(s->core[w + 1], 0, g->msg_id, 0, NULL, s->now) != 1) return 0;
+    }
+    return 1;
+}
+
+static float *make_vec(uint32_t n, uint64_t seed)
+{
+    float *v = malloc(n * sizeof *v);
+    for (uint32_t i = 0; i < n; i++) v[i] = (float)(urand(&seed) * 2 - 1);
+    return v;
+}
+
+typedef struct {
+    double frac, threshold;
+    int reason, critical_ok, values_ok, mask_ok;
+    uint64_t elapsed_us, retransmits_rx, duplicates;
+    ltp_send_stats_t send;
+} outcome_t;
+
+/* Every worker pushes message msg_id (n_floats floats) to the server; returns per-worker outcomes. */
+static int push_round(sim_t *s, uint32_t msg_id, uint32_t n_floats, uint32_t critical_bytes, uint64_t limit_us,
+                      outcome_t *out)
+{
+    int nw = s->n - 1;
+    float *vec[MAXN];
+    for (int w = 0; w < nw; w++) {
+        vec[w] = make_vec(n_floats, msg_id * 131u + (uint64_t)w);
+        int rc = ltp_core_send(s->core[w + 1], 0, msg_id, 0, vec[w], n_floats * 4, critical_bytes, s->now);
+        CHECK(rc == 0, "send rc %d", rc);
+    }
+    gather_t g = {nw, msg_id};
+    int ok = sim_run(s, limit_us, gather_done, &g);
+    float *got = malloc(n_floats * sizeof *got);
+    uint8_t *mask = malloc(n_floats);
+    for (int w = 0; w < nw && ok; w++) {
+        ltp_msg_stats_t st;
+        int rc = ltp_core_rx_take(s->core[0], w, msg_id, 0, got, n_floats * 4, mask, &st);
+        CHECK(rc == 0, "take rc %d", rc);
+        outcome_t *o = &out[w];
+        memset(o, 0, sizeof *o);
+        uint64_t ones = 0;
+        o->values_ok = o->mask_ok = o->critical_ok = 1;
+        for (uint32_t i = 0; i < n_floats; i++) {
+            ones += mask[i];
+            if (mask[i] > 1) o->mask_ok = 0;
+            if (mask[i] && memcmp(&got[i], &vec[w][i], 4) != 0) o->values_ok = 0;
+            if (!mask[i] && got[i] != 0.0f) o->values_ok = 0;   /* holes are zero */
+            if (i * 4 < critical_bytes && !mask[i]) o->critical_ok = 0;
+        }
+        o->frac = (double)st.received_bytes / (double)st.total_bytes;
+        if (fabs(o->frac - (double)ones / n_floats) > 1e-12) o->mask_ok = 0;
+        o->threshold = st.threshold_frac;
+        o->reason = (int)st.close_reason;
+        o->elapsed_us = st.elapsed_us;
+        o->retransmits_rx = st.retransmits;
+        o->duplicates = st.duplicates;
+        ltp_core_send_status(s->core[w + 1], 0, msg_id, 0, &o->send, s->now);
+        ltp_core_send_release(s->core[w + 1], 0, msg_id, 0);
+    }
+    for (int w = 0; w < nw; w++) free(vec[w]);
+    free(got);
+    free(mask);
+    return ok;
+}
+
+#define N_FLOATS 109386u   /* 437,544 bytes: the gradient size of the reference model */
+
+/* ------------------------------------------------------------------ tests */
+static void test_full_delivery(void)
+{
+    ltp_config_t c = base_cfg();
+    sim_t s;
+    sim_init(&s, 2, &c, &c, (netcfg_t){.delay_us = 100, .seed = 1});
+    outcome_t o;
+    int ok = push_round(&s, 1, N_FLOATS, 0, 2000000, &o);
+    CHECK(ok, "message not delivered");
+    CHECK(o.frac == 1.0, "frac %f", o.frac);
+    CHECK(o.values_ok && o.mask_ok, "values/mask wrong");
+    CHECK(o.reason == LTP_CLOSE_COMPLETE, "reason %d", o.reason);
+    CHECK(o.send.retransmits == 0, "retransmits %llu at no loss", (unsigned long long)o.send.retransmits);
+    CHECK(o.send.done == LTP_SEND_CLOSED || o.send.done == LTP_SEND_ALL_ACKED, "send done %llu",
+          (unsigned long long)o.send.done);
+    sim_free(&s);
+}
+
+static void test_orders(void)
+{
+    for (uint32_t order = 0; order < 3; order++) {
+        ltp_config_t c = base_cfg();
+        c.send_order = order;
+        sim_t s;
+        sim_init(&s, 2, &c, &c, (netcfg_t){.delay_us = 50, .loss = 0.05, .seed = 7 + order});
+        c.threshold_min = c.threshold_max = 1.0;   /* reliable: every order must deliver all */
+        ltp_core_set_policy(s.core[0], 0, 1.0, 1.0);
+        outcome_t o;
+        int ok = push_round(&s, 3, N_FLOATS, 4096, 5000000, &o);
+        CHECK(ok && o.frac == 1.0 && o.values_ok && o.mask_ok, "order %u: ok %d frac %f", order, ok, o.frac);
+        sim_free(&s);
+    }
+}
+
+static void test_lossy(double loss)
+{
+    ltp_config_t c = base_cfg();
+    sim_t s;
+    sim_init(&s, 2, &c, &c, (netcfg_t){.delay_us = 250, .loss = loss, .seed = (uint64_t)(loss * 1000) + 11});
+    for (uint32_t it = 1; it <= 6; it++) {
+        outcome_t o;
+        uint64_t start = s.now;
+        int ok = push_round(&s, it, N_FLOATS, 0, 3000000, &o);
+        CHECK(ok, "loss %.2f it %u: not closed", loss, it);
+        if (!ok) break;
+        CHECK(o.values_ok && o.mask_ok, "loss %.2f it %u: values/mask wrong", loss, it);
+        CHECK(o.frac >= c.threshold_min, "loss %.2f it %u: frac %f", loss, it, o.frac);
+        CHECK(o.frac >= o.threshold || o.reason == LTP_CLOSE_COMPLETE, "loss %.2f: frac %f < th %f", loss, o.frac,
+              o.threshold);
+        CHECK(o.reason == LTP_CLOSE_COMPLETE || o.reason == LTP_CLOSE_EARLY,
+              "loss %.2f it %u: closed by %d (the hard cap), not before the deadline", loss, it, o.reason);
+        CHECK(o.elapsed_us < c.max_wait_us, "loss %.2f: elapsed %llu", loss, (unsigned long long)o.elapsed_us);
+        if (it == 1 || it == 6)
+            printf("  loss %.2f it %u: frac %.4f threshold %.4f reason %d close after %.2f ms, round %.2f ms, rtx %llu\n",
+                   loss, it, o.frac, o.threshold, o.reason, (double)o.elapsed_us / 1000, (double)(s.now - start) / 1000,
+                   (unsigned long long)o.send.retransmits);
+        CHECK(s.now - start < 200000, "loss %.2f it %u: round took %llu us", loss, it,
+              (unsigned long long)(s.now - start));
+    }
+    double th = ltp_core_threshold(s.core[0], 0, 0);
+    CHECK(th >= c.threshold_min && th <= c.threshold_max, "threshold %f out of bounds", th);
+    if (loss >= 0.05) CHECK(th < c.threshold_max, "loss %.2f: threshold did not adapt (%f)", loss, th);
+    sim_free(&s);
+}
+
+static void test_fixed_reliable(void)
+{
+    ltp_config_t c = base_cfg();
+    c.threshold_min = c.threshold_max = 1.0;
+    sim_t s;
+    sim_init(&s, 2, &c, &c, (netcfg_t){.delay_us = 200, .loss = 0.10, .seed = 5});
+    for (uint32_t it = 1; it <= 3; it++) {
+        outcome_t o;
+        int ok = push_round(&s, it, N_FLOATS, 0, 5000000, &o);
+        CHECK(ok && o.frac == 1.0 && o.values_ok && o.reason == LTP_CLOSE_COMPLETE, "reliable it %u frac %f", it,
+              o.frac);
+    }
+    CHECK(ltp_core_threshold(s.core[0], 0, 0) == 1.0, "fixed threshold moved");
+    sim_free(&s);
+}
+
+static void test_no_rtx_after_close(void)
+{
+    ltp_config_t c = base_cfg();
+    c.threshold_min = 0.5;
+    c.threshold_max = 0.6;   /* close early with many packets still missing */
+    sim_t s;
+    sim_init(&s, 2, &c, &c, (netcfg_t){.delay_us = 300, .loss = 0.30, .seed = 99});
+    s.watch_id = 42;
+    outcome_t o;
+    int ok = push_round(&s, 42, N_FLOATS, 0, 3000000, &o);
+    CHECK(ok && o.reason == LTP_CLOSE_EARLY && o.frac < 1.0, "expected an early close, got reason %d frac %f",
+          o.reason, o.frac);
+    CHECK(o.send.done == LTP_SEND_CLOSED, "sender done by %llu", (unsigned long long)o.send.done);
+    /* Send the message again under a new id and keep the network busy: id 42 must stay silent. */
+    uint64_t closed_at = s.now;
+    s.watch_last_data_us[1] = 0;
+    int ok2 = push_round(&s, 43, N_FLOATS, 0, 3000000, &o);
+    sim_run(&s, 200000, NULL, NULL);
+    CHECK(ok2, "second message not delivered");
+    CHECK(s.watch_last_data_us[1] == 0, "DATA of closed message sent at %llu (closed at %llu)",
+          (unsigned long long)s.watch_last_data_us[1], (unsigned long long)closed_at);
+
+    /* Directly: with packets lost in flight, a CLOSE stops every retransmission and probe. */
+    ltp_core_t *tx = ltp_core_new(&c, 0);
+    ltp_core_add_peer(tx, LTP_RANK_SERVER);
+    float *v = make_vec(4096, 3);
+    CHECK(ltp_core_send(tx, 0, 7, 0, v, 4096 * 4, 0, 0) == 0, "send");
+    uint8_t b[LTP_MAX_DATAGRAM];
+    int slot, n, sent = 0;
+    uint64_t t = 0;
+    while ((n = ltp_core_poll_tx(tx, t, b, sizeof b, &slot)) > 0 || sent < 12) {   /* all "lost" */
+        if (n > 0) sent++;
+        else t = ltp_core_next_timeout(tx, t);
+    }
+    uint8_t cl[LTP_CLOSE_BYTES] = {0x4C, 0x50, LTP_VERSION, LTP_T_CLOSE, 0, 0, 0xFF, 0xFF, 1, 0, 0, 0, 7, 0, 0, 0,
+                                   0, 0, 0, 0, 3, 0, 0, 0, 12, 0, 0, 0, LTP_CLOSE_EARLY, 0, 0, 0};
+    CHECK(ltp_core_input(tx, 0, cl, sizeof cl, t) == 0, "CLOSE rejected");
+    CHECK(ltp_core_send_status(tx, 0, 7, 0, NULL, t) == 1, "send not done after CLOSE");
+    int after = 0;
+    for (uint64_t k = 0; k < 200; k++) {
+        t += 10000;   /* well past every PTO */
+        while ((n = ltp_core_poll_tx(tx, t, b, sizeof b, &slot)) > 0) if (b[3] == LTP_T_DATA) after++;
+    }
+    CHECK(after == 0, "%d DATA datagrams after CLOSE", after);
+    CHECK(ltp_core_next_timeout(tx, t) == UINT64_MAX, "timers still armed after CLOSE");
+    free(v);
+    ltp_core_free(tx);
+    sim_free(&s);
+}
+
+static void test_reorder_duplicate(void)
+{
+    ltp_config_t c = base_cfg();
+    c.send_order = LTP_ORDER_RANDOM;
+    sim_t s;
+    sim_init(&s, 2, &c, &c, (netcfg_t){.delay_us = 100, .jitter_us = 800, .dup = 0.05, .seed = 3});
+    ltp_core_set_policy(s.core[0], 0, 1.0, 1.0);
+    outcome_t o;
+    int ok = push_round(&s, 9, N_FLOATS, 0, 5000000, &o);
+    CHECK(ok && o.frac == 1.0 && o.values_ok && o.mask_ok, "reorder: ok %d frac %f", ok, o.frac);
+    CHECK(o.duplicates > 0, "no duplicates seen");
+    uint64_t st[LTP_S__COUNT];
+    ltp_core_stats(s.core[0], st, LTP_S__COUNT);
+    CHECK(st[LTP_S_DUPLICATES] >= o.duplicates, "duplicates not counted");
+    sim_free(&s);
+}
+
+static void test_critical(void)
+{
+    ltp_config_t c = base_cfg();
+    c.threshold_min = 0.5;
+    c.threshold_max = 0.6;
+    sim_t s;
+    sim_init(&s, 2, &c, &c, (netcfg_t){.delay_us = 200, .loss = 0.25, .seed = 21});
+    uint32_t crit = 40 * ltp_chunk_bytes(&c) - 100;   /* 40 critical packets */
+    for (uint32_t it = 1; it <= 5; it++) {
+        outcome_t o;
+        int ok = push_round(&s, it, N_FLOATS, crit, 3000000, &o);
+        CHECK(ok && o.critical_ok, "it %u: critical span incomplete", it);
+        CHECK(o.values_ok, "it %u: values wrong", it);
+    }
+    sim_free(&s);
+}
+
+static void test_segment_policy(void)
+{
+    /* One core, two policies: segment 1 is reliable, segment 0 loss tolerant. */
+    ltp_config_t c = base_cfg();
+    c.threshold_min = 0.5;
+    c.threshold_max = 0.5;
+    ltp_core_t *rx = ltp_core_new(&c, LTP_RANK_SERVER);
+    ltp_core_add_peer(rx, 0);
+    CHECK(ltp_core_set_policy(rx, 1, 1.0, 1.0) == 0, "set policy");
+    CHECK(ltp_core_threshold(rx, 0, 0) == 0.5 && ltp_core_threshold(rx, 0, 1) == 1.0, "policy lookup");
+    CHECK(ltp_core_set_policy(rx, 2, 0.9, 0.8) == LTP_EINVAL, "inverted policy accepted");
+    ltp_core_free(rx);
+}
+
+/* Build a valid DATA datagram by hand so every field can be corrupted one at a time. */
+static size_t mk_data(uint8_t *b, uint16_t rank, uint32_t session, uint32_t index, uint32_t count, uint32_t chunk,
+                      uint32_t total)
+{
+    uint32_t off = index * chunk, len = index + 1 < count ? chunk : total - off;
+    memset(b, 0, LTP_DATA_HDR_BYTES + len);
+    b[0] = 0x4C; b[1] = 0x50; b[2] = LTP_VERSION; b[3] = LTP_T_DATA;
+    b[6] = (uint8_t)rank; b[7] = (uint8_t)(rank >> 8);
+    memcpy(b + 8, &session, 4);
+    uint32_t msg = 5;
+    memcpy(b + 12, &msg, 4);
+    memcpy(b + 20, &index, 4); memcpy(b + 24, &count, 4); memcpy(b + 28, &off, 4); memcpy(b + 32, &total, 4);
+    uint16_t pl = (uint16_t)len;
+    memcpy(b + 36, &pl, 2);
+    return LTP_DATA_HDR_BYTES + len;
+}
+
+static void test_malformed(void)
+{
+    ltp_config_t c = base_cfg();
+    c.max_msg_bytes = 1 << 20;
+    ltp_core_t *rx = ltp_core_new(&c, LTP_RANK_SERVER);
+    ltp_core_add_peer(rx, 0);
+    uint8_t b[2048], t[2048];
+    uint64_t st[LTP_S__COUNT];
+    size_t n = mk_data(b, 0, 1, 1, 4, 400, 1500);
+    CHECK(ltp_core_input(rx, 0, b, n, 1) == 0, "valid packet rejected");
+    int expect_malformed = 0;
+#define BAD(mutation)                                                                   \
+    do {                                                                                \
+        memcpy(t, b, n);                                                                \
+        size_t tn = n;                                                                  \
+        mutation;                                                                       \
+        int rc = ltp_core_input(rx, 0, t, tn, 2);                                       \
+        CHECK(rc == LTP_EMALFORMED, "%s accepted (rc %d)", #mutation, rc);              \
+        expect_malformed++;                                                             \
+    } while (0)
+    uint32_t v32;
+    BAD(tn = 10);                                                        /* short */
+    BAD(tn = LTP_DATA_HDR_BYTES - 1);                                    /* short DATA header */
+    BAD(t[0] ^= 1);                                                      /* magic */
+    BAD(t[2] = 9);                                                       /* version */
+    BAD(t[3] = 77);                                                      /* type */
+    BAD(tn -= 4);                                                        /* payload length vs datagram */
+    BAD((v32 = 1200, memcpy(t + 28, &v32, 4)));                          /* offset not index*chunk */
+    BAD((v32 = 1, memcpy(t + 32, &v32, 4)));                             /* total not multiple of 4 */
+    BAD((v32 = 4, memcpy(t + 20, &v32, 4)));                             /* index >= count */
+    BAD((v32 = 0, memcpy(t + 24, &v32, 4)));                             /* count == 0 */
+    BAD((v32 = 1000, memcpy(t + 24, &v32, 4)));                          /* count too large for total */
+    BAD((v32 = 2u << 20, memcpy(t + 32, &v32, 4)));                      /* total > max_msg_bytes */
+    BAD((v32 = 402, memcpy(t + 28, &v32, 4)));                           /* offset not multiple of 4 */
+    BAD(t[4] = LTP_F_CRITICAL);                                          /* critical flag vs count */
+    BAD(t[5] = 1);                                                       /* reserved byte */
+    /* the last packet must end exactly at total */
+    size_t ln = mk_data(b + 1024, 0, 1, 3, 4, 400, 1500);
+    memcpy(t, b + 1024, ln);
+    v32 = 1204;
+    memcpy(t + 28, &v32, 4);
+    CHECK(ltp_core_input(rx, 0, t, ln, 3) == LTP_EMALFORMED, "last packet offset");
+    expect_malformed++;
+    /* an ACK whose bitmap length disagrees with the datagram */
+    uint8_t ack[LTP_ACK_HDR_BYTES + 8] = {0x4C, 0x50, LTP_VERSION, LTP_T_ACK};
+    ack[40] = 16;
+    CHECK(ltp_core_input(rx, 0, ack, LTP_ACK_HDR_BYTES + 1, 3) == LTP_EMALFORMED, "ACK bitmap length");
+    expect_malformed++;
+    ltp_core_stats(rx, st, LTP_S__COUNT);
+    CHECK(st[LTP_S_MALFORMED] == (uint64_t)expect_malformed, "malformed %llu, expected %d",
+          (unsigned long long)st[LTP_S_MALFORMED], expect_malformed);
+    /* consistent with the datagram alone but not with the message already open */
+    n = mk_data(t, 0, 1, 0, 5, 300, 1500);
+    CHECK(ltp_core_input(rx, 0, t, n, 4) == LTP_EMALFORMED, "inconsistent count accepted");
+    /* unknown peer: no slot, or a slot whose rank differs from the header */
+    n = mk_data(t, 0, 1, 0, 4, 400, 1500);
+    CHECK(ltp_core_input(rx, -1, t, n, 5) == LTP_EPEER, "unknown address accepted");
+    n = mk_data(t, 3, 1, 0, 4, 400, 1500);
+    CHECK(ltp_core_input(rx, 0, t, n, 5) == LTP_EPEER, "wrong rank accepted");
+    n = mk_data(t, 0, 2, 0, 4, 400, 1500);
+    CHECK(ltp_core_input(rx, 0, t, n, 5) == LTP_ESESSION, "wrong session accepted");
+    ltp_core_stats(rx, st, LTP_S__COUNT);
+    CHECK(st[LTP_S_UNKNOWN_PEER] == 2 && st[LTP_S_WRONG_SESSION] == 1, "peer %llu session %llu",
+          (unsigned long long)st[LTP_S_UNKNOWN_PEER], (unsigned long long)st[LTP_S_WRONG_SESSION]);
+    CHECK(ltp_core_rx_frac(rx, 0, 5, 0) > 0.26 && ltp_core_rx_frac(rx, 0, 5, 0) < 0.27, "only the valid packet counted");
+    ltp_core_free(rx);
+}
+
+static void test_stale(void)
+{
+    ltp_config_t c = base_cfg();
+    ltp_core_t *rx = ltp_core_new(&c, LTP_RANK_SERVER);
+    ltp_core_add_peer(rx, 0);
+    uint8_t b[2048];
+    uint32_t id;
+    size_t n = mk_data(b, 0, 1, 0, 1, 400, 400);
+    for (id = 10; id <= 11; id++) {
+        memcpy(b + 12, &id, 4);
+        CHECK(ltp_core_input(rx, 0, b, n, 1) == 0, "msg %u rejected", id);
+    }
+    float out[100];
+    CHECK(ltp_core_rx_take(rx, 0, 11, 0, out, sizeof out, NULL, NULL) == 0, "take 11");
+    CHECK(ltp_core_rx_ready(rx, 0, 10, 0) == 0, "older message kept after a newer one was taken");
+    id = 9;
+    memcpy(b + 12, &id, 4);
+    CHECK(ltp_core_input(rx, 0, b, n, 2) == LTP_ESTALE, "stale message accepted");
+    uint64_t st[LTP_S__COUNT];
+    ltp_core_stats(rx, st, LTP_S__COUNT);
+    CHECK(st[LTP_S_STALE] >= 1, "stale not counted");
+    /* late data for a taken message is answered with CLOSE, never reopens it */
+    id = 11;
+    memcpy(b + 12, &id, 4);
+    CHECK(ltp_core_input(rx, 0, b, n, 3) == 0 && ltp_core_rx_ready(rx, 0, 11, 0) == 0, "taken message reopened");
+    uint8_t o[LTP_MAX_DATAGRAM];
+    int slot, len, closes = 0;
+    while ((len = ltp_core_poll_tx(rx, 4, o, sizeof o, &slot)) > 0) closes += o[3] == LTP_T_CLOSE;
+    CHECK(closes >= 1, "no CLOSE answer to late data");
+    ltp_core_free(rx);
+}
+
+static void test_options(void)
+{
+    ltp_config_t c = base_cfg();
+    CHECK(ltp_config_set(&c, "threshold_min", 0.7) == 0 && c.threshold_min == 0.7, "set by name");
+    CHECK(ltp_config_set(&c, "no_such_option", 1) == LTP_EOPTION, "unknown name accepted");
+    CHECK(ltp_config_set(&c, "threshold_max", 1.5) == LTP_EOPTION, "out of range accepted");
+    CHECK(ltp_config_set(&c, "ack_every", 2.5) == LTP_EOPTION, "fraction for an integer accepted");
+    CHECK(ltp_config_set(&c, "threshold_max", NAN) == LTP_EOPTION, "NaN accepted");
+    c.threshold_min = 0.9;
+    c.threshold_max = 0.8;
+    CHECK(ltp_config_validate(&c) == LTP_EOPTION && ltp_core_new(&c, 0) == NULL, "inverted thresholds accepted");
+    c = base_cfg();
+    CHECK(ltp_chunk_bytes(&c) == 1420, "chunk %u", ltp_chunk_bytes(&c));
+}
+
+/* 8 workers push at once into a 64-packet drop-tail queue: the link must stay busy and nobody
+ * may collapse. Later rounds reuse the congestion state learned in earlier ones. */
+static void test_incast(int reliable)
+{
+    ltp_config_t c = base_cfg();
+    if (reliable) c.threshold_min = c.threshold_max = 1.0;
+    sim_t s;
+    double rate = 12.5;   /* bytes per microsecond: 100 Mbit/s */
+    sim_init(&s, 9, &c, &c, (netcfg_t){.delay_us = 250, .bottleneck_bytes_per_us = rate, .queue_pkts = 64, .seed = 8});
+    double best_util = 0;
+    for (uint32_t it = 1; it <= 6; it++) {
+        outcome_t o[8];
+        uint64_t start = s.now, bytes0 = s.bottleneck_bytes, drops0 = s.q_drops;
+        int ok = push_round(&s, it, N_FLOATS, 0, 10000000, o);
+        CHECK(ok, "incast it %u did not finish", it);
+        if (!ok) break;
+        double payload = 0;
+        for (int w = 0; w < 8; w++) {
+            CHECK(o[w].values_ok && o[w].frac >= c.threshold_min, "incast it %u worker %d frac %f", it, w, o[w].frac);
+            payload += o[w].frac * N_FLOATS * 4;
+        }
+        double util = payload / ((double)(s.now - start) * rate);
+        (void)bytes0;
+        if (util > best_util) best_util = util;
+        if (it >= 3) CHECK(util > 0.70, "incast it %u: goodput %.2f of the link (%llu bytes through the queue)", it,
+                           util, (unsigned long long)(s.bottleneck_bytes - bytes0));
+        printf("  incast%s it %u: %.1f ms, goodput %.0f%% of link, queue drops %.1f%%\n",
+               reliable ? " (reliable)" : "", it, (double)(s.now - start) / 1000, 100 * util,
+               100.0 * (double)(s.q_drops - drops0) / (double)(s.q_drops - drops0 + s.bottleneck_bytes / 1472 - bytes0 / 1472));
+    }
+    CHECK(best_util > 0.8, "best goodput %.2f", best_util);
+    sim_free(&s);
+}
+
+int main(void)
+{
+    test_options();
+    test_full_delivery();
+    test_orders();
+    const double losses[] = {0.01, 0.05, 0.10, 0.20};
+    for (int i = 0; i < 4; i++) test_lossy(losses[i]);
+    test_fixed_reliable();
+    test_no_rtx_after_close();
+    test_reorder_duplicate();
+    test_critical();
+    test_segment_policy();
+    test_malformed();
+    test_stale();
+    test_incast(0);
+    test_incast(1);
+    printf("%d passed, %d failed\n", n_pass, n_fail);
+    return n_fail ? 1 : 0;
+}
