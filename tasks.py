@@ -18,7 +18,8 @@ PROJECT = Path(__file__).resolve().parent
 @task(help={
     "preset": "named sweep (smoke, ...); default: the README's default sweep",
     "out": "results folder (default results/<preset>); the same folder resumes",
-    "transports": "comma-separated transport slugs, e.g. tcp-cubic,ltp",
+    "transports": "comma-separated schemes: slugs, optionally with options, e.g. "
+                  "tcp-cubic,ltp,ltp+filler=zero",
     "loss": "comma-separated random loss rates in percent, e.g. 0,1,5",
     "bandwidth": "comma-separated bottleneck rates in Mbit/s",
     "workers": "number of workers",

@@ -37,14 +37,25 @@ class FiguresError(RuntimeError):
     """The sweep folder has no results to draw."""
 
 
-def _look(slugs):
+def _slug(scheme: str) -> str:
+    return scheme.split("+", 1)[0]
+
+
+def _look(schemes):
+    """Colour, marker and legend name per scheme: the registry's for a bare slug; for a slug with
+    options, the slug's marker with a colour of its own and the options in the name."""
     palette, markers, names = {}, {}, {}
-    for slug in slugs:
+    extra = iter(sns.color_palette("dark", 10).as_hex() + sns.color_palette("pastel", 10).as_hex())
+    for scheme in schemes:
+        slug = _slug(scheme)
         try:
             info = registry.get(slug)
-            palette[slug], markers[slug], names[slug] = info.color, info.marker, info.display_name
+            color, marker, name = info.color, info.marker, info.display_name
         except registry.UnknownTransport:  # a sweep made by another version
-            palette[slug], markers[slug], names[slug] = "#777777", "x", slug
+            color, marker, name = "#777777", "x", slug
+        if scheme != slug:
+            color, name = next(extra, "#444444"), f"{name} ({scheme.split('+', 1)[1]})"
+        palette[scheme], markers[scheme], names[scheme] = color, marker, name
     return palette, markers, names
 
 
@@ -88,7 +99,7 @@ def time_to_target(curves: pd.DataFrame, target: float) -> pd.Series:
 def with_ratio(ok: pd.DataFrame) -> pd.DataFrame:
     """Add ``speedup``: iterations/s over tcp-cubic's at the same bandwidth, loss and seed."""
     keys = ["bottleneck_mbps", "loss_pct", "seed"]
-    base = ok[ok.transport == BASELINE].groupby(keys).iters_per_s.mean().rename("base_iters_per_s")
+    base = ok[ok.scheme == BASELINE].groupby(keys).iters_per_s.mean().rename("base_iters_per_s")
     out = ok.join(base, on=keys)
     out["speedup"] = out.iters_per_s / out.base_iters_per_s
     return out
@@ -96,7 +107,7 @@ def with_ratio(ok: pd.DataFrame) -> pd.DataFrame:
 
 def _lines(ax, data, y, palette, markers, names, order):
     for slug in order:
-        d = data[data.transport == slug].groupby("loss_pct")[y].agg(["mean", "min", "max"])
+        d = data[data.scheme == slug].groupby("loss_pct")[y].agg(["mean", "min", "max"])
         if d.empty:
             continue
         ax.plot(d.index, d["mean"], marker=markers[slug], color=palette[slug], label=names[slug])
@@ -111,8 +122,8 @@ def make(sweep: Path) -> list[Path]:
     ok = with_ratio(runs[runs.status == "ok"].copy())
     folder = sweep / "figures"
     folder.mkdir(exist_ok=True)
-    order = [s for s in registry.slugs() if s in set(ok.transport)]
-    order += sorted(set(ok.transport) - set(order))
+    order = [s for s in registry.slugs() if s in set(ok.scheme)]
+    order += sorted(set(ok.scheme) - set(order))
     palette, markers, names = _look(order)
     bws = sorted(ok.bottleneck_mbps.unique())
     sns.set_theme(style="whitegrid", context="paper")
@@ -157,7 +168,7 @@ def make(sweep: Path) -> list[Path]:
                 ax = axes[i][j]
                 d = iters[(iters.bottleneck_mbps == bw) & (iters.loss_pct == loss)]
                 for slug in order:
-                    x = np.sort(d[d.transport == slug].push_s.dropna().to_numpy())
+                    x = np.sort(d[d.scheme == slug].push_s.dropna().to_numpy())
                     if not len(x):
                         continue
                     ax.step(x, np.arange(1, len(x) + 1) / len(x), where="post",
@@ -175,9 +186,10 @@ def make(sweep: Path) -> list[Path]:
         written += _save(fig, folder, "sync_cdf")
 
     # 4. loss tolerance: received fraction and retransmissions
-    tolerant = [s for s in order if s in registry.REGISTRY and registry.get(s).loss_tolerant]
+    tolerant = [s for s in order
+                if _slug(s) in registry.REGISTRY and registry.get(_slug(s)).loss_tolerant]
     if tolerant:
-        d = ok[ok.transport.isin(tolerant)]
+        d = ok[ok.scheme.isin(tolerant)]
         fig, axes = plt.subplots(1, 2, figsize=(8.4, 3.2), layout="constrained")
         _lines(axes[0], d, "mean_recv_frac", palette, markers, names, tolerant)
         axes[0].set_ylabel("mean received fraction of a gradient")
@@ -213,7 +225,7 @@ def _report(sweep: Path, runs: pd.DataFrame, ok: pd.DataFrame, order, names, tar
              f"{len(runs)} runs, {len(ok)} ok"
              + "".join(f", {n} {s}" for s, n in runs.status.value_counts().items() if s != "ok")
              + ". Every figure below is regenerated from the tables by:", "", f"    {cmd}", ""]
-    group = ["bottleneck_mbps", "loss_pct", "transport"]
+    group = ["bottleneck_mbps", "loss_pct", "scheme"]
     t = ok.groupby(group).agg(
         runs=("run_id", "count"), iters_per_s=("iters_per_s", "mean"),
         speedup=("speedup", "mean"), final_accuracy=("final_accuracy", "mean"),
@@ -225,22 +237,22 @@ def _report(sweep: Path, runs: pd.DataFrame, ok: pd.DataFrame, order, names, tar
               "push p50 s | push p99 s | measured loss % | received frac. |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
     rank = {s: i for i, s in enumerate(order)}
-    t["_o"] = t.transport.map(rank)
+    t["_o"] = t.scheme.map(rank)
     for _, r in t.sort_values(["bottleneck_mbps", "loss_pct", "_o"]).iterrows():
         sp = "" if pd.isna(r.speedup) else f"{r.speedup:.2f}x"
-        lines.append(f"| {r.bottleneck_mbps:g} | {r.loss_pct:g} | {names.get(r.transport, r.transport)}"
+        lines.append(f"| {r.bottleneck_mbps:g} | {r.loss_pct:g} | {names.get(r.scheme, r.scheme)}"
                      f" | {r.runs} | {r.iters_per_s:.2f} | {sp} | {r.final_accuracy:.3f} | "
                      f"{r.push_p50_s:.3f} | {r.push_p99_s:.3f} | {r.measured_loss_pct:.2f} | "
                      f"{r.recv_frac:.3f} |")
     lines += ["", "## Which regime gives which speedup", ""]
-    if BASELINE in set(ok.transport):
-        others = t[(t.transport != BASELINE) & t.speedup.notna()]
+    if BASELINE in set(ok.scheme):
+        others = t[(t.scheme != BASELINE) & t.speedup.notna()]
         for (bw, loss), d in others.groupby(["bottleneck_mbps", "loss_pct"]):
             best = d.loc[d.speedup.idxmax()]
             lines.append(f"- {bw:g} Mbit/s, {loss:g} % loss: best is "
-                         f"{names.get(best.transport, best.transport)} at {best.speedup:.2f}x "
+                         f"{names.get(best.scheme, best.scheme)} at {best.speedup:.2f}x "
                          f"{BASELINE}'s throughput (final accuracy {best.final_accuracy:.3f} vs "
-                         f"{t[(t.transport == BASELINE) & (t.bottleneck_mbps == bw) & (t.loss_pct == loss)].final_accuracy.mean():.3f}).")
+                         f"{t[(t.scheme == BASELINE) & (t.bottleneck_mbps == bw) & (t.loss_pct == loss)].final_accuracy.mean():.3f}).")
     else:
         lines.append(f"- no {BASELINE} runs in this sweep, so no speedups.")
     lines += ["", f"Time to target uses a target of {target:.1%} test accuracy (95 % of the median "

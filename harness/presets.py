@@ -17,7 +17,7 @@ import dataclasses
 import itertools
 from typing import Any
 
-from harness.spec import RunSpec, SpecError
+from harness.spec import RunSpec, SpecError, parse_scheme
 
 
 class UnknownPreset(KeyError):
@@ -40,10 +40,18 @@ class Plan:
     order_seed: int = 0
 
     def specs(self) -> list[RunSpec]:
-        """Every run of the grid, in grid order (the sweep shuffles it)."""
-        return [self.base.replace(transport=t, loss_pct=loss, bottleneck_mbps=bw, seed=seed)
-                for t, loss, bw, seed in itertools.product(self.transports, self.loss_pcts,
-                                                           self.bottleneck_mbps, self.seeds)]
+        """Every run of the grid, in grid order (the sweep shuffles it).
+
+        ``transports`` holds schemes: a slug, optionally with options (``ltp+filler=zero``).
+        """
+        out = []
+        for scheme, loss, bw, seed in itertools.product(self.transports, self.loss_pcts,
+                                                        self.bottleneck_mbps, self.seeds):
+            slug, options = parse_scheme(scheme)
+            out.append(self.base.replace(transport=slug,
+                                         transport_options={**self.base.options(), **options},
+                                         loss_pct=loss, bottleneck_mbps=bw, seed=seed))
+        return out
 
     def override(self, **changes: Any) -> Plan:
         """A copy with grid dimensions (``transports``, ``loss_pcts``, ``bottleneck_mbps``,

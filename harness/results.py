@@ -42,6 +42,8 @@ RUNS_COLUMNS = (
     Column("sweep", "", "name of the sweep (preset) the run belongs to"),
     Column("status", "", "ok, timeout or crash"),
     Column("reason", "", "why a run is not ok (empty when ok)"),
+    Column("scheme", "", "transport slug plus the options given in the sweep "
+                         "(ltp+filler=zero); what figures group by"),
     Column("transport", "", "transport slug (see transports/registry.py)"),
     Column("transport_options", "JSON", "every effective option of the transport, as JSON"),
     Column("n_workers", "hosts", "number of workers"),
@@ -94,6 +96,7 @@ RUNS_COLUMNS = (
 
 ITERATIONS_COLUMNS = (
     Column("run_id", "", "the run (see runs.csv)"),
+    Column("scheme", "", "transport slug plus the options given"),
     Column("transport", "", "transport slug"),
     Column("loss_pct", "%", "configured random loss"),
     Column("bottleneck_mbps", "Mbit/s", "rate of the PS link"),
@@ -109,6 +112,7 @@ ITERATIONS_COLUMNS = (
 
 CURVES_COLUMNS = (
     Column("run_id", "", "the run (see runs.csv)"),
+    Column("scheme", "", "transport slug plus the options given"),
     Column("transport", "", "transport slug"),
     Column("loss_pct", "%", "configured random loss"),
     Column("seed", "", "seed"),

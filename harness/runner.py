@@ -28,7 +28,7 @@ import pandas as pd
 
 from harness.spec import RunSpec
 from harness.zygote import Zygote
-from topologies.incast import PS_NAME, PS_PORT, worker_name, worker_port
+from topologies.incast import PS_NAME, PS_PORT, SUBNET, worker_name, worker_port
 from topologies.network import Testbed
 
 POLL_S = 0.1
@@ -191,11 +191,13 @@ def summarize(spec: RunSpec, raw: Path, deltas: dict) -> tuple[dict, list[dict],
         **{k: v for k, v in deltas.items() if k != "tcp_retransmits"},
     }
     cum = np.concatenate([[0.0], np.cumsum(iter_s)]) if len(ps) else np.array([0.0])
-    curves = [{"run_id": spec.run_id, "transport": spec.transport, "loss_pct": spec.loss_pct,
+    curves = [{"run_id": spec.run_id, "scheme": spec.scheme, "transport": spec.transport,
+               "loss_pct": spec.loss_pct,
                "seed": spec.seed, "iteration": e["iteration"],
                "time_s": float(cum[min(e["iteration"], len(cum) - 1)]),
                "accuracy": e["accuracy"], "test_loss": e["test_loss"]} for e in evals]
-    iterations = [{"run_id": spec.run_id, "transport": spec.transport, "loss_pct": spec.loss_pct,
+    iterations = [{"run_id": spec.run_id, "scheme": spec.scheme, "transport": spec.transport,
+                   "loss_pct": spec.loss_pct,
                    "bottleneck_mbps": spec.bottleneck_mbps, "seed": spec.seed,
                    "iteration": rec["iteration"], "iter_s": rec["iter_s"],
                    "broadcast_s": rec["broadcast_s"], "gather_s": rec["gather_s"],
@@ -237,8 +239,9 @@ def execute(testbed: Testbed, spec: RunSpec, run_dir: Path, sweep: str,
     commit, dirty = git_state()
 
     testbed.set_loss(spec.loss_pct)
+    testbed.reset_routes()
     for host in testbed.host_names():
-        for command in transport.host_commands(f"{host}-eth0"):
+        for command in transport.host_commands(f"{host}-eth0", SUBNET):
             testbed.host_run(host, "sh", "-c", command)
     testbed.controller_errors()  # only what this run causes counts
     before = testbed.snapshot()
@@ -274,7 +277,7 @@ def execute(testbed: Testbed, spec: RunSpec, run_dir: Path, sweep: str,
                                             counter_deltas(before, after, spec.n_workers))
     row = {
         "run_id": spec.run_id, "sweep": sweep, "status": status, "reason": reason,
-        "transport": spec.transport, "transport_options": transport.options(),
+        "scheme": spec.scheme, "transport": spec.transport, "transport_options": transport.options(),
         "n_workers": spec.n_workers, "bottleneck_mbps": spec.bottleneck_mbps,
         "worker_link_mbps": spec.network.worker_mbps, "queue_pkts": spec.queue_pkts,
         "loss_pct": spec.loss_pct, "model": spec.model, "dataset": spec.dataset,

@@ -23,6 +23,31 @@ class SpecError(ValueError):
     """A run parameter is unknown or out of range."""
 
 
+def parse_scheme(text: str) -> tuple[str, dict[str, Any]]:
+    """``"ltp+filler=zero+cc=false"`` -> ``("ltp", {"filler": "zero", "cc": False})``.
+
+    A scheme is a transport slug with options; each value is read as JSON when it parses
+    (numbers, true/false, null, lists) and as a string otherwise.
+    """
+    slug, *pairs = text.strip().split("+")
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SpecError(f"{text!r}: write transport options as slug+name=value, not {pair!r}.")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    return slug, options
+
+
+def scheme_name(transport: str, options: dict[str, Any]) -> str:
+    """The inverse of :func:`parse_scheme`."""
+    return "+".join([transport] + [f"{k}={json.dumps(v) if not isinstance(v, str) else v}"
+                                   for k, v in sorted(options.items())])
+
+
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
     """Everything that defines one run; invalid values raise :class:`SpecError`."""
@@ -97,6 +122,11 @@ class RunSpec:
         """The transport options as a dict."""
         return dict(self.transport_options)
 
+    @property
+    def scheme(self) -> str:
+        """Transport and options as one name (``ltp+filler=zero``): what figures group by."""
+        return scheme_name(self.transport, self.options())
+
     def as_dict(self) -> dict[str, Any]:
         """All fields, JSON-ready (options as a dict)."""
         d = dataclasses.asdict(self)
@@ -125,4 +155,5 @@ class RunSpec:
 
 
 def _freeze(value: Any) -> Any:
-    return tuple(value) if isinstance(value, list) else value
+    """Lists (also nested, e.g. PLOT's bounds) become tuples, so specs stay hashable."""
+    return tuple(_freeze(v) for v in value) if isinstance(value, (list, tuple)) else value

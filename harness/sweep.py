@@ -128,7 +128,7 @@ def run_plan(plan: Plan, folder: Path, progress: Callable[[str], None] = print) 
                     shutil.move(run_dir, run_dir.with_name(f"{spec.run_id}.interrupted-{stamp}"))
                 for table in ("curves.csv", "iterations.csv"):
                     results.drop_rows(folder / table, spec.run_id)
-                progress(f"[{finished + 1}/{len(todo)}] {spec.transport} loss {spec.loss_pct:g}% "
+                progress(f"[{finished + 1}/{len(todo)}] {spec.scheme} loss {spec.loss_pct:g}% "
                          f"bw {spec.bottleneck_mbps:g} Mbit/s seed {spec.seed} ...")
                 t0 = time.monotonic()
                 row, curves, iterations = execute(testbed, spec, run_dir, plan.name, spawn)

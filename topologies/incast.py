@@ -99,6 +99,7 @@ def worker_ip(rank: int) -> str:
 
 
 PS_IP = "10.0.0.254"
+SUBNET = f"10.0.0.0/{SUBNET_PREFIX}"
 
 
 def mac_for(ip: str) -> str:

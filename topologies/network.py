@@ -43,7 +43,8 @@ from mininet.net import Mininet
 from mininet.node import Host, OVSSwitch, RemoteController
 
 from topologies import impair, ovs
-from topologies.incast import PS_NAME, PS_PORT, SWITCH_NAME, IncastParams, IncastTopo
+from topologies.incast import (PS_NAME, PS_PORT, SUBNET, SWITCH_NAME, IncastParams,
+                               IncastTopo)
 from topologies.ledger import Ledger, ProcessRef, link_exists, read_sysctl, reclaim, write_sysctl
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -324,6 +325,16 @@ class Testbed:
         if code != 0:
             raise TestbedError(f"{' '.join(args)} failed on {name}: {(err or out).strip()}")
         return out
+
+    def reset_routes(self) -> None:
+        """Put every host's route back to the kernel's own (drops per-route settings like rto_min)."""
+        for name, ip in self.host_ips().items():
+            self.host_run(name, "ip", "route", "replace", SUBNET, "dev", f"{name}-eth0", "proto",
+                          "kernel", "scope", "link", "src", ip)
+
+    def host_ips(self) -> dict[str, str]:
+        """Every host's IPv4 address, by name."""
+        return {e["host"]: e["ip"] for e in self.topo.forwarding_table()}
 
     def set_loss(self, loss_pct: float) -> None:
         """Apply random loss ``loss_pct`` at every host's ingress (and reset its counters)."""

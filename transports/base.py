@@ -208,11 +208,13 @@ class Transport(abc.ABC):
         """The effective options (defaults merged with what was given)."""
         return dict(self._options)
 
-    def host_commands(self, intf: str) -> list[str]:
+    def host_commands(self, intf: str, subnet: str) -> list[str]:
         """Shell commands to run on every emulated host before the job starts.
 
-        ``intf`` is the host's interface toward the switch. Used for per-host settings such as a
-        lowered TCP minimum RTO; the default is none.
+        ``intf`` is the host's interface toward the switch and ``subnet`` the prefix of its
+        route (``10.0.0.0/24``). Used for per-host settings such as a lowered TCP minimum RTO;
+        the default is none. The testbed resets routes before every run, so a setting never
+        outlives the run that asked for it.
         """
         return []
 

@@ -336,7 +336,8 @@ class _Endpoint:
     """One UDP socket plus one native core, configured from the transport's options."""
 
     def __init__(self, options: Mapping[str, Any], rank: int, bind: Addr, layout: Layout,
-                 receive_thresholds: tuple[float, float]) -> None:
+                 receive_thresholds: tuple[float, float],
+                 core_settings: Mapping[str, float] | None = None) -> None:
         self.options = dict(options)
         self.layout = layout
         self.wire = _WireOrder(layout, self.options["critical_segments"])
@@ -354,6 +355,7 @@ class _Endpoint:
             "max_wait_us": round(o["max_wait_ms"] * 1000), "ack_every": o["ack_every"],
             "ack_delay_us": o["ack_delay_us"], "max_open_per_peer": o["max_open_per_peer"],
             "cc": int(o["cc"]), "fixed_rate_mbps": o["fixed_rate_mbps"],
+            **(core_settings or {}),
         }
         for name, value in settings.items():
             check(so.ltp_config_set(cfg, name.encode(), float(value)), f"LTP option {name}={value}")
@@ -379,51 +381,93 @@ class _Endpoint:
 
     def send(self, peers: Sequence[int], msg_id: int, values: np.ndarray,
              timeout_s: float) -> list[SendReport]:
+        """Send ``values`` as one message (segment 0) to every peer, in one call into C."""
         payload = self.wire.to_wire(_float32_payload(values, self.layout))
-        reqs = (SendReq * len(peers))()
-        for r, peer in zip(reqs, peers):
-            r.peer, r.msg_id, r.segment = peer, msg_id & 0xFFFFFFFF, 0
-            r.len_bytes, r.data = payload.nbytes, payload.ctypes.data
-            r.critical_bytes = self.wire.critical_bytes
-        rc = self._so.ltp_udp_send(self.handle, reqs, len(peers), _timeout_us(timeout_s))
+        return self.send_parts(peers, msg_id, [(0, payload)], self.wire.critical_bytes, timeout_s)
+
+    def send_parts(self, peers: Sequence[int], msg_id: int, parts: Sequence[tuple[int, np.ndarray]],
+                   critical_bytes: int, timeout_s: float) -> list[SendReport]:
+        """Send every (segment, contiguous float32 array) part to every peer, in one call into C.
+
+        Returns one report per peer, summed over its parts.
+        """
+        reqs = (SendReq * (len(peers) * len(parts)))()
+        slots = [(peer, seg, arr) for peer in peers for seg, arr in parts]
+        for r, (peer, seg, arr) in zip(reqs, slots):
+            r.peer, r.msg_id, r.segment = peer, msg_id & 0xFFFFFFFF, seg
+            r.len_bytes, r.data = arr.nbytes, arr.ctypes.data
+            r.critical_bytes = critical_bytes
+        rc = self._so.ltp_udp_send(self.handle, reqs, len(reqs), _timeout_us(timeout_s))
         if rc < 0:
-            failed = [i for i, r in enumerate(reqs) if r.status < 0]
+            failed = sorted({slots[i][0] for i, r in enumerate(reqs) if r.status < 0})
             check(rc, f"sending message {msg_id} (peers {failed} did not finish)")
-        return [self._report(payload.nbytes, r.stats) for r in reqs]
+        per = len(parts)
+        nbytes = sum(arr.nbytes for _, arr in parts)
+        return [self._report(nbytes, [reqs[i * per + j].stats for j in range(per)])
+                for i in range(len(peers))]
 
     @staticmethod
-    def _report(nbytes: int, s: SendStats) -> SendReport:
-        stats = {"acked_packets": float(s.acked_packets), "count": float(s.count),
-                 "closed_by_peer": float(s.done == 1), "peer_received": float(s.peer_received),
-                 "elapsed_us": float(s.elapsed_us), "srtt_us": s.srtt_us,
-                 "pacing_rate_mbps": s.pacing_rate_mbps, "btl_bw_mbps": s.btl_bw_mbps}
-        return SendReport(nbytes, int(s.wire_bytes), packets=int(s.packets + s.retransmits),
-                          retransmits=int(s.retransmits), stats=stats)
+    def _report(nbytes: int, parts: Sequence[SendStats]) -> SendReport:
+        last = parts[-1]  # rate and RTT estimates are per peer: any part has the latest
+        stats = {"acked_packets": float(sum(s.acked_packets for s in parts)),
+                 "count": float(sum(s.count for s in parts)),
+                 "closed_by_peer": float(sum(s.done == 1 for s in parts)),
+                 "peer_received": float(sum(s.peer_received for s in parts)),
+                 "elapsed_us": float(max(s.elapsed_us for s in parts)), "srtt_us": last.srtt_us,
+                 "pacing_rate_mbps": last.pacing_rate_mbps, "btl_bw_mbps": last.btl_bw_mbps}
+        return SendReport(nbytes, int(sum(s.wire_bytes for s in parts)),
+                          packets=int(sum(s.packets + s.retransmits for s in parts)),
+                          retransmits=int(sum(s.retransmits for s in parts)), stats=stats)
 
     def recv(self, peers: Sequence[int], msg_id: int, timeout_s: float) -> list[Delivery]:
+        """Receive message ``msg_id`` (segment 0) from every peer, in one call into C."""
+        return self.recv_parts(peers, msg_id, [(0, 0, self.layout.n_floats)], timeout_s,
+                               unwire=True)
+
+    def recv_parts(self, peers: Sequence[int], msg_id: int,
+                   parts: Sequence[tuple[int, int, int]], timeout_s: float,
+                   unwire: bool = False) -> list[Delivery]:
+        """Receive every (segment, float offset, float count) part from every peer, in one call.
+
+        A peer's parts land in one full-length vector and mask; the Delivery's counters are summed
+        over the parts, and with several parts each part's close threshold is reported as
+        ``threshold_<segment>``. ``unwire`` undoes the critical-first wire order (one part only).
+        """
         n = self.layout.n_floats
-        bufs = [np.empty(n, dtype=np.float32) for _ in peers]
-        masks = [np.empty(n, dtype=np.bool_) for _ in peers]
-        reqs = (RecvReq * len(peers))()
-        for r, peer, buf, mask in zip(reqs, peers, bufs, masks):
-            r.peer, r.msg_id, r.segment, r.cap_bytes = peer, msg_id & 0xFFFFFFFF, 0, buf.nbytes
-            r.data, r.mask = buf.ctypes.data, mask.ctypes.data
-        rc = self._so.ltp_udp_recv(self.handle, reqs, len(peers), _timeout_us(timeout_s))
+        bufs = [np.zeros(n, dtype=np.float32) for _ in peers]
+        masks = [np.zeros(n, dtype=np.bool_) for _ in peers]
+        reqs = (RecvReq * (len(peers) * len(parts)))()
+        slots = [(k, seg, off, cnt) for k in range(len(peers)) for seg, off, cnt in parts]
+        for r, (k, seg, off, cnt) in zip(reqs, slots):
+            r.peer, r.msg_id, r.segment, r.cap_bytes = peers[k], msg_id & 0xFFFFFFFF, seg, 4 * cnt
+            r.data = bufs[k].ctypes.data + 4 * off
+            r.mask = masks[k].ctypes.data + off
+        rc = self._so.ltp_udp_recv(self.handle, reqs, len(reqs), _timeout_us(timeout_s))
         if rc < 0:
-            failed = [i for i, r in enumerate(reqs) if r.status < 0]
+            failed = sorted({peers[slots[i][0]] for i, r in enumerate(reqs) if r.status < 0})
             check(rc, f"receiving message {msg_id} (peers {failed} did not finish)")
         out = []
-        for r, buf, mask in zip(reqs, bufs, masks):
-            s = r.stats
-            values, mask = self.wire.from_wire(buf, mask)
-            complete = s.received_bytes == s.total_bytes
-            stats = {"packets": float(s.packets), "count": float(s.count),
-                     "duplicates": float(s.duplicates), "retransmits": float(s.retransmits),
-                     "critical_packets": float(s.critical_count), "early_closed": float(s.early_closed),
-                     "close_reason": float(s.close_reason), "elapsed_us": float(s.elapsed_us),
-                     "pass_us": float(s.pass_us), "threshold_frac": s.threshold_frac,
-                     "peer_srtt_us": s.peer_srtt_us}
-            frac = 1.0 if complete else float(s.received_bytes) / float(s.total_bytes)
+        per = len(parts)
+        for k in range(len(peers)):
+            got = [reqs[k * per + j].stats for j in range(per)]
+            received = sum(s.received_bytes for s in got)
+            total = sum(s.total_bytes for s in got)
+            values, mask = bufs[k], masks[k]
+            if unwire:
+                values, mask = self.wire.from_wire(values, mask)
+            complete = received == total
+            stats = {name: float(sum(getattr(s, name) for s in got))
+                     for name in ("packets", "count", "duplicates", "retransmits", "early_closed")}
+            stats.update(critical_packets=float(sum(s.critical_count for s in got)),
+                         close_reason=float(max(s.close_reason for s in got)),
+                         elapsed_us=float(max(s.elapsed_us for s in got)),
+                         pass_us=float(max(s.pass_us for s in got)),
+                         threshold_frac=min(s.threshold_frac for s in got),
+                         peer_srtt_us=got[-1].peer_srtt_us)
+            if per > 1:
+                stats.update({f"threshold_{seg}": s.threshold_frac
+                              for (seg, _, _), s in zip(parts, got)})
+            frac = 1.0 if complete else float(received) / float(total)
             m = None if complete else mask
             out.append(Delivery(values, m, frac, _segment_fracs(self.layout, m), stats))
         return out
@@ -510,7 +554,7 @@ class LtpWorker(WorkerEnd):
     """A worker's end: one socket with the PS as its only peer."""
 
     def __init__(self, options: Mapping[str, Any], rank: int, bind: Addr, server: Addr,
-                 layout: Layout) -> None:
+                 layout: Layout, core_settings: Mapping[str, float] | None = None) -> None:
         if not 0 <= rank < RANK_SERVER:
             raise OptionError(f"an LTP worker rank must be from 0 to {RANK_SERVER - 1}, not {rank}.")
         self.rank = rank
@@ -520,7 +564,7 @@ class LtpWorker(WorkerEnd):
         # pull_threshold of 1.0 every parameter arrives anyway.)
         self.filler = filling.Filler("previous")
         pull = options["pull_threshold"]
-        self.end = _Endpoint(options, rank, bind, layout, (pull, pull))
+        self.end = _Endpoint(options, rank, bind, layout, (pull, pull), core_settings)
         try:
             self.server_peer = self.end.add_peer(RANK_SERVER, server)
         except BaseException:

@@ -3,6 +3,8 @@
 Slugs ``tcp-cubic``, ``tcp-reno`` and ``tcp-bbr`` differ only in the ``cc`` option, which is set on
 every socket with ``TCP_CONGESTION`` and read back; a run fails if the kernel put a different
 algorithm in effect (a new Mininet host inherits the machine default, which is not what was asked).
+``tcp-cubic-lowrto`` adds ``rto_min_ms`` (5 ms), set on every host's route (``ip route change ...
+rto_min``); each worker reports the RTO in effect (``rto_ms`` in its summary).
 
 Framing: a worker opens the connection and sends a hello (magic, rank); every message is a
 24-byte header (magic, sender rank, message id, payload length) followed by the float32 payload.
@@ -94,7 +96,7 @@ def _recv_exact(sock: socket.socket, view: memoryview, deadline: float) -> None:
 class TcpTransport(Transport):
     """Plain TCP with a per-socket congestion control."""
 
-    DEFAULTS = {"cc": "cubic"}
+    DEFAULTS = {"cc": "cubic", "rto_min_ms": None}
 
     def validate(self) -> None:
         if self._options["cc"] not in CC_CHOICES:
@@ -102,6 +104,22 @@ class TcpTransport(Transport):
                 f"TCP congestion control must be one of {', '.join(CC_CHOICES)}, "
                 f"not {self._options['cc']!r}."
             )
+        rto = self._options["rto_min_ms"]
+        if rto is not None and (isinstance(rto, bool) or not isinstance(rto, (int, float))
+                                or not 1 <= rto <= 1000):
+            raise OptionError(f"TCP rto_min_ms must be from 1 to 1000 (or null for the kernel's "
+                              f"200 ms), not {rto!r}.")
+
+    def host_commands(self, intf: str, subnet: str) -> list[str]:
+        """With ``rto_min_ms``, lower the minimum retransmission timeout on the host's route.
+
+        The classic incast mitigation: Linux's minimum RTO is 200 ms, which dwarfs a
+        sub-millisecond RTT; ``rto_min`` is a per-route attribute, so it is set per host.
+        """
+        rto = self._options["rto_min_ms"]
+        if rto is None:
+            return []
+        return [f"ip route change {subnet} dev {intf} rto_min {rto:g}ms"]
 
     def serve(self, bind: Addr, workers: Sequence[Addr], layout: Layout) -> TcpServer:
         return TcpServer(bind, workers, layout, self._options["cc"])

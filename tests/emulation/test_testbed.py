@@ -74,3 +74,15 @@ def test_a_hung_run_is_killed_and_recorded(testbed, tmp_path):
     assert "still running" in row["reason"]
     groups = [g["pid"] for g in testbed.ledger.data["groups"]]
     assert groups == [testbed.controller_ref.pid], "the run's processes stayed in the ledger"
+
+
+def test_lowered_rto_applies_to_its_run_only(testbed, tmp_path):
+    def worker_rto_ms(transport, folder):
+        spec = RunSpec(transport=transport, n_workers=2, iterations=3, eval_every=3, timeout_s=120)
+        row, _, _ = execute(testbed, spec, folder, "test")
+        assert row["status"] == "ok", row["reason"]
+        return json.loads((folder / "raw" / "w1.summary.json").read_text())["transport_stats"]["rto_ms"]
+
+    assert worker_rto_ms("tcp-cubic-lowrto", tmp_path / "low") < 50
+    # The next run on the same network gets the kernel's 200 ms floor back.
+    assert worker_rto_ms("tcp-cubic", tmp_path / "default") >= 200

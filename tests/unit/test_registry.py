@@ -19,7 +19,25 @@ def test_tcp_variants_registered_with_distinct_looks():
 
 
 def test_create_merges_fixed_options():
-    assert registry.create("tcp-reno").options() == {"cc": "reno"}
+    assert registry.create("tcp-reno").options() == {"cc": "reno", "rto_min_ms": None}
+
+
+def test_lowrto_sets_the_route_and_records_the_value():
+    t = registry.create("tcp-cubic-lowrto")
+    assert t.options()["rto_min_ms"] == 5
+    assert t.host_commands("w1-eth0", "10.0.0.0/24") == [
+        "ip route change 10.0.0.0/24 dev w1-eth0 rto_min 5ms"]
+    assert registry.create("tcp-cubic").host_commands("w1-eth0", "10.0.0.0/24") == []
+    with pytest.raises(OptionError, match="rto_min_ms"):
+        registry.create("tcp-bbr", {"rto_min_ms": 0})
+
+
+def test_ablations_are_ltp_with_fixed_thresholds():
+    assert registry.create("ltp-reliable").options()["threshold_min"] == 1.0
+    fixed = registry.create("ltp-fixed").options()
+    assert (fixed["threshold_min"], fixed["threshold_max"], fixed["filler"]) == (0.95, 0.95, "zero")
+    with pytest.raises(OptionError, match="cannot be changed"):
+        registry.create("ltp-fixed", {"threshold_max": 0.9})
 
 
 def test_unknown_slug_lists_the_known_ones():
