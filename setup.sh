@@ -55,6 +55,9 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "$want" > "$stamp"
 fi
 
+# The delay line's NFQUEUE helper (make rebuilds it only when its source changed).
+make -s -C topologies/delay
+
 .venv/bin/python -c 'import torch, mininet.net, os_ken, pandas, seaborn, invoke' \
     || { echo "setup.sh: the virtual environment is incomplete; delete .venv and run ./setup.sh again" >&2; exit 1; }
 echo "setup.sh: ready (.venv/bin/invoke --list shows the tasks)"

@@ -24,13 +24,14 @@ PROJECT = Path(__file__).resolve().parent
     "bandwidth": "comma-separated bottleneck rates in Mbit/s",
     "workers": "number of workers",
     "queue": "bottleneck queue length in packets",
+    "delay": "comma-separated one-way delays in ms, added at every host's ingress",
     "model": "model name (mlp, lenet5)",
     "iterations": "training iterations per run",
     "seeds": "comma-separated seeds",
     "timeout": "per-run timeout in seconds",
 })
 def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=None, workers=None,
-              queue=None, model=None, iterations=None, seeds=None, timeout=None):
+              queue=None, delay=None, model=None, iterations=None, seeds=None, timeout=None):
     """Run a sweep of training runs over the emulated incast network and tabulate the results."""
     from harness import cli
 
@@ -40,6 +41,7 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
         plan = presets.get(preset or presets.DEFAULT_PRESET).override(
             transports=cli.words(transports), loss_pcts=cli.numbers(loss, float, "--loss"),
             bottleneck_mbps=cli.numbers(bandwidth, float, "--bandwidth"),
+            delays_ms=cli.numbers(delay, float, "--delay"),
             seeds=cli.numbers(seeds, int, "--seeds"),
             n_workers=None if workers is None else int(workers),
             queue_pkts=None if queue is None else int(queue), model=model,

@@ -69,6 +69,13 @@ def _save(fig, folder: Path, name: str) -> list[Path]:
     return out
 
 
+def _conditions(df: pd.DataFrame) -> pd.Series:
+    """A facet label per row: bottleneck rate, and the added delay where there is one."""
+    delay = df.get("delay_ms", pd.Series(0.0, index=df.index)).fillna(0.0)
+    return [f"{bw:g} Mbit/s" + (f", +{d:g} ms one way" if d else "")
+            for bw, d in zip(df.bottleneck_mbps, delay)]
+
+
 def load(sweep: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(all runs, curves of ok runs, iterations of ok runs) of a sweep folder."""
     runs_csv = sweep / "runs.csv"
@@ -98,7 +105,7 @@ def time_to_target(curves: pd.DataFrame, target: float) -> pd.Series:
 
 def with_ratio(ok: pd.DataFrame) -> pd.DataFrame:
     """Add ``speedup``: iterations/s over tcp-cubic's at the same bandwidth, loss and seed."""
-    keys = ["bottleneck_mbps", "loss_pct", "seed"]
+    keys = ["bottleneck_mbps", "delay_ms", "loss_pct", "seed"]
     base = ok[ok.scheme == BASELINE].groupby(keys).iters_per_s.mean().rename("base_iters_per_s")
     out = ok.join(base, on=keys)
     out["speedup"] = out.iters_per_s / out.base_iters_per_s
@@ -120,22 +127,24 @@ def make(sweep: Path) -> list[Path]:
     """Write every figure and the report; return the paths written."""
     runs, curves, iters = load(sweep)
     ok = with_ratio(runs[runs.status == "ok"].copy())
+    ok["cond"] = _conditions(ok)
+    iters = iters.assign(cond=_conditions(iters)) if not iters.empty else iters
     folder = sweep / "figures"
     folder.mkdir(exist_ok=True)
     order = [s for s in registry.slugs() if s in set(ok.scheme)]
     order += sorted(set(ok.scheme) - set(order))
     palette, markers, names = _look(order)
-    bws = sorted(ok.bottleneck_mbps.unique())
+    conds = list(dict.fromkeys(ok.sort_values(["bottleneck_mbps", "delay_ms"]).cond))
     sns.set_theme(style="whitegrid", context="paper")
     written = []
 
     # 1. throughput and speedup
-    fig, axes = plt.subplots(2, len(bws), figsize=(4.2 * len(bws), 6.4), squeeze=False,
+    fig, axes = plt.subplots(2, len(conds), figsize=(4.2 * len(conds), 6.4), squeeze=False,
                              sharex=True, layout="constrained")
-    for j, bw in enumerate(bws):
-        d = ok[ok.bottleneck_mbps == bw]
+    for j, cond in enumerate(conds):
+        d = ok[ok.cond == cond]
         _lines(axes[0][j], d, "iters_per_s", palette, markers, names, order)
-        axes[0][j].set_title(f"bottleneck {bw:g} Mbit/s")
+        axes[0][j].set_title(cond)
         axes[0][j].set_ylabel("training throughput (iterations/s)")
         _lines(axes[1][j], d, "speedup", palette, markers, names, order)
         axes[1][j].axhline(1.0, color="black", lw=0.8, ls=":")
@@ -146,13 +155,13 @@ def make(sweep: Path) -> list[Path]:
     # 2. time to target and final accuracy
     target = target_accuracy(ok)
     ok["time_to_target_s"] = ok.run_id.map(time_to_target(curves, target))
-    fig, axes = plt.subplots(2, len(bws), figsize=(4.2 * len(bws), 6.4), squeeze=False,
+    fig, axes = plt.subplots(2, len(conds), figsize=(4.2 * len(conds), 6.4), squeeze=False,
                              sharex=True, layout="constrained")
-    for j, bw in enumerate(bws):
-        d = ok[ok.bottleneck_mbps == bw]
+    for j, cond in enumerate(conds):
+        d = ok[ok.cond == cond]
         _lines(axes[0][j], d, "time_to_target_s", palette, markers, names, order)
         axes[0][j].set_ylabel(f"time to {target:.1%} test accuracy (s)")
-        axes[0][j].set_title(f"bottleneck {bw:g} Mbit/s")
+        axes[0][j].set_title(cond)
         _lines(axes[1][j], d, "final_accuracy", palette, markers, names, order)
         axes[1][j].set_ylabel("final test accuracy")
     axes[0][0].legend(fontsize=7)
@@ -161,12 +170,12 @@ def make(sweep: Path) -> list[Path]:
     # 3. CDF of per-iteration push time
     if not iters.empty:
         losses = sorted(iters.loss_pct.unique())
-        fig, axes = plt.subplots(len(bws), len(losses), figsize=(3.2 * len(losses), 2.8 * len(bws)),
-                                 squeeze=False, sharey=True, layout="constrained")
-        for i, bw in enumerate(bws):
+        fig, axes = plt.subplots(len(conds), len(losses), squeeze=False, sharey=True,
+                                 figsize=(3.2 * len(losses), 2.8 * len(conds)), layout="constrained")
+        for i, cond in enumerate(conds):
             for j, loss in enumerate(losses):
                 ax = axes[i][j]
-                d = iters[(iters.bottleneck_mbps == bw) & (iters.loss_pct == loss)]
+                d = iters[(iters.cond == cond) & (iters.loss_pct == loss)]
                 for slug in order:
                     x = np.sort(d[d.scheme == slug].push_s.dropna().to_numpy())
                     if not len(x):
@@ -179,7 +188,7 @@ def make(sweep: Path) -> list[Path]:
                 ax.xaxis.set_major_locator(matplotlib.ticker.LogLocator(10, subs=(1, 2, 5)))
                 ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
                 ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-                ax.set_title(f"{bw:g} Mbit/s, loss {loss:g} %", fontsize=8)
+                ax.set_title(f"{cond}, loss {loss:g} %", fontsize=8)
                 ax.set_xlabel("push time per iteration (s)")
         axes[0][0].set_ylabel("CDF (o p50, v p99)")
         axes[0][0].legend(fontsize=6)
@@ -200,14 +209,14 @@ def make(sweep: Path) -> list[Path]:
         written += _save(fig, folder, "loss_tolerance")
 
     # 5. bottleneck utilisation and queue drops
-    fig, axes = plt.subplots(2, len(bws), figsize=(4.2 * len(bws), 6.4), squeeze=False,
+    fig, axes = plt.subplots(2, len(conds), figsize=(4.2 * len(conds), 6.4), squeeze=False,
                              sharex=True, layout="constrained")
-    for j, bw in enumerate(bws):
-        d = ok[ok.bottleneck_mbps == bw].assign(
+    for j, cond in enumerate(conds):
+        d = ok[ok.cond == cond].assign(
             drops_per_iter=lambda x: x.queue_drops / x.iterations_done)
         _lines(axes[0][j], d, "bottleneck_util_frac", palette, markers, names, order)
         axes[0][j].set_ylabel("bottleneck utilisation")
-        axes[0][j].set_title(f"bottleneck {bw:g} Mbit/s")
+        axes[0][j].set_title(cond)
         _lines(axes[1][j], d, "drops_per_iter", palette, markers, names, order)
         axes[1][j].set_ylabel("queue drops per iteration")
     axes[0][0].legend(fontsize=7)
@@ -219,13 +228,19 @@ def make(sweep: Path) -> list[Path]:
     return written
 
 
+def _baseline_acc(t: pd.DataFrame, bw: float, delay: float, loss: float) -> float:
+    rows = t[(t.scheme == BASELINE) & (t.bottleneck_mbps == bw) & (t.delay_ms == delay)
+             & (t.loss_pct == loss)]
+    return float(rows.final_accuracy.mean())
+
+
 def _report(sweep: Path, runs: pd.DataFrame, ok: pd.DataFrame, order, names, target) -> str:
     cmd = f".venv/bin/invoke figures --sweep {sweep}"
     lines = [f"# Report: {sweep.name}", "",
              f"{len(runs)} runs, {len(ok)} ok"
              + "".join(f", {n} {s}" for s, n in runs.status.value_counts().items() if s != "ok")
              + ". Every figure below is regenerated from the tables by:", "", f"    {cmd}", ""]
-    group = ["bottleneck_mbps", "loss_pct", "scheme"]
+    group = ["bottleneck_mbps", "delay_ms", "loss_pct", "scheme"]
     t = ok.groupby(group).agg(
         runs=("run_id", "count"), iters_per_s=("iters_per_s", "mean"),
         speedup=("speedup", "mean"), final_accuracy=("final_accuracy", "mean"),
@@ -233,26 +248,28 @@ def _report(sweep: Path, runs: pd.DataFrame, ok: pd.DataFrame, order, names, tar
         measured_loss_pct=("measured_loss_pct", "mean"),
         recv_frac=("mean_recv_frac", "mean")).reset_index()
     lines += ["## Headline numbers (means over seeds)", "",
-              "| Mbit/s | loss % | transport | runs | it/s | vs tcp-cubic | final acc. | "
+              "| Mbit/s | delay ms | loss % | transport | runs | it/s | vs tcp-cubic | final acc. | "
               "push p50 s | push p99 s | measured loss % | received frac. |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     rank = {s: i for i, s in enumerate(order)}
     t["_o"] = t.scheme.map(rank)
-    for _, r in t.sort_values(["bottleneck_mbps", "loss_pct", "_o"]).iterrows():
+    for _, r in t.sort_values(["bottleneck_mbps", "delay_ms", "loss_pct", "_o"]).iterrows():
         sp = "" if pd.isna(r.speedup) else f"{r.speedup:.2f}x"
-        lines.append(f"| {r.bottleneck_mbps:g} | {r.loss_pct:g} | {names.get(r.scheme, r.scheme)}"
+        lines.append(f"| {r.bottleneck_mbps:g} | {r.delay_ms:g} | {r.loss_pct:g} | "
+                     f"{names.get(r.scheme, r.scheme)}"
                      f" | {r.runs} | {r.iters_per_s:.2f} | {sp} | {r.final_accuracy:.3f} | "
                      f"{r.push_p50_s:.3f} | {r.push_p99_s:.3f} | {r.measured_loss_pct:.2f} | "
                      f"{r.recv_frac:.3f} |")
     lines += ["", "## Which regime gives which speedup", ""]
     if BASELINE in set(ok.scheme):
         others = t[(t.scheme != BASELINE) & t.speedup.notna()]
-        for (bw, loss), d in others.groupby(["bottleneck_mbps", "loss_pct"]):
+        for (bw, delay, loss), d in others.groupby(["bottleneck_mbps", "delay_ms", "loss_pct"]):
             best = d.loc[d.speedup.idxmax()]
-            lines.append(f"- {bw:g} Mbit/s, {loss:g} % loss: best is "
+            where = f"{bw:g} Mbit/s" + (f", +{delay:g} ms one way" if delay else "")
+            lines.append(f"- {where}, {loss:g} % loss: best is "
                          f"{names.get(best.scheme, best.scheme)} at {best.speedup:.2f}x "
                          f"{BASELINE}'s throughput (final accuracy {best.final_accuracy:.3f} vs "
-                         f"{t[(t.scheme == BASELINE) & (t.bottleneck_mbps == bw) & (t.loss_pct == loss)].final_accuracy.mean():.3f}).")
+                         f"{_baseline_acc(t, bw, delay, loss):.3f}).")
     else:
         lines.append(f"- no {BASELINE} runs in this sweep, so no speedups.")
     lines += ["", f"Time to target uses a target of {target:.1%} test accuracy (95 % of the median "

@@ -38,6 +38,7 @@ class Plan:
     seeds: tuple[int, ...]
     base: RunSpec
     order_seed: int = 0
+    delays_ms: tuple[float, ...] = (0.0,)
 
     def specs(self) -> list[RunSpec]:
         """Every run of the grid, in grid order (the sweep shuffles it).
@@ -45,23 +46,25 @@ class Plan:
         ``transports`` holds schemes: a slug, optionally with options (``ltp+filler=zero``).
         """
         out = []
-        for scheme, loss, bw, seed in itertools.product(self.transports, self.loss_pcts,
-                                                        self.bottleneck_mbps, self.seeds):
+        for scheme, loss, bw, delay, seed in itertools.product(
+                self.transports, self.loss_pcts, self.bottleneck_mbps, self.delays_ms, self.seeds):
             slug, options = parse_scheme(scheme)
             out.append(self.base.replace(transport=slug,
                                          transport_options={**self.base.options(), **options},
-                                         loss_pct=loss, bottleneck_mbps=bw, seed=seed))
+                                         loss_pct=loss, bottleneck_mbps=bw, delay_ms=delay,
+                                         seed=seed))
         return out
 
     def override(self, **changes: Any) -> Plan:
         """A copy with grid dimensions (``transports``, ``loss_pcts``, ``bottleneck_mbps``,
-        ``seeds``, ``order_seed``) or base fields (``iterations``, ``model``, ...) replaced."""
+        ``delays_ms``, ``seeds``, ``order_seed``) or base fields (``iterations``, ``model``, ...)
+        replaced."""
         grid = {k: v for k, v in changes.items() if v is not None and k in _GRID_FIELDS}
         base = {k: v for k, v in changes.items() if v is not None and k not in _GRID_FIELDS}
         unknown = sorted(set(base) - {f.name for f in dataclasses.fields(RunSpec)})
         if unknown:
             raise SpecError(f"there is no run parameter named {unknown[0]!r}.")
-        for key in ("transports", "loss_pcts", "bottleneck_mbps", "seeds"):
+        for key in ("transports", "loss_pcts", "bottleneck_mbps", "delays_ms", "seeds"):
             if key in grid:
                 grid[key] = tuple(grid[key])
                 if not grid[key]:
@@ -73,7 +76,7 @@ class Plan:
         return plan
 
 
-_GRID_FIELDS = {"transports", "loss_pcts", "bottleneck_mbps", "seeds", "order_seed"}
+_GRID_FIELDS = {"transports", "loss_pcts", "bottleneck_mbps", "delays_ms", "seeds", "order_seed"}
 TCP_VARIANTS = ("tcp-cubic", "tcp-reno", "tcp-bbr")
 
 PRESETS: dict[str, Plan] = {

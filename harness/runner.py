@@ -192,12 +192,12 @@ def summarize(spec: RunSpec, raw: Path, deltas: dict) -> tuple[dict, list[dict],
     }
     cum = np.concatenate([[0.0], np.cumsum(iter_s)]) if len(ps) else np.array([0.0])
     curves = [{"run_id": spec.run_id, "scheme": spec.scheme, "transport": spec.transport,
-               "loss_pct": spec.loss_pct,
+               "loss_pct": spec.loss_pct, "delay_ms": spec.delay_ms,
                "seed": spec.seed, "iteration": e["iteration"],
                "time_s": float(cum[min(e["iteration"], len(cum) - 1)]),
                "accuracy": e["accuracy"], "test_loss": e["test_loss"]} for e in evals]
     iterations = [{"run_id": spec.run_id, "scheme": spec.scheme, "transport": spec.transport,
-                   "loss_pct": spec.loss_pct,
+                   "loss_pct": spec.loss_pct, "delay_ms": spec.delay_ms,
                    "bottleneck_mbps": spec.bottleneck_mbps, "seed": spec.seed,
                    "iteration": rec["iteration"], "iter_s": rec["iter_s"],
                    "broadcast_s": rec["broadcast_s"], "gather_s": rec["gather_s"],
@@ -239,7 +239,9 @@ def execute(testbed: Testbed, spec: RunSpec, run_dir: Path, sweep: str,
     commit, dirty = git_state()
 
     testbed.set_loss(spec.loss_pct)
+    testbed.set_delay(spec.delay_ms)
     testbed.reset_routes()
+    rtt_ms = testbed.rtt_ms(worker_name(0))
     for host in testbed.host_names():
         for command in transport.host_commands(f"{host}-eth0", SUBNET):
             testbed.host_run(host, "sh", "-c", command)
@@ -280,7 +282,8 @@ def execute(testbed: Testbed, spec: RunSpec, run_dir: Path, sweep: str,
         "scheme": spec.scheme, "transport": spec.transport, "transport_options": transport.options(),
         "n_workers": spec.n_workers, "bottleneck_mbps": spec.bottleneck_mbps,
         "worker_link_mbps": spec.network.worker_mbps, "queue_pkts": spec.queue_pkts,
-        "loss_pct": spec.loss_pct, "model": spec.model, "dataset": spec.dataset,
+        "loss_pct": spec.loss_pct, "delay_ms": spec.delay_ms, "rtt_ms": rtt_ms,
+        "model": spec.model, "dataset": spec.dataset,
         "iterations": spec.iterations, "batch_size": spec.batch_size, "lr": spec.lr,
         "eval_every": spec.eval_every, "seed": spec.seed,
         **metrics,

@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from harness import datasets, models
+from topologies.delay import DelayError, check_delay
 from topologies.incast import IncastParams, TopologyError, check_params
 from transports import registry
 from transports.base import OptionError
@@ -59,6 +60,7 @@ class RunSpec:
     worker_link_mbps: float | None = None
     queue_pkts: int = 64
     loss_pct: float = 0.0
+    delay_ms: float = 0.0
     model: str = "mlp"
     dataset: str = "fashion-mnist"
     iterations: int = 100
@@ -76,7 +78,7 @@ class RunSpec:
             opts = opts.items()
         object.__setattr__(self, "transport_options",
                            tuple(sorted((str(k), _freeze(v)) for k, v in opts)))
-        for name in ("bottleneck_mbps", "loss_pct", "lr", "timeout_s"):
+        for name in ("bottleneck_mbps", "loss_pct", "delay_ms", "lr", "timeout_s"):
             object.__setattr__(self, name, float(getattr(self, name)))
         if self.worker_link_mbps is not None:
             object.__setattr__(self, "worker_link_mbps", float(self.worker_link_mbps))
@@ -87,7 +89,8 @@ class RunSpec:
             registry.create(self.transport, dict(self.transport_options))
             check_params(self.n_workers, self.bottleneck_mbps, self.worker_link_mbps,
                          self.queue_pkts, self.loss_pct)
-        except (registry.UnknownTransport, OptionError, TopologyError) as exc:
+            check_delay(self.delay_ms)
+        except (registry.UnknownTransport, OptionError, TopologyError, DelayError) as exc:
             raise SpecError(str(exc)) from None
         if self.model not in models.MODELS:
             raise SpecError(f"unknown model {self.model!r}; choose one of: "
@@ -115,7 +118,7 @@ class RunSpec:
 
     @property
     def network_key(self) -> tuple:
-        """What a network must match to be reused for this run (all but the loss rate)."""
+        """What a network must match to be reused for this run (all but loss and delay)."""
         return (self.n_workers, self.bottleneck_mbps, self.worker_link_mbps, self.queue_pkts)
 
     def options(self) -> dict[str, Any]:
@@ -146,7 +149,8 @@ class RunSpec:
     def run_id(self) -> str:
         """A readable, unique id: transport, loss, bandwidth, seed and a digest of everything."""
         digest = hashlib.sha256(self.to_json().encode()).hexdigest()[:8]
-        return (f"{self.transport}_loss{self.loss_pct:g}_bw{self.bottleneck_mbps:g}"
+        delay = f"_d{self.delay_ms:g}" if self.delay_ms else ""
+        return (f"{self.transport}_loss{self.loss_pct:g}_bw{self.bottleneck_mbps:g}{delay}"
                 f"_s{self.seed}_{digest}")
 
     def replace(self, **changes: Any) -> RunSpec:

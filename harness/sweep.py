@@ -78,7 +78,8 @@ def _write_manifest(plan: Plan, specs: list[RunSpec], folder: Path) -> None:
     manifest = {
         "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "plan": {"name": plan.name, "transports": plan.transports, "loss_pcts": plan.loss_pcts,
-                 "bottleneck_mbps": plan.bottleneck_mbps, "seeds": plan.seeds,
+                 "bottleneck_mbps": plan.bottleneck_mbps, "delays_ms": plan.delays_ms,
+                 "seeds": plan.seeds,
                  "order_seed": plan.order_seed, "base": plan.base.as_dict()},
         "run_ids": ids, "specs": [s.as_dict() for s in specs], "provenance": provenance(),
     }
@@ -128,8 +129,9 @@ def run_plan(plan: Plan, folder: Path, progress: Callable[[str], None] = print) 
                     shutil.move(run_dir, run_dir.with_name(f"{spec.run_id}.interrupted-{stamp}"))
                 for table in ("curves.csv", "iterations.csv"):
                     results.drop_rows(folder / table, spec.run_id)
+                delay = f" delay {spec.delay_ms:g} ms" if spec.delay_ms else ""
                 progress(f"[{finished + 1}/{len(todo)}] {spec.scheme} loss {spec.loss_pct:g}% "
-                         f"bw {spec.bottleneck_mbps:g} Mbit/s seed {spec.seed} ...")
+                         f"bw {spec.bottleneck_mbps:g} Mbit/s{delay} seed {spec.seed} ...")
                 t0 = time.monotonic()
                 row, curves, iterations = execute(testbed, spec, run_dir, plan.name, spawn)
                 # runs.csv last: its row is what marks the run finished.

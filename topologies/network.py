@@ -16,8 +16,8 @@ Leaving it, also on Ctrl-C, SIGTERM and errors, removes exactly what it created,
 ledger on disk (:mod:`topologies.ledger`) as it went. It never runs ``mn -c`` or
 ``mininet.clean.cleanup()``, which kill and delete machine-wide by name.
 
-While it is up, :meth:`Testbed.set_loss` changes the loss rate in place (so consecutive runs can
-share one network), :meth:`Testbed.snapshot` reads every counter a run needs, and
+While it is up, :meth:`Testbed.set_loss` and :meth:`Testbed.set_delay` change the loss rate and
+the one-way delay in place (so consecutive runs can share one network), :meth:`Testbed.snapshot` reads every counter a run needs, and
 :meth:`Testbed.start_process` runs a program inside a host, in its own process group, recorded
 for cleanup.
 """
@@ -43,7 +43,8 @@ from mininet.net import Mininet
 from mininet.node import Host, OVSSwitch, RemoteController
 
 from topologies import impair, ovs
-from topologies.incast import (PS_NAME, PS_PORT, SUBNET, SWITCH_NAME, IncastParams,
+from topologies.delay import DelayLine
+from topologies.incast import (PS_IP, PS_NAME, PS_PORT, SUBNET, SWITCH_NAME, IncastParams,
                                IncastTopo)
 from topologies.ledger import Ledger, ProcessRef, link_exists, read_sysctl, reclaim, write_sysctl
 
@@ -161,6 +162,7 @@ class Testbed:
         self.stats_path = self.folder / "port_stats.jsonl"
         self.net: Mininet | None = None
         self.loss_pct = params.loss_pct
+        self.delay = DelayLine(self)
         self._controller_log_offset = 0
         self._saved_env: dict[str, str | None] = {}
 
@@ -223,6 +225,9 @@ class Testbed:
         # A second Ctrl-C must not cut the cleanup short.
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
+            if self.net is not None:
+                with contextlib.suppress(Exception):
+                    self.delay.stop()
             for item in list(self.ledger.data.get("groups", [])):
                 ProcessRef(**item).kill_group()
             if self.net is not None:
@@ -346,6 +351,23 @@ class Testbed:
             self.host_run(name, "nft", "-f", str(script))
             script.unlink()
         self.loss_pct = loss_pct
+
+    def set_delay(self, delay_ms: float) -> None:
+        """Add ``delay_ms`` of one-way delay at every host's ingress (:mod:`topologies.delay`)."""
+        self.delay.set(delay_ms)
+
+    def rtt_ms(self, host: str, count: int = 5) -> float:
+        """Median application-level RTT from ``host`` to the PS, on the idle network.
+
+        ``ping -U`` times from user space to user space, which counts delay added at the
+        pinging host's own ingress (plain ping does not).
+        """
+        out = self.host_run(host, "ping", "-U", "-n", "-q", "-c", str(count), "-i", "0.02",
+                            "-W", "5", PS_IP)
+        match = re.search(r"= [\d.]+/([\d.]+)/", out)
+        if not match:
+            raise TestbedError(f"ping from {host} to the PS printed no RTT: {out.strip()[-200:]}")
+        return float(match.group(1))
 
     def snapshot(self) -> dict:
         """Every counter a run needs, at this instant.

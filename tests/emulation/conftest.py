@@ -9,7 +9,8 @@ import pytest
 
 from topologies.network import STATE_DIR
 
-OUR_PROCESS = re.compile(r"mininet:(ps1|s1|w\d+)|osken-manager|harness\.node|harness\.zygote|iperf3")
+OUR_PROCESS = re.compile(r"mininet:(ps1|s1|w\d+)|osken-manager|harness\.node|harness\.zygote|"
+                         r"harness\.bench_node|iperf3|nfq-delay")
 OUR_LINK = re.compile(r"(ps1|s1|w\d+)-eth\d+")
 
 
