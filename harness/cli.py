@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from invoke.exceptions import Exit
 
 from harness.datasets import DatasetError
-from harness.figures import FiguresError
 from harness.presets import UnknownPreset
 from harness.results import ResultsError
 from harness.spec import SpecError
@@ -24,7 +23,7 @@ from transports.registry import UnknownTransport
 
 USER_ERRORS = (SpecError, UnknownPreset, UnknownTransport, OptionError, TopologyError,
                TestbedError, OVSError, SweepError, ResultsError, DatasetError, TransportError,
-               FiguresError, DelayError)
+               DelayError)
 
 
 def require_root() -> None:

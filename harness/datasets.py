@@ -14,8 +14,12 @@ import gzip
 import os
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # imported where data is loaded, so naming a data set stays cheap
+    import torch
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 CACHE_DIR = Path(os.environ.get("LTP_STATE_DIR", PROJECT_DIR / ".state")) / "datasets"
@@ -73,6 +77,8 @@ def load(name: str, split: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(images as normalised float32 [N, 784], labels as int64 [N]) of ``split`` (train|test)."""
     if name not in DATASETS:
         raise DatasetError(f"unknown data set {name!r}; choose one of: {', '.join(DATASETS)}.")
+    import torch
+
     info = DATASETS[name]
     images, labels = _cached(info, split)
     x = torch.from_numpy(np.asarray(images, dtype=np.float32).reshape(len(images), -1) / 255.0)

@@ -28,13 +28,10 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from harness.results import ResultsError  # noqa: E402
 from transports import registry  # noqa: E402
 
 BASELINE = "tcp-cubic"
-
-
-class FiguresError(RuntimeError):
-    """The sweep folder has no results to draw."""
 
 
 def _slug(scheme: str) -> str:
@@ -80,11 +77,11 @@ def load(sweep: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(all runs, curves of ok runs, iterations of ok runs) of a sweep folder."""
     runs_csv = sweep / "runs.csv"
     if not runs_csv.exists():
-        raise FiguresError(f"{runs_csv} does not exist; run a sweep into {sweep} first.")
+        raise ResultsError(f"{runs_csv} does not exist; run a sweep into {sweep} first.")
     runs = pd.read_csv(runs_csv)
     ok_ids = set(runs.loc[runs.status == "ok", "run_id"])
     if not ok_ids:
-        raise FiguresError(f"{runs_csv} has no run with status ok to draw.")
+        raise ResultsError(f"{runs_csv} has no run with status ok to draw.")
     curves = pd.read_csv(sweep / "curves.csv") if (sweep / "curves.csv").exists() else pd.DataFrame()
     iters = (pd.read_csv(sweep / "iterations.csv") if (sweep / "iterations.csv").exists()
              else pd.DataFrame(columns=["run_id"]))

@@ -8,11 +8,13 @@ roughly 8x the compute per step). Every model takes a batch of flattened 784-pix
 from __future__ import annotations
 
 from collections.abc import Callable
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING
 
 from transports.base import Layout
+
+if TYPE_CHECKING:  # torch is imported where a model is built, so naming one stays cheap
+    import torch
+    from torch import nn
 
 
 class UnknownModel(KeyError):
@@ -24,12 +26,16 @@ class UnknownModel(KeyError):
 
 def mlp() -> nn.Module:
     """Multilayer perceptron 784-128-64-10 with ReLU."""
+    from torch import nn
+
     return nn.Sequential(nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 64), nn.ReLU(),
                          nn.Linear(64, 10))
 
 
 def lenet5() -> nn.Module:
     """LeNet-5 (padded first convolution so 28x28 inputs work), ReLU and max pooling."""
+    from torch import nn
+
     return nn.Sequential(
         nn.Unflatten(1, (1, 28, 28)),
         nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
@@ -46,6 +52,8 @@ def build(name: str, seed: int) -> nn.Module:
     """Model ``name`` with weights drawn from ``seed`` (the same on every host)."""
     if name not in MODELS:
         raise UnknownModel(f"unknown model {name!r}; choose one of: {', '.join(MODELS)}.")
+    import torch
+
     torch.manual_seed(seed)
     return MODELS[name]()
 
@@ -57,14 +65,20 @@ def layout(model: nn.Module) -> Layout:
 
 def flat_params(model: nn.Module) -> torch.Tensor:
     """All parameters as one float32 vector, in :func:`layout` order."""
+    import torch
+
     return torch.nn.utils.parameters_to_vector(model.parameters()).detach()
 
 
 def flat_grads(model: nn.Module) -> torch.Tensor:
     """All gradients as one float32 vector, in :func:`layout` order."""
+    import torch
+
     return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
 
 
 def load_flat(model: nn.Module, values: torch.Tensor) -> None:
     """Overwrite the model's parameters with a flat vector."""
+    import torch
+
     torch.nn.utils.vector_to_parameters(values, model.parameters())

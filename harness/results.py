@@ -92,6 +92,8 @@ RUNS_COLUMNS = (
                                        "retransmissions included, where the transport knows)"),
     Column("retransmits", "packets", "retransmitted segments or packets, all hosts"),
     Column("wall_s", "s", "wall-clock time of the run, process start to exit"),
+    Column("overhead_s", "s", "time the run took outside training and evaluation: setting loss and "
+                             "delay, counters, starting and joining the processes, collecting"),
     Column("started_at", "ISO 8601", "when the run started (UTC)"),
     Column("git_commit", "", "commit of the project that ran"),
     Column("git_dirty", "bool", "whether the work tree had uncommitted changes"),

@@ -238,6 +238,7 @@ def execute(testbed: Testbed, spec: RunSpec, run_dir: Path, sweep: str,
     started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     commit, dirty = git_state()
 
+    t_begin = time.monotonic()
     testbed.set_loss(spec.loss_pct)
     testbed.set_delay(spec.delay_ms)
     testbed.reset_routes()
@@ -277,6 +278,12 @@ def execute(testbed: Testbed, spec: RunSpec, run_dir: Path, sweep: str,
 
     metrics, curves, iterations = summarize(spec, raw,
                                             counter_deltas(before, after, spec.n_workers))
+    ps_summary = raw / f"{PS_NAME}.summary.json"
+    training_s = 0.0
+    if ps_summary.exists():
+        s = json.loads(ps_summary.read_text())
+        training_s = s["train_end_time"] - s["train_start_time"]
+    overhead_s = time.monotonic() - t_begin - training_s
     row = {
         "run_id": spec.run_id, "sweep": sweep, "status": status, "reason": reason,
         "scheme": spec.scheme, "transport": spec.transport, "transport_options": transport.options(),
@@ -289,6 +296,6 @@ def execute(testbed: Testbed, spec: RunSpec, run_dir: Path, sweep: str,
         **metrics,
         "bottleneck_util_frac": utilisation(_training_window(raw, stats), PS_PORT,
                                             spec.bottleneck_mbps),
-        "wall_s": wall_s, "started_at": started_at, "git_commit": commit, "git_dirty": dirty,
+        "wall_s": wall_s, "overhead_s": overhead_s, "started_at": started_at, "git_commit": commit, "git_dirty": dirty,
     }
     return row, curves, iterations

@@ -115,11 +115,15 @@ def run_plan(plan: Plan, folder: Path, progress: Callable[[str], None] = print) 
         progress(f"all {len(specs)} runs of {folder} are done; nothing to run.")
         return folder
     progress(f"{len(todo)} of {len(specs)} runs to go ({len(done)} already done) -> {folder}")
-    finished, run_times = 0, []
+    finished, run_times, overheads, training = 0, [], [], 0.0
+    sweep_t0 = time.monotonic()
+    network_s = 0.0
     for group in order(todo, plan.order_seed):
         network = group[0].network
         net_dir = folder / "network" / _network_dir(group[0])
+        t_up = time.monotonic()
         with Testbed(network, net_dir) as testbed, Zygote(net_dir, testbed.ledger) as zygote:
+            network_s += time.monotonic() - t_up
             spawn = spawn_forked(testbed, zygote)
             for spec in group:
                 run_dir = folder / "runs" / spec.run_id
@@ -134,12 +138,14 @@ def run_plan(plan: Plan, folder: Path, progress: Callable[[str], None] = print) 
                          f"bw {spec.bottleneck_mbps:g} Mbit/s{delay} seed {spec.seed} ...")
                 t0 = time.monotonic()
                 row, curves, iterations = execute(testbed, spec, run_dir, plan.name, spawn)
+                training += time.monotonic() - t0 - row["overhead_s"]
                 # runs.csv last: its row is what marks the run finished.
                 results.append_rows(folder / "curves.csv", results.CURVES_COLUMNS, curves)
                 results.append_rows(folder / "iterations.csv", results.ITERATIONS_COLUMNS,
                                     iterations)
                 results.append_rows(folder / "runs.csv", results.RUNS_COLUMNS, [row])
                 run_times.append(time.monotonic() - t0)
+                overheads.append(row["overhead_s"])
                 finished += 1
                 left = len(todo) - finished
                 acc = row["final_accuracy"]
@@ -148,8 +154,15 @@ def run_plan(plan: Plan, folder: Path, progress: Callable[[str], None] = print) 
                     f" in {_fmt_s(run_times[-1])}: accuracy "
                     f"{'-' if acc is None else f'{acc:.3f}'}, "
                     f"{row['iters_per_s'] or 0:.2f} it/s, measured loss "
-                    f"{row['measured_loss_pct']:.2f}%, queue drops {row['queue_drops']}"
+                    f"{row['measured_loss_pct']:.2f}%, queue drops {row['queue_drops']}, "
+                    f"overhead {row['overhead_s']:.1f}s"
                     f" | {finished} done, {left} left, ETA "
                     f"{_fmt_s(left * sum(run_times) / len(run_times))}")
+            t_down = time.monotonic()
+        network_s += time.monotonic() - t_down
+    total = time.monotonic() - sweep_t0
+    progress(f"overhead: {sum(overheads) / len(overheads):.1f}s per run, {network_s:.0f}s bringing "
+             f"networks up and down; {100 * (total - training) / total:.1f}% of the sweep's "
+             f"{_fmt_s(total)} was not training")
     progress(f"wrote {folder}")
     return folder

@@ -4,7 +4,7 @@ Importing torch costs about a second per process, and a run starts nine at once 
 The zygote imports torch, the harness and the transports once, then, for each request, forks a
 child that joins the target host's network namespace (``setns`` on ``/proc/<pid>/ns/net`` of the
 host's Mininet shell, exactly what ``mnexec -a`` does), starts its own session (so it can be
-killed by process group), sends its output to a log file and runs a module as ``__main__``. The
+killed by process group), sends its output to a log file and calls a module's ``main(argv)``. The
 child is a real process in the host: its sockets live in the host's namespace and cross the
 emulated links.
 
@@ -20,8 +20,8 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import importlib
 import os
-import runpy
 import signal
 import socket
 import subprocess
@@ -45,6 +45,7 @@ def _preload() -> None:
     import numpy  # noqa: F401
     import torch  # noqa: F401
 
+    import harness.bench_node  # noqa: F401
     import harness.node  # noqa: F401
     from harness import datasets
     from transports import registry
@@ -83,8 +84,8 @@ def _child(request: dict, listener: socket.socket, conn: socket.socket) -> None:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         sys.argv = [request["module"]] + list(request["args"])
         try:
-            runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
-            code = 0
+            # The module is already imported (preloaded); run its entry point, main(argv).
+            code = importlib.import_module(request["module"]).main(list(request["args"])) or 0
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException:
