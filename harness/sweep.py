@@ -164,5 +164,18 @@ def run_plan(plan: Plan, folder: Path, progress: Callable[[str], None] = print) 
     progress(f"overhead: {sum(overheads) / len(overheads):.1f}s per run, {network_s:.0f}s bringing "
              f"networks up and down; {100 * (total - training) / total:.1f}% of the sweep's "
              f"{_fmt_s(total)} was not training")
+    _draw(folder, progress)
     progress(f"wrote {folder}")
     return folder
+
+
+def _draw(folder: Path, progress: Callable[[str], None]) -> None:
+    """Regenerate the figures and the report (a sweep with no ok run has nothing to draw)."""
+    from harness import figures
+
+    try:
+        figures.make(folder)
+    except results.ResultsError as exc:
+        progress(f"no figures: {exc}")
+        return
+    progress(f"figures in {folder / 'figures'}, report {folder / 'report.md'}")

@@ -86,6 +86,35 @@ def register(info: TransportInfo) -> None:
     REGISTRY[info.slug] = info
 
 
+PLUGINS_ENV = "LTP_TRANSPORTS"
+
+
+def load_plugins(spec: str | None = None) -> None:
+    """Import the transport modules named in ``$LTP_TRANSPORTS`` (or ``spec``).
+
+    A comma-separated list of module names (``mypkg.mytransport``) or paths to ``.py`` files;
+    each module registers its schemes with :func:`register` when imported. Child processes inherit
+    the variable, so the PS and the workers see the same registry as the sweep.
+    """
+    import importlib.util
+    import os
+    import sys
+
+    for item in filter(None, (x.strip() for x in (spec or os.environ.get(PLUGINS_ENV, "")).split(","))):
+        if item.endswith(".py"):
+            name = "ltp_plugin_" + os.path.splitext(os.path.basename(item))[0]
+            if name in sys.modules:
+                continue
+            spec_ = importlib.util.spec_from_file_location(name, item)
+            if spec_ is None or not os.path.exists(item):
+                raise UnknownTransport(f"{PLUGINS_ENV} names {item}, which does not exist.")
+            module = importlib.util.module_from_spec(spec_)
+            sys.modules[name] = module
+            spec_.loader.exec_module(module)
+        else:
+            importlib.import_module(item)
+
+
 def slugs() -> list[str]:
     """Every registered slug, in registration order."""
     return list(REGISTRY)
@@ -113,3 +142,6 @@ def create(slug: str, options: Mapping[str, Any] | None = None) -> Transport:
             "pick the slug that has the value you want."
         )
     return info.transport_class()(slug, {**info.fixed_options, **extra})
+
+
+load_plugins()

@@ -1,5 +1,7 @@
 """Run specs: validation before anything starts, stable ids, JSON round trip, presets."""
 
+from pathlib import Path
+
 import pytest
 
 from harness import presets
@@ -52,6 +54,18 @@ def test_smoke_preset_is_the_tcp_grid():
     specs = presets.get("smoke").specs()
     assert {(s.transport, s.loss_pct) for s in specs} == {
         (t, loss) for t in ("tcp-cubic", "tcp-reno", "tcp-bbr") for loss in (0.0, 1.0)}
+
+
+def test_every_preset_is_valid():
+    from transports import registry
+
+    lab3 = Path(__file__).resolve().parents[2] / "docs" / "labs" / "code" / "udp_blast.py"
+    registry.load_plugins(str(lab3))  # lab 3 uses the lab's own transport
+    for name, plan in presets.PRESETS.items():
+        specs = plan.specs()
+        assert specs and len({s.run_id for s in specs}) == len(specs), name
+    assert presets.DEFAULT_PRESET == "default"
+    assert len(presets.get("default").specs()) == 30
 
 
 def test_override_any_dimension_and_validate_up_front():

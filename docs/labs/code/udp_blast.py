@@ -1,0 +1,221 @@
+"""UDP blast: the simplest loss-tolerant transport, written against the shared interface (lab 3).
+
+Every message is cut into datagrams and sent exactly once, optionally paced at a fixed rate; no
+acknowledgements, no retransmissions. The receiver keeps whatever arrives and closes a message
+when it is complete or when nothing new has arrived for ``quiet_ms``. The PS averages each
+coordinate over the workers that delivered it (masked mean); a worker keeps its previous value
+of a parameter that did not arrive.
+
+It is short on purpose: run it next to ``ltp`` to see what acknowledgements, retransmissions and
+congestion control buy. Load it with::
+
+    LTP_TRANSPORTS=docs/labs/code/udp_blast.py .venv/bin/invoke run-sweep --transports udp-blast,ltp
+
+Datagram: a 24-byte header (magic ``UDPB``, sender rank with 65535 for the PS, message id, float
+offset, float count, message length in floats) and then the float32 values.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import struct
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from transports import filling, registry
+from transports.base import (Addr, Delivery, Layout, OptionError, SendReport, ServerEnd, Transport,
+                             TransportTimeout, WorkerEnd)
+
+MAGIC = b"UDPB"
+HEADER = struct.Struct("!4sHxxIIII")
+PS_RANK = 0xFFFF
+HELLO, HELLO_ACK = b"HELO", b"HACK"
+
+
+class UdpBlast(Transport):
+    """Send once, keep what arrives."""
+
+    DEFAULTS = {"rate_mbps": 0.0, "quiet_ms": 20.0, "packet_floats": 350, "rx_drop_frac": 0.0,
+                "seed": 1}
+
+    def validate(self) -> None:
+        o = self._options
+        if not 0 <= o["rate_mbps"] <= 10_000:
+            raise OptionError(f"udp-blast rate_mbps must be from 0 (unpaced) to 10000, not "
+                              f"{o['rate_mbps']!r}.")
+        if not 0 < o["quiet_ms"] <= 10_000:
+            raise OptionError(f"udp-blast quiet_ms must be above 0, not {o['quiet_ms']!r}.")
+        if not 1 <= o["packet_floats"] <= 362:
+            raise OptionError("udp-blast packet_floats must be from 1 to 362 (one 1472-byte "
+                              "datagram).")
+        if not 0 <= o["rx_drop_frac"] < 1:
+            raise OptionError("udp-blast rx_drop_frac must be from 0 to below 1.")
+
+    def serve(self, bind: Addr, workers: Sequence[Addr], layout: Layout) -> BlastServer:
+        return BlastServer(self._options, bind, list(workers), layout)
+
+    def connect(self, rank: int, bind: Addr, server: Addr, layout: Layout) -> BlastWorker:
+        return BlastWorker(self._options, rank, bind, server, layout)
+
+
+class _Socket:
+    """One UDP socket, the send and receive loops, and the reassembly of messages."""
+
+    def __init__(self, options: dict, rank: int, bind: Addr, peers: list[Addr],
+                 layout: Layout) -> None:
+        self.o, self.rank, self.peers, self.layout = options, rank, peers, layout
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+        self.sock.bind(bind)
+        self.rng = np.random.default_rng(options["seed"] + rank)
+        self.pending: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+
+    def send(self, peer: Addr, msg_id: int, values: np.ndarray) -> SendReport:
+        payload = np.ascontiguousarray(values, dtype=np.float32)
+        n, step, wire = payload.size, self.o["packet_floats"], 0
+        gap_s = (step * 4 + HEADER.size + 42) * 8 / (self.o["rate_mbps"] * 1e6) \
+            if self.o["rate_mbps"] else 0.0
+        next_t = time.monotonic()
+        for off in range(0, n, step):
+            chunk = payload[off:off + step]
+            dgram = HEADER.pack(MAGIC, self.rank, msg_id, off, chunk.size, n) + chunk.tobytes()
+            if gap_s:  # fixed-rate pacing: the only congestion control udp-blast has
+                while time.monotonic() < next_t:
+                    pass
+                next_t += gap_s
+            try:
+                self.sock.sendto(dgram, peer)
+            except OSError:
+                pass  # a full socket buffer is just more loss
+            wire += len(dgram)
+        return SendReport(payload.nbytes, wire, packets=-(-n // step))
+
+    def receive(self, senders: list[int], msg_id: int, timeout_s: float) -> list[Delivery]:
+        """Collect message ``msg_id`` from each sender (by rank) until complete or quiet."""
+        deadline = time.monotonic() + timeout_s
+        quiet_s = self.o["quiet_ms"] / 1000
+        last_new = None
+        while True:
+            done = [self._complete(s, msg_id) for s in senders]
+            if all(done):
+                break
+            now = time.monotonic()
+            if last_new is not None and now - last_new > quiet_s:
+                break
+            if now > deadline:
+                raise TransportTimeout(f"no datagram of message {msg_id} arrived in time")
+            wait = quiet_s if last_new is None else max(0.0, quiet_s - (now - last_new))
+            if select.select([self.sock], [], [], min(wait, deadline - now))[0]:
+                if self._read_one(msg_id):
+                    last_new = time.monotonic()
+            elif last_new is None and any(self._has(s, msg_id) for s in senders):
+                last_new = now
+        return [self._take(s, msg_id) for s in senders]
+
+    def _read_one(self, msg_id: int) -> bool:
+        """Read one datagram; True if it carried new data of ``msg_id``."""
+        data, addr = self.sock.recvfrom(65536)
+        if data == HELLO and addr in self.peers:
+            self.sock.sendto(HELLO_ACK, addr)  # its first answer was lost: answer again
+            return False
+        if len(data) < HEADER.size or data[:4] != MAGIC:
+            return False
+        _, sender, mid, off, count, total = HEADER.unpack_from(data)
+        if mid < msg_id or total != self.layout.n_floats or off + count > total \
+                or len(data) != HEADER.size + 4 * count:
+            return False  # stale or malformed
+        if self.o["rx_drop_frac"] and self.rng.random() < self.o["rx_drop_frac"]:
+            return False  # injected loss, for the conformance tests
+        values, mask = self.pending.setdefault(
+            (sender, mid), (np.zeros(total, np.float32), np.zeros(total, bool)))
+        values[off:off + count] = np.frombuffer(data, np.float32, count, HEADER.size)
+        mask[off:off + count] = True
+        return mid == msg_id
+
+    def _has(self, sender: int, msg_id: int) -> bool:
+        return (sender, msg_id) in self.pending
+
+    def _complete(self, sender: int, msg_id: int) -> bool:
+        entry = self.pending.get((sender, msg_id))
+        return entry is not None and bool(entry[1].all())
+
+    def _take(self, sender: int, msg_id: int) -> Delivery:
+        values, mask = self.pending.pop(
+            (sender, msg_id), (np.zeros(self.layout.n_floats, np.float32),
+                               np.zeros(self.layout.n_floats, bool)))
+        frac = float(mask.mean())
+        if frac == 1.0:
+            return Delivery.whole(values, self.layout)
+        fracs = tuple(float(mask[s.offset:s.offset + s.length].mean()) for s in self.layout.segments)
+        return Delivery(values, mask, frac, fracs, {"packets": float(mask.sum())})
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class BlastServer(ServerEnd):
+    """The PS end."""
+
+    def __init__(self, options, bind, workers, layout):
+        self.net = _Socket(options, PS_RANK, bind, workers, layout)
+        self.filler = filling.Filler("masked-mean")
+
+    def wait_for_workers(self, timeout_s: float) -> None:
+        deadline, greeted = time.monotonic() + timeout_s, set()
+        while len(greeted) < len(self.net.peers):
+            if time.monotonic() > deadline:
+                raise TransportTimeout("not every worker said hello in time")
+            if select.select([self.net.sock], [], [], 0.05)[0]:
+                data, addr = self.net.sock.recvfrom(65536)
+                if data == HELLO and addr in self.net.peers:
+                    greeted.add(addr)
+                    self.net.sock.sendto(HELLO_ACK, addr)
+
+    def gather(self, msg_id, timeout_s):
+        got = self.net.receive(list(range(len(self.net.peers))), msg_id, timeout_s)
+        return [self.filler.apply(r, d) for r, d in enumerate(got)]
+
+    def broadcast(self, msg_id, values, timeout_s):
+        return [self.net.send(peer, msg_id, values) for peer in self.net.peers]
+
+    def average(self, deliveries):
+        return filling.masked_mean(deliveries)
+
+    def close(self):
+        self.net.close()
+
+
+class BlastWorker(WorkerEnd):
+    """A worker's end."""
+
+    def __init__(self, options, rank, bind, server, layout):
+        self.net = _Socket(options, rank, bind, [server], layout)
+        self.filler = filling.Filler("previous")
+
+    def join(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self.net.sock.sendto(HELLO, self.net.peers[0])
+            if select.select([self.net.sock], [], [], 0.05)[0]:
+                if self.net.sock.recvfrom(64)[0] == HELLO_ACK:
+                    return
+        raise TransportTimeout("the PS did not answer hello in time")
+
+    def push(self, msg_id, values, timeout_s):
+        return self.net.send(self.net.peers[0], msg_id, values)
+
+    def pull(self, msg_id, timeout_s):
+        return self.filler.apply(0, self.net.receive([PS_RANK], msg_id, timeout_s)[0])
+
+    def close(self):
+        self.net.close()
+
+
+if "udp-blast" not in registry.REGISTRY:
+    registry.register(registry.TransportInfo(
+        "udp-blast", "UDP blast", "#bcbd22", "*", f"{__name__}:UdpBlast", {}, True,
+        "lab 3: send once, no ACKs, no retransmissions, optional fixed-rate pacing",
+        {"rx_drop_frac": 0.1}))
