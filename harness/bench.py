@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from harness.runner import counter_deltas
+from harness.spec import parse_scheme
 from topologies.incast import PS_IP, PS_NAME, IncastParams, worker_name
 from topologies.network import PROJECT_DIR, Testbed, TestbedError
 
@@ -124,7 +125,7 @@ def network(bandwidth_mbps: float, queue_pkts: int, loss_pct: float, seconds: fl
               f"stream), configured {loss_pct:g} %")
 
 
-def _loopback_push_s(slug: str, n_bytes: int, repeats: int) -> list[float]:
+def _loopback_push_s(scheme: str, n_bytes: int, repeats: int) -> list[float]:
     """Push times of one worker -> PS over 127.0.0.1, each from a common start to full receipt."""
     import socket
     import threading
@@ -141,7 +142,7 @@ def _loopback_push_s(slug: str, n_bytes: int, repeats: int) -> list[float]:
             s.bind(("127.0.0.1", 0))
             ports.append(s.getsockname()[1])
     ps_addr, w_addr = ("127.0.0.1", ports[0]), ("127.0.0.1", ports[1])
-    transport = registry.create(slug)
+    transport = registry.create(*parse_scheme(scheme))
     payload = np.ones(layout.n_floats, np.float32)
     ready, go, errors = threading.Semaphore(0), threading.Event(), []
 
@@ -186,7 +187,8 @@ def transport(slugs: tuple[str, ...], losses: tuple[float, ...], bandwidths: tup
     from transports import registry
 
     for slug in slugs:
-        registry.get(slug)
+        name, options = parse_scheme(slug)
+        registry.create(name, options)   # unknown slug or bad option: one sentence, nothing run
     folder = BENCH_DIR / time.strftime("transport-%Y%m%dT%H%M%S")
     folder.mkdir(parents=True, exist_ok=True)
     print("loopback goodput, one worker -> PS (median of 20 pushes):")
@@ -200,7 +202,7 @@ def transport(slugs: tuple[str, ...], losses: tuple[float, ...], bandwidths: tup
     rows = []
     print(f"\nemulated incast: 8 workers x {n_bytes:,} B pushed at once, queue {queue_pkts} packets, "
           f"{iterations} iterations per cell (raw output in {folder})")
-    print(f"  {'Mbit/s':>6} {'loss %':>6} {'transport':<14} {'median s':>9} {'p99 s':>8} "
+    print(f"  {'Mbit/s':>6} {'loss %':>6} {'transport':<22} {'median s':>9} {'p99 s':>8} "
           f"{'bound s':>8} {'median/bound':>12} {'p99/bound':>9} {'min frac':>8}")
     for bw in bandwidths:
         net_dir = folder / f"bw{bw:g}"
@@ -211,7 +213,8 @@ def transport(slugs: tuple[str, ...], losses: tuple[float, ...], bandwidths: tup
                 tb.set_loss(loss)
                 for slug in slugs:
                     cell = net_dir / f"{slug}-loss{loss:g}"
-                    base = ["--transport", slug, "--workers", "8", "--bytes", str(n_bytes),
+                    name, options = parse_scheme(slug)
+                    base = ["--transport", name, "--options", json.dumps(options), "--workers", "8", "--bytes", str(n_bytes),
                             "--iterations", str(iterations), "--folder", str(cell)]
                     procs = {PS_NAME: zygote.spawn(PS_NAME, tb.host(PS_NAME).pid,
                                                    "harness.bench_node", base + ["--role", "ps"],
@@ -227,7 +230,7 @@ def transport(slugs: tuple[str, ...], losses: tuple[float, ...], bandwidths: tup
                         for proc in procs.values():
                             proc.kill()
                     if status != "ok":
-                        print(f"  {bw:>6g} {loss:>6g} {slug:<14} {status}: {reason[:80]}")
+                        print(f"  {bw:>6g} {loss:>6g} {slug:<22} {status}: {reason[:80]}")
                         continue
                     recs = json.loads((cell / "push_times.json").read_text())["records"]
                     push = np.array([r["push_s"] for r in recs])
@@ -236,7 +239,7 @@ def transport(slugs: tuple[str, ...], losses: tuple[float, ...], bandwidths: tup
                     rows.append({"bottleneck_mbps": bw, "loss_pct": loss, "transport": slug,
                                  "median_s": med, "p99_s": p99, "bound_s": bound_s,
                                  "min_recv_frac": frac})
-                    print(f"  {bw:>6g} {loss:>6g} {slug:<14} {med:9.3f} {p99:8.3f} {bound_s:8.3f} "
+                    print(f"  {bw:>6g} {loss:>6g} {slug:<22} {med:9.3f} {p99:8.3f} {bound_s:8.3f} "
                           f"{med / bound_s:12.2f} {p99 / bound_s:9.2f} {frac:8.3f}")
     import csv
 

@@ -218,6 +218,8 @@ class LtpTransport(Transport):
         "send_order": "priority",
         "cc": True,
         "fixed_rate_mbps": 0.0,
+        "rate_hint": True,
+        "hint_gain": 1.10,
         "pull_threshold": 1.0,
         "critical_segments": (),
         "ack_every": 8,
@@ -240,6 +242,7 @@ class LtpTransport(Transport):
         "linger_ms": (0.0, 60_000.0, False),
         "packet_payload_bytes": (_DATA_HDR_BYTES + 4, 65507, True),
         "fixed_rate_mbps": (0.0, 1e6, False),
+        "hint_gain": (0.5, 4.0, False),
         "pull_threshold": (0.0, 1.0, False),
         "ack_every": (1, 1024, True),
         "ack_delay_us": (0, 1_000_000, True),
@@ -269,8 +272,9 @@ class LtpTransport(Transport):
             raise OptionError(
                 f"LTP send_order must be one of {', '.join(SEND_ORDERS)}, not {o['send_order']!r}."
             )
-        if not isinstance(o["cc"], bool):
-            raise OptionError(f"LTP option 'cc' must be True or False, not {o['cc']!r}.")
+        for name in ("cc", "rate_hint"):
+            if not isinstance(o[name], bool):
+                raise OptionError(f"LTP option {name!r} must be True or False, not {o[name]!r}.")
         crit = o["critical_segments"]
         if isinstance(crit, str) or not all(isinstance(s, str) for s in crit):
             raise OptionError(
@@ -355,6 +359,7 @@ class _Endpoint:
             "max_wait_us": round(o["max_wait_ms"] * 1000), "ack_every": o["ack_every"],
             "ack_delay_us": o["ack_delay_us"], "max_open_per_peer": o["max_open_per_peer"],
             "cc": int(o["cc"]), "fixed_rate_mbps": o["fixed_rate_mbps"],
+            "rate_hint": int(o["rate_hint"]), "hint_gain": o["hint_gain"],
             **(core_settings or {}),
         }
         for name, value in settings.items():

@@ -22,11 +22,11 @@
 extern "C" {
 #endif
 
-#define LTP_VERSION 1
+#define LTP_VERSION 2               /* 2: ACKs carry a fair-share rate hint */
 #define LTP_MAGIC 0x504Cu           /* "LP" in little-endian byte order */
 #define LTP_HDR_BYTES 20u           /* common header of every packet */
 #define LTP_DATA_HDR_BYTES 52u      /* common header + DATA fields */
-#define LTP_ACK_HDR_BYTES 44u       /* common header + ACK fields, bitmap follows */
+#define LTP_ACK_HDR_BYTES 48u       /* common header + ACK fields, bitmap follows */
 #define LTP_CLOSE_BYTES 32u
 #define LTP_RANK_SERVER 0xFFFFu     /* the parameter server's rank on the wire */
 #define LTP_MAX_DATAGRAM 65507u
@@ -104,6 +104,16 @@ typedef struct ltp_config {
     uint32_t pacing_quantum_max_pkts;
     uint32_t bw_window_rounds;
     uint32_t min_rtt_window_us;
+    /* receiver-driven fair-share rate hint (incast); rate_hint = 0 is the plain BBR-like CC */
+    uint32_t rate_hint;               /* 1: send hints in ACKs and obey received ones */
+    double hint_gain;                 /* share = capacity x hint_gain / active senders */
+    uint32_t hint_window_min_us;      /* capacity sample window: max(this, largest peer srtt) */
+    uint32_t hint_bw_window_us;       /* capacity = max of the samples over this long */
+    uint32_t hint_ttl_rtts;           /* a received hint is obeyed this many srtt ... */
+    uint32_t hint_ttl_min_us;         /* ... and at least this long (and 8 packets' time) */
+    uint32_t hint_drain_us;           /* a standing queue of q us lowers the gain by q / this */
+    uint32_t hint_sample_pkts;        /* a capacity sample spans at least this many packets */
+    uint32_t hint_catchup_us;         /* a hinted sender's token bucket holds this long at the hint */
 } ltp_config_t;
 
 /* Per-message receive statistics, filled by ltp_core_rx_take. */
@@ -148,6 +158,7 @@ enum ltp_stat {
     LTP_S_CLOSE_COMPLETE, LTP_S_CLOSE_EARLY, LTP_S_CLOSE_MAX_WAIT, LTP_S_CLOSE_STALE,
     LTP_S_SENDS_CLOSED, LTP_S_SENDS_ALL_ACKED, LTP_S_SENDS_CANCELLED,
     LTP_S_RX_DROPPED_HOOK, LTP_S_TX_EAGAIN,
+    LTP_S_ACKS_HINTED, LTP_S_HINTS_RECEIVED,
     LTP_S__COUNT
 };
 
@@ -174,6 +185,11 @@ int ltp_core_set_policy(ltp_core_t *core, uint16_t segment, double threshold_min
 /* Feed one datagram; peer is the slot the source address maps to, or -1 if it maps to none.
  * Returns 0 if accepted, or the reason it was dropped (also counted). */
 int ltp_core_input(ltp_core_t *core, int peer, const uint8_t *buf, size_t len, uint64_t now_us);
+/* The same, with the time the datagram reached the host (e.g. the kernel's receive timestamp,
+ * <= now_us). The rate hint measures capacity and queueing delay from it, so a receiver that reads
+ * late or reads a backlog does not distort them; everything else runs on now_us. */
+int ltp_core_input_at(ltp_core_t *core, int peer, const uint8_t *buf, size_t len, uint64_t now_us,
+                      uint64_t arrival_us);
 /* Next datagram due now: writes it to buf, its peer slot to *peer, returns its length; 0 if
  * nothing is due (call ltp_core_next_timeout), < 0 on error. */
 int ltp_core_poll_tx(ltp_core_t *core, uint64_t now_us, uint8_t *buf, size_t cap, int *peer);
@@ -205,6 +221,9 @@ int ltp_core_rx_take(ltp_core_t *core, int peer, uint32_t msg_id, uint16_t segme
 double ltp_core_rx_frac(const ltp_core_t *core, int peer, uint32_t msg_id, uint16_t segment);
 double ltp_core_threshold(const ltp_core_t *core, int peer, uint16_t segment);
 void ltp_core_stats(const ltp_core_t *core, uint64_t *out, int n);
+/* The rate hint's view of the path toward this endpoint: capacity estimate in Mbit/s of
+ * datagram bytes (0 before the first sample) and the standing queueing delay in microseconds. */
+double ltp_core_rx_capacity_mbps(const ltp_core_t *core, double *standing_queue_us);
 
 /* ---- UDP driver ---- */
 typedef struct ltp_send_req {

@@ -137,6 +137,12 @@ typedef struct {
     double tokens;
     uint64_t tokens_us, inflight_bytes;
     uint32_t probe_credit;
+    double hint_rate;                      /* fair-share rate the receiver asked for, bytes/us */
+    uint64_t hint_until_us;                /* obeyed until then; 0: no hint */
+    uint64_t last_data_us;                 /* last DATA from this peer (receiver's activity view) */
+    int has_owd;
+    uint32_t owd_ref;                      /* first one-way delay sample (clock offset included) */
+    minmax_t owd_filter;                   /* max of -(owd - owd_ref): the base one-way delay */
     txmsg_t *tx;
     rxmsg_t *rx;
     closed_t *ring;
@@ -157,6 +163,17 @@ struct ltp_core {
     policy_t *policy;
     uint32_t n_policy;
     uint64_t rng;
+    /* Receiver side of the rate hint: aggregate DATA arrivals, see cap_on_data. */
+    int est_open;                          /* arrivals are close enough together to measure */
+    uint64_t last_arrival_us;
+    double read_gap_us;                    /* mean time between distinct arrival instants */
+    uint64_t qw_start_us, qw_len_us;       /* queue window */
+    double q_win_us, q_standing_us;        /* least queueing delay in it; over the last 4 */
+    double q_ring[4];
+    uint32_t q_n;
+    uint64_t cw_start_us, cw_len_us, cw_bytes, cw_first_len;   /* capacity window */
+    minmax_t cap_filter;
+    double cap_bw;                         /* capacity toward this endpoint, bytes/us */
     uint64_t st[LTP_S__COUNT];
 };
 
@@ -179,6 +196,9 @@ static const optdef_t OPTS[] = {
     U32(init_cwnd_pkts, 2, 65536), U32(min_cwnd_pkts, 1, 65536), U32(pacing_quantum_us, 1, 1e6),
     U32(pacing_quantum_min_pkts, 1, 1024), U32(pacing_quantum_max_pkts, 1, 1024),
     U32(bw_window_rounds, 1, 1000), U32(min_rtt_window_us, 1000, 3600e6),
+    U32(rate_hint, 0, 1), DBL(hint_gain, 0.5, 4), U32(hint_window_min_us, 100, 1e6),
+    U32(hint_bw_window_us, 1000, 3600e6), U32(hint_ttl_rtts, 1, 1000), U32(hint_ttl_min_us, 0, 10e6),
+    U32(hint_drain_us, 100, 10e6), U32(hint_sample_pkts, 1, 1e6), U32(hint_catchup_us, 0, 1e6),
 };
 
 size_t ltp_config_size(void) { return sizeof(ltp_config_t); }
@@ -220,6 +240,15 @@ void ltp_config_default(ltp_config_t *c)
     c->pacing_quantum_max_pkts = 32;
     c->bw_window_rounds = 10;
     c->min_rtt_window_us = 10000000;
+    c->rate_hint = 1;
+    c->hint_gain = 1.10;
+    c->hint_window_min_us = 1000;
+    c->hint_bw_window_us = 10000000;
+    c->hint_ttl_rtts = 4;
+    c->hint_ttl_min_us = 2000;
+    c->hint_drain_us = 10000;
+    c->hint_sample_pkts = 256;
+    c->hint_catchup_us = 4000;
 }
 
 int ltp_config_set(ltp_config_t *c, const char *name, double v)
@@ -252,6 +281,10 @@ int ltp_config_validate(const ltp_config_t *c)
     if (c->max_msg_bytes % 4 || c->max_msg_bytes < 4 || c->max_peers < 1) return LTP_EOPTION;
     if (c->max_open_per_peer < 1 || c->max_tx_per_peer < 1 || c->closed_ring < 1) return LTP_EOPTION;
     if (c->ack_every < 1 || c->close_copies < 1 || c->init_cwnd_pkts < 2) return LTP_EOPTION;
+    if (c->rate_hint > 1 || !(c->hint_gain >= 0.5 && c->hint_gain <= 4) || c->hint_window_min_us < 100 ||
+        c->hint_bw_window_us < 1000 || c->hint_ttl_rtts < 1 || c->hint_drain_us < 100 ||
+        c->hint_sample_pkts < 1)
+        return LTP_EOPTION;
     return LTP_OK;
 }
 
@@ -282,6 +315,7 @@ static const char *STAT_NAMES[LTP_S__COUNT] = {
     "data_sent", "retransmits", "probes", "lost_detected", "acks_sent", "acks_received",
     "stray_control", "close_complete", "close_early", "close_max_wait", "close_stale",
     "sends_closed", "sends_all_acked", "sends_cancelled", "rx_dropped_hook", "tx_eagain",
+    "acks_hinted", "hints_received",
 };
 const char *ltp_stat_name(int i) { return (i >= 0 && i < LTP_S__COUNT) ? STAT_NAMES[i] : NULL; }
 int ltp_stat_count(void) { return LTP_S__COUNT; }
@@ -396,29 +430,53 @@ static double bdp_bytes(const ltp_core_t *c, const peer_t *p)
     return p->bbr.btl_bw * rtt;
 }
 
-static double quantum_bytes(const ltp_core_t *c, const peer_t *p);
+static double quantum_bytes(const ltp_core_t *c, const peer_t *p, uint64_t now);
 
-static double cwnd_bytes(const ltp_core_t *c, const peer_t *p)
+/* Sender: how long a hint stays in force without a fresh ACK. */
+static uint64_t hint_ttl_us(const ltp_core_t *c, const peer_t *p, double rate)
+{
+    double ttl = MAX((double)c->cfg.hint_ttl_min_us, c->cfg.hint_ttl_rtts * srtt_or_initial(c, p));
+    /* A slow share sends rarely and is acked rarely: its hint must outlive that gap. */
+    return (uint64_t)MAX(ttl, 8.0 * pkt_wire(c) / rate);
+}
+
+
+/* The receiver's fair-share hint is in force (only ever set with cc and rate_hint on). */
+static int hint_active(const peer_t *p, uint64_t now) { return p->hint_until_us > now; }
+
+static double cwnd_bytes(const ltp_core_t *c, const peer_t *p, uint64_t now)
 {
     if (!c->cfg.cc) return 1e18;
-    double floor_b = c->cfg.min_cwnd_pkts * pkt_wire(c);
+    double floor_b = c->cfg.min_cwnd_pkts * pkt_wire(c), w;
     if (!p->bbr.has_bw || !p->bbr.filled_pipe) {
         /* Until the pipe is known to be full, never clamp below the initial window. */
         double init = c->cfg.init_cwnd_pkts * pkt_wire(c);
-        return MAX(init, p->bbr.has_bw ? p->bbr.cwnd_gain * bdp_bytes(c, p) : 0);
+        w = MAX(init, p->bbr.has_bw ? p->bbr.cwnd_gain * bdp_bytes(c, p) : 0);
+    } else {
+        /* Room for two pacing bursts keeps the pipe full despite delayed and batched ACKs. */
+        w = MAX(floor_b, p->bbr.cwnd_gain * bdp_bytes(c, p) + 2 * quantum_bytes(c, p, now));
     }
-    /* Room for two pacing bursts keeps the pipe full despite delayed and batched ACKs. */
-    return MAX(floor_b, p->bbr.cwnd_gain * bdp_bytes(c, p) + 2 * quantum_bytes(c, p));
+    /* Paced at a hint, the window must not be what blocks: two round trips at that rate, and
+     * the hint's whole lifetime, which a few lost ACKs in a row can take. */
+    if (hint_active(p, now)) {
+        double span = MAX(2 * srtt_or_initial(c, p), (double)hint_ttl_us(c, p, p->hint_rate));
+        w = MAX(w, p->hint_rate * span + 2 * quantum_bytes(c, p, now));
+    }
+    return w;
 }
 
-static double pacing_rate(const ltp_core_t *c, const peer_t *p)
+static double pacing_rate(const ltp_core_t *c, const peer_t *p, uint64_t now)
 {
-    return c->cfg.cc ? p->bbr.pacing_rate : c->cfg.fixed_rate_mbps / 8.0;
+    if (!c->cfg.cc) return c->cfg.fixed_rate_mbps / 8.0;
+    return hint_active(p, now) ? p->hint_rate : p->bbr.pacing_rate;
 }
 
-static double quantum_bytes(const ltp_core_t *c, const peer_t *p)
+static double quantum_bytes(const ltp_core_t *c, const peer_t *p, uint64_t now)
 {
-    double q = pacing_rate(c, p) * c->cfg.pacing_quantum_us;
+    double q = pacing_rate(c, p, now) * c->cfg.pacing_quantum_us;
+    /* A hinted sender is one of many sharing a link exactly: when its thread wakes late (a busy
+     * machine), it catches up on what it missed instead of losing its share. */
+    if (hint_active(p, now)) q = MAX(q, p->hint_rate * c->cfg.hint_catchup_us);
     double lo = c->cfg.pacing_quantum_min_pkts * pkt_wire(c), hi = c->cfg.pacing_quantum_max_pkts * pkt_wire(c);
     return q < lo ? lo : q > hi ? hi : q;
 }
@@ -492,7 +550,7 @@ typedef struct {
     uint16_t payload_len;
     const uint8_t *payload;
     /* ACK / CLOSE */
-    uint32_t received, base, echo_ts, ack_delay, echo_seq, close_count;
+    uint32_t received, base, echo_ts, ack_delay, echo_seq, close_count, hint_kbps;
     uint16_t bits;
     uint8_t reason;
     const uint8_t *bitmap;
@@ -535,6 +593,7 @@ static int parse(const ltp_config_t *cfg, const uint8_t *b, size_t len, hdr_t *h
         if (len < LTP_ACK_HDR_BYTES) return LTP_EMALFORMED;
         h->received = rd32(b + 20); h->base = rd32(b + 24); h->echo_ts = rd32(b + 28);
         h->ack_delay = rd32(b + 32); h->echo_seq = rd32(b + 36); h->bits = rd16(b + 40);
+        h->hint_kbps = rd32(b + 44);   /* any value is a rate; 0 means "no hint" */
         h->bitmap = b + LTP_ACK_HDR_BYTES;
         if (rd16(b + 42) != 0 || h->bits % 8 || len != LTP_ACK_HDR_BYTES + h->bits / 8u) return LTP_EMALFORMED;
         if (h->received < h->base) return LTP_EMALFORMED;
@@ -740,6 +799,139 @@ static int on_data(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now)
     return LTP_OK;
 }
 
+/* ---------------------------------------------------------------- fair-share rate hint */
+/* The receiver watches the aggregate of DATA arriving from all peers through two windows that
+ * roll over at arrivals: a short one whose least queueing delay is the standing queue, and a
+ * long one whose byte count over its duration is one capacity sample. Every valid DATA counts
+ * (duplicates and late ones used the link too). A gap between arrivals longer than the short
+ * window drops both: the link was not kept busy. */
+static double queue_window_us(const ltp_core_t *c)
+{
+    /* At least one round trip of the slowest open path, so a window spans a flight of every
+     * sender, and several reads, so its least delay is the queue's, not the reader's lateness. */
+    double w = MAX((double)c->cfg.hint_window_min_us, 4 * c->read_gap_us);
+    for (int pi = 0; pi < c->n_peers; pi++) {
+        const peer_t *p = &c->peers[pi];
+        for (uint32_t j = 0; j < c->cfg.max_open_per_peer; j++)
+            if (p->rx[j].used && !p->rx[j].closed) { w = MAX(w, MIN(p->peer_srtt_us, 1e6)); break; }
+    }
+    return w;
+}
+
+static double capacity_window_us(const ltp_core_t *c, double queue_window)
+{
+    /* A shaper passes its burst allowance (Mininet's HTB: 15 kB) on top of its rate after a
+     * lull; over hint_sample_pkts packets' time that inflates a sample by at most 4 %. */
+    double w = 4 * queue_window;
+    if (c->cap_bw > 0) w = MAX(w, c->cfg.hint_sample_pkts * pkt_wire(c) / c->cap_bw);
+    return w;
+}
+
+/* Queueing delay of one DATA: its one-way delay over the path's base (the minimum over
+ * hint_bw_window_us). Clocks need no sync: the offset cancels against the path's own minimum. */
+static double queue_delay_us(ltp_core_t *c, peer_t *p, uint32_t ts, uint64_t at)
+{
+    uint32_t owd = (uint32_t)at - ts;
+    if (!p->has_owd) { p->owd_ref = owd; p->has_owd = 1; }
+    double x = (double)(int32_t)(owd - p->owd_ref);
+    double base = -minmax_running_max(&p->owd_filter, c->cfg.hint_bw_window_us, at, -x);
+    return x - base;
+}
+
+/* `at` is when the datagram reached the host: the kernel's receive timestamp from a driver that
+ * has one, else the time it was read. Datagrams stamped with one instant are one batch: all of
+ * them arrived by then and none before the previous instant, so a window that runs from one
+ * instant t0 to a later one t1 counts what came in (t0, t1] and batching never inflates it. */
+static void cap_on_data(ltp_core_t *c, peer_t *p, const hdr_t *h, size_t len, uint64_t now, uint64_t at)
+{
+    if (!c->cfg.rate_hint) return;
+    p->last_data_us = now;
+    if (c->est_open && at < c->last_arrival_us) at = c->last_arrival_us;
+    double q = queue_delay_us(c, p, h->ts, at);
+    if (c->est_open && at != c->last_arrival_us) {
+        uint64_t last = c->last_arrival_us;
+        double gap = (double)(at - last);
+        if (gap > (double)c->qw_len_us) {
+            c->est_open = 0;
+        } else {
+            c->read_gap_us = c->read_gap_us > 0 ? 0.875 * c->read_gap_us + 0.125 * gap : gap;
+            if (last - c->qw_start_us >= c->qw_len_us) {
+                /* The least delay over the last few windows is the standing queue (CoDel's
+                 * view): bursts, a late reader and a busy switch only ever add delay. */
+                c->q_ring[c->q_n++ % 4] = c->q_win_us;
+                c->q_standing_us = c->q_ring[0];
+                for (uint32_t i = 1; i < MIN(c->q_n, 4u); i++) c->q_standing_us = MIN(c->q_standing_us, c->q_ring[i]);
+                c->q_win_us = q;
+                c->qw_start_us = last;
+                c->qw_len_us = (uint64_t)queue_window_us(c);
+            }
+            if (last - c->cw_start_us >= c->cw_len_us) {
+                /* n datagrams of a busy link in (t0, t1] arrived over at least n - 1 of their
+                 * own transmission times, so leaving one out makes a sample a lower bound.
+                 * (Random loss after the link lowers it too; hint_gain makes up for that.) */
+                double rate = (double)(c->cw_bytes - c->cw_first_len) / (double)(last - c->cw_start_us);
+                c->cap_bw = minmax_running_max(&c->cap_filter, c->cfg.hint_bw_window_us, at, rate);
+                c->cw_start_us = last;
+                c->cw_bytes = 0;
+                c->cw_len_us = (uint64_t)capacity_window_us(c, (double)c->qw_len_us);
+            }
+        }
+    }
+    if (!c->est_open) {   /* this batch opens the windows, so it is not counted in them */
+        c->est_open = 1;
+        c->q_standing_us = 0;   /* the link idled longer than a window: no queue is left */
+        c->q_n = 0;
+        c->q_win_us = q;
+        c->qw_start_us = c->cw_start_us = c->last_arrival_us = at;
+        c->cw_bytes = 0;
+        c->qw_len_us = (uint64_t)queue_window_us(c);
+        c->cw_len_us = (uint64_t)capacity_window_us(c, (double)c->qw_len_us);
+        return;
+    }
+    if (at != c->cw_start_us) {
+        if (!c->cw_bytes) c->cw_first_len = len;
+        c->cw_bytes += len;
+    }
+    c->last_arrival_us = at;
+    c->q_win_us = MIN(c->q_win_us, q);
+}
+
+/* The share to put in an ACK, in kbit/s; 0 (no hint) unless at least two peers are sending. */
+static uint32_t rx_hint_kbps(ltp_core_t *c, uint64_t now)
+{
+    if (!c->cfg.rate_hint || c->cap_bw <= 0) return 0;
+    int n_open = 0, n_active = 0;
+    for (int pi = 0; pi < c->n_peers; pi++) {
+        const peer_t *p = &c->peers[pi];
+        for (uint32_t j = 0; j < c->cfg.max_open_per_peer; j++)
+            if (p->rx[j].used && !p->rx[j].closed) { n_open++; break; }
+    }
+    if (n_open < 2) return 0;
+    /* Active: an open message and data within 4 queue windows or 8 packets at the fair share. */
+    double idle = MAX(4.0 * (double)c->qw_len_us, 8.0 * pkt_wire(c) * n_open / c->cap_bw);
+    for (int pi = 0; pi < c->n_peers; pi++) {
+        const peer_t *p = &c->peers[pi];
+        if ((double)(now - p->last_data_us) > idle) continue;
+        for (uint32_t j = 0; j < c->cfg.max_open_per_peer; j++)
+            if (p->rx[j].used && !p->rx[j].closed) { n_active++; break; }
+    }
+    if (n_active < 2) return 0;
+    /* Slightly more than the capacity finds any the estimate missed; a standing queue takes
+     * rate off until it drains, so the queue stays short whatever the estimate's error. */
+    double gain = MAX(c->cfg.hint_gain - c->q_standing_us / c->cfg.hint_drain_us, 0.5);
+    double kbps = c->cap_bw * gain / n_active * 8000.0;
+    return (uint32_t)MIN(MAX(kbps, 1.0), 4294967295.0);
+}
+
+static void on_hint(ltp_core_t *c, peer_t *p, uint32_t kbps, uint64_t now)
+{
+    if (!c->cfg.rate_hint || !c->cfg.cc) return;
+    if (!kbps) { p->hint_until_us = 0; return; }   /* no incast at the receiver: BBR governs */
+    p->hint_rate = kbps / 8000.0;
+    p->hint_until_us = now + hint_ttl_us(c, p, p->hint_rate);
+    c->st[LTP_S_HINTS_RECEIVED]++;
+}
+
 static int build_ack(ltp_core_t *c, rxmsg_t *m, uint64_t now, uint8_t *b, size_t cap)
 {
     uint32_t max_bits = (uint32_t)MIN((size_t)c->cfg.max_udp_payload_bytes, cap);
@@ -750,7 +942,9 @@ static int build_ack(ltp_core_t *c, rxmsg_t *m, uint64_t now, uint8_t *b, size_t
     put_common(c, b, LTP_T_ACK, 0, m->msg_id, m->segment, 0);
     wr32(b + 20, m->received); wr32(b + 24, m->base); wr32(b + 28, m->echo_ts);
     wr32(b + 32, (uint32_t)MIN(now - m->echo_arrival_us, 0xFFFFFFFFull)); wr32(b + 36, m->echo_seq);
-    wr16(b + 40, (uint16_t)bits); wr16(b + 42, 0);
+    uint32_t hint = rx_hint_kbps(c, now);
+    wr16(b + 40, (uint16_t)bits); wr16(b + 42, 0); wr32(b + 44, hint);
+    if (hint) c->st[LTP_S_ACKS_HINTED]++;
     uint8_t *bm = b + LTP_ACK_HDR_BYTES;
     uint32_t nw = (m->count + 63) / 64;
     for (uint32_t j = 0; j < bits; j += 8) {
@@ -858,6 +1052,7 @@ static int on_ack(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now)
         c->st[LTP_S_MALFORMED]++;
         return LTP_EMALFORMED;
     }
+    on_hint(c, p, h->hint_kbps, now);
     const txpkt_t *newest = NULL;
     uint32_t acked_before = m->n_acked;
     for (uint32_t i = m->ack_floor; i < h->base; i++) ack_pkt(p, m, i, &newest);
@@ -955,7 +1150,7 @@ int ltp_core_send_status(ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg,
         s->peer_received = m->done_reason == LTP_SEND_ALL_ACKED ? m->count : m->peer_received;
         s->elapsed_us = (m->done ? m->done_us : now) - m->start_us;
         s->srtt_us = p->srtt_us;
-        s->pacing_rate_mbps = pacing_rate(c, p) * 8.0;
+        s->pacing_rate_mbps = pacing_rate(c, p, now) * 8.0;
         s->btl_bw_mbps = p->bbr.btl_bw * 8.0;
     }
     return m->done ? 1 : 0;
@@ -1098,6 +1293,11 @@ static void tick(ltp_core_t *c, uint64_t now)
 /* ---------------------------------------------------------------- public entry points */
 int ltp_core_input(ltp_core_t *c, int peer, const uint8_t *buf, size_t len, uint64_t now)
 {
+    return ltp_core_input_at(c, peer, buf, len, now, now);
+}
+
+int ltp_core_input_at(ltp_core_t *c, int peer, const uint8_t *buf, size_t len, uint64_t now, uint64_t arrival)
+{
     if (!c) return LTP_EINVAL;
     hdr_t h;
     c->st[LTP_S_RX_DATAGRAMS]++;
@@ -1108,7 +1308,7 @@ int ltp_core_input(ltp_core_t *c, int peer, const uint8_t *buf, size_t len, uint
     if (!p || p->rank != h.sender) { c->st[LTP_S_UNKNOWN_PEER]++; return LTP_EPEER; }
     if (h.session != c->cfg.session_id) { c->st[LTP_S_WRONG_SESSION]++; return LTP_ESESSION; }
     switch (h.type) {
-    case LTP_T_DATA: return on_data(c, p, &h, now);
+    case LTP_T_DATA: cap_on_data(c, p, &h, len, now, MIN(arrival, now)); return on_data(c, p, &h, now);
     case LTP_T_ACK: return on_ack(c, p, &h, now);
     case LTP_T_CLOSE: return on_close(c, p, &h, now);
     case LTP_T_HELLO: p->greeted = 1; p->hello_ack_pending = 1; return LTP_OK;
@@ -1156,8 +1356,8 @@ static int poll_control(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, int
 
 static void refill(const ltp_core_t *c, peer_t *p, uint64_t now)
 {
-    double rate = pacing_rate(c, p);
-    double q = quantum_bytes(c, p);
+    double rate = pacing_rate(c, p, now);
+    double q = quantum_bytes(c, p, now);
     if (now > p->tokens_us) p->tokens = MIN(q, p->tokens + rate * (double)(now - p->tokens_us));
     p->tokens_us = now;
 }
@@ -1194,7 +1394,7 @@ int ltp_core_poll_tx(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, int *p
             continue;
         }
         int probe = p->probe_credit > 0;
-        if (!probe && (double)(p->inflight_bytes + LTP_DATA_HDR_BYTES + pkt_len(m, idx)) > cwnd_bytes(c, p)) continue;
+        if (!probe && (double)(p->inflight_bytes + LTP_DATA_HDR_BYTES + pkt_len(m, idx)) > cwnd_bytes(c, p, now)) continue;
         if (paced(c)) {
             refill(c, p, now);
             if (p->tokens <= 0) continue;
@@ -1238,10 +1438,10 @@ uint64_t ltp_core_next_timeout(ltp_core_t *c, uint64_t now)
             t = MIN(t, pto_deadline(c, p, m));
         }
         if (sendable && (p->probe_credit ||
-                         (double)(p->inflight_bytes + LTP_DATA_HDR_BYTES + pkt_len(sendable, idx)) <= cwnd_bytes(c, p))) {
+                         (double)(p->inflight_bytes + LTP_DATA_HDR_BYTES + pkt_len(sendable, idx)) <= cwnd_bytes(c, p, now))) {
             if (!paced(c)) return now;
             refill(c, p, now);
-            double rate = pacing_rate(c, p);
+            double rate = pacing_rate(c, p, now);
             if (p->tokens > 0) return now;
             t = MIN(t, now + (uint64_t)ceil((1.0 - p->tokens) / rate));
         }
@@ -1327,6 +1527,13 @@ int ltp_core_rx_take(ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg, voi
     }
     rx_free(m);
     return LTP_OK;
+}
+
+double ltp_core_rx_capacity_mbps(const ltp_core_t *c, double *standing_queue_us)
+{
+    if (!c) return -1.0;
+    if (standing_queue_us) *standing_queue_us = c->q_standing_us;
+    return c->cap_bw * 8.0;
 }
 
 void ltp_core_stats(const ltp_core_t *c, uint64_t *out, int n)

@@ -48,6 +48,8 @@ struct ltp_udp {
     struct mmsghdr rxm[BATCH], txm[BATCH];
     struct iovec rxiov[BATCH], txiov[BATCH];
     struct sockaddr_in rxaddr[BATCH], txaddr[BATCH];
+    /* room for one SCM_TIMESTAMPNS per received datagram (cmsghdr-aligned) */
+    union { struct cmsghdr align; char buf[CMSG_SPACE(sizeof(struct timespec))]; } rxctl[BATCH];
     int tx_n, tx_off;   /* datagrams in the send batch, and how many already went out */
     /* progress thread */
     pthread_t thread;
@@ -114,6 +116,10 @@ ltp_udp_t *ltp_udp_open(const ltp_config_t *cfg, uint16_t self_rank, const char 
     if (u->fd < 0) { e = LTP_ESYS; goto fail; }
     set_buf(u->fd, SO_RCVBUFFORCE, SO_RCVBUF);
     set_buf(u->fd, SO_SNDBUFFORCE, SO_SNDBUF);
+    /* The kernel's receive time of each datagram: the rate hint measures arrivals at the host,
+     * not when a busy thread got round to reading them. Without it, read times stand in. */
+    int one = 1;
+    setsockopt(u->fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one);
     if (bind(u->fd, (struct sockaddr *)&sa, sizeof sa) != 0) { e = LTP_ESYS; goto fail; }
     for (int i = 0; i < BATCH; i++) {
         u->rxiov[i] = (struct iovec){u->rxbuf + (size_t)i * LTP_MAX_DATAGRAM, LTP_MAX_DATAGRAM};
@@ -210,11 +216,33 @@ static int peer_of(const ltp_udp_t *u, const struct sockaddr_in *a)
 }
 
 /* Drain the socket into the core. Returns datagrams read, or LTP_ESYS. */
+/* When datagram i of the last recvmmsg reached the host, on the monotonic clock: its kernel
+ * timestamp (realtime) moved by the realtime-to-monotonic offset of this instant. */
+static uint64_t arrival_us(ltp_udp_t *u, int i, uint64_t now, const struct timespec *real)
+{
+    struct msghdr *mh = &u->rxm[i].msg_hdr;
+    if (mh->msg_flags & MSG_CTRUNC) return now;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_TIMESTAMPNS) continue;
+        struct timespec ts;
+        memcpy(&ts, CMSG_DATA(cm), sizeof ts);
+        int64_t age_ns = ((int64_t)real->tv_sec - (int64_t)ts.tv_sec) * 1000000000 + (real->tv_nsec - ts.tv_nsec);
+        /* A clock step or a stale stamp is no measurement: fall back to the read time. */
+        if (age_ns < 0 || age_ns > 1000000000 || (uint64_t)(age_ns / 1000) > now) return now;
+        return now - (uint64_t)(age_ns / 1000);
+    }
+    return now;
+}
+
 static int do_rx(ltp_udp_t *u)
 {
     int total = 0;
     for (int round = 0; round < 16; round++) {   /* bounded so sending is never starved */
-        for (int i = 0; i < BATCH; i++) u->rxm[i].msg_hdr.msg_namelen = sizeof(struct sockaddr_in);
+        for (int i = 0; i < BATCH; i++) {
+            u->rxm[i].msg_hdr.msg_namelen = sizeof(struct sockaddr_in);
+            u->rxm[i].msg_hdr.msg_control = u->rxctl[i].buf;
+            u->rxm[i].msg_hdr.msg_controllen = sizeof u->rxctl[i].buf;
+        }
         int n = recvmmsg(u->fd, u->rxm, BATCH, MSG_DONTWAIT, NULL);
         if (n < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
@@ -222,6 +250,8 @@ static int do_rx(ltp_udp_t *u)
             return LTP_ESYS;
         }
         uint64_t now = now_us();
+        struct timespec real;
+        clock_gettime(CLOCK_REALTIME, &real);
         for (int i = 0; i < n; i++) {
             const uint8_t *b = u->rxiov[i].iov_base;
             size_t len = u->rxm[i].msg_len;
@@ -229,7 +259,7 @@ static int do_rx(ltp_udp_t *u)
                 ltp_core__count(u->core, LTP_S_RX_DROPPED_HOOK, 1);
                 continue;
             }
-            ltp_core_input(u->core, peer_of(u, &u->rxaddr[i]), b, len, now);
+            ltp_core_input_at(u->core, peer_of(u, &u->rxaddr[i]), b, len, now, arrival_us(u, i, now, &real));
         }
         total += n;
         if (n < BATCH) break;
