@@ -44,6 +44,7 @@ from transports.base import (
 NATIVE_DIR = Path(__file__).resolve().parent / "native"
 RANK_SERVER = 0xFFFF
 SEND_ORDERS = ("sequential", "random", "priority")
+PEER_SCHEDULES = ("fair", "serial")   # index = enum ltp_schedule
 CLOSE_REASONS = {0: "none", 1: "complete", 2: "early", 3: "max_wait", 4: "stale"}
 SEND_DONE = {0: "pending", 1: "closed", 2: "all_acked"}
 _DATA_HDR_BYTES = 52
@@ -216,6 +217,7 @@ class LtpTransport(Transport):
         "filler": "masked-mean",
         "packet_payload_bytes": 1472,
         "send_order": "priority",
+        "peer_schedule": "serial",
         "cc": True,
         "fixed_rate_mbps": 0.0,
         "rate_hint": True,
@@ -271,6 +273,11 @@ class LtpTransport(Transport):
         if o["send_order"] not in SEND_ORDERS:
             raise OptionError(
                 f"LTP send_order must be one of {', '.join(SEND_ORDERS)}, not {o['send_order']!r}."
+            )
+        if o["peer_schedule"] not in PEER_SCHEDULES:
+            raise OptionError(
+                f"LTP peer_schedule must be one of {', '.join(PEER_SCHEDULES)}, "
+                f"not {o['peer_schedule']!r}."
             )
         for name in ("cc", "rate_hint"):
             if not isinstance(o[name], bool):
@@ -353,6 +360,7 @@ class _Endpoint:
         settings = {
             "session_id": o["session_id"], "max_udp_payload_bytes": o["packet_payload_bytes"],
             "max_msg_bytes": max(4, layout.n_bytes), "send_order": SEND_ORDERS.index(o["send_order"]),
+            "peer_schedule": PEER_SCHEDULES.index(o["peer_schedule"]),
             "seed": o["seed"], "threshold_min": lo, "threshold_max": hi,
             "loss_weight": o["loss_weight"], "rtt_weight": o["rtt_weight"],
             "close_grace_min_us": o["close_grace_min_us"], "grace_rtt_mult": o["grace_rtt_mult"],

@@ -210,6 +210,7 @@ def test_filler_masked_mean() -> None:
     ({"threshold_min": 0.9, "threshold_max": 0.8}, "must not exceed"),
     ({"filler": "mean"}, "filler"),
     ({"send_order": "backwards"}, "send_order"),
+    ({"peer_schedule": "random"}, "peer_schedule"),
     ({"cc": "yes"}, "'cc'"),
     ({"ack_every": 0}, "ack_every"),
     ({"ack_every": 2.5}, "ack_every"),

@@ -63,6 +63,13 @@ enum ltp_send_done { LTP_SEND_PENDING = 0, LTP_SEND_CLOSED = 1, LTP_SEND_ALL_ACK
 
 enum ltp_order { LTP_ORDER_SEQUENTIAL = 0, LTP_ORDER_RANDOM = 1, LTP_ORDER_PRIORITY = 2 };
 
+/* How the link is shared among the messages queued to different peers (one-to-many sends).
+ * FAIR: round robin over peers, each at its own pacing rate. SERIAL: the message queued first
+ * has the link at its peer's pacing rate; a later one sends only while every earlier one is
+ * window-limited or has nothing left to send, so a broadcast reaches its peers one after another
+ * and the first can answer while the last still receives. */
+enum ltp_schedule { LTP_SCHED_FAIR = 0, LTP_SCHED_SERIAL = 1 };
+
 /* Every tunable of one endpoint. Fill with ltp_config_default, change fields (or set them by name
  * with ltp_config_set), then pass to ltp_core_new / ltp_udp_open, which copy it. */
 typedef struct ltp_config {
@@ -74,6 +81,7 @@ typedef struct ltp_config {
     uint32_t max_tx_per_peer;         /* concurrent sends per peer */
     uint32_t closed_ring;             /* recently closed keys remembered per peer */
     uint32_t send_order;              /* enum ltp_order */
+    uint32_t peer_schedule;           /* enum ltp_schedule */
     uint64_t seed;
     /* early close */
     double threshold_min;

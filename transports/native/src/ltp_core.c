@@ -90,6 +90,7 @@ typedef struct {
     uint32_t rack_seq;
     uint64_t rack_sent_us, rack_rtt_us, rack_timer_us;
     uint64_t start_us, last_sent_us, done_us;
+    uint64_t enq_seq;                /* queueing order across all peers (serial schedule) */
     uint32_t pto_count, n_acked, inflight_pkts;
     uint64_t packets, retransmits, wire_bytes, peer_received;
     int done_reason;
@@ -160,6 +161,7 @@ struct ltp_core {
     uint32_t chunk;
     peer_t *peers;
     int n_peers, rr;
+    uint64_t n_enqueued;                   /* messages queued so far: the next enq_seq */
     policy_t *policy;
     uint32_t n_policy;
     uint64_t rng;
@@ -186,6 +188,7 @@ static const optdef_t OPTS[] = {
     U32(session_id, 0, 4294967295.0), U32(max_udp_payload_bytes, LTP_DATA_HDR_BYTES + 4, LTP_MAX_DATAGRAM),
     U32(max_msg_bytes, 4, 2147483648.0), U32(max_peers, 1, 65535), U32(max_open_per_peer, 1, 1024),
     U32(max_tx_per_peer, 1, 1024), U32(closed_ring, 1, 65536), U32(send_order, 0, 2),
+    U32(peer_schedule, 0, 1),
     U64(seed, 0, 18446744073709551615.0),
     DBL(threshold_min, 0, 1), DBL(threshold_max, 0, 1), DBL(loss_weight, 0, 100),
     DBL(rtt_weight, 0, 1), DBL(loss_ewma_gain, 0, 1), U32(close_grace_min_us, 0, 60e6),
@@ -214,6 +217,7 @@ void ltp_config_default(ltp_config_t *c)
     c->max_tx_per_peer = 4;
     c->closed_ring = 64;
     c->send_order = LTP_ORDER_PRIORITY;
+    c->peer_schedule = LTP_SCHED_SERIAL;
     c->seed = 1;
     c->threshold_min = 0.80;
     c->threshold_max = 0.99;
@@ -277,7 +281,8 @@ int ltp_config_validate(const ltp_config_t *c)
 {
     if (!c || ltp_chunk_bytes(c) < 4 || c->max_udp_payload_bytes > LTP_MAX_DATAGRAM) return LTP_EOPTION;
     if (c->threshold_min > c->threshold_max || c->threshold_max > 1 || c->threshold_min < 0) return LTP_EOPTION;
-    if (c->pacing_quantum_min_pkts > c->pacing_quantum_max_pkts || c->send_order > 2) return LTP_EOPTION;
+    if (c->pacing_quantum_min_pkts > c->pacing_quantum_max_pkts || c->send_order > 2 || c->peer_schedule > 1)
+        return LTP_EOPTION;
     if (c->max_msg_bytes % 4 || c->max_msg_bytes < 4 || c->max_peers < 1) return LTP_EOPTION;
     if (c->max_open_per_peer < 1 || c->max_tx_per_peer < 1 || c->closed_ring < 1) return LTP_EOPTION;
     if (c->ack_every < 1 || c->close_copies < 1 || c->init_cwnd_pkts < 2) return LTP_EOPTION;
@@ -1132,6 +1137,7 @@ int ltp_core_send(ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg, const 
     m->seq_idx = malloc((size_t)m->seq_cap * sizeof *m->seq_idx);
     m->lost_cursor = count;
     m->rack_timer_us = NEVER;
+    m->enq_seq = c->n_enqueued++;
     if (!m->pk || !m->lost || !m->seq_idx || build_order(c, p, m) != LTP_OK) { tx_free(m); return LTP_ENOMEM; }
     m->used = 1;
     return LTP_OK;
@@ -1367,13 +1373,60 @@ static int paced(const ltp_core_t *c) { return c->cfg.cc || c->cfg.fixed_rate_mb
 /* The message of peer p that has a packet to send, or NULL (sets *idx / *retrans). */
 static txmsg_t *peer_pick(const ltp_core_t *c, peer_t *p, uint32_t *idx, int *retrans)
 {
+    txmsg_t *best = NULL;
     for (uint32_t j = 0; j < c->cfg.max_tx_per_peer; j++) {
         txmsg_t *m = &p->tx[j];
         if (!m->used || m->done) continue;
-        uint32_t i = tx_pick(c, m, retrans);
-        if (i < m->count) { *idx = i; return m; }
+        int r;
+        uint32_t i = tx_pick(c, m, &r);
+        if (i >= m->count || (best && m->enq_seq > best->enq_seq)) continue;
+        best = m; *idx = i; *retrans = r;
+        if (c->cfg.peer_schedule == LTP_SCHED_FAIR) break;   /* fair: the first slot will do */
     }
-    return NULL;
+    return best;
+}
+
+/* p's window has room for packet idx of m (a PTO probe always has). */
+static int window_open(const ltp_core_t *c, const peer_t *p, const txmsg_t *m, uint32_t idx, uint64_t now)
+{
+    return p->probe_credit > 0 ||
+           (double)(p->inflight_bytes + LTP_DATA_HDR_BYTES + pkt_len(m, idx)) <= cwnd_bytes(c, p, now);
+}
+
+/* Serial schedule: the peer whose sendable message was queued first, or -1; sets *mp, *idx and
+ * *retrans. Only it may send: when its window is full no later message slips in, since that would
+ * put a second flow's window into the same queue (eight windows are the fair schedule again). A
+ * message whose every packet is sent and unacknowledged has nothing to send, so the next one
+ * starts while its tail is in flight. Peers with nothing to send are marked app-limited. */
+static int serial_head(ltp_core_t *c, txmsg_t **mp, uint32_t *idx, int *retrans)
+{
+    int head = -1;
+    for (int pi = 0; pi < c->n_peers; pi++) {
+        peer_t *p = &c->peers[pi];
+        uint32_t i;
+        int r;
+        txmsg_t *m = peer_pick(c, p, &i, &r);
+        if (!m) { p->bbr.app_limited_until = MAX(p->bbr.delivered + p->inflight_bytes, 1); continue; }
+        if (head >= 0 && m->enq_seq > (*mp)->enq_seq) continue;
+        head = pi; *mp = m; *idx = i; *retrans = r;
+    }
+    return head;
+}
+
+/* Build packet idx of m for peer pi, which the scheduler chose, and charge it. */
+static int emit_data(ltp_core_t *c, int pi, txmsg_t *m, uint32_t idx, int retrans, uint64_t now,
+                     uint8_t *b, size_t cap, int *peer)
+{
+    peer_t *p = &c->peers[pi];
+    int probe = p->probe_credit > 0;
+    int n = build_data(c, p, m, idx, retrans, probe, now, b, cap);
+    if (n < 0) return n;
+    if (probe) p->probe_credit--;
+    if (paced(c)) p->tokens -= n;
+    *peer = pi;
+    c->st[LTP_S_TX_DATAGRAMS]++;
+    c->st[LTP_S_TX_BYTES] += (uint64_t)n;
+    return n;
 }
 
 int ltp_core_poll_tx(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, int *peer)
@@ -1382,6 +1435,20 @@ int ltp_core_poll_tx(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, int *p
     tick(c, now);
     int n = poll_control(c, now, b, cap, peer);
     if (n) { if (n > 0) { c->st[LTP_S_TX_DATAGRAMS]++; c->st[LTP_S_TX_BYTES] += (uint64_t)n; } return n; }
+    if (c->cfg.peer_schedule == LTP_SCHED_SERIAL) {
+        txmsg_t *m = NULL;
+        uint32_t idx = 0;
+        int retrans = 0;
+        int pi = serial_head(c, &m, &idx, &retrans);
+        if (pi < 0) return 0;
+        peer_t *p = &c->peers[pi];
+        if (!window_open(c, p, m, idx, now)) return 0;   /* an ACK or a PTO opens it */
+        if (paced(c)) {
+            refill(c, p, now);
+            if (p->tokens <= 0) return 0;
+        }
+        return emit_data(c, pi, m, idx, retrans, now, b, cap, peer);
+    }
     for (int k = 0; k < c->n_peers; k++) {
         int pi = (c->rr + k) % c->n_peers;
         peer_t *p = &c->peers[pi];
@@ -1393,21 +1460,13 @@ int ltp_core_poll_tx(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, int *p
             p->bbr.app_limited_until = MAX(p->bbr.delivered + p->inflight_bytes, 1);
             continue;
         }
-        int probe = p->probe_credit > 0;
-        if (!probe && (double)(p->inflight_bytes + LTP_DATA_HDR_BYTES + pkt_len(m, idx)) > cwnd_bytes(c, p, now)) continue;
+        if (!window_open(c, p, m, idx, now)) continue;
         if (paced(c)) {
             refill(c, p, now);
             if (p->tokens <= 0) continue;
         }
-        n = build_data(c, p, m, idx, retrans, probe, now, b, cap);
-        if (n < 0) return n;
-        if (probe) p->probe_credit--;
-        if (paced(c)) p->tokens -= n;
         c->rr = (pi + 1) % c->n_peers;
-        *peer = pi;
-        c->st[LTP_S_TX_DATAGRAMS]++;
-        c->st[LTP_S_TX_BYTES] += (uint64_t)n;
-        return n;
+        return emit_data(c, pi, m, idx, retrans, now, b, cap, peer);
     }
     return 0;
 }
@@ -1437,13 +1496,26 @@ uint64_t ltp_core_next_timeout(ltp_core_t *c, uint64_t now)
             t = MIN(t, m->rack_timer_us);
             t = MIN(t, pto_deadline(c, p, m));
         }
-        if (sendable && (p->probe_credit ||
-                         (double)(p->inflight_bytes + LTP_DATA_HDR_BYTES + pkt_len(sendable, idx)) <= cwnd_bytes(c, p, now))) {
+        if (sendable && c->cfg.peer_schedule == LTP_SCHED_SERIAL) continue;   /* see below */
+        if (sendable && window_open(c, p, sendable, idx, now)) {
             if (!paced(c)) return now;
             refill(c, p, now);
             double rate = pacing_rate(c, p, now);
             if (p->tokens > 0) return now;
             t = MIN(t, now + (uint64_t)ceil((1.0 - p->tokens) / rate));
+        }
+    }
+    if (c->cfg.peer_schedule == LTP_SCHED_SERIAL) {
+        txmsg_t *m = NULL;
+        uint32_t idx = 0;
+        int retrans = 0;
+        int pi = serial_head(c, &m, &idx, &retrans);
+        if (pi >= 0 && window_open(c, &c->peers[pi], m, idx, now)) {
+            peer_t *p = &c->peers[pi];
+            if (!paced(c)) return now;
+            refill(c, p, now);
+            if (p->tokens > 0) return now;
+            t = MIN(t, now + (uint64_t)ceil((1.0 - p->tokens) / pacing_rate(c, p, now)));
         }
     }
     return t < now ? now : t;

@@ -5,7 +5,8 @@
  * and an optional bottleneck (rate + drop-tail queue) in front of the receiver. With a bottleneck
  * the model follows the emulated incast: a datagram occupies the link as a 1514-byte Ethernet
  * frame (payload + 42 bytes), and random loss strikes at the receiving host's ingress, after the
- * queue, so a lost packet still used the link. `rx_poll_us` makes node 0 read its socket in
+ * queue, so a lost packet still used the link. `egress_bytes_per_us` adds a drop-tail FIFO
+ * behind node 0 toward every worker (the PS's own link, which a broadcast shares). `rx_poll_us` makes node 0 read its socket in
  * batches at randomly jittered instants, as a busy receiver thread does. Time is virtual, so the
  * tests are deterministic and fast. Exit status is non-zero if any check fails.
  */
@@ -44,6 +45,8 @@ typedef struct {
     uint64_t rx_poll_us;              /* 0: node 0 sees each datagram on arrival; else in batches */
     uint64_t wake_mean_us;            /* 0: a node acts the instant it is due; else that late on
                                          average (exponential), as threads of a busy machine do */
+    double egress_bytes_per_us;       /* 0: none; else shared FIFO from node 0 to every worker */
+    int egress_queue_pkts;
     uint64_t seed;
 } netcfg_t;
 
@@ -62,6 +65,9 @@ typedef struct {
     double tb_tokens;           /* token bucket of the shaper, in bytes, as of tb_us */
     uint64_t tb_us;
     uint64_t bottleneck_bytes, q_drops;
+    uint64_t eq_depart[4096];   /* the same for the egress FIFO behind node 0 */
+    int eq_head, eq_len;
+    uint64_t eq_last, eq_drops;
     /* trace of DATA sent per (sender node): the last time a DATA of message `watch_id` left */
     uint32_t watch_id;
     uint64_t watch_last_data_us[MAXN];
@@ -193,6 +199,15 @@ static void sim_emit(sim_t *s, int src, int slot, const uint8_t *b, int len)
             s->bottleneck_bytes += (uint64_t)len;
             at = s->q_last + s->nc.delay_us;
             if (urand(&s->rng) < s->nc.loss) continue;   /* dropped at the receiver's ingress */
+        }
+        if (src == 0 && s->nc.egress_bytes_per_us > 0) {
+            while (s->eq_len && s->eq_depart[s->eq_head] <= s->now) { s->eq_head = (s->eq_head + 1) % 4096; s->eq_len--; }
+            if (s->eq_len >= s->nc.egress_queue_pkts) { s->eq_drops++; continue; }
+            uint64_t start = s->eq_last > s->now ? s->eq_last : s->now;
+            s->eq_last = start + (uint64_t)ceil((len + 42) / s->nc.egress_bytes_per_us);
+            s->eq_depart[(s->eq_head + s->eq_len) % 4096] = s->eq_last;
+            s->eq_len++;
+            at = s->eq_last + s->nc.delay_us;
         }
         if (dst == 0 && s->nc.rx_poll_us) at = rx_wake(s, at);
         ev_t e = {at, 0, dst, dst_slot, len, malloc((size_t)len)};
@@ -675,6 +690,68 @@ static void test_incast(int reliable)
     sim_free(&s);
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* ------------------------------------------------------------------ broadcast schedule */
+typedef struct { int n_workers; uint32_t msg_id; uint64_t done_us[MAXN]; } bcast_t;
+
+static int bcast_done(sim_t *s, void *arg)
+{
+    bcast_t *g = arg;
+    int all = 1;
+    for (int w = 0; w < g->n_workers; w++) {
+        if (!g->done_us[w] && ltp_core_rx_ready(s->core[w + 1], 0, g->msg_id, 0) == 1) g->done_us[w] = s->now;
+        if (!g->done_us[w] || ltp_core_send_status(s->core[0], w, g->msg_id, 0, NULL, s->now) != 1) all = 0;
+    }
+    return all;
+}
+
+/* The PS sends one message to 8 workers through its own 100 Mbit/s link. Fair: every worker gets
+ * its copy at about the end. Serial: one after another at the link's rate, so the first arrives
+ * after about an eighth of the time, the fourth after half of it, and the last no later. */
+static void test_broadcast_schedule(uint32_t schedule)
+{
+    ltp_config_t c = base_cfg();
+    c.peer_schedule = schedule;
+    sim_t s;
+    double rate = 12.5;
+    sim_init(&s, 9, &c, &c, (netcfg_t){.delay_us = 250, .egress_bytes_per_us = rate, .egress_queue_pkts = 1000, .seed = 21});
+    float *vec = make_vec(N_FLOATS, 5), *got = malloc(N_FLOATS * 4);
+    double bound_us = 8.0 * (N_FLOATS * 4 + 298 * 42.0) / rate;   /* frames: 298 packets per copy */
+    for (uint32_t it = 1; it <= 6; it++) {
+        for (int w = 0; w < 8; w++) ltp_core_send(s.core[0], w, it, 0, vec, N_FLOATS * 4, 0, s.now);
+        bcast_t g = {8, it, {0}};
+        uint64_t start = s.now;
+        int ok = sim_run(&s, 10000000, bcast_done, &g);
+        CHECK(ok, "broadcast it %u did not finish", it);
+        if (!ok) break;
+        double t[8];
+        for (int w = 0; w < 8; w++) {
+            t[w] = (double)(g.done_us[w] - start);
+            ltp_core_send_release(s.core[0], w, it, 0);
+            int rc = ltp_core_rx_take(s.core[w + 1], 0, it, 0, got, N_FLOATS * 4, NULL, NULL);
+            CHECK(rc == 0, "broadcast take rc %d", rc);
+        }
+        qsort(t, 8, sizeof t[0], cmp_double);
+        printf("  broadcast %s it %u: first %.1f ms, 4th %.1f ms, last %.1f ms (bound %.1f ms)\n",
+               schedule ? "serial" : "fair", it, t[0] / 1000, t[3] / 1000, t[7] / 1000, bound_us / 1000);
+        if (it < 3) continue;   /* the first rounds find the link's rate */
+        CHECK(t[7] < 1.25 * bound_us, "broadcast it %u: last copy after %.0f us, bound %.0f", it, t[7], bound_us);
+        if (schedule == LTP_SCHED_SERIAL)
+            CHECK(t[0] < 0.3 * t[7] && t[3] < 0.65 * t[7], "serial it %u: first %.0f 4th %.0f last %.0f us", it,
+                  t[0], t[3], t[7]);
+        else
+            CHECK(t[0] > 0.6 * t[7], "fair it %u: first %.0f last %.0f us", it, t[0], t[7]);
+    }
+    free(vec);
+    free(got);
+    sim_free(&s);
+}
+
 /* ------------------------------------------------------------------ rate hint */
 /* A hand-made ACK for message msg from the PS: everything below base arrived, echoing tx_seq 0. */
 static size_t mk_ack(uint8_t *b, uint32_t msg, uint32_t base, uint32_t echo_ts, uint32_t hint_kbps)
@@ -786,11 +863,6 @@ static int push_wait_done(sim_t *s, void *arg)
     return 1;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* numpy.percentile's default (linear interpolation between closest ranks). */
 static double percentile(double *v, int n, double q)
@@ -909,6 +981,8 @@ int main(void)
     test_stale();
     test_incast(0);
     test_incast(1);
+    test_broadcast_schedule(LTP_SCHED_FAIR);
+    test_broadcast_schedule(LTP_SCHED_SERIAL);
     test_rate_hint_sender();
     test_rate_hint_receiver();
     test_incast_push_time();
