@@ -6,7 +6,8 @@ raw files) and writes, under ``DIR/figures/``, PNG and PDF versions of
 - ``throughput``: training throughput (iterations/s) against loss rate per transport, and its
   ratio to ``tcp-cubic`` under the same conditions;
 - ``accuracy``: time to a target accuracy and final accuracy against loss rate;
-- ``sync_cdf``: the distribution (CDF) of per-iteration push time per transport, p50 and p99 marked;
+- ``sync_cdf``: the distribution (CDF) of per-iteration synchronization time per transport (the
+  PS's broadcast plus its gather, which spans the workers' compute), p50 and p99 marked;
 - ``loss_tolerance``: received fraction and retransmissions against loss rate, for the
   loss-tolerant transports;
 - ``bottleneck``: bottleneck utilisation (from the controller's port statistics) and queue drops;
@@ -164,8 +165,11 @@ def make(sweep: Path) -> list[Path]:
     axes[0][0].legend(fontsize=7)
     written += _save(fig, folder, "accuracy")
 
-    # 3. CDF of per-iteration push time
+    # 3. CDF of per-iteration synchronization time. Not the push time alone: a transport that
+    # sends the parameters to one worker after another (LTP's serial schedule) starts the first
+    # push long before the last worker has its parameters, so only the whole exchange compares.
     if not iters.empty:
+        iters = iters.assign(sync_s=iters.broadcast_s + iters.gather_s)
         losses = sorted(iters.loss_pct.unique())
         fig, axes = plt.subplots(len(conds), len(losses), squeeze=False, sharey=True,
                                  figsize=(3.2 * len(losses), 2.8 * len(conds)), layout="constrained")
@@ -174,7 +178,7 @@ def make(sweep: Path) -> list[Path]:
                 ax = axes[i][j]
                 d = iters[(iters.cond == cond) & (iters.loss_pct == loss)]
                 for slug in order:
-                    x = np.sort(d[d.scheme == slug].push_s.dropna().to_numpy())
+                    x = np.sort(d[d.scheme == slug].sync_s.dropna().to_numpy())
                     if not len(x):
                         continue
                     ax.step(x, np.arange(1, len(x) + 1) / len(x), where="post",
@@ -186,7 +190,7 @@ def make(sweep: Path) -> list[Path]:
                 ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
                 ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
                 ax.set_title(f"{cond}, loss {loss:g} %", fontsize=8)
-                ax.set_xlabel("push time per iteration (s)")
+                ax.set_xlabel("synchronization time per iteration (s)")
         axes[0][0].set_ylabel("CDF (o p50, v p99)")
         axes[0][0].legend(fontsize=6)
         written += _save(fig, folder, "sync_cdf")
@@ -241,12 +245,12 @@ def _report(sweep: Path, runs: pd.DataFrame, ok: pd.DataFrame, order, names, tar
     t = ok.groupby(group).agg(
         runs=("run_id", "count"), iters_per_s=("iters_per_s", "mean"),
         speedup=("speedup", "mean"), final_accuracy=("final_accuracy", "mean"),
-        push_p50_s=("push_p50_s", "mean"), push_p99_s=("push_p99_s", "mean"),
+        iter_p50_s=("iter_p50_s", "mean"), iter_p99_s=("iter_p99_s", "mean"),
         measured_loss_pct=("measured_loss_pct", "mean"),
         recv_frac=("mean_recv_frac", "mean")).reset_index()
     lines += ["## Headline numbers (means over seeds)", "",
               "| Mbit/s | delay ms | loss % | transport | runs | it/s | vs tcp-cubic | final acc. | "
-              "push p50 s | push p99 s | measured loss % | received frac. |",
+              "iteration p50 s | p99 s | measured loss % | received frac. |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     rank = {s: i for i, s in enumerate(order)}
     t["_o"] = t.scheme.map(rank)
@@ -255,7 +259,7 @@ def _report(sweep: Path, runs: pd.DataFrame, ok: pd.DataFrame, order, names, tar
         lines.append(f"| {r.bottleneck_mbps:g} | {r.delay_ms:g} | {r.loss_pct:g} | "
                      f"{names.get(r.scheme, r.scheme)}"
                      f" | {r.runs} | {r.iters_per_s:.2f} | {sp} | {r.final_accuracy:.3f} | "
-                     f"{r.push_p50_s:.3f} | {r.push_p99_s:.3f} | {r.measured_loss_pct:.2f} | "
+                     f"{r.iter_p50_s:.3f} | {r.iter_p99_s:.3f} | {r.measured_loss_pct:.2f} | "
                      f"{r.recv_frac:.3f} |")
     lines += ["", "## Which regime gives which speedup", ""]
     if BASELINE in set(ok.scheme):
@@ -273,7 +277,7 @@ def _report(sweep: Path, runs: pd.DataFrame, ok: pd.DataFrame, order, names, tar
               "final accuracy of the loss-free runs).", "", "## Figures", ""]
     for name, what in (("throughput", "training throughput and ratio to tcp-cubic vs loss"),
                        ("accuracy", "time to target accuracy and final accuracy vs loss"),
-                       ("sync_cdf", "CDF of per-iteration push time (p50 o, p99 v)"),
+                       ("sync_cdf", "CDF of per-iteration synchronization time (p50 o, p99 v)"),
                        ("loss_tolerance", "received fraction and retransmissions vs loss"),
                        ("bottleneck", "bottleneck utilisation and queue drops vs loss")):
         if (sweep / "figures" / f"{name}.png").exists():
