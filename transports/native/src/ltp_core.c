@@ -1397,8 +1397,9 @@ static int window_open(const ltp_core_t *c, const peer_t *p, const txmsg_t *m, u
  * *retrans. Only it may send: when its window is full no later message slips in, since that would
  * put a second flow's window into the same queue (eight windows are the fair schedule again). A
  * message whose every packet is sent and unacknowledged has nothing to send, so the next one
- * starts while its tail is in flight. Peers with nothing to send are marked app-limited. */
-static int serial_head(ltp_core_t *c, txmsg_t **mp, uint32_t *idx, int *retrans)
+ * starts while its tail is in flight. With mark_idle, peers with nothing to send are marked
+ * app-limited (as the fair loop does when it passes them). */
+static int serial_head(ltp_core_t *c, int mark_idle, txmsg_t **mp, uint32_t *idx, int *retrans)
 {
     int head = -1;
     for (int pi = 0; pi < c->n_peers; pi++) {
@@ -1406,11 +1407,23 @@ static int serial_head(ltp_core_t *c, txmsg_t **mp, uint32_t *idx, int *retrans)
         uint32_t i;
         int r;
         txmsg_t *m = peer_pick(c, p, &i, &r);
-        if (!m) { p->bbr.app_limited_until = MAX(p->bbr.delivered + p->inflight_bytes, 1); continue; }
+        if (!m) {
+            if (mark_idle) p->bbr.app_limited_until = MAX(p->bbr.delivered + p->inflight_bytes, 1);
+            continue;
+        }
         if (head >= 0 && m->enq_seq > (*mp)->enq_seq) continue;
         head = pi; *mp = m; *idx = i; *retrans = r;
     }
     return head;
+}
+
+/* When peer p, whose window is open, may send: now, or once its pacing tokens have refilled. */
+static uint64_t pacing_due(const ltp_core_t *c, peer_t *p, uint64_t now)
+{
+    if (!paced(c)) return now;
+    refill(c, p, now);
+    if (p->tokens > 0) return now;
+    return now + (uint64_t)ceil((1.0 - p->tokens) / pacing_rate(c, p, now));
 }
 
 /* Build packet idx of m for peer pi, which the scheduler chose, and charge it. */
@@ -1439,14 +1452,12 @@ int ltp_core_poll_tx(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, int *p
         txmsg_t *m = NULL;
         uint32_t idx = 0;
         int retrans = 0;
-        int pi = serial_head(c, &m, &idx, &retrans);
+        int pi = serial_head(c, 1, &m, &idx, &retrans);
         if (pi < 0) return 0;
         peer_t *p = &c->peers[pi];
-        if (!window_open(c, p, m, idx, now)) return 0;   /* an ACK or a PTO opens it */
-        if (paced(c)) {
-            refill(c, p, now);
-            if (p->tokens <= 0) return 0;
-        }
+        /* The head holds the link while it waits for its window (an ACK or a PTO opens it) or
+         * for its pacing tokens. */
+        if (!window_open(c, p, m, idx, now) || pacing_due(c, p, now) > now) return 0;
         return emit_data(c, pi, m, idx, retrans, now, b, cap, peer);
     }
     for (int k = 0; k < c->n_peers; k++) {
@@ -1460,11 +1471,7 @@ int ltp_core_poll_tx(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, int *p
             p->bbr.app_limited_until = MAX(p->bbr.delivered + p->inflight_bytes, 1);
             continue;
         }
-        if (!window_open(c, p, m, idx, now)) continue;
-        if (paced(c)) {
-            refill(c, p, now);
-            if (p->tokens <= 0) continue;
-        }
+        if (!window_open(c, p, m, idx, now) || pacing_due(c, p, now) > now) continue;
         c->rr = (pi + 1) % c->n_peers;
         return emit_data(c, pi, m, idx, retrans, now, b, cap, peer);
     }
@@ -1497,26 +1504,14 @@ uint64_t ltp_core_next_timeout(ltp_core_t *c, uint64_t now)
             t = MIN(t, pto_deadline(c, p, m));
         }
         if (sendable && c->cfg.peer_schedule == LTP_SCHED_SERIAL) continue;   /* see below */
-        if (sendable && window_open(c, p, sendable, idx, now)) {
-            if (!paced(c)) return now;
-            refill(c, p, now);
-            double rate = pacing_rate(c, p, now);
-            if (p->tokens > 0) return now;
-            t = MIN(t, now + (uint64_t)ceil((1.0 - p->tokens) / rate));
-        }
+        if (sendable && window_open(c, p, sendable, idx, now)) t = MIN(t, pacing_due(c, p, now));
     }
     if (c->cfg.peer_schedule == LTP_SCHED_SERIAL) {
         txmsg_t *m = NULL;
         uint32_t idx = 0;
         int retrans = 0;
-        int pi = serial_head(c, &m, &idx, &retrans);
-        if (pi >= 0 && window_open(c, &c->peers[pi], m, idx, now)) {
-            peer_t *p = &c->peers[pi];
-            if (!paced(c)) return now;
-            refill(c, p, now);
-            if (p->tokens > 0) return now;
-            t = MIN(t, now + (uint64_t)ceil((1.0 - p->tokens) / pacing_rate(c, p, now)));
-        }
+        int pi = serial_head(c, 0, &m, &idx, &retrans);
+        if (pi >= 0 && window_open(c, &c->peers[pi], m, idx, now)) t = MIN(t, pacing_due(c, &c->peers[pi], now));
     }
     return t < now ? now : t;
 }
