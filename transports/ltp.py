@@ -222,6 +222,7 @@ class LtpTransport(Transport):
         "fixed_rate_mbps": 0.0,
         "rate_hint": True,
         "hint_gain": 1.10,
+        "cwnd_ack_extra_us": 2000,
         "pull_threshold": 1.0,
         "critical_segments": (),
         "ack_every": 8,
@@ -245,6 +246,7 @@ class LtpTransport(Transport):
         "packet_payload_bytes": (_DATA_HDR_BYTES + 4, 65507, True),
         "fixed_rate_mbps": (0.0, 1e6, False),
         "hint_gain": (0.5, 4.0, False),
+        "cwnd_ack_extra_us": (0, 1_000_000, True),
         "pull_threshold": (0.0, 1.0, False),
         "ack_every": (1, 1024, True),
         "ack_delay_us": (0, 1_000_000, True),
@@ -368,6 +370,7 @@ class _Endpoint:
             "ack_delay_us": o["ack_delay_us"], "max_open_per_peer": o["max_open_per_peer"],
             "cc": int(o["cc"]), "fixed_rate_mbps": o["fixed_rate_mbps"],
             "rate_hint": int(o["rate_hint"]), "hint_gain": o["hint_gain"],
+            "cwnd_ack_extra_us": o["cwnd_ack_extra_us"],
             **(core_settings or {}),
         }
         for name, value in settings.items():

@@ -211,6 +211,7 @@ def test_filler_masked_mean() -> None:
     ({"filler": "mean"}, "filler"),
     ({"send_order": "backwards"}, "send_order"),
     ({"peer_schedule": "random"}, "peer_schedule"),
+    ({"cwnd_ack_extra_us": -1}, "cwnd_ack_extra_us"),
     ({"cc": "yes"}, "'cc'"),
     ({"ack_every": 0}, "ack_every"),
     ({"ack_every": 2.5}, "ack_every"),

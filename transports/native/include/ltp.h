@@ -106,6 +106,7 @@ typedef struct ltp_config {
     uint32_t cc;                      /* 1 = BBR-like, 0 = fixed rate */
     double fixed_rate_mbps;           /* pacing rate with cc off; 0 = unpaced */
     uint32_t init_cwnd_pkts;
+    uint32_t cwnd_ack_extra_us;       /* window allowance for late ACKs: this long at the estimated rate */
     uint32_t min_cwnd_pkts;
     uint32_t pacing_quantum_us;       /* burst allowance: this many microseconds at pacing rate */
     uint32_t pacing_quantum_min_pkts;

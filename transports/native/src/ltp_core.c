@@ -196,7 +196,7 @@ static const optdef_t OPTS[] = {
     U32(ack_every, 1, 1024), U32(ack_delay_us, 0, 1e6), U32(reorder_window_min_us, 0, 1e6),
     U32(pto_min_us, 10, 10e6), U32(pto_max_backoff, 0, 16), U32(initial_rtt_us, 1, 10e6),
     U32(hello_interval_us, 100, 10e6), U32(cc, 0, 1), DBL(fixed_rate_mbps, 0, 1e6),
-    U32(init_cwnd_pkts, 2, 65536), U32(min_cwnd_pkts, 1, 65536), U32(pacing_quantum_us, 1, 1e6),
+    U32(init_cwnd_pkts, 2, 65536), U32(cwnd_ack_extra_us, 0, 1e6), U32(min_cwnd_pkts, 1, 65536), U32(pacing_quantum_us, 1, 1e6),
     U32(pacing_quantum_min_pkts, 1, 1024), U32(pacing_quantum_max_pkts, 1, 1024),
     U32(bw_window_rounds, 1, 1000), U32(min_rtt_window_us, 1000, 3600e6),
     U32(rate_hint, 0, 1), DBL(hint_gain, 0.5, 4), U32(hint_window_min_us, 100, 1e6),
@@ -238,6 +238,7 @@ void ltp_config_default(ltp_config_t *c)
     c->cc = 1;
     c->fixed_rate_mbps = 0;
     c->init_cwnd_pkts = 32;
+    c->cwnd_ack_extra_us = 2000;
     c->min_cwnd_pkts = 4;
     c->pacing_quantum_us = 500;
     c->pacing_quantum_min_pkts = 2;
@@ -460,6 +461,11 @@ static double cwnd_bytes(const ltp_core_t *c, const peer_t *p, uint64_t now)
     } else {
         /* Room for two pacing bursts keeps the pipe full despite delayed and batched ACKs. */
         w = MAX(floor_b, p->bbr.cwnd_gain * bdp_bytes(c, p) + 2 * quantum_bytes(c, p, now));
+        /* ACKs come back later than min RTT (batched, or from a busy userspace switch): the
+         * window also covers cwnd_ack_extra_us at the estimated rate, so a lone flow is held
+         * by its pacing, not by waiting for ACKs. A fixed allowance, not srtt, which the
+         * queue this allows would inflate in turn. */
+        w += p->bbr.btl_bw * c->cfg.cwnd_ack_extra_us;
     }
     /* Paced at a hint, the window must not be what blocks: two round trips at that rate, and
      * the hint's whole lifetime, which a few lost ACKs in a row can take. */
