@@ -99,16 +99,22 @@ class TestDelayLine:
 
     def test_half_a_millisecond_is_resolved(self, bed):
         tb, line = bed
-        base = statistics.median(rtt_ms(tb, count=40))
+        base = rtt_ms(tb, count=40)
         line.set(0.5)
         try:
-            added = statistics.median(rtt_ms(tb, count=40)) - base
+            delayed = rtt_ms(tb, count=40)
         finally:
             line.set(0)
-        print(f"median RTT added by 0.5 ms each way: {added:.3f} ms")
-        # 1 ms plus the helpers' own wake-ups (0.1-0.25 ms per pass, more when busy). Not
-        # applied would be ~0.2 ms; rounded up to 1 ms each way would be above 2.
-        assert 0.9 <= added <= 1.9
+        least = min(delayed) - min(base)
+        typical = statistics.median(delayed) - statistics.median(base)
+        print(f"RTT added by 0.5 ms each way: {least:.3f} ms least, {typical:.3f} ms median")
+        # No packet may leave early, so even the fastest delayed ping is 1 ms above the fastest
+        # bare one (the minima: a median of bare pings through the userspace switch wanders by
+        # a few tenths of a millisecond between samples). Typically it is 1 ms plus the helpers'
+        # own wake-ups (0.1-0.25 ms per pass, more when busy). Not applied would add ~0.2 ms;
+        # rounded up to 1 ms each way, above 2.
+        assert least >= 0.9
+        assert typical <= 1.9
 
     def test_tcp_still_fills_most_of_the_link_with_5_ms(self, bed, tmp_path):
         tb, line = bed
