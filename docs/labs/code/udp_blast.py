@@ -2,7 +2,8 @@
 
 Every message is cut into datagrams and sent exactly once, optionally paced at a fixed rate; no
 acknowledgements, no retransmissions. The receiver keeps whatever arrives and closes a message
-when it is complete or when nothing new has arrived for ``quiet_ms``. The PS averages each
+when it is complete, when nothing new has arrived for ``quiet_ms``, or when the sender has
+already moved on to a later message. The PS averages each
 coordinate over the workers that delivered it (masked mean); a worker keeps its previous value
 of a parameter that did not arrive.
 
@@ -72,6 +73,7 @@ class _Socket:
         self.sock.bind(bind)
         self.rng = np.random.default_rng(options["seed"] + rank)
         self.pending: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self.newest: dict[int, int] = {}  # sender rank -> the latest message id seen from it
 
     def send(self, peer: Addr, msg_id: int, values: np.ndarray) -> SendReport:
         payload = np.ascontiguousarray(values, dtype=np.float32)
@@ -94,12 +96,12 @@ class _Socket:
         return SendReport(payload.nbytes, wire, packets=-(-n // step))
 
     def receive(self, senders: list[int], msg_id: int, timeout_s: float) -> list[Delivery]:
-        """Collect message ``msg_id`` from each sender (by rank) until complete or quiet."""
+        """Collect message ``msg_id`` from each sender (by rank) until complete, quiet or superseded."""
         deadline = time.monotonic() + timeout_s
         quiet_s = self.o["quiet_ms"] / 1000
         last_new = None
         while True:
-            done = [self._complete(s, msg_id) for s in senders]
+            done = [self._complete(s, msg_id) or self.newest.get(s, -1) > msg_id for s in senders]
             if all(done):
                 break
             now = time.monotonic()
@@ -121,12 +123,19 @@ class _Socket:
         if data == HELLO and addr in self.peers:
             self.sock.sendto(HELLO_ACK, addr)  # its first answer was lost: answer again
             return False
+        return self.ingest(data, msg_id)
+
+    def ingest(self, data: bytes, msg_id: int) -> bool:
+        """Keep one data datagram; True if it carried new data of ``msg_id``."""
         if len(data) < HEADER.size or data[:4] != MAGIC:
             return False
         _, sender, mid, off, count, total = HEADER.unpack_from(data)
-        if mid < msg_id or total != self.layout.n_floats or off + count > total \
+        if total != self.layout.n_floats or off + count > total \
                 or len(data) != HEADER.size + 4 * count:
-            return False  # stale or malformed
+            return False  # malformed
+        self.newest[sender] = max(mid, self.newest.get(sender, -1))
+        if mid < msg_id:
+            return False  # stale: that message is closed
         if self.o["rx_drop_frac"] and self.rng.random() < self.o["rx_drop_frac"]:
             return False  # injected loss, for the conformance tests
         values, mask = self.pending.setdefault(
@@ -200,7 +209,11 @@ class BlastWorker(WorkerEnd):
         while time.monotonic() < deadline:
             self.net.sock.sendto(HELLO, self.net.peers[0])
             if select.select([self.net.sock], [], [], 0.05)[0]:
-                if self.net.sock.recvfrom(64)[0] == HELLO_ACK:
+                data = self.net.sock.recvfrom(65536)[0]
+                if data == HELLO_ACK:
+                    return
+                if data[:4] == MAGIC:  # the answer was lost, but the PS has started: keep the data
+                    self.net.ingest(data, 0)
                     return
         raise TransportTimeout("the PS did not answer hello in time")
 
