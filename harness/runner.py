@@ -32,6 +32,9 @@ from topologies.incast import PS_NAME, PS_PORT, SUBNET, worker_name, worker_port
 from topologies.network import Testbed
 
 POLL_S = 0.1
+# Once the PS has finished, every gradient it needed has arrived: a worker still running this long
+# after that is stuck (a transport bug), and waiting out the run's whole timeout teaches nothing.
+AFTER_PS_GRACE_S = 60.0
 
 
 def git_state() -> tuple[str, bool]:
@@ -63,8 +66,14 @@ def _last_line(path: Path) -> str:
     return lines[-1][-300:] if lines else ""
 
 
-def _wait(procs: dict, deadline: float) -> tuple[str, str]:
-    """Wait until every process exits, one fails, or the deadline; return (status, reason)."""
+def _wait(procs: dict, deadline: float,
+          grace_s: float = AFTER_PS_GRACE_S) -> tuple[str, str]:
+    """Wait until every process exits, one fails, or a deadline; return (status, reason).
+
+    The deadline is the run's timeout, or ``grace_s`` after the PS (``procs[PS_NAME]``) exited
+    successfully, whichever comes first.
+    """
+    ps_done_at = None
     while True:
         codes = {host: p.poll() for host, p in procs.items()}
         failed = {h: c for h, c in codes.items() if c not in (None, 0)}
@@ -74,9 +83,14 @@ def _wait(procs: dict, deadline: float) -> tuple[str, str]:
                              f"{_last_line(procs[host].log_path)}")
         if all(c == 0 for c in codes.values()):
             return "ok", ""
-        if time.monotonic() > deadline:
-            running = sorted(h for h, c in codes.items() if c is None)
-            return "timeout", f"still running at the deadline: {', '.join(running)}"
+        now = time.monotonic()
+        running = ", ".join(sorted(h for h, c in codes.items() if c is None))
+        if ps_done_at is None and codes.get(PS_NAME) == 0:
+            ps_done_at = now
+        if ps_done_at is not None and now - ps_done_at > grace_s:
+            return "timeout", f"still running {grace_s:g} s after the PS finished: {running}"
+        if now > deadline:
+            return "timeout", f"still running at the deadline: {running}"
         time.sleep(POLL_S)
 
 
