@@ -3,9 +3,8 @@
 Every message is cut into datagrams and sent exactly once, optionally paced at a fixed rate; no
 acknowledgements, no retransmissions. The receiver keeps whatever arrives and closes a message
 when it is complete, when nothing new has arrived for ``quiet_ms``, or when the sender has
-already moved on to a later message. The PS averages each
-coordinate over the workers that delivered it (masked mean); a worker keeps its previous value
-of a parameter that did not arrive.
+already moved on to a later message. The PS averages each coordinate over the workers that
+delivered it (masked mean); a worker keeps its previous value of a parameter that did not arrive.
 
 It is short on purpose: run it next to ``ltp`` to see what acknowledgements, retransmissions and
 congestion control buy. Load it with::
@@ -96,7 +95,7 @@ class _Socket:
         return SendReport(payload.nbytes, wire, packets=-(-n // step))
 
     def receive(self, senders: list[int], msg_id: int, timeout_s: float) -> list[Delivery]:
-        """Collect message ``msg_id`` from each sender (by rank) until complete, quiet or superseded."""
+        """Collect ``msg_id`` from each sender (by rank) until complete, quiet or superseded."""
         deadline = time.monotonic() + timeout_s
         quiet_s = self.o["quiet_ms"] / 1000
         last_new = None
