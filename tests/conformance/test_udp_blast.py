@@ -1,4 +1,4 @@
-"""The lab 3 example transport never waits out its timeout for a message its sender has left behind."""
+"""The lab 3 transport survives a lost hello answer and a message its sender has left behind."""
 
 import socket
 import sys
