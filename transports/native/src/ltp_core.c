@@ -196,7 +196,8 @@ static const optdef_t OPTS[] = {
     U32(ack_every, 1, 1024), U32(ack_delay_us, 0, 1e6), U32(reorder_window_min_us, 0, 1e6),
     U32(pto_min_us, 10, 10e6), U32(pto_max_backoff, 0, 16), U32(initial_rtt_us, 1, 10e6),
     U32(hello_interval_us, 100, 10e6), U32(cc, 0, 1), DBL(fixed_rate_mbps, 0, 1e6),
-    U32(init_cwnd_pkts, 2, 65536), U32(cwnd_ack_extra_us, 0, 1e6), U32(min_cwnd_pkts, 1, 65536), U32(pacing_quantum_us, 1, 1e6),
+    U32(init_cwnd_pkts, 2, 65536), U32(cwnd_ack_extra_us, 0, 1e6), U32(min_cwnd_pkts, 1, 65536),
+    U32(pacing_quantum_us, 1, 1e6),
     U32(pacing_quantum_min_pkts, 1, 1024), U32(pacing_quantum_max_pkts, 1, 1024),
     U32(bw_window_rounds, 1, 1000), U32(min_rtt_window_us, 1000, 3600e6),
     U32(rate_hint, 0, 1), DBL(hint_gain, 0.5, 4), U32(hint_window_min_us, 100, 1e6),
@@ -1403,9 +1404,9 @@ static int window_open(const ltp_core_t *c, const peer_t *p, const txmsg_t *m, u
  * *retrans. Only it may send: when its window is full no later message slips in, since that would
  * put a second flow's window into the same queue (eight windows are the fair schedule again). A
  * message whose every packet is sent and unacknowledged has nothing to send, so the next one
- * starts while its tail is in flight. With mark_idle, peers with nothing to send are marked
- * app-limited (as the fair loop does when it passes them). */
-static int serial_head(ltp_core_t *c, int mark_idle, txmsg_t **mp, uint32_t *idx, int *retrans)
+ * starts while its tail is in flight. Peers with nothing to send are marked app-limited (as the
+ * fair loop does when it passes them). */
+static int serial_head(ltp_core_t *c, txmsg_t **mp, uint32_t *idx, int *retrans)
 {
     int head = -1;
     for (int pi = 0; pi < c->n_peers; pi++) {
@@ -1414,7 +1415,7 @@ static int serial_head(ltp_core_t *c, int mark_idle, txmsg_t **mp, uint32_t *idx
         int r;
         txmsg_t *m = peer_pick(c, p, &i, &r);
         if (!m) {
-            if (mark_idle) p->bbr.app_limited_until = MAX(p->bbr.delivered + p->inflight_bytes, 1);
+            p->bbr.app_limited_until = MAX(p->bbr.delivered + p->inflight_bytes, 1);
             continue;
         }
         if (head >= 0 && m->enq_seq > (*mp)->enq_seq) continue;
@@ -1458,7 +1459,7 @@ int ltp_core_poll_tx(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, int *p
         txmsg_t *m = NULL;
         uint32_t idx = 0;
         int retrans = 0;
-        int pi = serial_head(c, 1, &m, &idx, &retrans);
+        int pi = serial_head(c, &m, &idx, &retrans);
         if (pi < 0) return 0;
         peer_t *p = &c->peers[pi];
         /* The head holds the link while it waits for its window (an ACK or a PTO opens it) or
@@ -1488,6 +1489,9 @@ uint64_t ltp_core_next_timeout(ltp_core_t *c, uint64_t now)
 {
     if (!c) return NEVER;
     uint64_t t = NEVER;
+    int head = -1;               /* serial schedule: the peer whose sendable message was queued first */
+    txmsg_t *head_m = NULL;
+    uint32_t head_idx = 0;
     for (int pi = 0; pi < c->n_peers; pi++) {
         peer_t *p = &c->peers[pi];
         if (p->hello_ack_pending) return now;
@@ -1509,16 +1513,15 @@ uint64_t ltp_core_next_timeout(ltp_core_t *c, uint64_t now)
             t = MIN(t, m->rack_timer_us);
             t = MIN(t, pto_deadline(c, p, m));
         }
-        if (sendable && c->cfg.peer_schedule == LTP_SCHED_SERIAL) continue;   /* see below */
-        if (sendable && window_open(c, p, sendable, idx, now)) t = MIN(t, pacing_due(c, p, now));
+        if (!sendable) continue;
+        if (c->cfg.peer_schedule == LTP_SCHED_SERIAL) {   /* only the head may send: see serial_head */
+            if (head < 0 || sendable->enq_seq < head_m->enq_seq) { head = pi; head_m = sendable; head_idx = idx; }
+        } else if (window_open(c, p, sendable, idx, now)) {
+            t = MIN(t, pacing_due(c, p, now));
+        }
     }
-    if (c->cfg.peer_schedule == LTP_SCHED_SERIAL) {
-        txmsg_t *m = NULL;
-        uint32_t idx = 0;
-        int retrans = 0;
-        int pi = serial_head(c, 0, &m, &idx, &retrans);
-        if (pi >= 0 && window_open(c, &c->peers[pi], m, idx, now)) t = MIN(t, pacing_due(c, &c->peers[pi], now));
-    }
+    if (head >= 0 && window_open(c, &c->peers[head], head_m, head_idx, now))
+        t = MIN(t, pacing_due(c, &c->peers[head], now));
     return t < now ? now : t;
 }
 

@@ -6,8 +6,9 @@
  * the model follows the emulated incast: a datagram occupies the link as a 1514-byte Ethernet
  * frame (payload + 42 bytes), and random loss strikes at the receiving host's ingress, after the
  * queue, so a lost packet still used the link. `egress_bytes_per_us` adds a drop-tail FIFO
- * behind node 0 toward every worker (the PS's own link, which a broadcast shares). `rx_poll_us` makes node 0 read its socket in
- * batches at randomly jittered instants, as a busy receiver thread does. Time is virtual, so the
+ * behind node 0 toward every worker (the PS's own link, which a broadcast shares).
+ * `rx_poll_us` makes node 0 read its socket in batches at randomly jittered instants, as a busy
+ * receiver thread does. Time is virtual, so the
  * tests are deterministic and fast. Exit status is non-zero if any check fails.
  */
 #include "ltp.h"
@@ -862,7 +863,6 @@ static int push_wait_done(sim_t *s, void *arg)
         if (ltp_core_send_status(s->core[w + 1], 0, g->msg_id, 0, NULL, s->now) != 1) return 0;
     return 1;
 }
-
 
 /* numpy.percentile's default (linear interpolation between closest ranks). */
 static double percentile(double *v, int n, double q)
