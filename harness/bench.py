@@ -182,7 +182,8 @@ def transport(slugs: tuple[str, ...], losses: tuple[float, ...], bandwidths: tup
     """Loopback goodput, then synchronized 8-to-1 push times on the emulated incast vs the bound."""
     import numpy as np
 
-    from harness.runner import _wait
+    from harness.runner import apply_host_settings, launched, spawn_forked, wait
+    from harness.runfiles import RunFiles
     from harness.zygote import Zygote
     from transports import registry
 
@@ -214,25 +215,24 @@ def transport(slugs: tuple[str, ...], losses: tuple[float, ...], bandwidths: tup
                 for slug in slugs:
                     cell = net_dir / f"{slug}-loss{loss:g}"
                     name, options = parse_scheme(slug)
-                    base = ["--transport", name, "--options", json.dumps(options), "--workers", "8", "--bytes", str(n_bytes),
-                            "--iterations", str(iterations), "--folder", str(cell)]
-                    procs = {PS_NAME: zygote.spawn(PS_NAME, tb.host(PS_NAME).pid,
-                                                   "harness.bench_node", base + ["--role", "ps"],
-                                                   cell / "ps1.log")}
+                    # The scheme's own per-host settings (tcp-cubic-lowrto's minimum RTO).
+                    apply_host_settings(tb, registry.create(name, options))
+                    files = RunFiles(cell)
+                    base = ["--transport", name, "--options", json.dumps(options), "--workers",
+                            "8", "--bytes", str(n_bytes), "--iterations", str(iterations),
+                            "--folder", str(cell)]
+                    commands = {PS_NAME: ("harness.bench_node", base + ["--role", "ps"],
+                                          files.log(PS_NAME))}
                     for r in range(8):
-                        host = worker_name(r)
-                        procs[host] = zygote.spawn(host, tb.host(host).pid, "harness.bench_node",
-                                                   base + ["--role", "worker", "--rank", str(r)],
-                                                   cell / f"{host}.log")
-                    try:
-                        status, reason = _wait(procs, time.monotonic() + 60 + 30 * iterations)
-                    finally:
-                        for proc in procs.values():
-                            proc.kill()
+                        commands[worker_name(r)] = (
+                            "harness.bench_node", base + ["--role", "worker", "--rank", str(r)],
+                            files.log(worker_name(r)))
+                    with launched(spawn_forked(tb, zygote), commands) as procs:
+                        status, reason = wait(procs, time.monotonic() + 60 + 30 * iterations)
                     if status != "ok":
                         print(f"  {bw:>6g} {loss:>6g} {slug:<22} {status}: {reason[:80]}")
                         continue
-                    recs = json.loads((cell / "push_times.json").read_text())["records"]
+                    recs = json.loads(files.push_times.read_text())["records"]
                     push = np.array([r["push_s"] for r in recs])
                     frac = min(min(r["recv_frac"]) for r in recs)
                     med, p99 = float(np.median(push)), float(np.percentile(push, 99))

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from topologies.incast import PS_IP, worker_ip
+from harness.runfiles import RunFiles
+from topologies.incast import PS_IP, worker_ip, worker_name
 from transports import registry
 from transports.base import Layout
 
@@ -55,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     ps_addr = (PS_IP, args.port)
     workers = [(worker_ip(r), args.port) for r in range(args.workers)]
     payload = np.random.default_rng(args.rank).standard_normal(layout.n_floats).astype(np.float32)
-    sync = args.folder / "sync"
+    files = RunFiles(args.folder)
+    sync = files.sync
     sync.mkdir(parents=True, exist_ok=True)
     if args.role == "ps":
         records = []
@@ -72,11 +74,11 @@ def main(argv: list[str] | None = None) -> int:
                 records.append({"iteration": k, "push_s": done - go,
                                 "recv_frac": [d.received_frac for d in got]})
             stats = end.stats()
-        (args.folder / "push_times.json").write_text(json.dumps(
+        files.push_times.write_text(json.dumps(
             {"records": records, "server_stats": stats}, indent=1))
     else:
         with transport.connect(args.rank, workers[args.rank], ps_addr, layout) as end, \
-                open(args.folder / f"w{args.rank + 1}.jsonl", "x") as log:
+                open(files.records(worker_name(args.rank)), "x") as log:
             end.join(TIMEOUT_S)
             for k in range(args.iterations):
                 end.pull(k, TIMEOUT_S)

@@ -46,6 +46,10 @@ def lenet5() -> nn.Module:
 
 
 MODELS: dict[str, Callable[[], nn.Module]] = {"mlp": mlp, "lenet5": lenet5}
+# Test accuracy that "time to accuracy" measures time to, per model: a level the model reaches
+# reliably well before it converges (the MLP ends near 0.86 on Fashion-MNIST after ~1,000 BSP
+# iterations of 8 x 32 samples; LeNet-5 near 0.89), so every transport's time to it is finite.
+TARGET_ACCURACY: dict[str, float] = {"mlp": 0.80, "lenet5": 0.85}
 
 
 def build(name: str, seed: int) -> nn.Module:

@@ -58,23 +58,53 @@ RUNS_COLUMNS = (
     Column("dataset", "", "data set name (harness/datasets.py)"),
     Column("iterations", "iterations", "BSP iterations asked for"),
     Column("iterations_done", "iterations", "BSP iterations the PS completed"),
+    Column("stopped_by", "", "why training ended: iterations (all done), target (stop_at_target "
+                             "and the target accuracy reached) or time_cap (max_train_s)"),
+    Column("train_s", "s", "training time at the PS: the sum of its iteration times"),
     Column("batch_size", "samples", "batch size per worker per iteration"),
     Column("lr", "", "SGD learning rate"),
     Column("eval_every", "iterations", "test accuracy measured every this many iterations"),
-    Column("seed", "", "seed of model initialisation, sharding and batching"),
+    Column("seed", "", "seed of model initialisation, sharding, batching and the transport's "
+                       "own randomness"),
+    Column("stop_at_target", "bool", "whether the run stops once it reaches target_accuracy"),
+    Column("max_train_s", "s", "cap on the PS's training time (empty: none)"),
     Column("final_accuracy", "fraction", "test accuracy after the last iteration"),
+    Column("target_accuracy", "fraction", "the accuracy time_to_target_s measures time to "
+                                          "(the model's default unless set)"),
+    Column("target_reached", "bool", "whether an evaluation reached target_accuracy"),
+    Column("time_to_target_s", "s", "training time at the PS until the first evaluation at or "
+                                    "above target_accuracy (empty: not reached)"),
+    Column("iterations_to_target", "iterations", "updates applied before that evaluation"),
     Column("iters_per_s", "1/s", "training throughput: iterations / training time at the PS "
                                  "(evaluation excluded)"),
     Column("iter_mean_s", "s", "mean iteration time at the PS (broadcast + gather + update)"),
     Column("iter_p50_s", "s", "median iteration time at the PS"),
     Column("iter_p99_s", "s", "99th percentile iteration time at the PS"),
-    Column("gather_p50_s", "s", "median time the PS waited for all gradients of an iteration"),
+    Column("gather_p50_s", "s", "median time the PS waited for all gradients after broadcasting"),
     Column("gather_p99_s", "s", "99th percentile of that wait"),
+    Column("broadcast_p50_s", "s", "median time the PS spent sending the parameters"),
     Column("push_p50_s", "s", "median push time: from the first worker starting to push until "
                               "the PS held every gradient of the iteration"),
     Column("push_p99_s", "s", "99th percentile push time"),
+    Column("compute_p50_s", "s", "median over iterations of the slowest worker's compute "
+                                 "(loading parameters, forward and backward pass)"),
+    Column("update_p50_s", "s", "median time of the PS's averaging and SGD step"),
+    Column("push_bound_s", "s", "push bound: n_workers x gradient bytes / bottleneck rate"),
+    Column("fd_bound_s", "s", "full-duplex bound of one iteration: (n_workers + 1) x message "
+                              "bytes / bottleneck rate (serial broadcast, gradients overlapping)"),
+    Column("iter_bound_s", "s", "floor of one iteration: fd_bound_s + compute_p50_s + "
+                                "update_p50_s"),
+    Column("iter_over_bound", "ratio", "iter_p50_s / iter_bound_s"),
     Column("mean_recv_frac", "fraction", "mean fraction of a gradient that reached the PS"),
     Column("min_recv_frac", "fraction", "smallest fraction of any gradient that reached the PS"),
+    Column("gradient_msgs", "messages", "gradient messages the PS gathered (workers x iterations)"),
+    Column("early_closes", "messages", "gradient messages closed before every packet arrived "
+                                       "(at the early-close threshold)"),
+    Column("max_wait_closes", "messages", "gradient messages closed by the hard time cap"),
+    Column("filled_frac_mean", "fraction", "mean fraction of a gradient the filler supplied"),
+    Column("filled_frac_max", "fraction", "largest fraction of one gradient the filler supplied"),
+    Column("retx_avoided", "packets", "packets still missing when messages closed early: "
+                                      "retransmissions a reliable transport would have needed"),
     Column("measured_loss_pct", "%", "random drops / IPv4 packets arriving at all hosts "
                                       "(nftables counters)"),
     Column("arrived_packets", "packets", "IPv4 packets that arrived at all hosts' ingress"),
@@ -91,6 +121,10 @@ RUNS_COLUMNS = (
     Column("grad_wire_bytes", "bytes", "what the transports sent for it (headers and "
                                        "retransmissions included, where the transport knows)"),
     Column("retransmits", "packets", "retransmitted segments or packets, all hosts"),
+    Column("cpu_busy_frac", "fraction", "the machine's busy fraction, all cores, while the PS "
+                                        "trained (/proc/stat): near 1.0 the CPU sets the pace"),
+    Column("ps_cpu_s", "s", "CPU time of the PS process, all its threads"),
+    Column("workers_cpu_s", "s", "CPU time of all worker processes together"),
     Column("wall_s", "s", "wall-clock time of the run, process start to exit"),
     Column("overhead_s", "s", "time the run took outside training and evaluation: setting loss and "
                              "delay, counters, starting and joining the processes, collecting"),
@@ -106,14 +140,18 @@ ITERATIONS_COLUMNS = (
     Column("loss_pct", "%", "configured random loss"),
     Column("delay_ms", "ms", "configured one-way delay"),
     Column("bottleneck_mbps", "Mbit/s", "rate of the PS link"),
+    Column("n_workers", "hosts", "number of workers"),
     Column("seed", "", "seed"),
     Column("iteration", "", "iteration index, from 0"),
     Column("iter_s", "s", "PS iteration time: broadcast + gather + update"),
     Column("broadcast_s", "s", "time the PS spent sending parameters"),
     Column("gather_s", "s", "time the PS waited for every gradient after broadcasting"),
+    Column("update_s", "s", "time of the PS's averaging and SGD step"),
+    Column("compute_s", "s", "the slowest worker's compute in this iteration"),
     Column("push_s", "s", "from the first worker starting its push until the PS held every gradient"),
     Column("min_recv_frac", "fraction", "smallest fraction of a worker's gradient that arrived"),
     Column("mean_recv_frac", "fraction", "mean fraction of the workers' gradients that arrived"),
+    Column("early_closes", "messages", "gradients of this iteration closed early"),
 )
 
 CURVES_COLUMNS = (

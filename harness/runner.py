@@ -1,40 +1,50 @@
-"""One run on a live testbed: start the hosts' processes, wait with a timeout, collect, record.
+"""One run on a live testbed, in three steps: prepare, launch, collect.
 
-:func:`execute` never raises for a failed run: a run that times out or crashes comes back as a row
-with ``status`` ``timeout`` or ``crash`` and the reason, and every process it started is killed by
-process group. It does raise on interruption (Ctrl-C, SIGTERM), after killing its processes.
+- :func:`prepare` writes the run's spec, sets the network's impairments and every host's transport
+  settings for this run, measures the idle RTT and reads the counters;
+- :func:`launched` starts the PS and worker processes (or a benchmark's) and kills every one of
+  them by process group when its block ends; :func:`wait` waits for them with a deadline;
+- :func:`collect` reads the counters again, writes the run's derived files and returns its rows
+  (:mod:`harness.metrics` computes them from the raw records).
 
-Per-run folder ``runs/<run_id>/``:
-
-- ``spec.json``: the spec; ``raw/``: each host's log, JSON-lines records and summary (write-once);
-- ``counters.json``: every counter before and after (switch ports, bottleneck queue, loss rules,
-  kernel TCP/UDP counters per host);
-- ``port_stats.jsonl``: the controller's periodic port statistics during the run;
-- ``iterations.csv``: the per-iteration records of all hosts in one long table.
+:func:`execute` chains the three and never raises for a failed run: a run that times out or
+crashes comes back as a row with ``status`` ``timeout`` or ``crash`` and the reason. It does raise
+on interruption (Ctrl-C, SIGTERM), after killing its processes. The run folder's layout is
+:mod:`harness.runfiles`'s.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import datetime
 import json
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
+from harness import metrics
+from harness.runfiles import RunFiles, read_jsonl
 from harness.spec import RunSpec
 from harness.zygote import Zygote
 from topologies.incast import PS_NAME, PS_PORT, SUBNET, worker_name, worker_port
 from topologies.network import Testbed
+from transports.base import Transport
 
 POLL_S = 0.1
 # Once the PS has finished, every gradient it needed has arrived: a worker still running this long
 # after that is stuck (a transport bug), and waiting out the run's whole timeout teaches nothing.
+# The same holds the other way round: once every worker has finished, the PS has been sent
+# everything it will ever get.
 AFTER_PS_GRACE_S = 60.0
+AFTER_WORKERS_GRACE_S = 60.0
+
+Spawn = Callable[[str, str, list[str], Path], object]
+"""``spawn(host, module, args, log_path)`` starts ``python -m module args`` inside ``host``."""
 
 
 def git_state() -> tuple[str, bool]:
@@ -51,13 +61,6 @@ def git_state() -> tuple[str, bool]:
         return "unknown", False
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    lines = path.read_text().splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
-
-
 def _last_line(path: Path) -> str:
     try:
         lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
@@ -66,14 +69,15 @@ def _last_line(path: Path) -> str:
     return lines[-1][-300:] if lines else ""
 
 
-def _wait(procs: dict, deadline: float,
-          grace_s: float = AFTER_PS_GRACE_S) -> tuple[str, str]:
+def wait(procs: Mapping, deadline: float, grace_s: float = AFTER_PS_GRACE_S,
+         workers_grace_s: float = AFTER_WORKERS_GRACE_S) -> tuple[str, str]:
     """Wait until every process exits, one fails, or a deadline; return (status, reason).
 
-    The deadline is the run's timeout, or ``grace_s`` after the PS (``procs[PS_NAME]``) exited
-    successfully, whichever comes first.
+    The deadline is the run's timeout; or ``grace_s`` after the PS (``procs[PS_NAME]``) exited
+    successfully while a worker still runs; or ``workers_grace_s`` after every other process
+    exited successfully while the PS still runs; whichever comes first.
     """
-    ps_done_at = None
+    ps_done_at = workers_done_at = None
     while True:
         codes = {host: p.poll() for host, p in procs.items()}
         failed = {h: c for h, c in codes.items() if c not in (None, 0)}
@@ -87,11 +91,93 @@ def _wait(procs: dict, deadline: float,
         running = ", ".join(sorted(h for h, c in codes.items() if c is None))
         if ps_done_at is None and codes.get(PS_NAME) == 0:
             ps_done_at = now
+        others = [c for h, c in codes.items() if h != PS_NAME]
+        if workers_done_at is None and others and all(c == 0 for c in others):
+            workers_done_at = now
         if ps_done_at is not None and now - ps_done_at > grace_s:
             return "timeout", f"still running {grace_s:g} s after the PS finished: {running}"
+        if workers_done_at is not None and now - workers_done_at > workers_grace_s:
+            return "timeout", (f"still running {workers_grace_s:g} s after every worker "
+                               f"finished: {running}")
         if now > deadline:
             return "timeout", f"still running at the deadline: {running}"
         time.sleep(POLL_S)
+
+
+@contextlib.contextmanager
+def launched(spawn: Spawn, commands: Mapping[str, tuple[str, list[str], Path]]) -> Iterator[dict]:
+    """Start ``{host: (module, args, log_path)}``; kill every process by group when the block ends."""
+    procs = {}
+    try:
+        for host, (module, args, log_path) in commands.items():
+            procs[host] = spawn(host, module, args, log_path)
+        yield procs
+    finally:
+        for proc in procs.values():
+            proc.kill()
+
+
+def spawn_plain(testbed: Testbed) -> Spawn:
+    """A launcher that starts each host's Python with ``mnexec`` (a fresh interpreter per host)."""
+    def spawn(host: str, module: str, args: list[str], log_path: Path):
+        return testbed.start_process(host, [sys.executable, "-m", module] + args, log_path)
+    return spawn
+
+
+def spawn_forked(testbed: Testbed, zygote: Zygote) -> Spawn:
+    """A launcher that forks each host's Python from a preloaded :class:`Zygote`."""
+    def spawn(host: str, module: str, args: list[str], log_path: Path):
+        return zygote.spawn(host, testbed.host(host).pid, module, args, log_path)
+    return spawn
+
+
+def apply_host_settings(testbed: Testbed, transport: Transport) -> None:
+    """Reset every host's route, then run the transport's own per-host commands (e.g. rto_min)."""
+    testbed.reset_routes()
+    for host in testbed.host_names():
+        for command in transport.host_commands(f"{host}-eth0", SUBNET):
+            testbed.host_run(host, "sh", "-c", command)
+
+
+@dataclasses.dataclass
+class Prepared:
+    """A run ready to launch: its files, transport and what was measured before it."""
+
+    spec: RunSpec
+    files: RunFiles
+    transport: Transport
+    started_at: str
+    rtt_ms: float
+    before: dict
+    t_begin: float
+
+
+def prepare(testbed: Testbed, spec: RunSpec, run_dir: Path) -> Prepared:
+    """Write the spec, configure the network and the hosts for ``spec``, read the counters."""
+    from transports import registry
+
+    t_begin = time.monotonic()
+    files = RunFiles(run_dir)
+    files.raw.mkdir(parents=True, exist_ok=True)
+    files.spec.write_text(spec.to_json())
+    transport = registry.create(spec.transport, spec.options())
+    started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    testbed.set_loss(spec.loss_pct)
+    testbed.set_delay(spec.delay_ms)
+    apply_host_settings(testbed, transport)
+    rtt_ms = testbed.rtt_ms(worker_name(0))
+    testbed.controller_errors()  # only what this run causes counts
+    return Prepared(spec, files, transport, started_at, rtt_ms, testbed.snapshot(), t_begin)
+
+
+def node_commands(spec: RunSpec, files: RunFiles) -> dict[str, tuple[str, list[str], Path]]:
+    """The PS's and every worker's ``harness.node`` command line."""
+    base = ["--run", str(files.dir)]
+    out = {PS_NAME: ("harness.node", base + ["--role", "ps"], files.log(PS_NAME))}
+    for r in range(spec.n_workers):
+        out[worker_name(r)] = ("harness.node", base + ["--role", "worker", "--rank", str(r)],
+                               files.log(worker_name(r)))
+    return out
 
 
 def counter_deltas(before: dict, after: dict, n_workers: int) -> dict:
@@ -126,30 +212,20 @@ def utilisation(stats: list[dict], port: int, rate_mbps: float) -> float | None:
     return bits / (rate_mbps * 1e6 * (recs[-1]["t"] - recs[0]["t"]))
 
 
-def _training_window(raw: Path, stats: list[dict]) -> list[dict]:
-    """The statistics records that fall inside the PS's training (evaluations included)."""
-    path = raw / f"{PS_NAME}.summary.json"
-    if not path.exists():
-        return stats
-    summary = json.loads(path.read_text())
-    return [r for r in stats if summary["train_start_time"] <= r["t"] <= summary["train_end_time"]]
-
-
-def iterations_table(raw: Path, spec: RunSpec) -> pd.DataFrame:
+def host_iterations_table(files: RunFiles, spec: RunSpec) -> pd.DataFrame:
     """All hosts' per-iteration records as one long table (one row per host and iteration)."""
     frames = []
-    ps = _read_jsonl(raw / f"{PS_NAME}.jsonl")
+    ps = read_jsonl(files.records(PS_NAME))
     if ps:
         df = pd.DataFrame(ps)
         df["host"], df["role"], df["rank"] = PS_NAME, "ps", -1
         df["min_recv_frac"] = df["recv_frac"].map(min)
-        df["mean_recv_frac"] = df["recv_frac"].map(np.mean)
         for col in ("recv_frac", "segment_fracs", "param_wire_bytes", "param_retransmits",
                     "msg_stats"):
             df[col] = df[col].map(json.dumps)
         frames.append(df)
     for r in range(spec.n_workers):
-        rows = _read_jsonl(raw / f"{worker_name(r)}.jsonl")
+        rows = read_jsonl(files.records(worker_name(r)))
         if rows:
             df = pd.DataFrame(rows)
             df["host"], df["role"], df["rank"] = worker_name(r), "worker", r
@@ -157,159 +233,54 @@ def iterations_table(raw: Path, spec: RunSpec) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def push_times(ps: list[dict], workers: list[list[dict]]) -> np.ndarray:
-    """Per iteration: from the first worker starting its push until the PS held every gradient.
-
-    Both ends read ``time.monotonic()``, one clock for every namespace on the machine.
-    """
-    out = []
-    for t, rec in enumerate(ps):
-        starts = [w[t]["push_start_mono"] for w in workers if len(w) > t]
-        out.append(rec["gather_end_mono"] - min(starts) if starts else np.nan)
-    return np.array(out)
-
-
-def summarize(spec: RunSpec, raw: Path, deltas: dict) -> tuple[dict, list[dict], list[dict]]:
-    """(metric columns of the runs row, curve rows, iteration rows) from a run's raw records."""
-    ps = _read_jsonl(raw / f"{PS_NAME}.jsonl")
-    evals = _read_jsonl(raw / f"{PS_NAME}.eval.jsonl")
-    workers = [_read_jsonl(raw / f"{worker_name(r)}.jsonl") for r in range(spec.n_workers)]
-    push_s = push_times(ps, workers)
-    summaries = [raw / f"{worker_name(r)}.summary.json" for r in range(spec.n_workers)]
-    iter_s = np.array([rec["iter_s"] for rec in ps])
-    gather_s = np.array([rec["gather_s"] for rec in ps])
-    fracs = np.array([f for rec in ps for f in rec["recv_frac"]])
-    final = evals[-1] if evals and ps and evals[-1]["iteration"] == len(ps) else None
-    # Kernel TCP retransmissions come from the hosts' counters; a user-space transport reports
-    # its own as "retransmits" in each host's summary.
-    retrans = deltas["tcp_retransmits"]
-    for path in [raw / f"{PS_NAME}.summary.json"] + summaries:
-        if path.exists():
-            retrans += json.loads(path.read_text()).get("transport_stats", {}).get("retransmits", 0)
-    metrics = {
-        "iterations_done": len(ps),
-        "final_accuracy": final["accuracy"] if final else None,
-        "iters_per_s": len(ps) / iter_s.sum() if len(ps) else None,
-        "iter_mean_s": float(iter_s.mean()) if len(ps) else None,
-        "iter_p50_s": float(np.percentile(iter_s, 50)) if len(ps) else None,
-        "iter_p99_s": float(np.percentile(iter_s, 99)) if len(ps) else None,
-        "gather_p50_s": float(np.percentile(gather_s, 50)) if len(ps) else None,
-        "gather_p99_s": float(np.percentile(gather_s, 99)) if len(ps) else None,
-        "push_p50_s": float(np.nanpercentile(push_s, 50)) if len(ps) else None,
-        "push_p99_s": float(np.nanpercentile(push_s, 99)) if len(ps) else None,
-        "mean_recv_frac": float(fracs.mean()) if len(fracs) else None,
-        "min_recv_frac": float(fracs.min()) if len(fracs) else None,
-        "grad_payload_bytes": sum(rec["grad_bytes"] for w in workers for rec in w),
-        "grad_wire_bytes": sum(rec["wire_bytes"] for w in workers for rec in w),
-        "retransmits": retrans,
-        **{k: v for k, v in deltas.items() if k != "tcp_retransmits"},
-    }
-    cum = np.concatenate([[0.0], np.cumsum(iter_s)]) if len(ps) else np.array([0.0])
-    curves = [{"run_id": spec.run_id, "scheme": spec.scheme, "transport": spec.transport,
-               "loss_pct": spec.loss_pct, "delay_ms": spec.delay_ms,
-               "seed": spec.seed, "iteration": e["iteration"],
-               "time_s": float(cum[min(e["iteration"], len(cum) - 1)]),
-               "accuracy": e["accuracy"], "test_loss": e["test_loss"]} for e in evals]
-    iterations = [{"run_id": spec.run_id, "scheme": spec.scheme, "transport": spec.transport,
-                   "loss_pct": spec.loss_pct, "delay_ms": spec.delay_ms,
-                   "bottleneck_mbps": spec.bottleneck_mbps, "seed": spec.seed,
-                   "iteration": rec["iteration"], "iter_s": rec["iter_s"],
-                   "broadcast_s": rec["broadcast_s"], "gather_s": rec["gather_s"],
-                   "push_s": float(push_s[t]), "min_recv_frac": min(rec["recv_frac"]),
-                   "mean_recv_frac": float(np.mean(rec["recv_frac"]))}
-                  for t, rec in enumerate(ps)]
-    return metrics, curves, iterations
-
-
-def spawn_plain(testbed: Testbed) -> Callable:
-    """A launcher that starts each host's Python with ``mnexec`` (a fresh interpreter per host)."""
-    def spawn(host: str, module: str, args: list[str], log_path: Path):
-        return testbed.start_process(host, [sys.executable, "-m", module] + args, log_path)
-    return spawn
-
-
-def spawn_forked(testbed: Testbed, zygote: Zygote) -> Callable:
-    """A launcher that forks each host's Python from a preloaded :class:`Zygote`."""
-    def spawn(host: str, module: str, args: list[str], log_path: Path):
-        return zygote.spawn(host, testbed.host(host).pid, module, args, log_path)
-    return spawn
-
-
-def execute(testbed: Testbed, spec: RunSpec, run_dir: Path, sweep: str,
-            spawn: Callable | None = None) -> tuple[dict, list[dict], list[dict]]:
-    """Run ``spec`` on ``testbed``; return its rows for runs.csv, curves.csv and iterations.csv.
-
-    ``spawn(host, module, args, log_path)`` starts a host's process (default
-    :func:`spawn_plain`).
-    """
-    from transports import registry
-
-    raw = run_dir / "raw"
-    raw.mkdir(parents=True, exist_ok=True)
-    spec_path = run_dir / "spec.json"
-    spec_path.write_text(spec.to_json())
-    transport = registry.create(spec.transport, spec.options())
-    started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    commit, dirty = git_state()
-
-    t_begin = time.monotonic()
-    testbed.set_loss(spec.loss_pct)
-    testbed.set_delay(spec.delay_ms)
-    testbed.reset_routes()
-    rtt_ms = testbed.rtt_ms(worker_name(0))
-    for host in testbed.host_names():
-        for command in transport.host_commands(f"{host}-eth0", SUBNET):
-            testbed.host_run(host, "sh", "-c", command)
-    testbed.controller_errors()  # only what this run causes counts
-    before = testbed.snapshot()
-    t0 = time.monotonic()
-    spawn = spawn or spawn_plain(testbed)
-    procs = {}
-    try:
-        base = ["--spec", str(spec_path), "--out", str(raw)]
-        procs[PS_NAME] = spawn(PS_NAME, "harness.node", base + ["--role", "ps"],
-                               raw / f"{PS_NAME}.log")
-        for r in range(spec.n_workers):
-            host = worker_name(r)
-            procs[host] = spawn(host, "harness.node", base + ["--role", "worker", "--rank", str(r)],
-                                raw / f"{host}.log")
-        status, reason = _wait(procs, t0 + spec.timeout_s)
-    finally:
-        for proc in procs.values():
-            proc.kill()
-    wall_s = time.monotonic() - t0
+def collect(testbed: Testbed, prep: Prepared, status: str, reason: str, wall_s: float,
+            sweep: str) -> tuple[dict, list[dict], list[dict]]:
+    """Read the counters, write the run's derived files; return its runs, curves, iterations rows."""
+    spec, files = prep.spec, prep.files
     after = testbed.snapshot()
     errors = testbed.controller_errors()
     if errors and status == "ok":
         status, reason = "crash", f"controller: {errors[0][:300]}"
-
-    (run_dir / "counters.json").write_text(json.dumps({"before": before, "after": after}, indent=1))
-    stats = testbed.port_stats_between(before["t"], after["t"])
-    with open(run_dir / "port_stats.jsonl", "w") as f:
+    files.counters.write_text(json.dumps({"before": prep.before, "after": after}, indent=1))
+    stats = testbed.port_stats_between(prep.before["t"], after["t"])
+    with open(files.port_stats, "w") as f:
         for rec in stats:
             f.write(json.dumps(rec) + "\n")
-    iterations_table(raw, spec).to_csv(run_dir / "iterations.csv", index=False)
+    host_iterations_table(files, spec).to_csv(files.host_iterations, index=False)
 
-    metrics, curves, iterations = summarize(spec, raw,
-                                            counter_deltas(before, after, spec.n_workers))
-    ps_summary = raw / f"{PS_NAME}.summary.json"
-    training_s = 0.0
-    if ps_summary.exists():
-        s = json.loads(ps_summary.read_text())
-        training_s = s["train_end_time"] - s["train_start_time"]
-    overhead_s = time.monotonic() - t_begin - training_s
+    measured, curves, iterations = metrics.summarize(spec, files)
+    deltas = counter_deltas(prep.before, after, spec.n_workers)
+    measured["retransmits"] += deltas.pop("tcp_retransmits")
+    ps = files.host_summary(PS_NAME)
+    training = ([r for r in stats if ps.train_start_time <= r["t"] <= ps.train_end_time]
+                if ps else stats)
+    commit, dirty = git_state()
     row = {
         "run_id": spec.run_id, "sweep": sweep, "status": status, "reason": reason,
-        "scheme": spec.scheme, "transport": spec.transport, "transport_options": transport.options(),
+        "scheme": spec.scheme, "transport": spec.transport,
+        "transport_options": prep.transport.options(),
         "n_workers": spec.n_workers, "bottleneck_mbps": spec.bottleneck_mbps,
         "worker_link_mbps": spec.network.worker_mbps, "queue_pkts": spec.queue_pkts,
-        "loss_pct": spec.loss_pct, "delay_ms": spec.delay_ms, "rtt_ms": rtt_ms,
+        "loss_pct": spec.loss_pct, "delay_ms": spec.delay_ms, "rtt_ms": prep.rtt_ms,
         "model": spec.model, "dataset": spec.dataset,
         "iterations": spec.iterations, "batch_size": spec.batch_size, "lr": spec.lr,
-        "eval_every": spec.eval_every, "seed": spec.seed,
-        **metrics,
-        "bottleneck_util_frac": utilisation(_training_window(raw, stats), PS_PORT,
-                                            spec.bottleneck_mbps),
-        "wall_s": wall_s, "overhead_s": overhead_s, "started_at": started_at, "git_commit": commit, "git_dirty": dirty,
+        "eval_every": spec.eval_every, "seed": spec.seed, "stop_at_target": spec.stop_at_target,
+        "max_train_s": spec.max_train_s,
+        **measured, **deltas,
+        "bottleneck_util_frac": utilisation(training, PS_PORT, spec.bottleneck_mbps),
+        "wall_s": wall_s,
+        "overhead_s": time.monotonic() - prep.t_begin
+        - ((ps.train_end_time - ps.train_start_time) if ps else 0.0),
+        "started_at": prep.started_at, "git_commit": commit, "git_dirty": dirty,
     }
     return row, curves, iterations
+
+
+def execute(testbed: Testbed, spec: RunSpec, run_dir: Path, sweep: str,
+            spawn: Spawn | None = None) -> tuple[dict, list[dict], list[dict]]:
+    """Run ``spec`` on ``testbed``; return its rows for runs.csv, curves.csv and iterations.csv."""
+    prep = prepare(testbed, spec, run_dir)
+    t0 = time.monotonic()
+    with launched(spawn or spawn_plain(testbed), node_commands(spec, prep.files)) as procs:
+        status, reason = wait(procs, t0 + spec.timeout_s)
+    return collect(testbed, prep, status, reason, time.monotonic() - t0, sweep)

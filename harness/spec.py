@@ -70,6 +70,9 @@ class RunSpec:
     seed: int = 0
     timeout_s: float = 600.0
     port: int = 5000
+    target_accuracy: float | None = None   # None: the model's own (models.TARGET_ACCURACY)
+    stop_at_target: bool = False
+    max_train_s: float | None = None       # cap on the PS's training time; None: no cap
 
     def __post_init__(self) -> None:
         # Options may come in as a dict; store them sorted so equal specs hash equal.
@@ -82,6 +85,12 @@ class RunSpec:
             object.__setattr__(self, name, float(getattr(self, name)))
         if self.worker_link_mbps is not None:
             object.__setattr__(self, "worker_link_mbps", float(self.worker_link_mbps))
+        if self.target_accuracy is None and self.model in models.TARGET_ACCURACY:
+            object.__setattr__(self, "target_accuracy", models.TARGET_ACCURACY[self.model])
+        for name in ("target_accuracy", "max_train_s"):
+            value = getattr(self, name)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                object.__setattr__(self, name, float(value))
         self._validate()
 
     def _validate(self) -> None:
@@ -109,6 +118,15 @@ class RunSpec:
             raise SpecError(f"lr must be above 0, not {self.lr!r}.")
         if not self.timeout_s > 0:
             raise SpecError(f"timeout_s must be above 0, not {self.timeout_s!r}.")
+        if not isinstance(self.target_accuracy, float) or not 0 < self.target_accuracy <= 1:
+            raise SpecError(f"target_accuracy must be a fraction above 0 and at most 1, "
+                            f"not {self.target_accuracy!r}.")
+        if not isinstance(self.stop_at_target, bool):
+            raise SpecError(f"stop_at_target must be true or false, not {self.stop_at_target!r}.")
+        if self.max_train_s is not None and not (isinstance(self.max_train_s, float)
+                                                 and self.max_train_s > 0):
+            raise SpecError(f"max_train_s must be above 0 seconds (or none), "
+                            f"not {self.max_train_s!r}.")
 
     @property
     def network(self) -> IncastParams:

@@ -130,6 +130,9 @@ class ServerEnd(abc.ABC):
     def broadcast(self, msg_id: int, values: np.ndarray, timeout_s: float) -> list[SendReport]:
         """Send ``values`` as message ``msg_id`` to every worker; one report per worker, by rank."""
 
+    def observe(self, msg_id: int, deliveries: Sequence[Delivery]) -> None:
+        """See every gathered message before it is averaged (e.g. PLOT's profiling); no-op here."""
+
     def average(self, deliveries: Sequence[Delivery]) -> np.ndarray:
         """Average the workers' messages coordinate by coordinate (filled values included)."""
         return np.mean([d.values for d in deliveries], axis=0, dtype=np.float32)

@@ -1,29 +1,65 @@
 """The PS and worker processes train for real over loopback TCP (no emulation, no root)."""
 
-import json
 import subprocess
 import sys
 
+from harness.runfiles import RunFiles
 from harness.spec import RunSpec
+
+
+def _train(run_dir, spec: RunSpec) -> RunFiles:
+    files = RunFiles(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    files.spec.write_text(spec.to_json())
+    base = [sys.executable, "-m", "harness.node", "--run", str(run_dir), "--loopback"]
+    procs = [subprocess.Popen(base + ["--role", "ps"])]
+    procs += [subprocess.Popen(base + ["--role", "worker", "--rank", str(r)])
+              for r in range(spec.n_workers)]
+    try:
+        assert [p.wait(timeout=120) for p in procs] == [0] * (1 + spec.n_workers)
+    finally:
+        for p in procs:
+            p.kill()
+    return files
 
 
 def test_two_workers_learn_over_loopback(tmp_path):
     spec = RunSpec(transport="tcp-cubic", n_workers=2, iterations=40, eval_every=20, port=17000,
                    timeout_s=120)
-    (tmp_path / "spec.json").write_text(spec.to_json())
-    base = [sys.executable, "-m", "harness.node", "--spec", str(tmp_path / "spec.json"),
-            "--out", str(tmp_path / "raw"), "--loopback"]
-    procs = [subprocess.Popen(base + ["--role", "ps"])]
-    procs += [subprocess.Popen(base + ["--role", "worker", "--rank", str(r)]) for r in range(2)]
-    try:
-        assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
-    finally:
-        for p in procs:
-            p.kill()
-    evals = [json.loads(line) for line in (tmp_path / "raw" / "ps1.eval.jsonl").open()]
-    assert [e["iteration"] for e in evals] == [0, 20, 40]
-    assert evals[-1]["accuracy"] > 0.5 > evals[0]["accuracy"]
-    records = [json.loads(line) for line in (tmp_path / "raw" / "w2.jsonl").open()]
+    files = _train(tmp_path, spec)
+    evals = files.eval_records()
+    assert [e.iteration for e in evals] == [0, 20, 40]
+    assert evals[-1].accuracy > 0.5 > evals[0].accuracy
+    assert evals[-1].train_s > evals[1].train_s > 0
+    records = files.worker_iterations("w2")
     assert len(records) == 40
-    assert all(r["grad_bytes"] == 4 * 109_386 and r["param_frac"] == 1.0 for r in records)
-    assert all(r["compute_s"] > 0 and r["push_s"] >= 0 and r["pull_s"] >= 0 for r in records)
+    assert all(r.grad_bytes == 4 * 109_386 and r.param_frac == 1.0 for r in records)
+    assert all(r.compute_s > 0 and r.push_s >= 0 and r.pull_s >= 0 for r in records)
+    ps = files.host_summary("ps1")
+    assert ps.stopped_by == "iterations" and ps.iterations == 40 and ps.cpu_s > 0
+    assert 0 < ps.cpu_busy_frac <= 1
+    assert not files.stop_marker.exists()
+
+
+def test_a_run_stops_at_its_target_and_every_host_ends_cleanly(tmp_path):
+    spec = RunSpec(transport="tcp-cubic", n_workers=2, iterations=400, eval_every=5, port=17100,
+                   timeout_s=120, target_accuracy=0.5, stop_at_target=True)
+    files = _train(tmp_path, spec)
+    ps = files.host_summary("ps1")
+    evals = files.eval_records()
+    assert ps.stopped_by == "target" and files.stop_marker.exists()
+    assert evals[-1].accuracy >= 0.5 > max(e.accuracy for e in evals[:-1])
+    assert ps.iterations == evals[-1].iteration < 400
+    # The workers got the final parameters, found the marker and stopped without pushing.
+    for host in ("w1", "w2"):
+        assert len(files.worker_iterations(host)) == ps.iterations
+        assert files.host_summary(host).iterations == ps.iterations
+
+
+def test_a_run_stops_at_its_time_cap(tmp_path):
+    spec = RunSpec(transport="tcp-cubic", n_workers=2, iterations=100_000, eval_every=1000,
+                   port=17200, timeout_s=120, max_train_s=1.0)
+    files = _train(tmp_path, spec)
+    ps = files.host_summary("ps1")
+    assert ps.stopped_by == "time_cap" and 1.0 <= ps.train_s < 3.0
+    assert files.eval_records()[-1].iteration == ps.iterations  # the accuracy it ended with

@@ -1,9 +1,8 @@
 """PLOT over the real emulated incast: it trains under loss and every layer meets its bound."""
 
-import json
-
 import pytest
 
+from harness.runfiles import RunFiles
 from harness.runner import execute
 from harness.spec import RunSpec
 from topologies.incast import IncastParams
@@ -23,16 +22,16 @@ def test_plot_trains_under_loss_and_respects_per_layer_bounds(testbed, tmp_path)
     row, _, _ = execute(testbed, spec, tmp_path / "run", "test")
     assert row["status"] == "ok", row["reason"]
     assert row["final_accuracy"] > 0.6, "chance is 0.1"
-    records = [json.loads(line) for line in (tmp_path / "run" / "raw" / "ps1.jsonl").open()]
+    files = RunFiles(tmp_path / "run")
     below_one = 0
-    for rec in records[5:]:   # after profiling, every layer has its own bound
-        for fracs, stats in zip(rec["segment_fracs"], rec["msg_stats"]):
+    for rec in files.ps_iterations()[5:]:   # after profiling, every layer has its own bound
+        for fracs, stats in zip(rec.segment_fracs, rec.msg_stats):
             for layer, frac in enumerate(fracs):
                 bound = stats[f"bound_{layer}"]
-                assert frac >= bound - 1e-9, (rec["iteration"], layer, frac, bound)
+                assert frac >= bound - 1e-9, (rec.iteration, layer, frac, bound)
                 below_one += frac < 1.0
     assert below_one > 0, "PLOT never tolerated any loss at 5% random loss"
-    summary = json.loads((tmp_path / "run" / "raw" / "ps1.summary.json").read_text())
-    bounds = {k: v for k, v in summary["transport_stats"].items() if k.startswith("bound:")}
+    summary = files.host_summary("ps1")
+    bounds = {k: v for k, v in summary.transport_stats.items() if k.startswith("bound:")}
     assert bounds["bound:0.bias"] == 1.0   # one-packet layers are always whole
     assert 0.7 <= bounds["bound:0.weight"] < 1.0

@@ -5,6 +5,7 @@ import sys
 
 import pytest
 
+from harness.runfiles import RunFiles
 from harness.runner import counter_deltas, execute
 from harness.spec import RunSpec
 from topologies.incast import IncastParams
@@ -81,7 +82,7 @@ def test_lowered_rto_applies_to_its_run_only(testbed, tmp_path):
         spec = RunSpec(transport=transport, n_workers=2, iterations=3, eval_every=3, timeout_s=120)
         row, _, _ = execute(testbed, spec, folder, "test")
         assert row["status"] == "ok", row["reason"]
-        return json.loads((folder / "raw" / "w1.summary.json").read_text())["transport_stats"]["rto_ms"]
+        return RunFiles(folder).host_summary("w1").transport_stats["rto_ms"]
 
     assert worker_rto_ms("tcp-cubic-lowrto", tmp_path / "low") < 50
     # The next run on the same network gets the kernel's 200 ms floor back.

@@ -2,7 +2,7 @@
 
 import time
 
-from harness.runner import _wait
+from harness.runner import wait as _wait
 
 
 class FakeProc:
@@ -48,3 +48,12 @@ def test_a_worker_stuck_after_the_ps_finished_ends_the_wait_early(tmp_path):
 def test_a_slow_worker_within_the_grace_is_ok(tmp_path):
     procs = {"ps1": FakeProc(tmp_path, "ps1", 0.1), "w1": FakeProc(tmp_path, "w1", 0.6)}
     assert _wait(procs, time.monotonic() + 60, grace_s=2.0) == ("ok", "")
+
+
+def test_a_ps_stuck_after_every_worker_finished_ends_the_wait_early(tmp_path):
+    procs = {"ps1": FakeProc(tmp_path, "ps1", None), "w1": FakeProc(tmp_path, "w1", 0.1),
+             "w2": FakeProc(tmp_path, "w2", 0.2)}
+    t0 = time.monotonic()
+    status, reason = _wait(procs, t0 + 60, workers_grace_s=0.5)
+    assert (status, reason) == ("timeout", "still running 0.5 s after every worker finished: ps1")
+    assert time.monotonic() - t0 < 5

@@ -1,0 +1,149 @@
+"""From one run's raw records to its rows in the sweep's tables (pure functions, no network).
+
+:func:`summarize` reads a run folder through :class:`~harness.runfiles.RunFiles` and returns the
+metric columns of its ``runs.csv`` row, its ``curves.csv`` rows and its ``iterations.csv`` rows.
+The columns are defined, with units, in :mod:`harness.results`. Three groups need a word:
+
+**Bounds.** With ``N`` workers, a message of ``M`` bytes and a PS link of ``B`` bit/s, pushing
+every gradient needs ``N * M * 8 / B`` (the *push bound*, what the incast alone costs). An
+iteration moves the parameters down and the gradients up the same link, in opposite directions:
+full duplex, so they can overlap. With the parameters sent to one worker after another, the last
+worker has them after ``N * M * 8 / B`` and its gradient needs ``M * 8 / B`` more: the *full-duplex
+bound* is ``(N + 1) * M * 8 / B``. Both count payload only; Ethernet, IP and transport headers add
+about 4.6 % at a 1500-byte MTU. The iteration's own floor adds what no transport can remove: the
+last worker's compute and the PS's update, measured per iteration (``iter_bound_s``).
+
+**Tolerance accounting.** Per gradient message the PS's transport reports how it closed. An
+*early close* ended a message before every packet arrived (at the adaptive threshold), a
+*max-wait close* at the hard time cap; the *filled fraction* is what the filler supplied (one
+minus the received fraction); *retransmissions avoided* counts the packets still missing when a
+message closed early, each of which a reliable transport would have had to resend at least once.
+
+**CPU.** The PS reads the machine's ``/proc/stat`` when training starts and ends
+(``cpu_busy_frac``: both cores busy is 1.0), and every host reports its own CPU time, so a run
+shows when the CPU rather than the network set its pace.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from harness.runfiles import PsIteration, RunFiles, WorkerIteration
+from harness.spec import RunSpec
+from topologies.incast import PS_NAME, worker_name
+
+CLOSE_EARLY, CLOSE_MAX_WAIT = 2, 3   # close reasons a loss-tolerant transport reports per message
+
+
+def push_times(ps: list[PsIteration], workers: list[list[WorkerIteration]]) -> np.ndarray:
+    """Per iteration: from the first worker starting its push until the PS held every gradient."""
+    out = []
+    for t, rec in enumerate(ps):
+        starts = [w[t].push_start_mono for w in workers if len(w) > t]
+        out.append(rec.gather_end_mono - min(starts) if starts else np.nan)
+    return np.array(out)
+
+
+def bounds_s(spec: RunSpec, msg_bytes: int) -> tuple[float, float]:
+    """(push bound, full-duplex bound) in seconds for messages of ``msg_bytes``."""
+    one = msg_bytes * 8 / (spec.bottleneck_mbps * 1e6)
+    return spec.n_workers * one, (spec.n_workers + 1) * one
+
+
+def _pct(values, q: float) -> float | None:
+    arr = np.asarray(values, dtype=float)
+    arr = arr[~np.isnan(arr)]
+    return float(np.percentile(arr, q)) if arr.size else None
+
+
+def tolerance(ps: list[PsIteration]) -> dict:
+    """Early closes, max-wait closes, filled fractions and avoided retransmissions of a run."""
+    stats = [s for rec in ps for s in rec.msg_stats]
+    fracs = np.array([f for rec in ps for f in rec.recv_frac])
+    early = [s for s in stats if s.get("early_closed", 0) > 0]
+    return {
+        "gradient_msgs": len(stats),
+        "early_closes": len(early),
+        "max_wait_closes": sum(1 for s in stats if s.get("close_reason") == CLOSE_MAX_WAIT),
+        "filled_frac_mean": float(1.0 - fracs.mean()) if fracs.size else None,
+        "filled_frac_max": float(1.0 - fracs.min()) if fracs.size else None,
+        "retx_avoided": int(sum(s.get("count", 0) - s.get("packets", 0) for s in early)),
+    }
+
+
+def _evals(files: RunFiles, spec: RunSpec, n_done: int) -> dict:
+    evals = files.eval_records()
+    final = evals[-1] if evals and evals[-1].iteration == n_done and n_done else None
+    hit = next((e for e in evals if e.accuracy >= spec.target_accuracy and e.iteration > 0), None)
+    return {
+        "final_accuracy": final.accuracy if final else None,
+        "target_accuracy": spec.target_accuracy,
+        "target_reached": hit is not None,
+        "time_to_target_s": hit.train_s if hit else None,
+        "iterations_to_target": hit.iteration if hit else None,
+    }
+
+
+def summarize(spec: RunSpec, files: RunFiles) -> tuple[dict, list[dict], list[dict]]:
+    """(metric columns of the runs row, curve rows, iteration rows) from a run's raw records."""
+    ps = files.ps_iterations()
+    workers = [files.worker_iterations(worker_name(r)) for r in range(spec.n_workers)]
+    summaries = {h: files.host_summary(h)
+                 for h in [PS_NAME] + [worker_name(r) for r in range(spec.n_workers)]}
+    ps_summary = summaries[PS_NAME]
+    push_s = push_times(ps, workers)
+    iter_s = np.array([rec.iter_s for rec in ps])
+    # The slowest worker's compute in each iteration is on the critical path.
+    compute_s = np.array([max((w[t].compute_s for w in workers if len(w) > t), default=np.nan)
+                          for t in range(len(ps))])
+    update_s = np.array([rec.update_s for rec in ps])
+    msg_bytes = next((w[0].grad_bytes for w in workers if w), 0)
+    push_bound, fd_bound = bounds_s(spec, msg_bytes)
+    floor_s = fd_bound + (_pct(compute_s, 50) or 0.0) + (_pct(update_s, 50) or 0.0)
+    # A user-space transport reports its retransmissions in each host's stats; TCP's come from
+    # the kernel counters the runner adds.
+    retrans = sum(s.transport_stats.get("retransmits", 0) for s in summaries.values() if s)
+    n = len(ps)
+    metrics = {
+        "iterations_done": n,
+        "stopped_by": ps_summary.stopped_by if ps_summary else "",
+        "train_s": float(iter_s.sum()) if n else None,
+        **_evals(files, spec, n),
+        "iters_per_s": n / iter_s.sum() if n else None,
+        "iter_mean_s": float(iter_s.mean()) if n else None,
+        "iter_p50_s": _pct(iter_s, 50),
+        "iter_p99_s": _pct(iter_s, 99),
+        "gather_p50_s": _pct([r.gather_s for r in ps], 50),
+        "gather_p99_s": _pct([r.gather_s for r in ps], 99),
+        "broadcast_p50_s": _pct([r.broadcast_s for r in ps], 50),
+        "push_p50_s": _pct(push_s, 50),
+        "push_p99_s": _pct(push_s, 99),
+        "compute_p50_s": _pct(compute_s, 50),
+        "update_p50_s": _pct(update_s, 50),
+        "push_bound_s": push_bound,
+        "fd_bound_s": fd_bound,
+        "iter_bound_s": floor_s,
+        "iter_over_bound": _pct(iter_s, 50) / floor_s if n and floor_s > 0 else None,
+        "mean_recv_frac": float(np.mean([f for r in ps for f in r.recv_frac])) if n else None,
+        "min_recv_frac": float(np.min([f for r in ps for f in r.recv_frac])) if n else None,
+        **tolerance(ps),
+        "grad_payload_bytes": sum(rec.grad_bytes for w in workers for rec in w),
+        "grad_wire_bytes": sum(rec.wire_bytes for w in workers for rec in w),
+        "retransmits": retrans,
+        "cpu_busy_frac": ps_summary.cpu_busy_frac if ps_summary else None,
+        "ps_cpu_s": ps_summary.cpu_s if ps_summary else None,
+        "workers_cpu_s": sum(s.cpu_s for h, s in summaries.items() if s and h != PS_NAME),
+    }
+    key = {"run_id": spec.run_id, "scheme": spec.scheme, "transport": spec.transport,
+           "loss_pct": spec.loss_pct, "delay_ms": spec.delay_ms, "seed": spec.seed}
+    curves = [{**key, "iteration": e.iteration, "time_s": e.train_s, "accuracy": e.accuracy,
+               "test_loss": e.test_loss} for e in files.eval_records()]
+    iterations = [{**key, "bottleneck_mbps": spec.bottleneck_mbps, "n_workers": spec.n_workers,
+                   "iteration": rec.iteration, "iter_s": rec.iter_s,
+                   "broadcast_s": rec.broadcast_s, "gather_s": rec.gather_s,
+                   "update_s": rec.update_s, "compute_s": float(compute_s[t]),
+                   "push_s": float(push_s[t]), "min_recv_frac": min(rec.recv_frac),
+                   "mean_recv_frac": float(np.mean(rec.recv_frac)),
+                   "early_closes": sum(1 for s in rec.msg_stats if s.get("early_closed", 0) > 0)}
+                  for t, rec in enumerate(ps)]
+    return metrics, curves, iterations

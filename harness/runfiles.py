@@ -1,0 +1,214 @@
+"""The files of one run, and the records they hold: the one owner of a run folder's layout.
+
+The host processes (:mod:`harness.node`) write a run's raw files through :class:`Recorder`; the
+runner, the benchmarks and the tests read them through :class:`RunFiles`. Nothing else spells a
+file name of a run folder. ``runs/<run_id>/``:
+
+- ``spec.json``: the run's :class:`~harness.spec.RunSpec`;
+- ``raw/<host>.log``: the host's stdout and stderr;
+- ``raw/<host>.jsonl``: one record per iteration (:class:`PsIteration` on the PS,
+  :class:`WorkerIteration` on a worker), appended as it ends;
+- ``raw/<host>.summary.json``: the host's :class:`HostSummary`, written when it finishes (its
+  presence means the host finished);
+- ``raw/ps1.eval.jsonl``: one :class:`EvalRecord` per evaluation of the test set;
+- ``raw/stop``: written by the PS when it ends training before ``iterations`` (target reached,
+  time cap); a worker that finds it after a pull stops instead of pushing;
+- ``counters.json``: every counter before and after the run (:mod:`topologies.counters`);
+- ``port_stats.jsonl``: the controller's port statistics during the run;
+- ``host_iterations.csv``: every host's per-iteration records in one long table (not to be confused
+  with the sweep's ``iterations.csv``, which holds the PS's view of every run).
+
+A benchmark cell of ``invoke bench-transport`` (:mod:`harness.bench_node`) uses the same ``raw/``
+for its logs and worker records, plus ``push_times.json`` (the PS's push times) and ``sync/``
+(the marker files of its barrier).
+
+The raw files are written once and never edited. ``*_mono`` fields are ``time.monotonic()``
+readings, comparable across hosts because every namespace shares the machine's monotonic clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from topologies.incast import PS_NAME
+
+STOP_MARKER = "stop"
+
+
+@dataclasses.dataclass
+class PsIteration:
+    """What the PS saw in one iteration (times in seconds, lists by worker rank)."""
+
+    iteration: int
+    t_s: float                    # start of the iteration, from the PS's start
+    gather_end_mono: float
+    broadcast_s: float
+    gather_s: float
+    update_s: float
+    iter_s: float                 # broadcast + gather + update
+    recv_frac: list[float]        # fraction of each worker's gradient that arrived
+    segment_fracs: list[list[float]]
+    param_wire_bytes: list[int]
+    param_retransmits: list[int]
+    msg_stats: list[dict[str, float]]   # each delivery's transport counters
+
+
+@dataclasses.dataclass
+class WorkerIteration:
+    """What one worker saw in one iteration."""
+
+    iteration: int
+    t_s: float
+    push_start_mono: float
+    pull_s: float
+    compute_s: float              # loading the parameters, forward and backward pass
+    push_s: float
+    param_frac: float             # fraction of the parameters that arrived
+    train_loss: float
+    grad_bytes: int
+    wire_bytes: int
+    packets: int
+    retransmits: int
+
+
+@dataclasses.dataclass
+class EvalRecord:
+    """One evaluation of the test set at the PS."""
+
+    iteration: int                # updates applied before it
+    accuracy: float
+    test_loss: float
+    eval_s: float
+    train_s: float = 0.0          # the PS's training time (no evaluations) up to it
+
+
+@dataclasses.dataclass
+class HostSummary:
+    """Written by a host when it finishes."""
+
+    host: str
+    role: str
+    iterations: int               # iterations this host completed
+    elapsed_s: float
+    cpu_s: float                  # user + system CPU of the process, all its threads
+    transport_stats: dict[str, Any]
+    rank: int = -1
+    # PS only:
+    train_s: float = 0.0
+    train_start_time: float = 0.0  # wall clock (time.time()), to match the controller's records
+    train_end_time: float = 0.0
+    stopped_by: str = ""           # "iterations", "target" or "time_cap"
+    cpu_busy_frac: float | None = None   # the machine's busy fraction (all cores) while training
+    transport: str = ""
+    transport_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def _load(cls, data: dict) -> Any:
+    """A record from a dict, ignoring fields this version does not know."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+class RunFiles:
+    """Paths of one run folder, and typed readers of what the hosts wrote there."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.dir = Path(run_dir)
+        self.raw = self.dir / "raw"
+        self.spec = self.dir / "spec.json"
+        self.counters = self.dir / "counters.json"
+        self.port_stats = self.dir / "port_stats.jsonl"
+        self.host_iterations = self.dir / "host_iterations.csv"
+        self.stop_marker = self.raw / STOP_MARKER
+        # A benchmark cell (harness.bench_node) instead: the PS's push times and the barrier.
+        self.push_times = self.dir / "push_times.json"
+        self.sync = self.dir / "sync"
+
+    def log(self, host: str) -> Path:
+        """The host's stdout and stderr."""
+        return self.raw / f"{host}.log"
+
+    def records(self, host: str) -> Path:
+        """The host's per-iteration records."""
+        return self.raw / f"{host}.jsonl"
+
+    def summary(self, host: str) -> Path:
+        """The host's summary."""
+        return self.raw / f"{host}.summary.json"
+
+    @property
+    def evals(self) -> Path:
+        """The PS's evaluation records."""
+        return self.raw / f"{PS_NAME}.eval.jsonl"
+
+    # ---- readers --------------------------------------------------------------------------
+
+    def ps_iterations(self) -> list[PsIteration]:
+        """The PS's per-iteration records (empty if it wrote none)."""
+        return [_load(PsIteration, d) for d in read_jsonl(self.records(PS_NAME))]
+
+    def worker_iterations(self, host: str) -> list[WorkerIteration]:
+        """One worker's per-iteration records."""
+        return [_load(WorkerIteration, d) for d in read_jsonl(self.records(host))]
+
+    def eval_records(self) -> list[EvalRecord]:
+        """The PS's evaluations, in order."""
+        return [_load(EvalRecord, d) for d in read_jsonl(self.evals)]
+
+    def host_summary(self, host: str) -> HostSummary | None:
+        """The host's summary, or None if it did not finish."""
+        path = self.summary(host)
+        return _load(HostSummary, json.loads(path.read_text())) if path.exists() else None
+
+
+class Recorder:
+    """The write-once output of one host in a run's ``raw/`` folder."""
+
+    def __init__(self, files: RunFiles, host: str) -> None:
+        files.raw.mkdir(parents=True, exist_ok=True)
+        self.files = files
+        self.host = host
+        self._open: dict[Path, Any] = {}
+
+    def _append(self, path: Path, record: Any) -> None:
+        if path not in self._open:
+            self._open[path] = open(path, "x", buffering=1)   # created once, never reopened
+        self._open[path].write(json.dumps(dataclasses.asdict(record)) + "\n")
+
+    def iteration(self, record: PsIteration | WorkerIteration) -> None:
+        """Append one iteration's record."""
+        self._append(self.files.records(self.host), record)
+
+    def evaluation(self, record: EvalRecord) -> None:
+        """Append one evaluation (PS)."""
+        self._append(self.files.evals, record)
+
+    def stop(self, reason: str) -> None:
+        """Tell the workers that training ends before its last iteration (PS)."""
+        tmp = self.files.stop_marker.with_suffix(".tmp")
+        tmp.write_text(reason + "\n")
+        tmp.rename(self.files.stop_marker)   # atomic: a worker sees all of it or nothing
+
+    def summary(self, record: HostSummary) -> None:
+        """Write the final summary; its presence means the host finished."""
+        for f in self._open.values():
+            f.close()
+        self._open.clear()
+        self.files.summary(self.host).write_text(json.dumps(dataclasses.asdict(record), indent=1))
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The records of a JSON-lines file (none if it does not exist; a torn last line is dropped)."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                break   # a host killed mid-write
+    return out
