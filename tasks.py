@@ -22,16 +22,20 @@ PROJECT = Path(__file__).resolve().parent
                   "tcp-cubic,ltp,ltp+filler=zero",
     "loss": "comma-separated random loss rates in percent, e.g. 0,1,5",
     "bandwidth": "comma-separated bottleneck rates in Mbit/s",
-    "workers": "number of workers",
-    "queue": "bottleneck queue length in packets",
+    "workers": "comma-separated numbers of workers, e.g. 8,16,32",
+    "queue": "comma-separated bottleneck queue lengths in packets, e.g. 8,32,64",
     "delay": "comma-separated one-way delays in ms, added at every host's ingress",
     "model": "model name (mlp, lenet5)",
     "iterations": "training iterations per run",
     "seeds": "comma-separated seeds",
     "timeout": "per-run timeout in seconds",
+    "target": "test accuracy that time-to-accuracy measures (default: the model's, 0.80 for mlp)",
+    "stop_at_target": "end each run at the first evaluation that reaches the target",
+    "max_train": "cap on each run's training time at the PS, in seconds",
 })
 def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=None, workers=None,
-              queue=None, delay=None, model=None, iterations=None, seeds=None, timeout=None):
+              queue=None, delay=None, model=None, iterations=None, seeds=None, timeout=None,
+              target=None, stop_at_target=None, max_train=None):
     """Run a sweep of training runs over the emulated incast network and tabulate the results."""
     from harness import cli
 
@@ -43,10 +47,12 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
             bottleneck_mbps=cli.numbers(bandwidth, float, "--bandwidth"),
             delays_ms=cli.numbers(delay, float, "--delay"),
             seeds=cli.numbers(seeds, int, "--seeds"),
-            n_workers=None if workers is None else int(workers),
-            queue_pkts=None if queue is None else int(queue), model=model,
-            iterations=None if iterations is None else int(iterations),
-            timeout_s=None if timeout is None else float(timeout))
+            workers=cli.numbers(workers, int, "--workers"),
+            queues=cli.numbers(queue, int, "--queue"), model=model,
+            iterations=cli.number(iterations, int, "--iterations"),
+            timeout_s=cli.number(timeout, float, "--timeout"),
+            target_accuracy=cli.number(target, float, "--target"),
+            stop_at_target=stop_at_target, max_train_s=cli.number(max_train, float, "--max-train"))
         cli.require_root()
         cli.require_setup()
         folder = Path(out) if out else PROJECT / "results" / plan.name

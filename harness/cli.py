@@ -72,6 +72,18 @@ def numbers(text: str | None, kind=float, name: str = "value") -> tuple | None:
                    code=2) from None
 
 
+def number(text: str | None, kind=float, name: str = "value"):
+    """'5' -> 5.0 (or ``kind``); None stays None; anything else exits with a sentence."""
+    if text is None:
+        return None
+    try:
+        value = kind(str(text).strip())
+    except ValueError:
+        what = "a whole number" if kind is int else "a number"
+        raise Exit(f"error: {name} must be {what}, not {text!r}.", code=2) from None
+    return value
+
+
 def words(text: str | None) -> tuple[str, ...] | None:
     """'a,b' -> ('a', 'b'); None stays None."""
     if text is None:

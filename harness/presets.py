@@ -27,6 +27,7 @@ import itertools
 from typing import Any
 
 from harness.spec import RunSpec, SpecError, parse_scheme
+from transports import registry
 
 
 class UnknownPreset(KeyError):
@@ -36,9 +37,16 @@ class UnknownPreset(KeyError):
         return str(self.args[0])
 
 
+# Grid dimensions of a plan and the run parameter each one sets (transports set two).
+GRID: dict[str, str] = {
+    "transports": "transport", "loss_pcts": "loss_pct", "bottleneck_mbps": "bottleneck_mbps",
+    "delays_ms": "delay_ms", "workers": "n_workers", "queues": "queue_pkts", "seeds": "seed",
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """A named grid of runs."""
+    """A named grid of runs: every combination of the dimensions in :data:`GRID`."""
 
     name: str
     transports: tuple[str, ...]
@@ -48,6 +56,8 @@ class Plan:
     base: RunSpec
     order_seed: int = 0
     delays_ms: tuple[float, ...] = (0.0,)
+    workers: tuple[int, ...] = (8,)
+    queues: tuple[int, ...] = (64,)
 
     def specs(self) -> list[RunSpec]:
         """Every run of the grid, in grid order (the sweep shuffles it).
@@ -55,41 +65,64 @@ class Plan:
         ``transports`` holds schemes: a slug, optionally with options (``ltp+filler=zero``).
         """
         out = []
-        for scheme, loss, bw, delay, seed in itertools.product(
-                self.transports, self.loss_pcts, self.bottleneck_mbps, self.delays_ms, self.seeds):
+        for scheme, loss, bw, delay, n, queue, seed in itertools.product(
+                self.transports, self.loss_pcts, self.bottleneck_mbps, self.delays_ms,
+                self.workers, self.queues, self.seeds):
             slug, options = parse_scheme(scheme)
             out.append(self.base.replace(transport=slug,
                                          transport_options={**self.base.options(), **options},
                                          loss_pct=loss, bottleneck_mbps=bw, delay_ms=delay,
-                                         seed=seed))
+                                         n_workers=n, queue_pkts=queue, seed=seed))
         return out
 
+    def dimensions(self) -> dict[str, tuple]:
+        """The grid's dimensions and their values."""
+        return {name: getattr(self, name) for name in GRID}
+
     def override(self, **changes: Any) -> Plan:
-        """A copy with grid dimensions (``transports``, ``loss_pcts``, ``bottleneck_mbps``,
-        ``delays_ms``, ``seeds``, ``order_seed``) or base fields (``iterations``, ``model``, ...)
-        replaced."""
+        """A copy with grid dimensions (the keys of :data:`GRID`, and ``order_seed``) or base
+        fields (``iterations``, ``model``, ...) replaced; ``None`` leaves a value as it is."""
         grid = {k: v for k, v in changes.items() if v is not None and k in _GRID_FIELDS}
         base = {k: v for k, v in changes.items() if v is not None and k not in _GRID_FIELDS}
+        # A run parameter that is a grid dimension (n_workers=16) sets that dimension.
+        for dim, field in GRID.items():
+            if field in base and dim not in grid:
+                grid[dim] = (base.pop(field),)
         unknown = sorted(set(base) - {f.name for f in dataclasses.fields(RunSpec)})
         if unknown:
             raise SpecError(f"there is no run parameter named {unknown[0]!r}.")
-        for key in ("transports", "loss_pcts", "bottleneck_mbps", "delays_ms", "seeds"):
+        for key in GRID:
             if key in grid:
                 grid[key] = tuple(grid[key])
                 if not grid[key]:
                     raise SpecError(f"{key} needs at least one value.")
+                twice = sorted({v for v in grid[key] if grid[key].count(v) > 1}, key=str)
+                if twice:
+                    raise SpecError(f"{key} lists {twice[0]!r} more than once; each value of a "
+                                    "dimension is one set of runs.")
         plan = dataclasses.replace(self, **grid)
         if base:
             plan = dataclasses.replace(plan, base=plan.base.replace(**base))
-        plan.specs()  # validate every combination now, before anything starts
+        specs = plan.specs()  # validate every combination now, before anything starts
+        # Two schemes that name the same effective options (ltp, ltp+threshold_min=0.8) would
+        # run the same thing twice under two names.
+        ids = [s.replace(transport_options=registry.create(s.transport, s.options()).options())
+               .run_id for s in specs]
+        if len(set(ids)) != len(ids):
+            dup = next(s for s, i in zip(specs, ids) if ids.count(i) > 1)
+            raise SpecError(f"two runs of this plan are the same run ({dup.scheme}, loss "
+                            f"{dup.loss_pct:g} %); a scheme with its default options named twice?")
         return plan
 
 
-_GRID_FIELDS = {"transports", "loss_pcts", "bottleneck_mbps", "delays_ms", "seeds", "order_seed"}
+_GRID_FIELDS = set(GRID) | {"order_seed"}
 TCP_VARIANTS = ("tcp-cubic", "tcp-reno", "tcp-bbr")
-MAIN = ("tcp-cubic", "tcp-bbr", "tcp-cubic-lowrto", "ltp", "ltp-reliable", "plot")
+# The five schemes every evidence preset compares: the default TCP, the strongest TCP baseline
+# (CUBIC with a 5 ms minimum RTO), LTP, its reliable ablation, and PLOT.
+MAIN = ("tcp-cubic", "tcp-cubic-lowrto", "ltp", "ltp-reliable", "plot")
 EVERYTHING = ("tcp-cubic", "tcp-reno", "tcp-bbr", "tcp-cubic-lowrto", "ltp", "ltp-reliable",
               "ltp-fixed", "plot", "ltp+filler=zero", "ltp+filler=previous")
+SEEDS = (0, 1, 2)
 _INCAST = RunSpec(n_workers=8, queue_pkts=64, model="mlp", eval_every=10)
 
 PRESETS: dict[str, Plan] = {
@@ -97,20 +130,39 @@ PRESETS: dict[str, Plan] = {
     "smoke": Plan(
         name="smoke", transports=TCP_VARIANTS, loss_pcts=(0.0, 1.0), bottleneck_mbps=(200.0,),
         seeds=(0,), base=_INCAST.replace(iterations=30, timeout_s=180.0)),
-    # The README's main job: every main transport across loss rates, about 20 minutes.
+    # The README's main job: the main schemes across loss rates, three seeds, about 20 minutes.
+    # Each run is 40 iterations or 30 s of training, whichever ends first: TCP CUBIC at 10 %
+    # loss needs ~6 s an iteration, and its throughput is as well measured over 30 s.
     "default": Plan(
-        name="default", transports=MAIN, loss_pcts=(0.0, 1.0, 2.0, 5.0, 10.0),
-        bottleneck_mbps=(200.0,), seeds=(0,),
-        base=_INCAST.replace(iterations=50, timeout_s=600.0)),
+        name="default", transports=MAIN, loss_pcts=(0.0, 2.0, 5.0, 10.0),
+        bottleneck_mbps=(200.0,), seeds=SEEDS,
+        base=_INCAST.replace(iterations=40, max_train_s=30.0, timeout_s=600.0)),
+    # Time to accuracy and converged accuracy: to 1,000 iterations (the MLP converges near 0.86)
+    # or 10 minutes of training, whichever ends first. Hours.
+    "converge": Plan(
+        name="converge", transports=MAIN, loss_pcts=(0.0, 5.0, 10.0),
+        bottleneck_mbps=(200.0,), seeds=SEEDS,
+        base=_INCAST.replace(iterations=1000, eval_every=20, max_train_s=600.0,
+                             timeout_s=1800.0)),
+    # Regime: incast congestion without random loss, more workers and shallow queues.
+    "incast": Plan(
+        name="incast", transports=MAIN, loss_pcts=(0.0,), bottleneck_mbps=(200.0,), seeds=SEEDS,
+        workers=(8, 16, 24, 32), queues=(8, 32),
+        base=_INCAST.replace(iterations=30, max_train_s=30.0, timeout_s=900.0)),
+    # Regime: edge round-trip times (10-50 ms one way) at 100 Mbit/s.
+    "edge": Plan(
+        name="edge", transports=MAIN, loss_pcts=(0.0, 2.0, 10.0), bottleneck_mbps=(100.0,),
+        delays_ms=(10.0, 25.0, 50.0), seeds=SEEDS,
+        base=_INCAST.replace(iterations=30, max_train_s=60.0, timeout_s=900.0)),
     # Paper figures: every scheme, both link speeds, loss up to 20 %, three seeds. Hours.
     "paper": Plan(
         name="paper", transports=EVERYTHING, loss_pcts=(0.0, 1.0, 2.0, 5.0, 10.0, 20.0),
-        bottleneck_mbps=(100.0, 200.0), seeds=(0, 1, 2),
+        bottleneck_mbps=(100.0, 200.0), seeds=SEEDS,
         base=_INCAST.replace(iterations=300, eval_every=25, timeout_s=3600.0)),
     # Teaching labs (docs/labs/).
     "lab1": Plan(
         name="lab1", transports=("tcp-cubic", "tcp-cubic-lowrto", "tcp-bbr"),
-        loss_pcts=(0.0, 2.0), bottleneck_mbps=(100.0,), seeds=(0,),
+        loss_pcts=(0.0, 2.0), bottleneck_mbps=(100.0,), seeds=(0,), queues=(16,),
         base=_INCAST.replace(queue_pkts=16, iterations=30, timeout_s=600.0)),
     "lab2": Plan(
         name="lab2", transports=("ltp", "ltp-reliable", "ltp+filler=zero", "ltp+filler=previous"),

@@ -77,10 +77,8 @@ def _write_manifest(plan: Plan, specs: list[RunSpec], folder: Path) -> None:
         return
     manifest = {
         "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "plan": {"name": plan.name, "transports": plan.transports, "loss_pcts": plan.loss_pcts,
-                 "bottleneck_mbps": plan.bottleneck_mbps, "delays_ms": plan.delays_ms,
-                 "seeds": plan.seeds,
-                 "order_seed": plan.order_seed, "base": plan.base.as_dict()},
+        "plan": {"name": plan.name, **plan.dimensions(), "order_seed": plan.order_seed,
+                 "base": plan.base.as_dict()},
         "run_ids": ids, "specs": [s.as_dict() for s in specs], "provenance": provenance(),
     }
     folder.mkdir(parents=True, exist_ok=True)

@@ -65,7 +65,19 @@ def test_every_preset_is_valid():
         specs = plan.specs()
         assert specs and len({s.run_id for s in specs}) == len(specs), name
     assert presets.DEFAULT_PRESET == "default"
-    assert len(presets.get("default").specs()) == 30
+    default = presets.get("default").specs()
+    cells = {(s.scheme, s.loss_pct) for s in default}
+    assert len(default) == 3 * len(cells), "the default sweep runs three seeds per cell"
+    assert presets.get("lab1").specs()[0].queue_pkts == 16
+
+
+def test_a_value_named_twice_in_a_dimension_is_refused():
+    for change, words in (({"loss_pcts": (1, 1)}, "loss_pcts lists 1"),
+                          ({"seeds": (0, 0)}, "seeds lists 0"),
+                          ({"transports": ("ltp", "ltp")}, "transports lists 'ltp'"),
+                          ({"transports": ("ltp", "ltp+threshold_min=0.8")}, "same run")):
+        with pytest.raises(SpecError, match=words):
+            presets.get("smoke").override(**change)
 
 
 def test_override_any_dimension_and_validate_up_front():

@@ -1,0 +1,150 @@
+"""A sweep's tables, read back and arranged for figures and the report (never the raw files).
+
+:func:`load` reads ``runs.csv``, ``curves.csv`` and ``iterations.csv`` of a sweep folder into a
+:class:`Sweep`: every run, the ok runs with derived columns (speedup over ``tcp-cubic``, per
+iteration rates), the schemes in registry order with their colours and markers, and the
+*conditions*: the settings other than scheme, loss and seed that vary in the sweep (bottleneck
+rate, delay, workers, queue), which figures use as facets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pandas as pd
+
+from harness import stats
+from harness.results import ResultsError
+from transports import registry
+
+BASELINE = "tcp-cubic"
+# Settings that can vary across a sweep besides scheme, loss and seed, with their labels.
+CONDITION_COLUMNS = {"bottleneck_mbps": "{:g} Mbit/s", "delay_ms": "+{:g} ms one way",
+                     "n_workers": "{:g} workers", "queue_pkts": "queue {:g}"}
+# Per-run metrics divided by the iterations the run completed, for figures that compare runs of
+# different lengths.
+PER_ITERATION = ("retransmits", "queue_drops", "early_closes", "retx_avoided")
+
+
+def slug_of(scheme: str) -> str:
+    """The transport slug of a scheme (``ltp+filler=zero`` -> ``ltp``)."""
+    return scheme.split("+", 1)[0]
+
+
+def is_tcp(scheme: str) -> bool:
+    """True for the kernel TCP schemes."""
+    return slug_of(scheme).startswith("tcp-")
+
+
+@dataclasses.dataclass
+class Sweep:
+    """A sweep's tables and how to draw its schemes."""
+
+    folder: Path
+    runs: pd.DataFrame      # every run, any status
+    ok: pd.DataFrame        # ok runs, with derived columns
+    curves: pd.DataFrame    # evaluation points of ok runs
+    iters: pd.DataFrame     # per-iteration rows of ok runs
+    order: list[str]        # schemes, registry order first
+    palette: dict[str, str]
+    markers: dict[str, str]
+    names: dict[str, str]
+    varying: list[str]      # condition columns with more than one value
+
+    def cond_label(self, row) -> str:
+        """The facet label of a row (or of a dict of condition values)."""
+        parts = [CONDITION_COLUMNS[c].format(row[c]) for c in self.varying
+                 if c != "delay_ms" or row[c]]
+        return ", ".join(parts) or "all runs"
+
+    def conditions(self) -> list[tuple]:
+        """Every combination of the varying condition columns present, sorted."""
+        if not self.varying:
+            return [()]
+        return sorted(self.ok[self.varying].drop_duplicates().itertuples(index=False, name=None))
+
+    def at(self, frame: pd.DataFrame, cond: tuple) -> pd.DataFrame:
+        """The rows of ``frame`` under condition ``cond`` (see :meth:`conditions`)."""
+        mask = pd.Series(True, index=frame.index)
+        for col, value in zip(self.varying, cond):
+            mask &= frame[col] == value
+        return frame[mask]
+
+    def label(self, cond: tuple) -> str:
+        """The label of condition ``cond``."""
+        return self.cond_label(dict(zip(self.varying, cond)))
+
+    def estimate(self, frame: pd.DataFrame, scheme: str, column: str) -> stats.Estimate:
+        """Median and interval of ``column`` over the runs of ``scheme`` in ``frame``."""
+        return stats.median_ci(frame.loc[frame.scheme == scheme, column])
+
+    def seeds_per_cell(self) -> tuple[int, int]:
+        """(fewest, most) ok runs in any cell."""
+        keys = ["scheme", "loss_pct", *CONDITION_COLUMNS]
+        counts = self.ok.groupby(keys).run_id.count()
+        return int(counts.min()), int(counts.max())
+
+
+def _look(schemes):
+    """Colour, marker and legend name per scheme: the registry's for a bare slug; for a slug with
+    options, the slug's marker with a colour of its own and the options in the name."""
+    import seaborn as sns
+
+    palette, markers, names = {}, {}, {}
+    extra = iter(sns.color_palette("dark", 10).as_hex() + sns.color_palette("pastel", 10).as_hex())
+    for scheme in schemes:
+        slug = slug_of(scheme)
+        try:
+            info = registry.get(slug)
+            color, marker, name = info.color, info.marker, info.display_name
+        except registry.UnknownTransport:  # a sweep made by another version
+            color, marker, name = "#777777", "x", slug
+        if scheme != slug:
+            color, name = next(extra, "#444444"), f"{name} ({scheme.split('+', 1)[1]})"
+        palette[scheme], markers[scheme], names[scheme] = color, marker, name
+    return palette, markers, names
+
+
+def _with_ratio(ok: pd.DataFrame) -> pd.DataFrame:
+    """Add ``speedup``: iterations/s over tcp-cubic's median in the same cell (same seed set)."""
+    keys = ["loss_pct", *CONDITION_COLUMNS]
+    base = ok[ok.scheme == BASELINE].groupby(keys).iters_per_s.median().rename("base_iters_per_s")
+    out = ok.join(base, on=keys)
+    out["speedup"] = out.iters_per_s / out.base_iters_per_s
+    return out
+
+
+def load(folder: Path) -> Sweep:
+    """The tables of the sweep in ``folder``; :class:`ResultsError` if it has no ok run."""
+    runs_csv = folder / "runs.csv"
+    if not runs_csv.exists():
+        raise ResultsError(f"{runs_csv} does not exist; run a sweep into {folder} first.")
+    try:
+        runs = pd.read_csv(runs_csv)
+        curves = pd.read_csv(folder / "curves.csv") if (folder / "curves.csv").exists() \
+            else pd.DataFrame(columns=["run_id"])
+        iters = pd.read_csv(folder / "iterations.csv") if (folder / "iterations.csv").exists() \
+            else pd.DataFrame(columns=["run_id"])
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise ResultsError(f"a table in {folder} is not a CSV this harness wrote ({exc}).") \
+            from None
+    needed = {"run_id", "status", "scheme", "loss_pct", "seed", "iters_per_s", *CONDITION_COLUMNS}
+    missing = sorted(needed - set(runs.columns))
+    if missing:
+        raise ResultsError(f"{runs_csv} lacks the column {missing[0]!r}; it was not written by "
+                           "this version of the harness.")
+    ok = runs[runs.status == "ok"].copy()
+    if ok.empty:
+        raise ResultsError(f"{runs_csv} has no run with status ok to draw.")
+    for col in PER_ITERATION:
+        if col in ok:
+            ok[f"{col}_per_iter"] = ok[col] / ok.iterations_done.where(ok.iterations_done > 0)
+    ok = _with_ratio(ok)
+    order = [s for s in registry.slugs() if s in set(ok.scheme)]
+    order += sorted(set(ok.scheme) - set(order))
+    palette, markers, names = _look(order)
+    varying = [c for c in CONDITION_COLUMNS if ok[c].nunique() > 1]
+    ids = set(ok.run_id)
+    return Sweep(folder, runs, ok, curves[curves.run_id.isin(ids)], iters[iters.run_id.isin(ids)],
+                 order, palette, markers, names, varying)

@@ -1,0 +1,252 @@
+"""The report of a sweep (``report.md``) and the README's results table, from the tables alone.
+
+Every number is a median over a cell's runs with its 95 % bootstrap interval in brackets
+(:mod:`harness.stats`). A statement that one scheme beats another is made only where the
+intervals separate; otherwise the report says "within noise". :func:`readme_table` renders the
+table the README shows for ``results/reference``; a test checks that the two agree.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from harness import stats
+from harness.analysis import BASELINE, Sweep
+from harness.figures import best_tcp
+
+ACCURACY_MARGIN_PTS = 1.0   # "no loss of final accuracy": within this many points of lossless TCP
+FIGURES = (("throughput", "training throughput and ratio to tcp-cubic vs loss"),
+           ("accuracy", "time to target accuracy and final accuracy vs loss"),
+           ("converge", "final accuracy against lossless tcp-cubic, with the +-1 point band"),
+           ("sync_cdf", "CDF of per-iteration synchronization time (p50 o, p99 v)"),
+           ("loss_tolerance", "filled fraction, early closes, avoided and actual retransmissions"),
+           ("bottleneck", "bottleneck utilisation and queue drops vs loss"),
+           ("bounds", "where the median iteration goes, and the iteration over its floor"))
+
+
+def _cells(sw: Sweep):
+    """(condition, loss, frame of that cell's runs across schemes), in order."""
+    for cond in sw.conditions():
+        d = sw.at(sw.ok, cond)
+        for loss in sorted(d.loss_pct.unique()):
+            yield cond, loss, d[d.loss_pct == loss]
+
+
+def _where(sw: Sweep, cond: tuple, loss: float) -> str:
+    label = sw.label(cond)
+    return f"{label + ', ' if label != 'all runs' else ''}{loss:g} % loss"
+
+
+def _header(sw: Sweep) -> list[str]:
+    runs = sw.runs
+    lo, hi = sw.seeds_per_cell()
+    statuses = "".join(f", {n} {s}" for s, n in runs.status.value_counts().items() if s != "ok")
+    commits = sorted(set(runs.git_commit.astype(str)))
+    dirty = bool(runs.git_dirty.astype(str).str.lower().eq("true").any())
+    started = pd.to_datetime(runs.started_at, utc=True)
+    span_h = ((started.max() - started.min()).total_seconds()
+              + float(runs.loc[started.idxmax(), "wall_s"])) / 3600
+    cmd = f".venv/bin/invoke figures --sweep {sw.folder}"
+    return [f"# Report: {sw.folder.name}", "",
+            f"{len(runs)} runs, {len(sw.ok)} ok{statuses}; {lo}-{hi} runs (seeds) per cell; "
+            f"commit {', '.join(c[:12] for c in commits)}{' (work tree dirty)' if dirty else ''};"
+            f" the sweep ran for {span_h:.1f} h from {started.min():%Y-%m-%d %H:%M} UTC.", "",
+            "Every number is the median over a cell's runs with its 95 % bootstrap interval in "
+            "brackets; one scheme is said to beat another only where the intervals separate. "
+            "Regenerate the figures and this report from the tables with:", "", f"    {cmd}", ""]
+
+
+def _headline(sw: Sweep) -> list[str]:
+    target = sw.ok.target_accuracy.median()
+    cols = [c for c in sw.varying]
+    lines = ["## Headline numbers", "",
+             "| " + " | ".join(cols + ["loss %", "transport", "runs", "it/s", f"vs {BASELINE}",
+                                      "iteration p50 s", "p99 s", "final acc.",
+                                      f"time to {target:.0%} (s)", "measured loss %",
+                                      "filled frac."]) + " |",
+             "|" + "---|" * (len(cols) + 11)]
+    for cond, loss, d in _cells(sw):
+        base = d.loc[d.scheme == BASELINE, "iters_per_s"]
+        for scheme in sw.order:
+            mine = d[d.scheme == scheme]
+            if mine.empty:
+                continue
+            tta = sw.estimate(d, scheme, "time_to_target_s")
+            missed = int((~mine.target_reached.astype(str).str.lower().eq("true")).sum())
+            tta_text = tta.fmt(".0f") + (f" ({missed} of {len(mine)} not reached)" if missed else "")
+            speed = stats.ratio_ci(mine.iters_per_s, base)
+            lines.append("| " + " | ".join(
+                [f"{v:g}" for v in cond] + [f"{loss:g}", sw.names[scheme], str(len(mine)),
+                 sw.estimate(d, scheme, "iters_per_s").fmt(),
+                 speed.fmt(".2f", "x") if speed.n else "-",
+                 f"{mine.iter_p50_s.median():.3f}", f"{mine.iter_p99_s.median():.3f}",
+                 sw.estimate(d, scheme, "final_accuracy").fmt(".3f"), tta_text,
+                 f"{mine.measured_loss_pct.median():.2f}",
+                 f"{mine.filled_frac_mean.median():.4f}"]) + " |")
+    return lines + [""]
+
+
+def _fastest(sw: Sweep) -> list[str]:
+    lines = ["## Which scheme is fastest where", ""]
+    for cond, loss, d in _cells(sw):
+        ests = {sw.names[s]: sw.estimate(d, s, "iters_per_s") for s in sw.order}
+        _, sentence = stats.best(ests)
+        lines.append(f"- {_where(sw, cond, loss)}, iterations/s: {sentence}")
+    return lines + [""]
+
+
+def _tolerance_pays(sw: Sweep) -> list[str]:
+    """ltp and plot against ltp-reliable: does tolerating loss itself pay, cell by cell?"""
+    if "ltp-reliable" not in sw.order:
+        return []
+    lines = ["## Does tolerating loss pay? `ltp` and `plot` against `ltp-reliable`", "",
+             "Same machinery, one difference: `ltp-reliable` repairs every packet. Throughput "
+             "(iterations/s) and the fraction of each gradient the filler supplied:", ""]
+    wins = []
+    for cond, loss, d in _cells(sw):
+        rel = sw.estimate(d, "ltp-reliable", "iters_per_s")
+        for scheme in ("ltp", "plot"):
+            if scheme not in set(d.scheme):
+                continue
+            mine = sw.estimate(d, scheme, "iters_per_s")
+            filled = d.loc[d.scheme == scheme, "filled_frac_mean"].median()
+            early = d.loc[d.scheme == scheme, "early_closes_per_iter"].median()
+            sentence = stats.compare(scheme, mine, "ltp-reliable", rel)
+            lines.append(f"- {_where(sw, cond, loss)}: {sentence} `{scheme}` filled "
+                         f"{filled:.2%} of a gradient on average, {early:.2f} early closes per "
+                         "iteration.")
+            if rel.n and mine.n and not mine.overlaps(rel) and mine.value > rel.value:
+                wins.append(f"{scheme} at {_where(sw, cond, loss)} "
+                            f"({mine.value / rel.value:.2f}x)")
+    lines += ["", ("Tolerating loss beat reliable delivery, beyond noise, in: " + "; ".join(wins)
+                   + ".") if wins else
+              "In no cell of this sweep did tolerating loss beat reliable delivery beyond noise.",
+              ""]
+    return lines
+
+
+def _accuracy(sw: Sweep) -> list[str]:
+    lines = ["## Accuracy against lossless TCP", "",
+             f"Final accuracy minus the median of lossless `{BASELINE}` under the same "
+             f"conditions, in points; \"no loss of accuracy\" means within "
+             f"{ACCURACY_MARGIN_PTS:g} point.", ""]
+    for cond in sw.conditions():
+        d = sw.at(sw.ok, cond)
+        ref = d[(d.scheme == BASELINE) & (d.loss_pct == 0)].final_accuracy.dropna()
+        if ref.empty:
+            lines.append(f"- {sw.label(cond)}: no lossless {BASELINE} run to compare with.")
+            continue
+        for loss in sorted(d.loss_pct.unique()):
+            for scheme in sw.order:
+                acc = d[(d.scheme == scheme) & (d.loss_pct == loss)].final_accuracy.dropna()
+                if acc.empty or (scheme == BASELINE and loss == 0):
+                    continue
+                gap = stats.median_ci((100 * (acc - ref.median())).round(6))
+                if gap.hi < -ACCURACY_MARGIN_PTS:
+                    verdict = f"more than {ACCURACY_MARGIN_PTS:g} point below"
+                elif gap.value >= -ACCURACY_MARGIN_PTS:
+                    verdict = f"within {ACCURACY_MARGIN_PTS:g} point"
+                else:
+                    verdict = "below by a median of more than a point, but within noise of it"
+                lines.append(f"- {_where(sw, cond, loss)}, {sw.names[scheme]}: "
+                             f"{gap.fmt('+.2f')} points: {verdict}.")
+    return lines + [""]
+
+
+def _accounting(sw: Sweep) -> list[str]:
+    cols = ("early_closes_per_iter", "max_wait_closes", "filled_frac_mean", "filled_frac_max",
+            "retx_avoided_per_iter", "retransmits_per_iter")
+    lines = ["## Tolerance accounting (medians over runs)", "",
+             "| conditions | loss % | transport | early closes / it | max-wait closes | "
+             "filled mean | filled worst | retx avoided / it | retransmits / it |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for cond, loss, d in _cells(sw):
+        for scheme in sw.order:
+            mine = d[d.scheme == scheme]
+            if mine.empty:
+                continue
+            m = mine[list(cols)].median()
+            lines.append(f"| {sw.label(cond)} | {loss:g} | {sw.names[scheme]} | "
+                         f"{m.early_closes_per_iter:.2f} | {m.max_wait_closes:.0f} | "
+                         f"{m.filled_frac_mean:.4f} | {m.filled_frac_max:.3f} | "
+                         f"{m.retx_avoided_per_iter:.1f} | {m.retransmits_per_iter:.1f} |")
+    return lines + [""]
+
+
+def _bounds(sw: Sweep) -> list[str]:
+    lines = ["## The iteration against its bounds", "",
+             "`fd bound` = (workers + 1) x message / bottleneck rate (parameters down and "
+             "gradients up overlap on the full-duplex PS link); the floor adds the slowest "
+             "worker's compute and the PS's update; `rest` = iteration p50 - floor is what "
+             "the transport and the harness add.", "",
+             "| conditions | loss % | transport | iteration p50 s | fd bound s | compute s | "
+             "update s | rest s | p50 / floor |", "|---|---|---|---|---|---|---|---|---|"]
+    for cond, loss, d in _cells(sw):
+        for scheme in sw.order:
+            mine = d[d.scheme == scheme]
+            if mine.empty:
+                continue
+            m = mine[["iter_p50_s", "fd_bound_s", "compute_p50_s", "update_p50_s",
+                      "iter_bound_s"]].median()
+            ratio = sw.estimate(d, scheme, "iter_over_bound")
+            lines.append(f"| {sw.label(cond)} | {loss:g} | {sw.names[scheme]} | "
+                         f"{m.iter_p50_s:.3f} | {m.fd_bound_s:.3f} | {m.compute_p50_s:.4f} | "
+                         f"{m.update_p50_s:.4f} | {m.iter_p50_s - m.iter_bound_s:.3f} | "
+                         f"{ratio.fmt('.2f', 'x')} |")
+    return lines + [""]
+
+
+def _regimes(sw: Sweep) -> list[str]:
+    lines = []
+    for setting in (s for s in sw.varying if s != "bottleneck_mbps"):
+        lines += [f"## Regime: {setting}", "", f"![regime_{setting}](figures/regime_{setting}.png)",
+                  ""]
+        for value in sorted(sw.ok[setting].unique()):
+            frame = sw.ok[sw.ok[setting] == value]
+            tcp = best_tcp(frame)
+            for loss in sorted(frame.loss_pct.unique()):
+                d = frame[frame.loss_pct == loss]
+                ests = {sw.names[s]: sw.estimate(d, s, "iters_per_s")
+                        for s in ("ltp", "ltp-reliable", "plot", tcp) if s in set(d.scheme)}
+                _, sentence = stats.best(ests)
+                cpu = d.cpu_busy_frac.median()
+                lines.append(f"- {setting} {value:g}, {loss:g} % loss: {sentence} "
+                             f"(CPU busy {cpu:.0%})")
+        lines.append("")
+    return lines
+
+
+def report_text(sw: Sweep) -> str:
+    """The whole report as Markdown."""
+    lines = (_header(sw) + _headline(sw) + _fastest(sw) + _tolerance_pays(sw) + _accuracy(sw)
+             + _accounting(sw) + _bounds(sw) + _regimes(sw) + ["## Figures", ""])
+    for name, what in FIGURES:
+        if (sw.folder / "figures" / f"{name}.png").exists():
+            lines += [f"### {what}", "", f"![{name}](figures/{name}.png)", ""]
+    return "\n".join(lines)
+
+
+def write(sw: Sweep) -> object:
+    """Write ``report.md`` into the sweep folder; return its path."""
+    path = sw.folder / "report.md"
+    path.write_text(report_text(sw))
+    return path
+
+
+def readme_table(sw: Sweep) -> str:
+    """The README's table: tcp-cubic's iterations/s, every other scheme as a ratio to it."""
+    losses = sorted(sw.ok.loss_pct.unique())
+    lines = ["| random loss | " + " | ".join(f"{x:g} %" for x in losses) + " |",
+             "|---|" + "---|" * len(losses)]
+    base = {x: sw.ok[(sw.ok.scheme == BASELINE) & (sw.ok.loss_pct == x)].iters_per_s
+            for x in losses}
+    for scheme in sw.order:
+        cells = []
+        for x in losses:
+            mine = sw.ok[(sw.ok.scheme == scheme) & (sw.ok.loss_pct == x)].iters_per_s
+            est = (stats.median_ci(mine) if scheme == BASELINE
+                   else stats.ratio_ci(mine, base[x]))
+            cells.append(est.fmt(".2f", "" if scheme == BASELINE else "x"))
+        name = f"`{scheme}`" + (", iterations/s" if scheme == BASELINE else "")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

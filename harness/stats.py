@@ -1,0 +1,115 @@
+"""Statistics over seeds: medians with bootstrap confidence intervals, and honest comparisons.
+
+The unit of observation is a run: a seed varies the model's initialisation, the data order and
+the transports' own randomness (the kernel's loss rules draw their own), so two runs of one cell
+differ by chance alone. Every cell of every table and figure is summarised by the **median over
+its runs and a 95 % percentile-bootstrap confidence interval** of that median (resampling runs,
+:data:`N_BOOT` resamples, a fixed seed so the same table gives the same interval). With three runs
+the interval of a median spans about their range: wide on purpose.
+
+A comparison names a winner only where the two intervals do not overlap; otherwise it says
+"within noise". A ratio of two cells (a speedup) gets its own interval by resampling both cells.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+N_BOOT = 4000
+LEVEL = 0.95
+SEED = 20231
+
+
+@dataclasses.dataclass(frozen=True)
+class Estimate:
+    """A median with its confidence interval over ``n`` runs (NaN when there is no run)."""
+
+    value: float
+    lo: float
+    hi: float
+    n: int
+
+    def overlaps(self, other: Estimate) -> bool:
+        """True if the two intervals share any value (so neither is clearly larger)."""
+        return not (self.lo > other.hi or other.lo > self.hi)
+
+    def fmt(self, spec: str = ".2f", unit: str = "") -> str:
+        """``'3.21 [3.02, 3.40]'``: the median and its interval."""
+        if np.isnan(self.value):
+            return "-"
+        return f"{self.value:{spec}}{unit} [{self.lo:{spec}}, {self.hi:{spec}}]"
+
+
+def _clean(values: Sequence[float]) -> np.ndarray:
+    arr = np.asarray(values, dtype=float)
+    return arr[~np.isnan(arr)]
+
+
+def _resampled_medians(arr: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    idx = rng.integers(0, arr.size, size=(N_BOOT, arr.size))
+    return np.median(arr[idx], axis=1)
+
+
+def median_ci(values: Sequence[float]) -> Estimate:
+    """The median of ``values`` (NaN ignored) and its bootstrap confidence interval."""
+    arr = _clean(values)
+    if arr.size == 0:
+        return Estimate(float("nan"), float("nan"), float("nan"), 0)
+    boot = _resampled_medians(arr, np.random.default_rng(SEED))
+    tail = 100 * (1 - LEVEL) / 2
+    return Estimate(float(np.median(arr)), float(np.percentile(boot, tail)),
+                    float(np.percentile(boot, 100 - tail)), int(arr.size))
+
+
+def ratio_ci(num: Sequence[float], den: Sequence[float]) -> Estimate:
+    """median(num) / median(den), with an interval from resampling both independently."""
+    a, b = _clean(num), _clean(den)
+    if a.size == 0 or b.size == 0 or np.median(b) == 0:
+        return Estimate(float("nan"), float("nan"), float("nan"), 0)
+    rng = np.random.default_rng(SEED)
+    boot = _resampled_medians(a, rng) / _resampled_medians(b, rng)
+    tail = 100 * (1 - LEVEL) / 2
+    return Estimate(float(np.median(a) / np.median(b)), float(np.percentile(boot, tail)),
+                    float(np.percentile(boot, 100 - tail)), int(min(a.size, b.size)))
+
+
+def cells(df: pd.DataFrame, keys: list[str], column: str) -> pd.DataFrame:
+    """One row per cell (``keys``): ``n``, ``median``, ``lo``, ``hi`` of ``column`` over its runs."""
+    rows = []
+    for key, group in df.groupby(keys, dropna=False, sort=True):
+        est = median_ci(group[column])
+        key = key if isinstance(key, tuple) else (key,)
+        rows.append({**dict(zip(keys, key)), "n": est.n, "median": est.value, "lo": est.lo,
+                     "hi": est.hi})
+    return pd.DataFrame(rows, columns=keys + ["n", "median", "lo", "hi"])
+
+
+def compare(a_name: str, a: Estimate, b_name: str, b: Estimate, higher_is_better: bool = True,
+            spec: str = ".2f", unit: str = "") -> str:
+    """One sentence: which of two estimates is better, or that they are within noise."""
+    if a.n == 0 or b.n == 0:
+        return f"{a_name} vs {b_name}: not enough runs to compare."
+    if a.overlaps(b):
+        return (f"{a_name} {a.fmt(spec, unit)} and {b_name} {b.fmt(spec, unit)}: within noise "
+                f"(the 95 % intervals overlap).")
+    first_better = (a.value > b.value) == higher_is_better
+    win, lose = ((a_name, a), (b_name, b)) if first_better else ((b_name, b), (a_name, a))
+    return (f"{win[0]} {win[1].fmt(spec, unit)} beats {lose[0]} {lose[1].fmt(spec, unit)} "
+            f"(intervals separate).")
+
+
+def best(estimates: dict[str, Estimate], higher_is_better: bool = True) -> tuple[list[str], str]:
+    """(names that cannot be told apart from the best, one sentence saying so)."""
+    valid = {k: e for k, e in estimates.items() if e.n > 0}
+    if not valid:
+        return [], "no runs."
+    top = (max if higher_is_better else min)(valid, key=lambda k: valid[k].value)
+    tied = [k for k, e in valid.items() if k != top and e.overlaps(valid[top])]
+    if not tied:
+        return [top], f"best: {top} (its interval separates from every other)."
+    return [top] + tied, (f"best by median: {top}, but within noise of "
+                          f"{', '.join(tied)} (intervals overlap).")
