@@ -53,9 +53,10 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
             timeout_s=cli.number(timeout, float, "--timeout"),
             target_accuracy=cli.number(target, float, "--target"),
             stop_at_target=stop_at_target, max_train_s=cli.number(max_train, float, "--max-train"))
+        folder = Path(out) if out else PROJECT / "results" / plan.name
+        sweep.check_folder(folder)
         cli.require_root()
         cli.require_setup()
-        folder = Path(out) if out else PROJECT / "results" / plan.name
         sweep.run_plan(plan, folder)
 
 
@@ -65,16 +66,20 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
     "loss": "random loss in percent for the loss check (default 5)",
     "seconds": "duration of each throughput test (default 5)",
 })
-def bench_network(c, bandwidth=100.0, queue=64, loss=5.0, seconds=5.0):
+def bench_network(c, bandwidth="100", queue="64", loss="5", seconds="5"):
     """Measure the emulated network: one flow, 8-to-1 incast, queue drops, measured vs set loss."""
     from harness import cli
 
     with cli.user_errors():
-        cli.require_root()
-        cli.require_setup()
         from harness import bench
 
-        bench.network(float(bandwidth), int(queue), float(loss), float(seconds))
+        args = bench.network_args(cli.number(bandwidth, float, "--bandwidth"),
+                                  cli.number(queue, int, "--queue"),
+                                  cli.number(loss, float, "--loss"),
+                                  cli.number(seconds, float, "--seconds"))
+        cli.require_root()
+        cli.require_setup()
+        bench.network(*args)
 
 
 @task
@@ -118,17 +123,20 @@ def docs(c):
     "queue": "bottleneck queue in packets (default 64)",
 })
 def bench_transport(c, transports="ltp,tcp-cubic", loss="0,1,5,10", bandwidth="100,200",
-                    iterations=20, queue=64):
+                    iterations="20", queue="64"):
     """Loopback goodput and 8-to-1 push time per transport vs the physical bound."""
     from harness import cli
 
     with cli.user_errors():
-        cli.require_root()
-        cli.require_setup()
         from harness import bench
 
-        bench.transport(cli.words(transports), cli.numbers(loss, float, "--loss"),
-                        cli.numbers(bandwidth, float, "--bandwidth"), int(iterations), int(queue))
+        args = bench.transport_args(cli.words(transports), cli.numbers(loss, float, "--loss"),
+                                    cli.numbers(bandwidth, float, "--bandwidth"),
+                                    cli.number(iterations, int, "--iterations"),
+                                    cli.number(queue, int, "--queue"))
+        cli.require_root()
+        cli.require_setup()
+        bench.transport(*args)
 
 
 @task(help={"sweep": "the sweep folder (holding runs.csv)"})

@@ -134,6 +134,12 @@ def load(folder: Path) -> Sweep:
     if missing:
         raise ResultsError(f"{runs_csv} lacks the column {missing[0]!r}; it was not written by "
                            "this version of the harness.")
+    for col in needed - {"run_id", "status", "scheme"}:
+        try:
+            runs[col] = pd.to_numeric(runs[col])
+        except (ValueError, TypeError):
+            raise ResultsError(f"{runs_csv} has a value in column {col!r} that is not a number; "
+                               "it was not written by this harness.") from None
     ok = runs[runs.status == "ok"].copy()
     if ok.empty:
         raise ResultsError(f"{runs_csv} has no run with status ok to draw.")

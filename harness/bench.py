@@ -38,6 +38,39 @@ for i in range({n}):
 """
 
 
+class BenchError(ValueError):
+    """A benchmark argument is out of range."""
+
+
+def network_args(bandwidth_mbps: float, queue_pkts: int, loss_pct: float,
+                 seconds: float) -> tuple[float, int, float, float]:
+    """The arguments of :func:`network`, validated (one sentence on a bad one)."""
+    IncastParams(8, bandwidth_mbps, None, queue_pkts, loss_pct)
+    if not 0.5 <= seconds <= 600:
+        raise BenchError(f"--seconds must be from 0.5 to 600, not {seconds!r}.")
+    return bandwidth_mbps, queue_pkts, loss_pct, seconds
+
+
+def transport_args(slugs, losses, bandwidths, iterations: int, queue_pkts: int) -> tuple:
+    """The arguments of :func:`transport`, validated (one sentence on a bad one)."""
+    from transports import registry
+
+    for name, values in (("--transports", slugs), ("--loss", losses), ("--bandwidth", bandwidths)):
+        if not values:
+            raise BenchError(f"{name} needs at least one value.")
+        if len(set(values)) != len(values):
+            raise BenchError(f"{name} names a value more than once.")
+    for slug in slugs:
+        name, options = parse_scheme(slug)
+        registry.create(name, options)   # unknown slug or bad option: one sentence, nothing run
+    for bw in bandwidths:
+        for loss in losses:
+            IncastParams(8, bw, None, queue_pkts, loss)
+    if not 1 <= iterations <= 10_000:
+        raise BenchError(f"--iterations must be from 1 to 10000, not {iterations!r}.")
+    return slugs, losses, bandwidths, iterations, queue_pkts
+
+
 def _listening_in(host_pid: int, port: int) -> bool:
     """True if a TCP socket listens on ``port`` in the network namespace of ``host_pid``."""
     want = f":{port:04X}"
@@ -187,9 +220,6 @@ def transport(slugs: tuple[str, ...], losses: tuple[float, ...], bandwidths: tup
     from harness.zygote import Zygote
     from transports import registry
 
-    for slug in slugs:
-        name, options = parse_scheme(slug)
-        registry.create(name, options)   # unknown slug or bad option: one sentence, nothing run
     folder = BENCH_DIR / time.strftime("transport-%Y%m%dT%H%M%S")
     folder.mkdir(parents=True, exist_ok=True)
     print("loopback goodput, one worker -> PS (median of 20 pushes):")

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 from invoke.exceptions import Exit
 
+from harness.bench import BenchError
 from harness.datasets import DatasetError
 from harness.presets import UnknownPreset
 from harness.results import ResultsError
@@ -23,7 +24,7 @@ from transports.registry import UnknownTransport
 
 USER_ERRORS = (SpecError, UnknownPreset, UnknownTransport, OptionError, TopologyError,
                TestbedError, OVSError, SweepError, ResultsError, DatasetError, TransportError,
-               DelayError)
+               DelayError, BenchError)
 
 
 def require_root() -> None:

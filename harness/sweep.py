@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import platform
 import random
 import shutil
@@ -59,6 +60,26 @@ def provenance() -> dict:
         "torch": torch.__version__, "numpy": pkg("numpy"), "pandas": pkg("pandas"),
         "host": platform.node(), "command": " ".join(sys.argv),
     }
+
+
+def check_folder(folder: Path) -> None:
+    """Raise :class:`SweepError` unless ``folder`` is (or can become) a writable directory.
+
+    Nothing is created: a folder that does not exist yet is judged by its nearest existing parent.
+    """
+    probe = folder
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise SweepError(f"{probe} is a file, so {folder} cannot be a results folder; "
+                         "choose another --out.")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise SweepError(f"{probe} is not writable, so results cannot go to {folder}; "
+                         "choose another --out.")
+    if (folder / "runs.csv").exists() and not os.access(folder / "runs.csv", os.W_OK):
+        raise SweepError(f"{folder / 'runs.csv'} is not writable; choose another --out.")
 
 
 def _network_dir(spec: RunSpec) -> str:
