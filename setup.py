@@ -7,6 +7,8 @@ imported as a Python module. ``pip install -e .`` builds it in place next to its
 for C tests and fuzzing.
 """
 
+from pathlib import Path
+
 from setuptools import Extension, setup
 
 NATIVE = "transports/native"
@@ -15,9 +17,9 @@ setup(
     ext_modules=[
         Extension(
             "transports.native._ltpcore",
-            sources=[f"{NATIVE}/src/ltp_core.c", f"{NATIVE}/src/ltp_udp.c"],
-            include_dirs=[f"{NATIVE}/include"],
-            depends=[f"{NATIVE}/include/ltp.h"],
+            sources=sorted(str(p) for p in Path(NATIVE, "src").glob("*.c")),
+            include_dirs=[f"{NATIVE}/include", f"{NATIVE}/src"],
+            depends=[f"{NATIVE}/include/ltp.h", f"{NATIVE}/src/ltp_internal.h"],
             extra_compile_args=["-std=c11", "-O2", "-Wall", "-Wextra", "-pthread"],
             extra_link_args=["-pthread"],
             libraries=["m"],
