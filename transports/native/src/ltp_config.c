@@ -32,7 +32,8 @@ static const optdef_t OPTS[] = {
          "first-pass order: index order, seeded shuffle, or index order with only critical retransmissions first"),
     ENUM(peer_schedule, LTP_ENUM_SCHEDULE, LTP_SCHED_SERIAL, LTP_SCHED_SERIAL,
          "one sender's link among peers: round robin, or one message after another in queueing order"),
-    U64(seed, 0, 18446744073709551615.0, 1, "", "seeds the random send order and the bandwidth-probing phase"),
+    /* The largest double below 2^64, so every accepted value converts to uint64_t. */
+    U64(seed, 0, 18446744073709549568.0, 1, "", "seeds the random send order and the bandwidth-probing phase"),
     DBL(threshold_min, 0, 1, 0.80, "fraction", "lowest early-close threshold (received fraction of a message)"),
     DBL(threshold_max, 0, 1, 0.99, "fraction", "highest early-close threshold; equal to threshold_min for a fixed one"),
     DBL(loss_weight, 0, 100, 1.0, "", "weight of the first-pass loss estimate p_hat in the threshold"),
@@ -106,8 +107,6 @@ int ltp_config_set(ltp_config_t *c, const char *name, double v)
         if (strcmp(o->pub.name, name) != 0) continue;
         if (!(v >= o->pub.min && v <= o->pub.max)) return LTP_EOPTION;   /* also rejects NaN */
         if (o->pub.type != LTP_OPT_DOUBLE && v != floor(v)) return LTP_EOPTION;
-        /* 2^64 itself compares equal to the u64 maximum as a double, but does not fit. */
-        if (o->pub.type == LTP_OPT_U64 && v >= 18446744073709551616.0) return LTP_EOPTION;
         store(c, o, v);
         return LTP_OK;
     }
