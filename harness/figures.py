@@ -197,7 +197,7 @@ def make(sweep: Path) -> list[Path]:
 
     # 4. loss tolerance: received fraction and retransmissions
     tolerant = [s for s in order
-                if _slug(s) in registry.REGISTRY and registry.get(_slug(s)).loss_tolerant]
+                if _slug(s) in registry.slugs() and registry.get(_slug(s)).loss_tolerant]
     if tolerant:
         d = ok[ok.scheme.isin(tolerant)]
         fig, axes = plt.subplots(1, 2, figsize=(8.4, 3.2), layout="constrained")

@@ -90,7 +90,7 @@ class Option:
             "any": lambda v: True,
         }[self.kind]
         if not ok(value):
-            raise OptionError(f"{owner} option {self.name!r} must be {self.describe()}, "
+            raise OptionError(f"{owner} option {self.name} must be {self.describe()}, "
                               f"not {value!r}.")
 
     def _in_range(self, v: Any) -> bool:

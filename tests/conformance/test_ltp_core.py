@@ -212,7 +212,7 @@ def test_filler_masked_mean() -> None:
     ({"send_order": "backwards"}, "send_order"),
     ({"peer_schedule": "random"}, "peer_schedule"),
     ({"cwnd_ack_extra_us": -1}, "cwnd_ack_extra_us"),
-    ({"cc": "yes"}, "'cc'"),
+    ({"cc": "yes"}, "option cc must be true or false"),
     ({"ack_every": 0}, "ack_every"),
     ({"ack_every": 2.5}, "ack_every"),
     ({"packet_payload_bytes": 20}, "packet_payload_bytes"),
@@ -303,3 +303,25 @@ def test_timeouts_close_and_wrong_session() -> None:
     assert ps.stats() == {}
     with pytest.raises(TransportError, match="closed"):
         ps.gather(0, 0.05)
+
+
+def test_plot_profiles_snr_in_observe_and_average_has_no_side_effects() -> None:
+    layout = Layout.from_sizes([("signal.weight", 4000), ("noise.weight", 4000), ("bias", 10)])
+    ps_port, w_port = free_ports(2)
+    t = registry.create("plot", {"profile_iterations": 2, "bound_min": 0.7})
+    with t.serve(("127.0.0.1", ps_port), [("127.0.0.1", w_port), ("127.0.0.1", w_port + 1)],
+                 layout) as ps:
+        rng = np.random.default_rng(3)
+        common = rng.standard_normal(layout.n_floats)
+        deliveries = [Delivery.whole((common + 0.1 * rng.standard_normal(layout.n_floats))
+                                     .astype(np.float32), layout) for _ in range(2)]
+        for _ in range(3):
+            ps.average(deliveries)
+        assert ps.profiled == 0 and ps.bounds == [1.0, 1.0, 1.0]   # average() learns nothing
+        ps.observe(0, deliveries)
+        assert ps.profiled == 1 and ps.bounds == [1.0, 1.0, 1.0]
+        ps.observe(1, deliveries)
+        assert ps.profiled == 2 and ps.bounds[2] == 1.0 and 0.7 <= min(ps.bounds[:2]) < 1.0
+        ps.observe(2, deliveries)                                   # profiling is over
+        assert ps.profiled == 2
+        assert "snr:signal.weight" in ps.stats()
