@@ -1,6 +1,6 @@
 """Build hook for the native LTP core; all project metadata lives in pyproject.toml.
 
-The extension ``transports.native._ltpcore`` is the C core (``transports/native/src/*.c``) plus
+The extension ``transports.native._ltp_cffi`` is the C core (``transports/native/src/*.c``) plus
 a cffi wrapper generated from ``transports/native/include/ltp.h``; :mod:`transports.native`
 loads it. ``transports/native/build_ffi.py`` says how it is built (sources, flags, the cdef).
 ``pip install -e .`` builds it in place next to its sources and is the only way the library

@@ -2,9 +2,10 @@
 
 One parameter-server job has one :class:`ServerEnd` (on the PS) and one :class:`WorkerEnd` per
 worker. Each iteration every worker calls :meth:`WorkerEnd.push` with its flat float32 gradient,
-the PS calls :meth:`ServerEnd.gather` to collect one message per worker, averages them with
-:meth:`ServerEnd.average`, and calls :meth:`ServerEnd.broadcast` with the new parameters, which the
-workers receive with :meth:`WorkerEnd.pull`.
+the PS calls :meth:`ServerEnd.gather` to collect one message per worker, lets the transport learn
+from them with :meth:`ServerEnd.observe`, averages them with :meth:`ServerEnd.average`, and calls
+:meth:`ServerEnd.broadcast` with the new parameters, which the workers receive with
+:meth:`WorkerEnd.pull`.
 
 Partial delivery is a first-class result: every received message is a :class:`Delivery` whose
 ``mask`` says which coordinates arrived (``None`` means all of them) and whose ``received_frac`` is

@@ -64,9 +64,9 @@ def core_only_markdown() -> str:
 
 
 def schemes_markdown() -> str:
-    """Every registered scheme with its transport class and the options that define it."""
+    """The built-in schemes with their transport class and the options that define them."""
     lines = ["| slug | transport | fixed options | loss tolerant | what |", "|---|---|---|---|---|"]
-    for info in registry.entries():
+    for info in registry.BUILTIN:
         fixed = ", ".join(f"`{k}={_value(v)}`" for k, v in info.fixed_options.items()) or "none"
         lines.append(f"| `{info.slug}` | `{info.target}` | {fixed} | "
                      f"{'yes' if info.loss_tolerant else 'no'} | {_cell(info.description)} |")

@@ -11,8 +11,9 @@ Bubble Filling) is LTP's; see ``docs/ltp-protocol.md``.
 Where the bounds come from (``bound_rule``; details and formulas in ``docs/plot-protocol.md``):
 
 - ``snr`` (default): a profiling phase. For the first ``profile_iterations`` iterations every
-  layer is delivered whole (bound 1.0) and the PS measures, per layer, the signal-to-noise ratio
-  of the averaged gradient: ``snr = (||mean||^2 - N) / N`` with ``N = sum(var_r(g)) / n`` the
+  layer is delivered whole (bound 1.0) and the PS measures (in :meth:`PlotServer.observe`, which
+  the harness calls after every gather), per layer, the signal-to-noise ratio of the averaged
+  gradient: ``snr = (||mean||^2 - N) / N`` with ``N = sum(var_r(g)) / n`` the
   average's expected noise (:func:`layer_snr`).
   Then ``bound = bound_min + (bound_max - bound_min) * snr / (1 + snr)``: a layer whose averaged
   gradient is dominated by noise loses little when a worker's share of it is missing, so it may

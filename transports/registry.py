@@ -13,7 +13,7 @@ processes (which inherit the variable) all see them.
     >>> from transports import registry
     >>> t = registry.create("tcp-bbr")
     >>> t.options()
-    {'cc': 'bbr'}
+    {'cc': 'bbr', 'rto_min_ms': None}
 """
 
 from __future__ import annotations
@@ -68,7 +68,8 @@ class TransportInfo:
                 for o in table]
 
 
-_BUILTIN = (
+# The project's own schemes, registered below; plugins add theirs with register().
+BUILTIN = (
     TransportInfo("tcp-cubic", "TCP CUBIC", "#1f77b4", "o", "transports.tcp:TcpTransport",
                   {"cc": "cubic"}, False, "Linux TCP with CUBIC congestion control"),
     TransportInfo("tcp-reno", "TCP Reno", "#ff7f0e", "s", "transports.tcp:TcpTransport",
@@ -108,7 +109,7 @@ def register(info: TransportInfo) -> None:
     REGISTRY[info.slug] = info
 
 
-for _info in _BUILTIN:
+for _info in BUILTIN:
     register(_info)
 
 

@@ -62,21 +62,21 @@ _EXCEPTIONS = {"LTP_ETIMEDOUT": LtpTimeout, "LTP_ESYS": LtpSystemError,
 def _core() -> tuple[Any, Any]:
     """(ffi, lib) of the extension module, imported once."""
     try:
-        from transports.native import _ltpcore
+        from transports.native import _ltp_cffi
     except ImportError as exc:
         raise TransportError(
             "the native LTP core is not built; run ./setup.sh (or `.venv/bin/pip install -e .`) "
             "in the project folder."
         ) from exc
-    return _ltpcore.ffi, _ltpcore.lib
+    return _ltp_cffi.ffi, _ltp_cffi.lib
 
 
 def library_path() -> Path:
     """The built extension module (raises :class:`TransportError` if it is not built)."""
     _core()
-    from transports.native import _ltpcore
+    from transports.native import _ltp_cffi
 
-    return Path(_ltpcore.__file__)
+    return Path(_ltp_cffi.__file__)
 
 
 def rank_server() -> int:

@@ -2,7 +2,7 @@
 
 ``setup.py`` names it in ``cffi_modules``, so ``pip install -e .`` (which ``./setup.sh`` runs)
 compiles every ``src/*.c`` together with a cffi wrapper into the extension module
-``transports.native._ltpcore`` (API mode; :mod:`transports.native` loads it).
+``transports.native._ltp_cffi`` (API mode; :mod:`transports.native` loads it).
 
 The cdef is generated from ``include/ltp.h`` at build time, never written by hand: the header's
 ``#include`` lines are dropped (cffi knows the ``<stdint.h>`` types), the C preprocessor removes
@@ -60,7 +60,9 @@ def _relative(path: Path) -> str:
 ffibuilder = FFI()
 ffibuilder.cdef(cdef_text())
 ffibuilder.set_source(
-    "transports.native._ltpcore",
+    # Not _ltpcore: that name was a plain shared object loaded with ctypes, and a stale
+    # _ltpcore.cpython-*.so in a checkout would shadow an extension of the same name.
+    "transports.native._ltp_cffi",
     '#include "ltp.h"\n',
     sources=[_relative(p) for p in sorted((NATIVE / "src").glob("*.c"))],
     include_dirs=[_relative(NATIVE / "include"), _relative(NATIVE / "src")],
