@@ -1,26 +1,13 @@
 """Build hook for the native LTP core; all project metadata lives in pyproject.toml.
 
-The extension ``transports.native._ltpcore`` is a plain C shared object exposing the ``ltp_`` API
-(``transports/native/include/ltp.h``). It is loaded with ctypes by :mod:`transports.ltp`, never
-imported as a Python module. ``pip install -e .`` builds it in place next to its sources;
-``pip wheel .`` ships it inside the wheel. ``make -C transports/native`` builds the same sources
-for C tests and fuzzing.
+The extension ``transports.native._ltp_cffi`` is the C core (``transports/native/src/*.c``) plus
+a cffi wrapper generated from ``transports/native/include/ltp.h``; :mod:`transports.native`
+loads it. ``transports/native/build_ffi.py`` says how it is built (sources, flags, the cdef).
+``pip install -e .`` builds it in place next to its sources and is the only way the library
+Python loads is built; ``make -C transports/native`` compiles the same sources into the C tests
+and the fuzzer.
 """
 
-from setuptools import Extension, setup
+from setuptools import setup
 
-NATIVE = "transports/native"
-
-setup(
-    ext_modules=[
-        Extension(
-            "transports.native._ltpcore",
-            sources=[f"{NATIVE}/src/ltp_core.c", f"{NATIVE}/src/ltp_udp.c"],
-            include_dirs=[f"{NATIVE}/include"],
-            depends=[f"{NATIVE}/include/ltp.h"],
-            extra_compile_args=["-std=c11", "-O2", "-Wall", "-Wextra", "-pthread"],
-            extra_link_args=["-pthread"],
-            libraries=["m"],
-        )
-    ],
-)
+setup(cffi_modules=["transports/native/build_ffi.py:ffibuilder"])

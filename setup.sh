@@ -3,7 +3,7 @@
 #
 # Idempotent: Debian packages are installed only when missing, the virtual
 # environment (.venv) is created once, and the project is reinstalled only when
-# pyproject.toml, setup.py or the native sources changed. Run it as often as you like:
+# pyproject.toml, setup.py or the native core's build inputs changed. Run it as often as you like:
 #     ./setup.sh
 set -euo pipefail
 cd "$(dirname "$(readlink -f "$0")")"
@@ -47,7 +47,9 @@ if [ ! -e "$site/mininet" ]; then
 fi
 
 stamp=.venv/.ltp-testbed-installed
-want=$(cat pyproject.toml setup.py $(find transports/native -name '*.[ch]' 2>/dev/null | sort) 2>/dev/null | sha256sum | cut -d' ' -f1)
+# Build inputs of the native core: its C sources and headers and the cffi build script.
+want=$(cat pyproject.toml setup.py $(find transports/native \( -name '*.[ch]' -o -name build_ffi.py \) \
+    -not -path '*/build/*' 2>/dev/null | sort) 2>/dev/null | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "setup.sh: installing the project and its Python dependencies into .venv"
     .venv/bin/pip install -q --upgrade pip setuptools wheel

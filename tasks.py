@@ -95,24 +95,32 @@ def clean(c):
         print("\n".join(removed) if removed else "nothing to clean.")
 
 
-@task
-def transports(c):
-    """List the registered transports."""
-    from transports import registry
+@task(help={"slug": "show only this scheme (default: every registered one)"})
+def transports(c, slug=None):
+    """List the registered transports, each with its options (default, values, unit, meaning)."""
+    from harness import cli
 
-    for info in registry.REGISTRY.values():
-        print(f"{info.slug:20} {info.display_name:20} {info.description}")
+    with cli.user_errors():
+        from transports import options_doc
+
+        print(options_doc.schemes_text(slug))
 
 
 @task
 def docs(c):
-    """Regenerate docs/results-schema.md from the schema in harness/results.py."""
-    from harness import results
+    """Regenerate docs/results-schema.md and the transport option tables in docs/."""
+    from harness import cli
 
-    path = PROJECT / "docs" / "results-schema.md"
-    head = path.read_text().split("<!-- generated -->")[0] if path.exists() else ""
-    path.write_text(head + "<!-- generated -->\n\n" + results.schema_markdown())
-    print(f"wrote {path}")
+    with cli.user_errors():
+        from harness import results
+        from transports import options_doc
+
+        path = PROJECT / "docs" / "results-schema.md"
+        head = path.read_text().split("<!-- generated -->")[0] if path.exists() else ""
+        path.write_text(head + "<!-- generated -->\n\n" + results.schema_markdown())
+        print(f"wrote {path}")
+        for page in options_doc.regenerate(PROJECT):
+            print(f"wrote {page}")
 
 
 @task(help={

@@ -135,7 +135,7 @@ def run_ps(spec: RunSpec, files: RunFiles, loopback: bool) -> HostSummary:
             t1 = time.monotonic()
             got = end.gather(t, spec.timeout_s)
             t2 = time.monotonic()
-            end.observe(t, got)
+            end.observe(t, got)   # e.g. PLOT's SNR profiling; counted in update_s as before
             grad = torch.from_numpy(end.average(got))
             trainer.params.add_(grad, alpha=-spec.lr)
             t3 = time.monotonic()

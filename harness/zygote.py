@@ -55,7 +55,11 @@ def _preload() -> None:
             with contextlib.suppress(datasets.DatasetError):
                 datasets.load(name, split)
 
-    for info in registry.REGISTRY.values():
+    try:
+        infos = registry.entries()   # the built-in schemes and the $LTP_TRANSPORTS plugins
+    except Exception:  # a bad plugin fails in the run that names it
+        infos = list(registry.REGISTRY.values())
+    for info in infos:
         with contextlib.suppress(Exception):  # a transport that cannot load fails in its run
             info.transport_class()
 

@@ -2,9 +2,10 @@
 
 One parameter-server job has one :class:`ServerEnd` (on the PS) and one :class:`WorkerEnd` per
 worker. Each iteration every worker calls :meth:`WorkerEnd.push` with its flat float32 gradient,
-the PS calls :meth:`ServerEnd.gather` to collect one message per worker, averages them with
-:meth:`ServerEnd.average`, and calls :meth:`ServerEnd.broadcast` with the new parameters, which the
-workers receive with :meth:`WorkerEnd.pull`.
+the PS calls :meth:`ServerEnd.gather` to collect one message per worker, lets the transport learn
+from them with :meth:`ServerEnd.observe`, averages them with :meth:`ServerEnd.average`, and calls
+:meth:`ServerEnd.broadcast` with the new parameters, which the workers receive with
+:meth:`WorkerEnd.pull`.
 
 Partial delivery is a first-class result: every received message is a :class:`Delivery` whose
 ``mask`` says which coordinates arrived (``None`` means all of them) and whose ``received_frac`` is
@@ -14,13 +15,16 @@ Bubble Filling strategy, and says exactly what it filled.
 
 A transport is created from its registry slug and a mapping of options
 (:func:`transports.registry.create`); it never reads the run spec itself, so the harness does not
-change when a new transport is added. See ``docs/adding-a-transport.md``.
+change when a new transport is added. Each transport declares its options once, as a table of
+:class:`Option` rows that validation, ``invoke transports`` and the generated docs all read.
+See ``docs/adding-a-transport.md``.
 """
 
 from __future__ import annotations
 
 import abc
 import dataclasses
+import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -40,6 +44,85 @@ class TransportTimeout(TransportError):
 
 class OptionError(ValueError):
     """A transport option is unknown or out of range."""
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+
+
+def _num(x: float) -> str:
+    """A bound as a person writes it: 60000000, not 6e+07 or 60000000.0."""
+    return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """One option of a transport: its name, default, type, allowed values, unit and one line of help.
+
+    ``kind`` is ``"int"`` (an integral number), ``"float"``, ``"bool"``, ``"choice"`` (one of
+    ``choices``), ``"names"`` (a list of strings) or ``"any"`` (checked by the transport's
+    ``validate``; ``values`` then says what it takes). ``low`` and ``high`` bound numbers,
+    inclusive; ``nullable`` also accepts None. ``native`` names the C field the option sets, if any.
+    """
+
+    name: str
+    default: Any
+    kind: str = "any"
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[str, ...] = ()
+    unit: str = ""
+    help: str = ""
+    nullable: bool = False
+    values: str = ""
+    native: str = ""
+
+    def check(self, value: Any, owner: str) -> None:
+        """Raise :class:`OptionError` with one sentence if ``value`` is not allowed."""
+        if value is None and self.nullable:
+            return
+        ok = {
+            "int": lambda v: _is_number(v) and float(v).is_integer() and self._in_range(v),
+            "float": lambda v: _is_number(v) and self._in_range(v),
+            "bool": lambda v: isinstance(v, bool),
+            "choice": lambda v: isinstance(v, str) and v in self.choices,
+            "names": lambda v: (isinstance(v, (list, tuple))
+                                and all(isinstance(x, str) for x in v)),
+            "any": lambda v: True,
+        }[self.kind]
+        if not ok(value):
+            raise OptionError(f"{owner} option {self.name} must be {self.describe()}, "
+                              f"not {value!r}.")
+
+    def _in_range(self, v: Any) -> bool:
+        return ((self.low is None or v >= self.low) and (self.high is None or v <= self.high))
+
+    def describe(self) -> str:
+        """What the option takes, as the end of "must be ..." (also the docs' values column)."""
+        if self.values:
+            text = self.values
+        elif self.kind in ("int", "float"):
+            text = "an integer" if self.kind == "int" else "a number"
+            if self.low is not None and self.high is not None:
+                text += f" from {_num(self.low)} to {_num(self.high)}"
+            elif self.low is not None:
+                text += f" of at least {_num(self.low)}"
+        elif self.kind == "bool":
+            text = "true or false"
+        elif self.kind == "choice":
+            text = "one of " + ", ".join(self.choices)
+        elif self.kind == "names":
+            text = "a list of names such as ['fc2.bias']"
+        else:
+            text = "any value"
+        return text + (" (or null)" if self.nullable else "")
+
+
+class _DefaultsFromTable:
+    """``Transport.DEFAULTS``: every option with its default, read from the option table."""
+
+    def __get__(self, obj: object, owner: type[Transport]) -> dict[str, Any]:
+        return {o.name: o.default for o in owner.option_table()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,7 +214,11 @@ class ServerEnd(abc.ABC):
         """Send ``values`` as message ``msg_id`` to every worker; one report per worker, by rank."""
 
     def observe(self, msg_id: int, deliveries: Sequence[Delivery]) -> None:
-        """See every gathered message before it is averaged (e.g. PLOT's profiling); no-op here."""
+        """Learn from one gathered message; the harness calls it right after :meth:`gather`.
+
+        A transport that adapts to what it receives (PLOT's SNR profiling) does it here, so
+        :meth:`average` stays free of side effects. The default does nothing.
+        """
 
     def average(self, deliveries: Sequence[Delivery]) -> np.ndarray:
         """Average the workers' messages coordinate by coordinate (filled values included)."""
@@ -185,27 +272,48 @@ class WorkerEnd(abc.ABC):
 class Transport(abc.ABC):
     """A factory for the two ends of a job, configured by options.
 
-    Subclasses declare ``DEFAULTS`` (every option with its default value); unknown options are
-    rejected, and :meth:`options` returns the effective set so the results can record exactly what
-    ran.
+    Subclasses declare ``OPTIONS``, one :class:`Option` per option (or override
+    :meth:`option_table` when the table is read from elsewhere, as LTP reads C's). Unknown options
+    are rejected, each value is checked against its row, then :meth:`validate` checks the rules
+    that tie options together; :meth:`options` returns the effective set so the results can
+    record exactly what ran. ``DEFAULTS`` is every option with its default. (A subclass that
+    still declares a plain ``DEFAULTS`` dict gets untyped rows.)
     """
 
-    DEFAULTS: Mapping[str, Any] = {}
+    LABEL = ""                       # how messages name the transport ("LTP"); default: the slug
+    OPTIONS: Sequence[Option] = ()
+    DEFAULTS = _DefaultsFromTable()
 
     def __init__(self, slug: str, options: Mapping[str, Any] | None = None) -> None:
         self.slug = slug
+        table = {o.name: o for o in self.option_table()}
         given = dict(options or {})
-        unknown = sorted(set(given) - set(self.DEFAULTS))
+        unknown = sorted(set(given) - set(table))
         if unknown:
-            known = ", ".join(sorted(self.DEFAULTS)) or "none"
+            known = ", ".join(sorted(table)) or "none"
             raise OptionError(
                 f"transport {slug!r} has no option {unknown[0]!r}; its options are: {known}."
             )
-        self._options = {**self.DEFAULTS, **given}
+        self._options = {**{n: o.default for n, o in table.items()}, **given}
+        for name, row in table.items():
+            row.check(self._options[name], self.LABEL or slug)
         self.validate()
 
+    @classmethod
+    def option_table(cls) -> tuple[Option, ...]:
+        """Every option of this transport, in a stable order."""
+        if cls.OPTIONS:
+            return tuple(cls.OPTIONS)
+        legacy = inspect.getattr_static(cls, "DEFAULTS")
+        if isinstance(legacy, Mapping):
+            return tuple(Option(name, value) for name, value in legacy.items())
+        return ()
+
     def validate(self) -> None:
-        """Check option values; raise :class:`OptionError` with a sentence on a bad one."""
+        """Check rules that tie options together; raise :class:`OptionError` with a sentence.
+
+        Each option's own type and range are already checked against its :class:`Option` row.
+        """
 
     def options(self) -> dict[str, Any]:
         """The effective options (defaults merged with what was given)."""

@@ -1,11 +1,16 @@
 """LTP transport: the Loss-tolerant Transmission Protocol over UDP, driven by the native C core.
 
-Each end owns one UDP socket and one protocol core (``transports/native``); Python crosses into C
-once per operation: :meth:`LtpServer.gather` waits for every worker's message in one call,
-:meth:`LtpServer.broadcast` sends the parameters to every worker in one call. Gradients (worker to
-PS) are loss tolerant: the PS closes a message early once the adaptive threshold is met, and the
-missing coordinates are repaired by a Bubble Filling strategy (:mod:`transports.filling`).
-Parameters (PS to workers) are reliable by default (``pull_threshold=1.0``).
+Each end owns one UDP socket and one protocol core (:class:`transports.native.Endpoint`); Python
+crosses into C once per operation: :meth:`LtpServer.gather` waits for every worker's message in
+one call, :meth:`LtpServer.broadcast` sends the parameters to every worker in one call.
+Gradients (worker to PS) are loss tolerant: the PS closes a message early once the adaptive
+threshold is met, and the missing coordinates are repaired by a Bubble Filling strategy
+(:mod:`transports.filling`). Parameters (PS to workers) are reliable by default
+(``pull_threshold=1.0``).
+
+Options: most set a field of the core's configuration, and their type, range, default, unit and
+help come from the core's option table (``ltp_option`` in ``ltp.h``); the rest (filler, linger,
+critical segments, the pull threshold, the test drop hook) are the binding's own.
 
 Addresses are static: the PS is given every worker's (ip, port) and only accepts datagrams from
 them; a worker binds exactly the address the PS was given. The wire format, state machines and
@@ -18,283 +23,146 @@ the meaning of every option are in ``docs/ltp-protocol.md``.
 
 from __future__ import annotations
 
-import ctypes
-import errno as errno_mod
-import os
+import functools
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from transports import filling
+from transports import filling, native
 from transports.base import (
     Addr,
     Delivery,
     Layout,
+    Option,
     OptionError,
     SendReport,
     ServerEnd,
     Transport,
     TransportError,
-    TransportTimeout,
     WorkerEnd,
 )
 
-NATIVE_DIR = Path(__file__).resolve().parent / "native"
-RANK_SERVER = 0xFFFF
-SEND_ORDERS = ("sequential", "random", "priority")
-PEER_SCHEDULES = ("fair", "serial")   # index = enum ltp_schedule
-CLOSE_REASONS = {0: "none", 1: "complete", 2: "early", 3: "max_wait", 4: "stale"}
-SEND_DONE = {0: "pending", 1: "closed", 2: "all_acked"}
-_DATA_HDR_BYTES = 52
+# The binding's names, kept importable from here for existing callers.
+from transports.native import (
+    LtpError,
+    LtpProtocolError,
+    LtpSystemError,
+    LtpTimeout,
+    check,
+    library_path,
+    stat_names,
+)
 
-
-# ---------------------------------------------------------------------------- errors
-class LtpError(TransportError):
-    """The native LTP core reported an error; ``code`` is the C return code."""
-
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-class LtpTimeout(LtpError, TransportTimeout):
-    """An LTP operation did not complete before its deadline."""
-
-
-class LtpProtocolError(LtpError):
-    """A request was refused by the protocol core (bad key, table full, message in progress)."""
-
-
-class LtpSystemError(LtpError):
-    """A socket call failed."""
-
-
-_ERRORS: dict[int, tuple[type[LtpError], str]] = {
-    -1: (LtpProtocolError, "an argument was invalid"),
-    -2: (LtpSystemError, "the native core ran out of memory"),
-    -3: (LtpTimeout, "the deadline passed before the peer finished"),
-    -4: (LtpSystemError, "a socket call failed"),
-    -5: (LtpProtocolError, "a bounded table (peers or open messages) is full"),
-    -6: (LtpProtocolError, "no such peer or message"),
-    -7: (LtpProtocolError, "a message with that id is already being sent"),
-    -8: (LtpProtocolError, "a datagram was malformed"),
-    -9: (LtpProtocolError, "a datagram came from an unknown peer"),
-    -10: (LtpProtocolError, "a datagram carried another session id"),
-    -11: (LtpProtocolError, "the message is stale"),
-    -12: (LtpProtocolError, "an option name or value was rejected by the native core"),
-    -13: (LtpProtocolError, "a datagram was dropped"),
-}
-
-
-def check(rc: int, what: str) -> int:
-    """Return ``rc`` if it is not an error; otherwise raise the exception its C code maps to.
-
-    This is the one place where native return codes become Python exceptions.
-    """
-    if rc >= 0:
-        return rc
-    cls, text = _ERRORS.get(rc, (LtpError, f"unknown native error {rc}"))
-    message = f"{what}: {text}"
-    if rc == -4:
-        err = ctypes.get_errno()
-        if err:
-            message += f" ({errno_mod.errorcode.get(err, err)}: {os.strerror(err)})"
-    raise cls(message + ".", rc)
-
-
-# ---------------------------------------------------------------------------- native types
-class SendStats(ctypes.Structure):
-    """Mirror of ``ltp_send_stats_t``."""
-
-    _fields_ = [(n, ctypes.c_uint64) for n in (
-        "packets", "retransmits", "wire_bytes", "acked_packets", "count", "done", "peer_received",
-        "elapsed_us")] + [(n, ctypes.c_double) for n in ("srtt_us", "pacing_rate_mbps", "btl_bw_mbps")]
-
-
-class MsgStats(ctypes.Structure):
-    """Mirror of ``ltp_msg_stats_t``."""
-
-    _fields_ = [(n, ctypes.c_uint64) for n in (
-        "packets", "count", "duplicates", "retransmits", "critical_count", "received_bytes",
-        "total_bytes", "close_reason", "early_closed", "elapsed_us", "pass_us")] + [
-        (n, ctypes.c_double) for n in ("threshold_frac", "peer_srtt_us")]
-
-
-class SendReq(ctypes.Structure):
-    """Mirror of ``ltp_send_req_t``."""
-
-    _fields_ = [("peer", ctypes.c_int32), ("msg_id", ctypes.c_uint32), ("segment", ctypes.c_uint32),
-                ("len_bytes", ctypes.c_uint32), ("data", ctypes.c_void_p),
-                ("critical_bytes", ctypes.c_uint32), ("status", ctypes.c_int32), ("stats", SendStats)]
-
-
-class RecvReq(ctypes.Structure):
-    """Mirror of ``ltp_recv_req_t``."""
-
-    _fields_ = [("peer", ctypes.c_int32), ("msg_id", ctypes.c_uint32), ("segment", ctypes.c_uint32),
-                ("cap_bytes", ctypes.c_uint32), ("data", ctypes.c_void_p), ("mask", ctypes.c_void_p),
-                ("status", ctypes.c_int32), ("stats", MsgStats)]
-
-
-_LIB: ctypes.CDLL | None = None
-
-
-def library_path() -> Path:
-    """The native library: the newest of the extension built by pip and the Makefile's build.
-
-    Both compile the same sources; taking the newest means a rebuild by either always wins.
-    """
-    found = [p for p in [*NATIVE_DIR.glob("_ltpcore*.so"), NATIVE_DIR / "build" / "libltp.so"]
-             if p.exists()]
-    if found:
-        return max(found, key=lambda p: p.stat().st_mtime)
-    raise TransportError(
-        "the native LTP library is not built; run `.venv/bin/pip install -e .` (or "
-        "`make -C transports/native lib`) in the project folder."
-    )
-
-
-def lib() -> ctypes.CDLL:
-    """Load the native library once and declare the signatures used here."""
-    global _LIB
-    if _LIB is not None:
-        return _LIB
-    so = ctypes.CDLL(str(library_path()), use_errno=True)
-    vp, i32, u16, u32, u64, dbl = (ctypes.c_void_p, ctypes.c_int, ctypes.c_uint16, ctypes.c_uint32,
-                                   ctypes.c_uint64, ctypes.c_double)
-    sigs = {
-        "ltp_config_size": (ctypes.c_size_t, []),
-        "ltp_config_default": (None, [vp]),
-        "ltp_config_set": (i32, [vp, ctypes.c_char_p, dbl]),
-        "ltp_config_validate": (i32, [vp]),
-        "ltp_chunk_bytes": (u32, [vp]),
-        "ltp_stat_name": (ctypes.c_char_p, [i32]),
-        "ltp_stat_count": (i32, []),
-        "ltp_udp_open": (vp, [vp, u16, ctypes.c_char_p, u16, dbl, ctypes.POINTER(i32)]),
-        "ltp_udp_close": (None, [vp]),
-        "ltp_udp_add_peer": (i32, [vp, u16, ctypes.c_char_p, u16]),
-        "ltp_udp_local_port": (i32, [vp]),
-        "ltp_udp_join": (i32, [vp, i32, u64]),
-        "ltp_udp_wait_greeted": (i32, [vp, u64]),
-        "ltp_udp_send": (i32, [vp, ctypes.POINTER(SendReq), i32, u64]),
-        "ltp_udp_recv": (i32, [vp, ctypes.POINTER(RecvReq), i32, u64]),
-        "ltp_udp_service": (i32, [vp, u64]),
-        "ltp_udp_stats": (None, [vp, ctypes.POINTER(u64), i32]),
-        "ltp_udp_threshold": (dbl, [vp, i32, u16]),
-        "ltp_udp_set_policy": (i32, [vp, u16, dbl, dbl]),
-    }
-    for name, (res, args) in sigs.items():
-        fn = getattr(so, name)
-        fn.restype, fn.argtypes = res, args
-    _LIB = so
-    return so
-
-
-def stat_names() -> list[str]:
-    """Names of the cumulative counters, in the order the native core reports them."""
-    so = lib()
-    return [so.ltp_stat_name(i).decode() for i in range(so.ltp_stat_count())]
+__all__ = ["LtpError", "LtpProtocolError", "LtpServer", "LtpSystemError", "LtpTimeout",
+           "LtpTransport", "LtpWorker", "check", "library_path", "ltp_options", "stat_names"]
 
 
 # ---------------------------------------------------------------------------- options
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+# LTP options that set a core field of another name or unit: option -> (field, field units per
+# option unit). Every other option built by _core_option sets the field of its own name.
+_CORE_FIELD = {"packet_payload_bytes": ("max_udp_payload_bytes", 1),
+               "max_wait_ms": ("max_wait_us", 1000)}
+
+
+def _core_option(name: str, help: str = "") -> Option:
+    """An LTP option backed by a core field: the core's table gives type, range, default, unit."""
+    field, per = _CORE_FIELD.get(name, (name, 1))
+    row = native.core_options()[field]
+    numeric = row.kind in ("int", "float")
+    kind, low, high, default = row.kind, row.low, row.high, row.default
+    if per != 1:   # e.g. milliseconds for a field in microseconds
+        kind, low, high, default = "float", low / per, high / per, default / per
+    unit = {"us": "ms"}.get(row.unit, row.unit) if per == 1000 else row.unit
+    return Option(name, default, kind, low if numeric else None, high if numeric else None,
+                  row.choices, unit, help or row.help, native=field)
+
+
+def _threshold_option(name: str, default: float, help: str) -> Option:
+    """An option that becomes an early-close threshold: the core's threshold range and unit."""
+    row = native.core_options()["threshold_max"]
+    return Option(name, default, "float", row.low, row.high, unit=row.unit, help=help)
+
+
+@functools.cache
+def ltp_options() -> tuple[Option, ...]:
+    """LTP's option table (reads the native core's)."""
+    return (
+        _core_option("threshold_min"), _core_option("threshold_max"),
+        _core_option("loss_weight"), _core_option("rtt_weight"),
+        _core_option("close_grace_min_us"), _core_option("grace_rtt_mult"),
+        _core_option("max_wait_ms"),
+        Option("filler", "masked-mean", "choice", choices=filling.FILLERS,
+               help="what the PS puts where a gradient did not arrive (Bubble Filling, §7)"),
+        _core_option("packet_payload_bytes"),
+        _core_option("send_order"), _core_option("peer_schedule"),
+        _core_option("cc"), _core_option("fixed_rate_mbps"),
+        _core_option("rate_hint"), _core_option("hint_gain"),
+        _core_option("cwnd_ack_extra_us"),
+        _threshold_option("pull_threshold", 1.0,
+                          "fixed early-close threshold of parameters at the workers (1: reliable)"),
+        Option("critical_segments", (), "names",
+               help="layout segments that must always arrive whole (sent first)"),
+        _core_option("ack_every"), _core_option("ack_delay_us"),
+        _core_option("max_open_per_peer"), _core_option("session_id"),
+        Option("linger_ms", 200.0, "float", 0.0, 60_000.0, unit="ms",
+               help="the PS answers late data this long before closing"),
+        Option("rx_drop_frac", 0.0, "float", 0.0, 0.99, unit="fraction",
+               help="loopback test hook: drop this seeded fraction of received DATA"),
+        _core_option("seed"),
+    )
+
+
+def _to_core(option: Option, value: Any) -> float:
+    field, per = _CORE_FIELD.get(option.name, (option.name, 1))
+    if per != 1:
+        value = round(value * per)
+    return native.core_options()[field].to_core(value)
 
 
 class LtpTransport(Transport):
     """LTP: out-of-order packets, selective ACKs, early close, BBR-like pacing, Bubble Filling."""
 
-    DEFAULTS: Mapping[str, Any] = {
-        "threshold_min": 0.80,
-        "threshold_max": 0.99,
-        "loss_weight": 1.0,
-        "rtt_weight": 0.05,
-        "close_grace_min_us": 1000,
-        "grace_rtt_mult": 2.0,
-        "max_wait_ms": 1000.0,
-        "filler": "masked-mean",
-        "packet_payload_bytes": 1472,
-        "send_order": "priority",
-        "peer_schedule": "serial",
-        "cc": True,
-        "fixed_rate_mbps": 0.0,
-        "rate_hint": True,
-        "hint_gain": 1.10,
-        "cwnd_ack_extra_us": 2000,
-        "pull_threshold": 1.0,
-        "critical_segments": (),
-        "ack_every": 8,
-        "ack_delay_us": 200,
-        "max_open_per_peer": 4,
-        "session_id": 1,
-        "linger_ms": 200.0,
-        "rx_drop_frac": 0.0,
-        "seed": 1,
-    }
+    LABEL = "LTP"
 
-    _RANGES = {  # option: (low, high, integer?)
-        "threshold_min": (0.0, 1.0, False),
-        "threshold_max": (0.0, 1.0, False),
-        "loss_weight": (0.0, 100.0, False),
-        "rtt_weight": (0.0, 1.0, False),
-        "close_grace_min_us": (0, 60_000_000, True),
-        "grace_rtt_mult": (0.0, 1000.0, False),
-        "max_wait_ms": (0.001, 3_600_000.0, False),
-        "linger_ms": (0.0, 60_000.0, False),
-        "packet_payload_bytes": (_DATA_HDR_BYTES + 4, 65507, True),
-        "fixed_rate_mbps": (0.0, 1e6, False),
-        "hint_gain": (0.5, 4.0, False),
-        "cwnd_ack_extra_us": (0, 1_000_000, True),
-        "pull_threshold": (0.0, 1.0, False),
-        "ack_every": (1, 1024, True),
-        "ack_delay_us": (0, 1_000_000, True),
-        "max_open_per_peer": (1, 1024, True),
-        "session_id": (0, 2**32 - 1, True),
-        "rx_drop_frac": (0.0, 0.99, False),
-        "seed": (0, 2**63 - 1, True),
-    }
+    @classmethod
+    def option_table(cls) -> tuple[Option, ...]:
+        return ltp_options()
+
+    def receive_thresholds(self) -> tuple[float, float]:
+        """The PS's early-close thresholds for gradients (threshold_min, threshold_max)."""
+        return self._options["threshold_min"], self._options["threshold_max"]
+
+    def core_settings(self, receive: tuple[float, float],
+                      extra: Mapping[str, float] | None = None) -> dict[str, float]:
+        """The core configuration (``ltp_config_t`` field -> number) of one end.
+
+        Every option backed by a core field, the thresholds this end receives with, and
+        ``extra`` fields the end fixes itself.
+        """
+        out = {o.native: _to_core(o, self._options[o.name])
+               for o in self.option_table() if o.native}
+        out.update(threshold_min=receive[0], threshold_max=receive[1], **(extra or {}))
+        return out
 
     def validate(self) -> None:
-        o = self._options
-        for name, (lo, hi, integer) in self._RANGES.items():
-            v = o[name]
-            if not _is_number(v) or (integer and int(v) != v) or not lo <= v <= hi:
-                kind = "an integer" if integer else "a number"
-                raise OptionError(f"LTP option {name!r} must be {kind} from {lo} to {hi}, not {v!r}.")
-        if o["threshold_min"] > o["threshold_max"]:
-            raise OptionError(
-                f"LTP threshold_min ({o['threshold_min']}) must not exceed threshold_max "
-                f"({o['threshold_max']}); set them equal for a fixed threshold."
-            )
-        if o["filler"] not in filling.FILLERS:
-            raise OptionError(
-                f"LTP filler must be one of {', '.join(filling.FILLERS)}, not {o['filler']!r}."
-            )
-        if o["send_order"] not in SEND_ORDERS:
-            raise OptionError(
-                f"LTP send_order must be one of {', '.join(SEND_ORDERS)}, not {o['send_order']!r}."
-            )
-        if o["peer_schedule"] not in PEER_SCHEDULES:
-            raise OptionError(
-                f"LTP peer_schedule must be one of {', '.join(PEER_SCHEDULES)}, "
-                f"not {o['peer_schedule']!r}."
-            )
-        for name in ("cc", "rate_hint"):
-            if not isinstance(o[name], bool):
-                raise OptionError(f"LTP option {name!r} must be True or False, not {o[name]!r}.")
-        crit = o["critical_segments"]
-        if isinstance(crit, str) or not all(isinstance(s, str) for s in crit):
-            raise OptionError(
-                "LTP critical_segments must be a list of segment names such as ['fc2.bias']."
-            )
+        # Each option's range was checked against its row; the core judges how they combine.
+        problem = native.config_problem(self.core_settings(self.receive_thresholds()))
+        if problem:
+            raise OptionError(f"LTP {problem}.")
 
     def serve(self, bind: Addr, workers: Sequence[Addr], layout: Layout) -> LtpServer:
-        return LtpServer(self._options, bind, workers, layout)
+        settings = self.core_settings(self.receive_thresholds(), {"max_msg_bytes": _msg_bytes(layout)})
+        return LtpServer(self._options, settings, bind, workers, layout)
 
     def connect(self, rank: int, bind: Addr, server: Addr, layout: Layout) -> LtpWorker:
-        return LtpWorker(self._options, rank, bind, server, layout)
+        pull = self._options["pull_threshold"]
+        settings = self.core_settings((pull, pull), {"max_msg_bytes": _msg_bytes(layout)})
+        return LtpWorker(self._options, settings, rank, bind, server, layout)
+
+
+def _msg_bytes(layout: Layout) -> int:
+    return max(4, layout.n_bytes)
 
 
 # ---------------------------------------------------------------------------- shared machinery
@@ -341,59 +209,50 @@ def _float32_payload(values: np.ndarray, layout: Layout) -> np.ndarray:
     return arr
 
 
-def _timeout_us(timeout_s: float) -> int:
-    return max(1, int(timeout_s * 1e6))
+def _send_report(nbytes: int, parts: Sequence[Mapping[str, float]]) -> SendReport:
+    """One peer's report, summed over its parts (``ltp_send_stats_t`` each)."""
+    last = parts[-1]  # rate and RTT estimates are per peer: any part has the latest
+    closed = native.send_done().index("closed")
+    stats = {"acked_packets": sum(s["acked_packets"] for s in parts),
+             "count": sum(s["count"] for s in parts),
+             "closed_by_peer": float(sum(s["done"] == closed for s in parts)),
+             "peer_received": sum(s["peer_received"] for s in parts),
+             "elapsed_us": max(s["elapsed_us"] for s in parts), "srtt_us": last["srtt_us"],
+             "pacing_rate_mbps": last["pacing_rate_mbps"], "btl_bw_mbps": last["btl_bw_mbps"]}
+    return SendReport(nbytes, int(sum(s["wire_bytes"] for s in parts)),
+                      packets=int(sum(s["packets"] + s["retransmits"] for s in parts)),
+                      retransmits=int(sum(s["retransmits"] for s in parts)), stats=stats)
 
 
-class _Endpoint:
-    """One UDP socket plus one native core, configured from the transport's options."""
+def _delivery(layout: Layout, values: np.ndarray, mask: np.ndarray,
+              got: Sequence[Mapping[str, float]], segments: Sequence[int]) -> Delivery:
+    """One peer's Delivery from its parts' ``ltp_msg_stats_t``."""
+    received = sum(s["received_bytes"] for s in got)
+    total = sum(s["total_bytes"] for s in got)
+    complete = received == total
+    stats = {name: float(sum(s[name] for s in got))
+             for name in ("packets", "count", "duplicates", "retransmits", "early_closed")}
+    stats.update(critical_packets=float(sum(s["critical_count"] for s in got)),
+                 close_reason=max(s["close_reason"] for s in got),
+                 elapsed_us=max(s["elapsed_us"] for s in got),
+                 pass_us=max(s["pass_us"] for s in got),
+                 threshold_frac=min(s["threshold_frac"] for s in got),
+                 peer_srtt_us=got[-1]["peer_srtt_us"])
+    if len(got) > 1:
+        stats.update({f"threshold_{seg}": s["threshold_frac"] for seg, s in zip(segments, got)})
+    frac = 1.0 if complete else float(received) / float(total)
+    m = None if complete else mask
+    return Delivery(values, m, frac, _segment_fracs(layout, m), stats)
 
-    def __init__(self, options: Mapping[str, Any], rank: int, bind: Addr, layout: Layout,
-                 receive_thresholds: tuple[float, float],
-                 core_settings: Mapping[str, float] | None = None) -> None:
-        self.options = dict(options)
+
+class _Messages:
+    """One native endpoint carrying messages of one layout: Deliveries and SendReports."""
+
+    def __init__(self, settings: Mapping[str, float], rank: int, bind: Addr, layout: Layout,
+                 critical: Sequence[str], rx_drop_frac: float) -> None:
         self.layout = layout
-        self.wire = _WireOrder(layout, self.options["critical_segments"])
-        so = lib()
-        cfg = ctypes.create_string_buffer(so.ltp_config_size())
-        so.ltp_config_default(cfg)
-        o = self.options
-        lo, hi = receive_thresholds
-        settings = {
-            "session_id": o["session_id"], "max_udp_payload_bytes": o["packet_payload_bytes"],
-            "max_msg_bytes": max(4, layout.n_bytes), "send_order": SEND_ORDERS.index(o["send_order"]),
-            "peer_schedule": PEER_SCHEDULES.index(o["peer_schedule"]),
-            "seed": o["seed"], "threshold_min": lo, "threshold_max": hi,
-            "loss_weight": o["loss_weight"], "rtt_weight": o["rtt_weight"],
-            "close_grace_min_us": o["close_grace_min_us"], "grace_rtt_mult": o["grace_rtt_mult"],
-            "max_wait_us": round(o["max_wait_ms"] * 1000), "ack_every": o["ack_every"],
-            "ack_delay_us": o["ack_delay_us"], "max_open_per_peer": o["max_open_per_peer"],
-            "cc": int(o["cc"]), "fixed_rate_mbps": o["fixed_rate_mbps"],
-            "rate_hint": int(o["rate_hint"]), "hint_gain": o["hint_gain"],
-            "cwnd_ack_extra_us": o["cwnd_ack_extra_us"],
-            **(core_settings or {}),
-        }
-        for name, value in settings.items():
-            check(so.ltp_config_set(cfg, name.encode(), float(value)), f"LTP option {name}={value}")
-        check(so.ltp_config_validate(cfg), "LTP configuration")
-        err = ctypes.c_int(0)
-        ctypes.set_errno(0)
-        handle = so.ltp_udp_open(cfg, rank, bind[0].encode(), bind[1], float(o["rx_drop_frac"]),
-                                 ctypes.byref(err))
-        if not handle:
-            check(err.value or -1, f"opening the LTP socket on {bind[0]}:{bind[1]}")
-        self._h: int | None = handle
-        self._so = so
-
-    @property
-    def handle(self) -> int:
-        if self._h is None:
-            raise TransportError("this LTP end is closed; open a new one.")
-        return self._h
-
-    def add_peer(self, rank: int, addr: Addr) -> int:
-        return check(self._so.ltp_udp_add_peer(self.handle, rank, addr[0].encode(), addr[1]),
-                     f"adding peer {addr[0]}:{addr[1]}")
+        self.wire = _WireOrder(layout, critical)
+        self.end = native.Endpoint(settings, rank, bind, rx_drop_frac)
 
     def send(self, peers: Sequence[int], msg_id: int, values: np.ndarray,
              timeout_s: float) -> list[SendReport]:
@@ -407,33 +266,11 @@ class _Endpoint:
 
         Returns one report per peer, summed over its parts.
         """
-        reqs = (SendReq * (len(peers) * len(parts)))()
-        slots = [(peer, seg, arr) for peer in peers for seg, arr in parts]
-        for r, (peer, seg, arr) in zip(reqs, slots):
-            r.peer, r.msg_id, r.segment = peer, msg_id & 0xFFFFFFFF, seg
-            r.len_bytes, r.data = arr.nbytes, arr.ctypes.data
-            r.critical_bytes = critical_bytes
-        rc = self._so.ltp_udp_send(self.handle, reqs, len(reqs), _timeout_us(timeout_s))
-        if rc < 0:
-            failed = sorted({slots[i][0] for i, r in enumerate(reqs) if r.status < 0})
-            check(rc, f"sending message {msg_id} (peers {failed} did not finish)")
-        per = len(parts)
-        nbytes = sum(arr.nbytes for _, arr in parts)
-        return [self._report(nbytes, [reqs[i * per + j].stats for j in range(per)])
-                for i in range(len(peers))]
-
-    @staticmethod
-    def _report(nbytes: int, parts: Sequence[SendStats]) -> SendReport:
-        last = parts[-1]  # rate and RTT estimates are per peer: any part has the latest
-        stats = {"acked_packets": float(sum(s.acked_packets for s in parts)),
-                 "count": float(sum(s.count for s in parts)),
-                 "closed_by_peer": float(sum(s.done == 1 for s in parts)),
-                 "peer_received": float(sum(s.peer_received for s in parts)),
-                 "elapsed_us": float(max(s.elapsed_us for s in parts)), "srtt_us": last.srtt_us,
-                 "pacing_rate_mbps": last.pacing_rate_mbps, "btl_bw_mbps": last.btl_bw_mbps}
-        return SendReport(nbytes, int(sum(s.wire_bytes for s in parts)),
-                          packets=int(sum(s.packets + s.retransmits for s in parts)),
-                          retransmits=int(sum(s.retransmits for s in parts)), stats=stats)
+        items = [native.SendItem(peer, msg_id, seg, arr, critical_bytes)
+                 for peer in peers for seg, arr in parts]
+        got = self.end.send(items, timeout_s, what=f"sending message {msg_id}")
+        per, nbytes = len(parts), sum(arr.nbytes for _, arr in parts)
+        return [_send_report(nbytes, got[i * per:(i + 1) * per]) for i in range(len(peers))]
 
     def recv(self, peers: Sequence[int], msg_id: int, timeout_s: float) -> list[Delivery]:
         """Receive message ``msg_id`` (segment 0) from every peer, in one call into C."""
@@ -452,72 +289,38 @@ class _Endpoint:
         n = self.layout.n_floats
         bufs = [np.zeros(n, dtype=np.float32) for _ in peers]
         masks = [np.zeros(n, dtype=np.bool_) for _ in peers]
-        reqs = (RecvReq * (len(peers) * len(parts)))()
-        slots = [(k, seg, off, cnt) for k in range(len(peers)) for seg, off, cnt in parts]
-        for r, (k, seg, off, cnt) in zip(reqs, slots):
-            r.peer, r.msg_id, r.segment, r.cap_bytes = peers[k], msg_id & 0xFFFFFFFF, seg, 4 * cnt
-            r.data = bufs[k].ctypes.data + 4 * off
-            r.mask = masks[k].ctypes.data + off
-        rc = self._so.ltp_udp_recv(self.handle, reqs, len(reqs), _timeout_us(timeout_s))
-        if rc < 0:
-            failed = sorted({peers[slots[i][0]] for i, r in enumerate(reqs) if r.status < 0})
-            check(rc, f"receiving message {msg_id} (peers {failed} did not finish)")
-        out = []
-        per = len(parts)
+        items = [native.RecvItem(peer, msg_id, seg, bufs[k][off:off + cnt], masks[k][off:off + cnt])
+                 for k, peer in enumerate(peers) for seg, off, cnt in parts]
+        got = self.end.recv(items, timeout_s, what=f"receiving message {msg_id}")
+        per, out = len(parts), []
         for k in range(len(peers)):
-            got = [reqs[k * per + j].stats for j in range(per)]
-            received = sum(s.received_bytes for s in got)
-            total = sum(s.total_bytes for s in got)
             values, mask = bufs[k], masks[k]
             if unwire:
                 values, mask = self.wire.from_wire(values, mask)
-            complete = received == total
-            stats = {name: float(sum(getattr(s, name) for s in got))
-                     for name in ("packets", "count", "duplicates", "retransmits", "early_closed")}
-            stats.update(critical_packets=float(sum(s.critical_count for s in got)),
-                         close_reason=float(max(s.close_reason for s in got)),
-                         elapsed_us=float(max(s.elapsed_us for s in got)),
-                         pass_us=float(max(s.pass_us for s in got)),
-                         threshold_frac=min(s.threshold_frac for s in got),
-                         peer_srtt_us=got[-1].peer_srtt_us)
-            if per > 1:
-                stats.update({f"threshold_{seg}": s.threshold_frac
-                              for (seg, _, _), s in zip(parts, got)})
-            frac = 1.0 if complete else float(received) / float(total)
-            m = None if complete else mask
-            out.append(Delivery(values, m, frac, _segment_fracs(self.layout, m), stats))
+            out.append(_delivery(self.layout, values, mask, got[k * per:(k + 1) * per],
+                                 [seg for seg, _, _ in parts]))
         return out
 
-    def threshold(self, peer: int) -> float:
-        """The early-close threshold currently in force for messages from ``peer``."""
-        return float(self._so.ltp_udp_threshold(self.handle, peer, 0))
-
-    def stats(self) -> dict[str, float]:
-        if self._h is None:
-            return {}
-        names = stat_names()
-        arr = (ctypes.c_uint64 * len(names))()
-        self._so.ltp_udp_stats(self._h, arr, len(names))
-        return {name: float(v) for name, v in zip(names, arr)}
-
     def close(self) -> None:
-        if self._h is not None:
-            self._so.ltp_udp_close(self._h)
-            self._h = None
+        self.end.close()
 
 
 # ---------------------------------------------------------------------------- the two ends
 class LtpServer(ServerEnd):
-    """The PS end: one socket, one peer slot per worker (slot == rank)."""
+    """The PS end: one socket, one peer slot per worker (slot == rank).
 
-    def __init__(self, options: Mapping[str, Any], bind: Addr, workers: Sequence[Addr],
-                 layout: Layout) -> None:
+    ``settings`` is the end's core configuration (:meth:`LtpTransport.core_settings`).
+    """
+
+    def __init__(self, options: Mapping[str, Any], settings: Mapping[str, float], bind: Addr,
+                 workers: Sequence[Addr], layout: Layout) -> None:
         self.layout = layout
         self.n_workers = len(workers)
         self.filler = filling.Filler(options["filler"])
         self.linger_s = options["linger_ms"] / 1000.0
-        self.end = _Endpoint(options, RANK_SERVER, bind, layout,
-                             (options["threshold_min"], options["threshold_max"]))
+        self.net = _Messages(settings, native.rank_server(), bind, layout,
+                             options.get("critical_segments", ()), options["rx_drop_frac"])
+        self.end = self.net.end
         try:
             for rank, addr in enumerate(workers):
                 self.end.add_peer(rank, addr)
@@ -526,15 +329,14 @@ class LtpServer(ServerEnd):
             raise
 
     def wait_for_workers(self, timeout_s: float) -> None:
-        rc = self.end._so.ltp_udp_wait_greeted(self.end.handle, _timeout_us(timeout_s))
-        check(rc, f"waiting for {self.n_workers} workers to say HELLO")
+        self.end.wait_greeted(timeout_s, what=f"waiting for {self.n_workers} workers to say HELLO")
 
     def gather(self, msg_id: int, timeout_s: float) -> list[Delivery]:
-        deliveries = self.end.recv(range(self.n_workers), msg_id, timeout_s)
+        deliveries = self.net.recv(range(self.n_workers), msg_id, timeout_s)
         return [self.filler.apply(rank, d) for rank, d in enumerate(deliveries)]
 
     def broadcast(self, msg_id: int, values: np.ndarray, timeout_s: float) -> list[SendReport]:
-        return self.end.send(range(self.n_workers), msg_id, values, timeout_s)
+        return self.net.send(range(self.n_workers), msg_id, values, timeout_s)
 
     def average(self, deliveries: Sequence[Delivery]) -> np.ndarray:
         if self.filler.kind == "masked-mean":
@@ -547,7 +349,7 @@ class LtpServer(ServerEnd):
 
     def service(self, duration_s: float) -> None:
         """Run the protocol for ``duration_s`` without a request (answers late data, repeats CLOSE)."""
-        check(self.end._so.ltp_udp_service(self.end.handle, _timeout_us(duration_s)), "servicing LTP")
+        self.end.service(duration_s)
 
     def stats(self) -> dict[str, float]:
         return self.end.stats()
@@ -558,7 +360,7 @@ class LtpServer(ServerEnd):
         The protocol only runs inside calls: without the linger, a worker whose last CLOSE copies
         were all lost would retransmit its final gradient to a PS that is gone until it timed out.
         """
-        if self.end._h is not None and self.linger_s > 0:
+        if not self.end.closed and self.linger_s > 0:
             try:
                 self.service(self.linger_s)
             except TransportError:
@@ -569,38 +371,39 @@ class LtpServer(ServerEnd):
 class LtpWorker(WorkerEnd):
     """A worker's end: one socket with the PS as its only peer."""
 
-    def __init__(self, options: Mapping[str, Any], rank: int, bind: Addr, server: Addr,
-                 layout: Layout, core_settings: Mapping[str, float] | None = None) -> None:
-        if not 0 <= rank < RANK_SERVER:
-            raise OptionError(f"an LTP worker rank must be from 0 to {RANK_SERVER - 1}, not {rank}.")
+    def __init__(self, options: Mapping[str, Any], settings: Mapping[str, float], rank: int,
+                 bind: Addr, server: Addr, layout: Layout) -> None:
+        ps_rank = native.rank_server()
+        if not 0 <= rank < ps_rank:
+            raise OptionError(f"an LTP worker rank must be from 0 to {ps_rank - 1}, not {rank}.")
         self.rank = rank
         self.layout = layout
         # A parameter that did not arrive keeps the worker's previous value: zeroing weights
         # would wreck the model, and masked-mean needs several senders. (With the default
         # pull_threshold of 1.0 every parameter arrives anyway.)
         self.filler = filling.Filler("previous")
-        pull = options["pull_threshold"]
-        self.end = _Endpoint(options, rank, bind, layout, (pull, pull), core_settings)
+        self.net = _Messages(settings, rank, bind, layout, options.get("critical_segments", ()),
+                             options["rx_drop_frac"])
+        self.end = self.net.end
         try:
-            self.server_peer = self.end.add_peer(RANK_SERVER, server)
+            self.server_peer = self.end.add_peer(ps_rank, server)
         except BaseException:
             self.end.close()
             raise
 
     def join(self, timeout_s: float) -> None:
-        rc = self.end._so.ltp_udp_join(self.end.handle, self.server_peer, _timeout_us(timeout_s))
-        check(rc, f"worker {self.rank} joining the PS")
+        self.end.join(self.server_peer, timeout_s, what=f"worker {self.rank} joining the PS")
 
     def push(self, msg_id: int, values: np.ndarray, timeout_s: float) -> SendReport:
-        return self.end.send([self.server_peer], msg_id, values, timeout_s)[0]
+        return self.net.send([self.server_peer], msg_id, values, timeout_s)[0]
 
     def pull(self, msg_id: int, timeout_s: float) -> Delivery:
-        delivery = self.end.recv([self.server_peer], msg_id, timeout_s)[0]
+        delivery = self.net.recv([self.server_peer], msg_id, timeout_s)[0]
         return self.filler.apply(0, delivery)
 
     def service(self, duration_s: float) -> None:
         """Run the protocol for ``duration_s`` without a request (answers late data, repeats CLOSE)."""
-        check(self.end._so.ltp_udp_service(self.end.handle, _timeout_us(duration_s)), "servicing LTP")
+        self.end.service(duration_s)
 
     def stats(self) -> dict[str, float]:
         return self.end.stats()

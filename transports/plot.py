@@ -11,8 +11,9 @@ Bubble Filling) is LTP's; see ``docs/ltp-protocol.md``.
 Where the bounds come from (``bound_rule``; details and formulas in ``docs/plot-protocol.md``):
 
 - ``snr`` (default): a profiling phase. For the first ``profile_iterations`` iterations every
-  layer is delivered whole (bound 1.0) and the PS measures, per layer, the signal-to-noise ratio
-  of the averaged gradient: ``snr = (||mean||^2 - N) / N`` with ``N = sum(var_r(g)) / n`` the
+  layer is delivered whole (bound 1.0) and the PS measures (in :meth:`PlotServer.observe`, which
+  the harness calls after every gather), per layer, the signal-to-noise ratio of the averaged
+  gradient: ``snr = (||mean||^2 - N) / N`` with ``N = sum(var_r(g)) / n`` the
   average's expected noise (:func:`layer_snr`).
   Then ``bound = bound_min + (bound_max - bound_min) * snr / (1 + snr)``: a layer whose averaged
   gradient is dominated by noise loses little when a worker's share of it is missing, so it may
@@ -28,54 +29,60 @@ relative loss.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from transports import filling
-from transports.base import Addr, Delivery, Layout, OptionError, SendReport
-from transports.ltp import (RANK_SERVER, LtpServer, LtpTransport, LtpWorker, _Endpoint,
-                            _float32_payload, check)
+from transports.base import Addr, Delivery, Layout, Option, OptionError, SendReport
+from transports.ltp import (LtpServer, LtpTransport, LtpWorker, _float32_payload, _msg_bytes,
+                            _threshold_option, ltp_options)
 
 BOUND_RULES = ("snr", "size", "explicit")
-# LTP's adaptive-threshold options do not apply to PLOT's gradients (each layer has a fixed bound);
-# the shared machinery gets these neutral values for them.
-_LTP_NEUTRAL = {"threshold_min": 1.0, "threshold_max": 1.0, "loss_weight": 0.0, "rtt_weight": 0.0,
-                "critical_segments": ()}
-_LTP_ONLY = tuple(_LTP_NEUTRAL)
+# LTP's adaptive-threshold options do not apply to PLOT's gradients: each layer closes at its
+# own fixed bound.
+_LTP_ONLY = ("threshold_min", "threshold_max", "loss_weight", "rtt_weight", "critical_segments")
+# With fixed bounds the adaptive threshold's weights have no effect; PLOT sets them to 0 so its
+# core configuration says so.
+_FIXED_CORE = {"loss_weight": 0.0, "rtt_weight": 0.0}
+
+
+@functools.cache
+def plot_options() -> tuple[Option, ...]:
+    """PLOT's option table: LTP's, less the adaptive threshold, plus the bound rules."""
+    return (
+        *(o for o in ltp_options() if o.name not in _LTP_ONLY),
+        Option("bound_rule", "snr", "choice", choices=BOUND_RULES,
+               help="where each layer's bound comes from: SNR profiling, layer size, or given"),
+        _threshold_option("bound_min", 0.80, "lowest bound a rule may give"),
+        _threshold_option("bound_max", 1.0, "highest bound a rule may give"),
+        Option("bounds", (), values="a list of [layer name, bound] pairs",
+               help="the explicit rule's bounds, one per layer"),
+        Option("profile_iterations", 10, "int", 0, 100_000, unit="iterations",
+               help="whole iterations that measure SNR (snr rule); 0: bounds = bound_max"),
+        Option("reliable_below_floats", 355, "int", 0, 2**31, unit="floats",
+               help="layers this small are always delivered whole"),
+    )
 
 
 class PlotTransport(LtpTransport):
     """PLOT: per-layer messages, each closed at its own loss-tolerance bound."""
 
-    DEFAULTS: Mapping[str, Any] = {
-        **{k: v for k, v in LtpTransport.DEFAULTS.items() if k not in _LTP_ONLY},
-        "bound_rule": "snr",
-        "bound_min": 0.80,
-        "bound_max": 1.0,
-        "bounds": (),
-        "profile_iterations": 10,
-        "reliable_below_floats": 355,
-    }
-    _RANGES = {
-        **{k: v for k, v in LtpTransport._RANGES.items() if k not in _LTP_ONLY},
-        "bound_min": (0.0, 1.0, False),
-        "bound_max": (0.0, 1.0, False),
-        "profile_iterations": (0, 100_000, True),
-        "reliable_below_floats": (0, 2**31, True),
-    }
+    LABEL = "PLOT"
+
+    @classmethod
+    def option_table(cls) -> tuple[Option, ...]:
+        return plot_options()
+
+    def receive_thresholds(self) -> tuple[float, float]:
+        # Segment 0 (parameters, which the PS only sends) is never closed early; the layers get
+        # per-segment policies.
+        return 1.0, 1.0
 
     def validate(self) -> None:
+        super().validate()
         o = self._options
-        saved, self._options = o, {**_LTP_NEUTRAL, **o}
-        try:
-            super().validate()
-        finally:
-            self._options = saved
-        if o["bound_rule"] not in BOUND_RULES:
-            raise OptionError(f"PLOT bound_rule must be one of {', '.join(BOUND_RULES)}, "
-                              f"not {o['bound_rule']!r}.")
         if o["bound_min"] > o["bound_max"]:
             raise OptionError(f"PLOT bound_min ({o['bound_min']}) must not exceed bound_max "
                               f"({o['bound_max']}).")
@@ -83,23 +90,29 @@ class PlotTransport(LtpTransport):
         if o["bound_rule"] == "explicit" and not bounds:
             raise OptionError("PLOT bound_rule 'explicit' needs bounds, e.g. "
                               "[['0.weight', 0.8], ['0.bias', 1.0], ...].")
+        bound = {o.name: o for o in self.option_table()}["bound_min"]   # every bound's range
+        if isinstance(bounds, str) or not isinstance(bounds, (list, tuple)):
+            bounds = [bounds]
         for item in bounds:
-            if (len(item) != 2 or not isinstance(item[0], str)
-                    or not isinstance(item[1], (int, float)) or not 0 <= item[1] <= 1):
-                raise OptionError(f"each PLOT bound must be [layer name, fraction from 0 to 1], "
-                                  f"not {item!r}.")
+            if (not isinstance(item, (list, tuple)) or len(item) != 2 or not isinstance(item[0], str)
+                    or not isinstance(item[1], (int, float)) or not bound.low <= item[1] <= bound.high):
+                raise OptionError(f"each PLOT bound must be [layer name, fraction from "
+                                  f"{bound.low:g} to {bound.high:g}], not {item!r}.")
+
+    def _layer_settings(self, layout: Layout) -> dict[str, float]:
+        # Every layer is a message: room for this iteration's and the next one's, per peer.
+        n = len(layout.segments)
+        return {**_FIXED_CORE, "max_msg_bytes": _msg_bytes(layout),
+                "max_tx_per_peer": max(4, 2 * n), "max_open_per_peer": max(4, 4 * n)}
 
     def serve(self, bind: Addr, workers: Sequence[Addr], layout: Layout) -> PlotServer:
-        return PlotServer({**_LTP_NEUTRAL, **self._options}, bind, workers, layout)
+        settings = self.core_settings(self.receive_thresholds(), self._layer_settings(layout))
+        return PlotServer(self._options, settings, bind, workers, layout)
 
     def connect(self, rank: int, bind: Addr, server: Addr, layout: Layout) -> PlotWorker:
-        return PlotWorker({**_LTP_NEUTRAL, **self._options}, rank, bind, server, layout)
-
-
-def _core_settings(layout: Layout) -> dict[str, float]:
-    # Every layer is a message: room for this iteration's and the next one's, per peer.
-    n = len(layout.segments)
-    return {"max_tx_per_peer": max(4, 2 * n), "max_open_per_peer": max(4, 4 * n)}
+        pull = self._options["pull_threshold"]
+        settings = self.core_settings((pull, pull), self._layer_settings(layout))
+        return PlotWorker(self._options, settings, rank, bind, server, layout)
 
 
 def bounds_by_size(layout: Layout, lo: float, hi: float, reliable_below: int) -> list[float]:
@@ -142,63 +155,60 @@ def layer_snr(deliveries: Sequence[Delivery], layout: Layout) -> np.ndarray:
 class PlotServer(LtpServer):
     """The PS end: per-layer receive policies, set by the bound rule."""
 
-    def __init__(self, options: Mapping[str, Any], bind: Addr, workers: Sequence[Addr],
-                 layout: Layout) -> None:
-        self.layout = layout
-        self.n_workers = len(workers)
+    def __init__(self, options: Mapping[str, Any], settings: Mapping[str, float], bind: Addr,
+                 workers: Sequence[Addr], layout: Layout) -> None:
         self.options = dict(options)
-        self.filler = filling.Filler(options["filler"])
-        self.linger_s = options["linger_ms"] / 1000.0
-        # Segment 0 (parameters, which the PS only sends) keeps LTP's defaults; layers get policies.
-        self.end = _Endpoint(options, RANK_SERVER, bind, layout, (1.0, 1.0), _core_settings(layout))
+        # Segment 0 (parameters, which the PS only sends) keeps the configured thresholds; each
+        # layer is segment 1 + its index, with its own policy.
         self.parts = [(1 + i, s.offset, s.length) for i, s in enumerate(layout.segments)]
         self.snr_sum = np.zeros(len(layout.segments))
         self.profiled = 0
+        super().__init__(options, settings, bind, workers, layout)
         try:
-            for rank, addr in enumerate(workers):
-                self.end.add_peer(rank, addr)
-            rule = options["bound_rule"]
-            if rule == "explicit":
-                given = dict((name, float(b)) for name, b in options["bounds"])
-                missing = [s.name for s in layout.segments if s.name not in given]
-                if missing:
-                    raise OptionError(f"PLOT bounds give no bound for layer {missing[0]!r}.")
-                self._set_bounds([1.0 if s.length <= options["reliable_below_floats"]
-                                  else given[s.name] for s in layout.segments])
-            elif rule == "size":
-                self._set_bounds(bounds_by_size(layout, options["bound_min"], options["bound_max"],
-                                                options["reliable_below_floats"]))
-            elif options["profile_iterations"] == 0:
-                self._set_bounds(bounds_by_snr([float("inf")] * len(layout.segments), layout,
-                                               options["bound_min"], options["bound_max"],
-                                               options["reliable_below_floats"]))
-            else:
-                self._set_bounds([1.0] * len(layout.segments))   # profiling: everything whole
+            self._set_bounds(self._initial_bounds())
         except BaseException:
             self.end.close()
             raise
 
+    def _initial_bounds(self) -> list[float]:
+        o, layout = self.options, self.layout
+        small = o["reliable_below_floats"]
+        if o["bound_rule"] == "explicit":
+            given = dict((name, float(b)) for name, b in o["bounds"])
+            missing = [s.name for s in layout.segments if s.name not in given]
+            if missing:
+                raise OptionError(f"PLOT bounds give no bound for layer {missing[0]!r}.")
+            return [1.0 if s.length <= small else given[s.name] for s in layout.segments]
+        if o["bound_rule"] == "size":
+            return bounds_by_size(layout, o["bound_min"], o["bound_max"], small)
+        if o["profile_iterations"] == 0:
+            return bounds_by_snr([float("inf")] * len(layout.segments), layout,
+                                 o["bound_min"], o["bound_max"], small)
+        return [1.0] * len(layout.segments)   # profiling: everything whole
+
     def _set_bounds(self, bounds: Sequence[float]) -> None:
         self.bounds = [float(b) for b in bounds]
         for (seg, _, _), b in zip(self.parts, self.bounds):
-            check(self.end._so.ltp_udp_set_policy(self.end.handle, seg, b, b),
-                  f"setting the bound of segment {seg}")
+            self.end.set_policy(seg, b, b)
 
     def gather(self, msg_id: int, timeout_s: float) -> list[Delivery]:
-        deliveries = self.end.recv_parts(range(self.n_workers), msg_id, self.parts, timeout_s)
+        deliveries = self.net.recv_parts(range(self.n_workers), msg_id, self.parts, timeout_s)
         for d in deliveries:
             d.stats.update({f"bound_{i}": b for i, b in enumerate(self.bounds)})
         return [self.filler.apply(rank, d) for rank, d in enumerate(deliveries)]
 
-    def average(self, deliveries: Sequence[Delivery]) -> np.ndarray:
-        if self.options["bound_rule"] == "snr" and self.profiled < self.options["profile_iterations"]:
-            self.snr_sum += layer_snr(deliveries, self.layout)
-            self.profiled += 1
-            if self.profiled == self.options["profile_iterations"]:
-                self._set_bounds(bounds_by_snr(self.snr_sum / self.profiled, self.layout,
-                                               self.options["bound_min"], self.options["bound_max"],
-                                               self.options["reliable_below_floats"]))
-        return super().average(deliveries)
+    def observe(self, msg_id: int, deliveries: Sequence[Delivery]) -> None:
+        """The ``snr`` rule's profiling: add this iteration's per-layer SNR; after
+        ``profile_iterations`` of them, set every layer's bound from the mean."""
+        o = self.options
+        if o["bound_rule"] != "snr" or self.profiled >= o["profile_iterations"]:
+            return
+        self.snr_sum += layer_snr(deliveries, self.layout)
+        self.profiled += 1
+        if self.profiled == o["profile_iterations"]:
+            self._set_bounds(bounds_by_snr(self.snr_sum / self.profiled, self.layout,
+                                           o["bound_min"], o["bound_max"],
+                                           o["reliable_below_floats"]))
 
     def stats(self) -> dict[str, float | str]:
         out = dict(super().stats())
@@ -212,12 +222,8 @@ class PlotServer(LtpServer):
 class PlotWorker(LtpWorker):
     """A worker's end: sends its gradient as one message per layer, in one call."""
 
-    def __init__(self, options: Mapping[str, Any], rank: int, bind: Addr, server: Addr,
-                 layout: Layout) -> None:
-        super().__init__(options, rank, bind, server, layout, core_settings=_core_settings(layout))
-
     def push(self, msg_id: int, values: np.ndarray, timeout_s: float) -> SendReport:
         flat = _float32_payload(values, self.layout)
         parts = [(1 + i, flat[s.offset:s.offset + s.length])
                  for i, s in enumerate(self.layout.segments)]
-        return self.end.send_parts([self.server_peer], msg_id, parts, 0, timeout_s)[0]
+        return self.net.send_parts([self.server_peer], msg_id, parts, 0, timeout_s)[0]

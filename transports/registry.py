@@ -1,13 +1,19 @@
 """The registry of transports: one slug per scheme, with what figures need to draw it.
 
 A slug names a transport class plus the options that define the scheme (``tcp-reno`` is the TCP
-transport with ``cc=reno``); those options are fixed, everything else can be set per run. Classes
-are imported lazily, so listing the registry never needs the native library to be built.
+transport with ``cc=reno``); those options are fixed, everything else can be set per run. Every
+option, fixed or not, is a row of the class's option table (:class:`transports.base.Option`).
+Classes are imported lazily, so listing the slugs never needs the native library to be built.
+
+Schemes outside the project are modules named in ``$LTP_TRANSPORTS`` (:func:`load_plugins`).
+Importing this module has no side effects: the plugins are imported the first time the registry
+is asked for its slugs or for a slug it does not hold yet, so the sweep, the PS and the worker
+processes (which inherit the variable) all see them.
 
     >>> from transports import registry
     >>> t = registry.create("tcp-bbr")
     >>> t.options()
-    {'cc': 'bbr'}
+    {'cc': 'bbr', 'rto_min_ms': None}
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
-from transports.base import OptionError, Transport
+from transports.base import Option, OptionError, Transport
 
 
 class UnknownTransport(KeyError):
@@ -48,8 +54,22 @@ class TransportInfo:
         module, _, name = self.target.partition(":")
         return getattr(importlib.import_module(module), name)
 
+    def option_rows(self) -> list[tuple[Option, Any, bool]]:
+        """Every option of this scheme: (its row, its value in this scheme, fixed by the slug?).
 
-_ENTRIES = (
+        Raises :class:`OptionError` if a fixed option is not in the class's table.
+        """
+        table = self.transport_class().option_table()
+        unknown = sorted(set(self.fixed_options) - {o.name for o in table})
+        if unknown:
+            raise OptionError(f"scheme {self.slug!r} fixes {unknown[0]!r}, which its transport "
+                              "does not have.")
+        return [(o, self.fixed_options.get(o.name, o.default), o.name in self.fixed_options)
+                for o in table]
+
+
+# The project's own schemes, registered below; plugins add theirs with register().
+BUILTIN = (
     TransportInfo("tcp-cubic", "TCP CUBIC", "#1f77b4", "o", "transports.tcp:TcpTransport",
                   {"cc": "cubic"}, False, "Linux TCP with CUBIC congestion control"),
     TransportInfo("tcp-reno", "TCP Reno", "#ff7f0e", "s", "transports.tcp:TcpTransport",
@@ -76,14 +96,21 @@ _ENTRIES = (
                    "reliable_below_floats": 0, "close_grace_min_us": 0, "grace_rtt_mult": 0.0}),
 )
 
-REGISTRY: dict[str, TransportInfo] = {e.slug: e for e in _ENTRIES}
+REGISTRY: dict[str, TransportInfo] = {}
+"""Every scheme registered so far by slug. Use :func:`slugs`, :func:`entries` or :func:`get`,
+which also see the plugins named in ``$LTP_TRANSPORTS``."""
 
 
 def register(info: TransportInfo) -> None:
-    """Add a scheme (used by the registry's own entries and by users' experiments)."""
+    """Add a scheme. The built-in schemes are added with it below; a plugin module calls it when
+    it is imported."""
     if info.slug in REGISTRY:
         raise ValueError(f"a transport named {info.slug!r} is already registered.")
     REGISTRY[info.slug] = info
+
+
+for _info in BUILTIN:
+    register(_info)
 
 
 PLUGINS_ENV = "LTP_TRANSPORTS"
@@ -115,13 +142,36 @@ def load_plugins(spec: str | None = None) -> None:
             importlib.import_module(item)
 
 
+_plugins_loaded = False
+
+
+def _ensure_plugins() -> None:
+    """Import the ``$LTP_TRANSPORTS`` plugins once (again after a failure, which raises)."""
+    global _plugins_loaded
+    if not _plugins_loaded:
+        load_plugins()
+        _plugins_loaded = True
+
+
 def slugs() -> list[str]:
-    """Every registered slug, in registration order."""
+    """Every registered slug, plugins included, in registration order."""
+    _ensure_plugins()
     return list(REGISTRY)
 
 
+def entries() -> list[TransportInfo]:
+    """Every registered scheme, plugins included, in registration order."""
+    _ensure_plugins()
+    return list(REGISTRY.values())
+
+
 def get(slug: str) -> TransportInfo:
-    """The entry for ``slug``, or :class:`UnknownTransport` with the list of known slugs."""
+    """The entry for ``slug``, or :class:`UnknownTransport` with the list of known slugs.
+
+    A slug not registered yet makes the registry import the ``$LTP_TRANSPORTS`` plugins first.
+    """
+    if slug not in REGISTRY:
+        _ensure_plugins()
     try:
         return REGISTRY[slug]
     except KeyError:
@@ -142,6 +192,3 @@ def create(slug: str, options: Mapping[str, Any] | None = None) -> Transport:
             "pick the slug that has the value you want."
         )
     return info.transport_class()(slug, {**info.fixed_options, **extra})
-
-
-load_plugins()

@@ -27,7 +27,7 @@ from transports.base import (
     Addr,
     Delivery,
     Layout,
-    OptionError,
+    Option,
     SendReport,
     ServerEnd,
     Transport,
@@ -96,19 +96,13 @@ def _recv_exact(sock: socket.socket, view: memoryview, deadline: float) -> None:
 class TcpTransport(Transport):
     """Plain TCP with a per-socket congestion control."""
 
-    DEFAULTS = {"cc": "cubic", "rto_min_ms": None}
-
-    def validate(self) -> None:
-        if self._options["cc"] not in CC_CHOICES:
-            raise OptionError(
-                f"TCP congestion control must be one of {', '.join(CC_CHOICES)}, "
-                f"not {self._options['cc']!r}."
-            )
-        rto = self._options["rto_min_ms"]
-        if rto is not None and (isinstance(rto, bool) or not isinstance(rto, (int, float))
-                                or not 1 <= rto <= 1000):
-            raise OptionError(f"TCP rto_min_ms must be from 1 to 1000 (or null for the kernel's "
-                              f"200 ms), not {rto!r}.")
+    LABEL = "TCP"
+    OPTIONS = (
+        Option("cc", "cubic", "choice", choices=CC_CHOICES,
+               help="congestion control, set on every socket with TCP_CONGESTION and read back"),
+        Option("rto_min_ms", None, "float", 1, 1000, unit="ms", nullable=True,
+               help="minimum RTO on every host's route (null: the kernel's 200 ms)"),
+    )
 
     def host_commands(self, intf: str, subnet: str) -> list[str]:
         """With ``rto_min_ms``, lower the minimum retransmission timeout on the host's route.

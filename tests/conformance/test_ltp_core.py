@@ -2,7 +2,7 @@
 
 A parameter server and 2-3 workers run as threads of this process (the native calls release the
 GIL), each on its own UDP port. Randomness is seeded; every wait has a deadline. Needs the native
-library: ``pip install -e .`` or ``make -C transports/native lib``.
+library: ``./setup.sh`` (which runs ``pip install -e .``).
 
     .venv/bin/pytest tests/conformance/test_ltp_core.py
 """
@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from transports import filling, registry
+from transports import filling, native, registry
 from transports.base import Delivery, Layout, OptionError, TransportError, TransportTimeout
 
 ltp = pytest.importorskip("transports.ltp")
@@ -212,7 +212,7 @@ def test_filler_masked_mean() -> None:
     ({"send_order": "backwards"}, "send_order"),
     ({"peer_schedule": "random"}, "peer_schedule"),
     ({"cwnd_ack_extra_us": -1}, "cwnd_ack_extra_us"),
-    ({"cc": "yes"}, "'cc'"),
+    ({"cc": "yes"}, "option cc must be true or false"),
     ({"ack_every": 0}, "ack_every"),
     ({"ack_every": 2.5}, "ack_every"),
     ({"packet_payload_bytes": 20}, "packet_payload_bytes"),
@@ -243,15 +243,38 @@ def test_unknown_critical_segment_is_rejected() -> None:
 
 
 def test_error_mapping() -> None:
+    codes = {name: code for code, name in native.error_names().items()}
+    timeout = codes["LTP_ETIMEDOUT"]
     with pytest.raises(ltp.LtpTimeout) as info:
-        ltp.check(-3, "waiting")
-    assert isinstance(info.value, TransportTimeout) and info.value.code == -3
-    for code in range(-13, 0):
-        with pytest.raises(TransportError):
-            ltp.check(code, "x")
-    with pytest.raises(ltp.LtpError, match="unknown native error"):
+        ltp.check(timeout, "waiting")
+    assert isinstance(info.value, TransportTimeout) and info.value.code == timeout
+    assert str(info.value) == "waiting: the deadline passed before the peer finished."
+    for name, code in codes.items():
+        if code < 0:
+            kind = ltp.LtpSystemError if name in ("LTP_ESYS", "LTP_ENOMEM") else ltp.LtpError
+            with pytest.raises(kind) as info:
+                ltp.check(code, "x")
+            assert "unknown error code" not in str(info.value) and info.value.code == code
+    with pytest.raises(ltp.LtpError, match="unknown error code"):
         ltp.check(-99, "x")
     assert ltp.check(5, "x") == 5
+
+
+def test_option_tables_come_from_the_core() -> None:
+    core = native.core_options()
+    ffi, _ = native._core()
+    fields = [name for name, _ in ffi.typeof("ltp_config_t").fields]
+    assert list(core) == fields                  # one row per ltp_config_t field, in order
+    rows = {o.name: o for o in ltp.LtpTransport.option_table()}
+    assert (rows["ack_every"].low, rows["ack_every"].high) == (core["ack_every"].low,
+                                                                 core["ack_every"].high)
+    assert rows["send_order"].choices == core["send_order"].choices == (
+        "sequential", "random", "priority")
+    assert rows["max_wait_ms"].default * 1000 == core["max_wait_us"].default
+    assert rows["packet_payload_bytes"].native == "max_udp_payload_bytes"
+    assert native.close_reasons()[2] == "early" and "rx_datagrams" in native.stat_names()
+    with pytest.raises(OptionError, match="must not exceed"):
+        registry.create("ltp", {"threshold_min": 0.9, "threshold_max": 0.8})
 
 
 def test_timeouts_close_and_wrong_session() -> None:
@@ -280,3 +303,25 @@ def test_timeouts_close_and_wrong_session() -> None:
     assert ps.stats() == {}
     with pytest.raises(TransportError, match="closed"):
         ps.gather(0, 0.05)
+
+
+def test_plot_profiles_snr_in_observe_and_average_has_no_side_effects() -> None:
+    layout = Layout.from_sizes([("signal.weight", 4000), ("noise.weight", 4000), ("bias", 10)])
+    ps_port, w_port = free_ports(2)
+    t = registry.create("plot", {"profile_iterations": 2, "bound_min": 0.7})
+    with t.serve(("127.0.0.1", ps_port), [("127.0.0.1", w_port), ("127.0.0.1", w_port + 1)],
+                 layout) as ps:
+        rng = np.random.default_rng(3)
+        common = rng.standard_normal(layout.n_floats)
+        deliveries = [Delivery.whole((common + 0.1 * rng.standard_normal(layout.n_floats))
+                                     .astype(np.float32), layout) for _ in range(2)]
+        for _ in range(3):
+            ps.average(deliveries)
+        assert ps.profiled == 0 and ps.bounds == [1.0, 1.0, 1.0]   # average() learns nothing
+        ps.observe(0, deliveries)
+        assert ps.profiled == 1 and ps.bounds == [1.0, 1.0, 1.0]
+        ps.observe(1, deliveries)
+        assert ps.profiled == 2 and ps.bounds[2] == 1.0 and 0.7 <= min(ps.bounds[:2]) < 1.0
+        ps.observe(2, deliveries)                                   # profiling is over
+        assert ps.profiled == 2
+        assert "snr:signal.weight" in ps.stats()

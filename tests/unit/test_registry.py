@@ -75,3 +75,66 @@ def test_congestion_control_is_read_back_per_socket(cc):
         pytest.skip(f"this kernel offers no {cc} (tcp_available_congestion_control)")
     with socket.socket() as s:
         assert _set_cc(s, cc) == cc
+
+
+def test_plugins_load_on_first_lookup_not_on_import(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    plugin = tmp_path / "late.py"
+    plugin.write_text(
+        "from transports import registry\n"
+        "registry.register(registry.TransportInfo('late-tcp', 'Late', '#000001', 'o',\n"
+        "    'transports.tcp:TcpTransport', {'cc': 'reno'}, False, 'a plugin'))\n")
+    code = ("import sys\n"
+            "from transports import registry\n"
+            "assert 'ltp_plugin_late' not in sys.modules, 'imported at import time'\n"
+            "assert 'late-tcp' not in registry.REGISTRY\n"
+            "assert registry.get('late-tcp').fixed_options == {'cc': 'reno'}\n"
+            "assert 'late-tcp' in registry.slugs()\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "LTP_TRANSPORTS": str(plugin)})
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_option_rows_mark_what_the_slug_fixes():
+    rows = {o.name: (value, fixed) for o, value, fixed in registry.get("tcp-cubic-lowrto").option_rows()}
+    assert rows == {"cc": ("cubic", True), "rto_min_ms": (5, True)}
+    rows = {o.name: (value, fixed) for o, value, fixed in registry.get("tcp-bbr").option_rows()}
+    assert rows["rto_min_ms"] == (None, False)
+
+
+def test_every_option_has_a_row_with_help():
+    from transports.tcp import TcpTransport
+
+    assert TcpTransport.DEFAULTS == {"cc": "cubic", "rto_min_ms": None}
+    for o in TcpTransport.option_table():
+        assert o.help and o.describe()
+    with pytest.raises(OptionError, match="option cc must be one of cubic, reno, bbr"):
+        TcpTransport("tcp-x", {"cc": "vegas"})
+
+
+def test_a_plugin_with_only_defaults_still_works():
+    from transports.base import Transport
+
+    class Legacy(Transport):
+        DEFAULTS = {"rate": 1.0}
+
+        def serve(self, bind, workers, layout):
+            raise NotImplementedError
+
+        def connect(self, rank, bind, server, layout):
+            raise NotImplementedError
+
+    assert Legacy("legacy", {"rate": 2.0}).options() == {"rate": 2.0}
+    assert [o.name for o in Legacy.option_table()] == ["rate"]
+    with pytest.raises(OptionError, match="no option 'burst'"):
+        Legacy("legacy", {"burst": 1})
+
+
+def test_invoke_transports_lists_each_schemes_options():
+    from transports import options_doc
+
+    text = options_doc.schemes_text("tcp-cubic-lowrto")
+    assert "rto_min_ms" in text and "5 ms" in text and "fixed" in text

@@ -179,10 +179,37 @@ size_t ltp_config_size(void);
 void ltp_config_default(ltp_config_t *cfg);
 int ltp_config_set(ltp_config_t *cfg, const char *name, double value);
 int ltp_config_validate(const ltp_config_t *cfg);
+/* ltp_config_validate, saying why: on LTP_EOPTION writes one sentence (no final period) naming
+ * the option or the rule that failed to buf. */
+int ltp_config_explain(const ltp_config_t *cfg, char *buf, size_t cap);
 uint32_t ltp_chunk_bytes(const ltp_config_t *cfg);   /* payload bytes per DATA packet */
 const char *ltp_strerror(int code);
 const char *ltp_stat_name(int index);
 int ltp_stat_count(void);
+
+/* ---- the option table: every ltp_config_t field, for bindings and documentation ----
+ * ltp_config_default sets every field to its default_value; ltp_config_set and
+ * ltp_config_validate accept exactly min..max (integers for every type but DOUBLE). */
+enum ltp_opt_type { LTP_OPT_U32 = 0, LTP_OPT_U64 = 1, LTP_OPT_DOUBLE = 2, LTP_OPT_BOOL = 3,
+                    LTP_OPT_ENUM = 4 };
+
+/* Enums whose value names are exported (ltp_enum_name); option tables refer to them. */
+enum ltp_enum_id { LTP_ENUM_ORDER = 0, LTP_ENUM_SCHEDULE = 1, LTP_ENUM_CLOSE_REASON = 2,
+                   LTP_ENUM_SEND_DONE = 3, LTP_ENUM__COUNT };
+
+typedef struct ltp_option {
+    const char *name;          /* the ltp_config_t field, as ltp_config_set takes it */
+    int type;                  /* enum ltp_opt_type (BOOL and ENUM are stored as uint32_t) */
+    int enum_id;               /* ENUM: enum ltp_enum_id naming the values 0..max; else -1 */
+    double min, max;           /* accepted range, inclusive */
+    double default_value;
+    const char *unit;          /* "us", "bytes", "packets", "Mbit/s", "fraction", ... or "" */
+    const char *help;          /* one line */
+} ltp_option_t;
+
+int ltp_option_count(void);
+const ltp_option_t *ltp_option(int index);            /* NULL if out of range */
+const char *ltp_enum_name(int enum_id, int value);    /* lowercase name, NULL if out of range */
 
 /* ---- sans-IO core ---- */
 ltp_core_t *ltp_core_new(const ltp_config_t *cfg, uint16_t self_rank);

@@ -13,7 +13,7 @@
  * without busy-waiting.
  */
 #define _GNU_SOURCE
-#include "ltp.h"
+#include "ltp_internal.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -33,8 +33,6 @@
 #define TIMER_SLACK_NS 1000ul
 #define IDLE_FLOOR_US 50   /* a loop turn that moved nothing never sleeps less than this */
 #define IDLE_MAX_US 1000000u   /* with no timer pending, the thread still wakes once a second */
-
-void ltp_core__count(ltp_core_t *c, int stat, uint64_t n);
 
 struct ltp_udp {
     ltp_core_t *core;
@@ -69,14 +67,6 @@ static uint64_t now_us(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
-
-static double uniform(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return (double)((z ^ (z >> 31)) >> 11) / 9007199254740992.0;
 }
 
 static int set_buf(int fd, int opt_force, int opt)
@@ -255,7 +245,7 @@ static int do_rx(ltp_udp_t *u)
         for (int i = 0; i < n; i++) {
             const uint8_t *b = u->rxiov[i].iov_base;
             size_t len = u->rxm[i].msg_len;
-            if (u->drop_frac > 0 && len >= 4 && b[3] == LTP_T_DATA && uniform(&u->drop_rng) < u->drop_frac) {
+            if (u->drop_frac > 0 && len >= 4 && b[WIRE_TYPE] == LTP_T_DATA && ltp_uniform(&u->drop_rng) < u->drop_frac) {
                 ltp_core__count(u->core, LTP_S_RX_DROPPED_HOOK, 1);
                 continue;
             }

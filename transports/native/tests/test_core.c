@@ -11,7 +11,7 @@
  * receiver thread does. Time is virtual, so the
  * tests are deterministic and fast. Exit status is non-zero if any check fails.
  */
-#include "ltp.h"
+#include "ltp_internal.h"   /* the shared random generator and the wire offsets */
 
 #include <math.h>
 #include <stdio.h>
@@ -32,7 +32,6 @@ static int n_pass, n_fail;
 
 /* ------------------------------------------------------------------ simulator */
 #define MAXN 9
-#define NEVER UINT64_MAX
 
 typedef struct { uint64_t at, seq; int dst, slot, len; uint8_t *data; } ev_t;
 
@@ -76,14 +75,6 @@ typedef struct {
     uint64_t acks_from_server, hinted_from_server;
     double hint_kbps_sum;
 } sim_t;
-
-static double urand(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return (double)((z ^ (z >> 31)) >> 11) / 9007199254740992.0;
-}
 
 static int ev_before(const ev_t *a, const ev_t *b) { return a->at < b->at || (a->at == b->at && a->seq < b->seq); }
 
@@ -153,30 +144,35 @@ static uint64_t rx_wake(const sim_t *s, uint64_t at)
     uint64_t p = s->nc.rx_poll_us;
     for (uint64_t k = at / p;; k++) {
         uint64_t h = k ^ s->nc.seed;
-        uint64_t t = k * p + (uint64_t)(urand(&h) * (double)p);
+        uint64_t t = k * p + (uint64_t)(ltp_uniform(&h) * (double)p);
         if (t >= at) return t;
     }
+}
+
+static uint32_t le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
 static void sim_emit(sim_t *s, int src, int slot, const uint8_t *b, int len)
 {
     int dst = src == 0 ? slot + 1 : 0;
     int dst_slot = src == 0 ? 0 : src - 1;
-    if (src == 0 && len >= (int)LTP_ACK_HDR_BYTES && b[3] == LTP_T_ACK) {
-        uint32_t hint = (uint32_t)b[44] | (uint32_t)b[45] << 8 | (uint32_t)b[46] << 16 | (uint32_t)b[47] << 24;
+    if (src == 0 && len >= (int)LTP_ACK_HDR_BYTES && b[WIRE_TYPE] == LTP_T_ACK) {
+        uint32_t hint = le32(b + WIRE_ACK_HINT);
         s->acks_from_server++;
         if (hint) { s->hinted_from_server++; s->hint_kbps_sum += hint; }
     }
-    if (len >= 16 && b[3] == LTP_T_DATA) {
-        uint32_t id = (uint32_t)b[12] | (uint32_t)b[13] << 8 | (uint32_t)b[14] << 16 | (uint32_t)b[15] << 24;
+    if (len >= (int)LTP_HDR_BYTES && b[WIRE_TYPE] == LTP_T_DATA) {
+        uint32_t id = le32(b + WIRE_MSG_ID);
         if (id == s->watch_id) s->watch_last_data_us[src] = s->now;
     }
-    int copies = 1 + (urand(&s->rng) < s->nc.dup);
+    int copies = 1 + (ltp_uniform(&s->rng) < s->nc.dup);
     int queued = dst == 0 && s->nc.bottleneck_bytes_per_us > 0;
     for (int c = 0; c < copies; c++) {
-        if (!queued && urand(&s->rng) < s->nc.loss) continue;
+        if (!queued && ltp_uniform(&s->rng) < s->nc.loss) continue;
         uint64_t at = s->now + s->nc.delay_us;
-        if (s->nc.jitter_us) at += (uint64_t)(urand(&s->rng) * (double)s->nc.jitter_us);
+        if (s->nc.jitter_us) at += (uint64_t)(ltp_uniform(&s->rng) * (double)s->nc.jitter_us);
         if (queued) {
             while (s->q_len && s->q_depart[s->q_head] <= s->now) { s->q_head = (s->q_head + 1) % 4096; s->q_len--; }
             if (s->q_len >= s->nc.queue_pkts) { s->q_drops++; continue; }
@@ -199,7 +195,7 @@ static void sim_emit(sim_t *s, int src, int slot, const uint8_t *b, int len)
             s->q_len++;
             s->bottleneck_bytes += (uint64_t)len;
             at = s->q_last + s->nc.delay_us;
-            if (urand(&s->rng) < s->nc.loss) continue;   /* dropped at the receiver's ingress */
+            if (ltp_uniform(&s->rng) < s->nc.loss) continue;   /* dropped at the receiver's ingress */
         }
         if (src == 0 && s->nc.egress_bytes_per_us > 0) {
             while (s->eq_len && s->eq_depart[s->eq_head] <= s->now) { s->eq_head = (s->eq_head + 1) % 4096; s->eq_len--; }
@@ -235,7 +231,7 @@ static int sim_run(sim_t *s, uint64_t limit_us, sim_done_fn done, void *arg)
             if (len < 0) CHECK(len == 0, "poll_tx error %d", len);
             if (mean) {
                 uint64_t t = ltp_core_next_timeout(s->core[k], s->now);
-                s->ready[k] = t == NEVER ? NEVER : t + (uint64_t)(-log(1 - urand(&s->wake_rng)) * (double)mean);
+                s->ready[k] = t == NEVER ? NEVER : t + (uint64_t)(-log(1 - ltp_uniform(&s->wake_rng)) * (double)mean);
             }
         }
         if (done && done(s, arg)) return 1;
@@ -251,7 +247,7 @@ static int sim_run(sim_t *s, uint64_t limit_us, sim_done_fn done, void *arg)
             ev_t e = heap_pop(s);
             ltp_core_input(s->core[e.dst], e.slot, e.data, (size_t)e.len, s->now);
             if (mean) {   /* the datagram wakes the thread, late as any wake-up */
-                uint64_t t = s->now + (uint64_t)(-log(1 - urand(&s->wake_rng)) * (double)mean);
+                uint64_t t = s->now + (uint64_t)(-log(1 - ltp_uniform(&s->wake_rng)) * (double)mean);
                 if (t < s->ready[e.dst]) s->ready[e.dst] = t;
             }
             free(e.data);
@@ -275,7 +271,7 @@ static int gather_done(sim_t *s, void *arg)
 static float *make_vec(uint32_t n, uint64_t seed)
 {
     float *v = malloc(n * sizeof *v);
-    for (uint32_t i = 0; i < n; i++) v[i] = (float)(urand(&seed) * 2 - 1);
+    for (uint32_t i = 0; i < n; i++) v[i] = (float)(ltp_uniform(&seed) * 2 - 1);
     return v;
 }
 
@@ -456,7 +452,7 @@ static void test_no_rtx_after_close(void)
     int after = 0;
     for (uint64_t k = 0; k < 200; k++) {
         t += 10000;   /* well past every PTO */
-        while ((n = ltp_core_poll_tx(tx, t, b, sizeof b, &slot)) > 0) if (b[3] == LTP_T_DATA) after++;
+        while ((n = ltp_core_poll_tx(tx, t, b, sizeof b, &slot)) > 0) if (b[WIRE_TYPE] == LTP_T_DATA) after++;
     }
     CHECK(after == 0, "%d DATA datagrams after CLOSE", after);
     CHECK(ltp_core_next_timeout(tx, t) == UINT64_MAX, "timers still armed after CLOSE");
@@ -519,14 +515,15 @@ static size_t mk_data(uint8_t *b, uint16_t rank, uint32_t session, uint32_t inde
 {
     uint32_t off = index * chunk, len = index + 1 < count ? chunk : total - off;
     memset(b, 0, LTP_DATA_HDR_BYTES + len);
-    b[0] = 0x4C; b[1] = 0x50; b[2] = LTP_VERSION; b[3] = LTP_T_DATA;
-    b[6] = (uint8_t)rank; b[7] = (uint8_t)(rank >> 8);
-    memcpy(b + 8, &session, 4);
+    b[WIRE_MAGIC] = 0x4C; b[WIRE_MAGIC + 1] = 0x50; b[WIRE_VERSION] = LTP_VERSION; b[WIRE_TYPE] = LTP_T_DATA;
+    b[WIRE_SENDER] = (uint8_t)rank; b[WIRE_SENDER + 1] = (uint8_t)(rank >> 8);
+    memcpy(b + WIRE_SESSION, &session, 4);
     uint32_t msg = 5;
-    memcpy(b + 12, &msg, 4);
-    memcpy(b + 20, &index, 4); memcpy(b + 24, &count, 4); memcpy(b + 28, &off, 4); memcpy(b + 32, &total, 4);
+    memcpy(b + WIRE_MSG_ID, &msg, 4);
+    memcpy(b + WIRE_DATA_INDEX, &index, 4); memcpy(b + WIRE_DATA_COUNT, &count, 4);
+    memcpy(b + WIRE_DATA_OFFSET, &off, 4); memcpy(b + WIRE_DATA_TOTAL, &total, 4);
     uint16_t pl = (uint16_t)len;
-    memcpy(b + 36, &pl, 2);
+    memcpy(b + WIRE_DATA_LEN, &pl, 2);
     return LTP_DATA_HDR_BYTES + len;
 }
 
@@ -551,38 +548,38 @@ static void test_malformed(void)
         expect_malformed++;                                                             \
     } while (0)
     uint32_t v32;
-    BAD(tn = 10);                                                        /* short */
-    BAD(tn = LTP_DATA_HDR_BYTES - 1);                                    /* short DATA header */
-    BAD(t[0] ^= 1);                                                      /* magic */
-    BAD(t[2] = 9);                                                       /* version */
-    BAD(t[3] = 77);                                                      /* type */
-    BAD(tn -= 4);                                                        /* payload length vs datagram */
-    BAD((v32 = 1200, memcpy(t + 28, &v32, 4)));                          /* offset not index*chunk */
-    BAD((v32 = 1, memcpy(t + 32, &v32, 4)));                             /* total not multiple of 4 */
-    BAD((v32 = 4, memcpy(t + 20, &v32, 4)));                             /* index >= count */
-    BAD((v32 = 0, memcpy(t + 24, &v32, 4)));                             /* count == 0 */
-    BAD((v32 = 1000, memcpy(t + 24, &v32, 4)));                          /* count too large for total */
-    BAD((v32 = 2u << 20, memcpy(t + 32, &v32, 4)));                      /* total > max_msg_bytes */
-    BAD((v32 = 402, memcpy(t + 28, &v32, 4)));                           /* offset not multiple of 4 */
-    BAD(t[4] = LTP_F_CRITICAL);                                          /* critical flag vs count */
-    BAD(t[5] = 1);                                                       /* reserved byte */
+    BAD(tn = 10);                                                  /* short */
+    BAD(tn = LTP_DATA_HDR_BYTES - 1);                              /* short DATA header */
+    BAD(t[WIRE_MAGIC] ^= 1);                                       /* magic */
+    BAD(t[WIRE_VERSION] = 9);                                      /* version */
+    BAD(t[WIRE_TYPE] = 77);                                        /* type */
+    BAD(tn -= 4);                                                  /* payload length vs datagram */
+    BAD((v32 = 1200, memcpy(t + WIRE_DATA_OFFSET, &v32, 4)));      /* offset not index*chunk */
+    BAD((v32 = 1, memcpy(t + WIRE_DATA_TOTAL, &v32, 4)));          /* total not multiple of 4 */
+    BAD((v32 = 4, memcpy(t + WIRE_DATA_INDEX, &v32, 4)));          /* index >= count */
+    BAD((v32 = 0, memcpy(t + WIRE_DATA_COUNT, &v32, 4)));          /* count == 0 */
+    BAD((v32 = 1000, memcpy(t + WIRE_DATA_COUNT, &v32, 4)));       /* count too large for total */
+    BAD((v32 = 2u << 20, memcpy(t + WIRE_DATA_TOTAL, &v32, 4)));   /* total > max_msg_bytes */
+    BAD((v32 = 402, memcpy(t + WIRE_DATA_OFFSET, &v32, 4)));       /* offset not multiple of 4 */
+    BAD(t[WIRE_FLAGS] = LTP_F_CRITICAL);                           /* critical flag vs count */
+    BAD(t[WIRE_RESERVED] = 1);                                     /* reserved byte */
     /* the last packet must end exactly at total */
     size_t ln = mk_data(b + 1024, 0, 1, 3, 4, 400, 1500);
     memcpy(t, b + 1024, ln);
     v32 = 1204;
-    memcpy(t + 28, &v32, 4);
+    memcpy(t + WIRE_DATA_OFFSET, &v32, 4);
     CHECK(ltp_core_input(rx, 0, t, ln, 3) == LTP_EMALFORMED, "last packet offset");
     expect_malformed++;
     /* an ACK whose bitmap length disagrees with the datagram */
     uint8_t ack[LTP_ACK_HDR_BYTES + 8] = {0x4C, 0x50, LTP_VERSION, LTP_T_ACK};
-    ack[40] = 16;
+    ack[WIRE_ACK_BITS] = 16;
     CHECK(ltp_core_input(rx, 0, ack, LTP_ACK_HDR_BYTES + 1, 3) == LTP_EMALFORMED, "ACK bitmap length");
     expect_malformed++;
     /* a version-1 ACK: 44 bytes, no rate hint field */
-    ack[40] = 0;
+    ack[WIRE_ACK_BITS] = 0;
     CHECK(ltp_core_input(rx, 0, ack, 44, 3) == LTP_EMALFORMED, "44-byte ACK accepted");
     expect_malformed++;
-    ack[2] = 1;
+    ack[WIRE_VERSION] = 1;
     CHECK(ltp_core_input(rx, 0, ack, LTP_ACK_HDR_BYTES, 3) == LTP_EMALFORMED, "version-1 ACK accepted");
     expect_malformed++;
     ltp_core_stats(rx, st, LTP_S__COUNT);
@@ -614,21 +611,21 @@ static void test_stale(void)
     uint32_t id;
     size_t n = mk_data(b, 0, 1, 0, 1, 400, 400);
     for (id = 10; id <= 11; id++) {
-        memcpy(b + 12, &id, 4);
+        memcpy(b + WIRE_MSG_ID, &id, 4);
         CHECK(ltp_core_input(rx, 0, b, n, 1) == 0, "msg %u rejected", id);
     }
     float out[100];
     CHECK(ltp_core_rx_take(rx, 0, 11, 0, out, sizeof out, NULL, NULL) == 0, "take 11");
     CHECK(ltp_core_rx_ready(rx, 0, 10, 0) == 0, "older message kept after a newer one was taken");
     id = 9;
-    memcpy(b + 12, &id, 4);
+    memcpy(b + WIRE_MSG_ID, &id, 4);
     CHECK(ltp_core_input(rx, 0, b, n, 2) == LTP_ESTALE, "stale message accepted");
     uint64_t st[LTP_S__COUNT];
     ltp_core_stats(rx, st, LTP_S__COUNT);
     CHECK(st[LTP_S_STALE] >= 1, "stale not counted");
     /* late data for a taken message is answered with CLOSE, never reopens it */
     id = 11;
-    memcpy(b + 12, &id, 4);
+    memcpy(b + WIRE_MSG_ID, &id, 4);
     CHECK(ltp_core_input(rx, 0, b, n, 3) == 0 && ltp_core_rx_ready(rx, 0, 11, 0) == 0, "taken message reopened");
     uint8_t o[LTP_MAX_DATAGRAM];
     int slot, len, closes = 0;
@@ -655,6 +652,43 @@ static void test_options(void)
     CHECK(ltp_config_set(&c, "hint_gain", 0.2) == LTP_EOPTION, "hint_gain 0.2 accepted");
     CHECK(ltp_config_set(&c, "hint_gain", 1.1) == 0 && c.hint_gain == 1.1, "hint_gain by name");
     CHECK(ltp_config_set(&c, "rate_hint", 0) == 0 && c.rate_hint == 0, "rate_hint by name");
+}
+
+/* The option table is the one description of ltp_config_t that bindings and docs read. */
+static void test_option_table(void)
+{
+    int n = ltp_option_count();
+    CHECK(n > 40 && ltp_option(-1) == NULL && ltp_option(n) == NULL, "option count %d", n);
+    ltp_config_t def = base_cfg(), byname = base_cfg();
+    for (int i = 0; i < n; i++) {
+        const ltp_option_t *o = ltp_option(i);
+        CHECK(o->min <= o->default_value && o->default_value <= o->max, "%s default out of range", o->name);
+        CHECK(o->help && o->help[0] && o->unit, "%s has no help", o->name);
+        CHECK(ltp_config_set(&byname, o->name, o->default_value) == 0, "%s default refused", o->name);
+        int twice = 0;
+        for (int j = 0; j < i; j++) twice += strcmp(ltp_option(j)->name, o->name) == 0;
+        CHECK(!twice, "%s twice", o->name);
+        if (o->type == LTP_OPT_ENUM)
+            CHECK(ltp_enum_name(o->enum_id, (int)o->max) && !ltp_enum_name(o->enum_id, (int)o->max + 1),
+                  "%s: enum names do not match its range", o->name);
+        else
+            CHECK(o->enum_id == -1, "%s names an enum", o->name);
+    }
+    CHECK(memcmp(&def, &byname, sizeof def) == 0, "defaults set by name differ from ltp_config_default");
+    CHECK(strcmp(ltp_enum_name(LTP_ENUM_CLOSE_REASON, LTP_CLOSE_MAX_WAIT), "max_wait") == 0, "close names");
+    CHECK(strcmp(ltp_enum_name(LTP_ENUM_ORDER, LTP_ORDER_PRIORITY), "priority") == 0, "order names");
+    CHECK(ltp_enum_name(LTP_ENUM__COUNT, 0) == NULL && ltp_enum_name(LTP_ENUM_SEND_DONE, -1) == NULL, "bad enum");
+    CHECK(ltp_config_set(&byname, "seed", 18446744073709551616.0) == LTP_EOPTION, "seed 2^64 accepted");
+    char why[200] = "";
+    CHECK(ltp_config_explain(&def, why, sizeof why) == LTP_OK && why[0] == 0, "default config explained");
+    def.threshold_min = 0.9;
+    def.threshold_max = 0.8;
+    CHECK(ltp_config_explain(&def, why, sizeof why) == LTP_EOPTION && strstr(why, "threshold_min"), "why: %s", why);
+    def = base_cfg();
+    def.hint_gain = 5;
+    CHECK(ltp_config_explain(&def, why, sizeof why) == LTP_EOPTION && strstr(why, "hint_gain"), "why: %s", why);
+    for (int code = LTP_EDROPPED; code < 0; code++)
+        CHECK(strcmp(ltp_strerror(code), ltp_strerror(-99)) != 0, "no text for %d", code);
 }
 
 /* 8 workers push at once into a 64-packet drop-tail queue: the link must stay busy and nobody
@@ -758,10 +792,12 @@ static void test_broadcast_schedule(uint32_t schedule)
 static size_t mk_ack(uint8_t *b, uint32_t msg, uint32_t base, uint32_t echo_ts, uint32_t hint_kbps)
 {
     memset(b, 0, LTP_ACK_HDR_BYTES);
-    b[0] = 0x4C; b[1] = 0x50; b[2] = LTP_VERSION; b[3] = LTP_T_ACK; b[6] = 0xFF; b[7] = 0xFF; b[8] = 1;
-    memcpy(b + 12, &msg, 4);
-    memcpy(b + 20, &base, 4); memcpy(b + 24, &base, 4); memcpy(b + 28, &echo_ts, 4);
-    memcpy(b + 44, &hint_kbps, 4);
+    b[WIRE_MAGIC] = 0x4C; b[WIRE_MAGIC + 1] = 0x50; b[WIRE_VERSION] = LTP_VERSION; b[WIRE_TYPE] = LTP_T_ACK;
+    b[WIRE_SENDER] = 0xFF; b[WIRE_SENDER + 1] = 0xFF; b[WIRE_SESSION] = 1;
+    memcpy(b + WIRE_MSG_ID, &msg, 4);
+    memcpy(b + WIRE_ACK_RECEIVED, &base, 4); memcpy(b + WIRE_ACK_BASE, &base, 4);
+    memcpy(b + WIRE_ACK_ECHO_TS, &echo_ts, 4);
+    memcpy(b + WIRE_ACK_HINT, &hint_kbps, 4);
     return LTP_ACK_HDR_BYTES;
 }
 
@@ -901,7 +937,7 @@ static incast_result_t incast_push_times(double mbps, double loss, int rate_hint
     for (int it = 0; it < iterations && it < 64; it++) {
         uint32_t msg = (uint32_t)it + 1;
         uint64_t start = s.now, at[NW];
-        for (int w = 0; w < NW; w++) at[w] = start + (uint64_t)(urand(&rng) * 1000.0);   /* release skew */
+        for (int w = 0; w < NW; w++) at[w] = start + (uint64_t)(ltp_uniform(&rng) * 1000.0);   /* release skew */
         for (int k = 0; k < NW; k++) {
             int w = 0;
             for (int j = 1; j < NW; j++) if (at[j] < at[w]) w = j;
@@ -968,6 +1004,7 @@ static void test_incast_push_time(void)
 int main(void)
 {
     test_options();
+    test_option_table();
     test_full_delivery();
     test_orders();
     const double losses[] = {0.01, 0.05, 0.10, 0.20};

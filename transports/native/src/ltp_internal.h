@@ -1,0 +1,290 @@
+/* ltp_internal.h: what the files of the LTP core share (state, wire layout, cross-file calls).
+ *
+ * The core is split along its mechanisms, one file each:
+ *   ltp_config.c  option table (names, ranges, defaults, units, help), error texts, stat names
+ *   ltp_wire.c    the wire codec: parse and write every packet type at the offsets below
+ *   ltp_rate.c    sender rate control: RTT estimate, BBR-like model, window, pacing tokens,
+ *                 obeying the receiver's rate hint
+ *   ltp_hint.c    receiver side of the rate hint: capacity and standing-queue estimates, the share
+ *   ltp_recv.c    receive contexts: early close, adaptive threshold, ACKs, taking messages
+ *   ltp_send.c    send contexts: transmission order, RACK and PTO loss recovery, ACK and CLOSE
+ *   ltp_sched.c   which peer's message sends the next DATA packet, and when
+ *   ltp_core.c    the endpoint: peers, datagram dispatch, timers, poll_tx and next_timeout
+ *   ltp_udp.c     the UDP driver around one core (not part of the sans-IO core)
+ * Nothing here is public API: bindings read ltp.h only. The C tests include this header for the
+ * shared random generator.
+ */
+#ifndef LTP_INTERNAL_H
+#define LTP_INTERNAL_H
+
+#include "ltp.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
+#define NEVER UINT64_MAX
+
+/* ---------------------------------------------------------------- random numbers */
+/* SplitMix64: the one generator of the project's C code (core, driver's drop hook, C tests). */
+static inline uint64_t ltp_splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [0, 1) from the top 53 bits. */
+static inline double ltp_uniform(uint64_t *s)
+{
+    return (double)(ltp_splitmix64(s) >> 11) / 9007199254740992.0;
+}
+
+static inline int seq_lt(uint32_t a, uint32_t b) { return (int32_t)(a - b) < 0; }
+
+/* ---------------------------------------------------------------- wire layout */
+/* Byte offsets of every field (all little-endian); docs/ltp-protocol.md §2 draws them. */
+enum {
+    /* common header, every packet */
+    WIRE_MAGIC = 0,             /* u16 LTP_MAGIC */
+    WIRE_VERSION = 2,           /* u8 LTP_VERSION */
+    WIRE_TYPE = 3,              /* u8 enum ltp_type */
+    WIRE_FLAGS = 4,             /* u8 enum ltp_flag, DATA only */
+    WIRE_RESERVED = 5,          /* u8, zero */
+    WIRE_SENDER = 6,            /* u16 sender rank */
+    WIRE_SESSION = 8,           /* u32 */
+    WIRE_MSG_ID = 12,           /* u32 */
+    WIRE_SEGMENT = 16,          /* u16 */
+    WIRE_CRITICAL = 18,         /* u16 critical packets, DATA only */
+    /* DATA, then the payload at LTP_DATA_HDR_BYTES */
+    WIRE_DATA_INDEX = 20,       /* u32 packet index */
+    WIRE_DATA_COUNT = 24,       /* u32 packets in the message */
+    WIRE_DATA_OFFSET = 28,      /* u32 byte offset of the payload in the message */
+    WIRE_DATA_TOTAL = 32,       /* u32 message bytes */
+    WIRE_DATA_LEN = 36,         /* u16 payload bytes */
+    WIRE_DATA_PAD = 38,         /* u16, zero */
+    WIRE_DATA_TX_SEQ = 40,      /* u32 transmission sequence (per message) */
+    WIRE_DATA_TS = 44,          /* u32 sender's clock, low 32 bits of microseconds */
+    WIRE_DATA_SRTT = 48,        /* u32 sender's smoothed RTT in microseconds, 0: none yet */
+    /* ACK, then the bitmap at LTP_ACK_HDR_BYTES */
+    WIRE_ACK_RECEIVED = 20,     /* u32 distinct packets received */
+    WIRE_ACK_BASE = 24,         /* u32 every packet below this arrived */
+    WIRE_ACK_ECHO_TS = 28,      /* u32 ts of the DATA that triggered it */
+    WIRE_ACK_DELAY = 32,        /* u32 microseconds that DATA waited for this ACK */
+    WIRE_ACK_ECHO_SEQ = 36,     /* u32 tx_seq of that DATA */
+    WIRE_ACK_BITS = 40,         /* u16 bitmap length in bits, a multiple of 8 */
+    WIRE_ACK_PAD = 42,          /* u16, zero */
+    WIRE_ACK_HINT = 44,         /* u32 fair-share rate hint in kbit/s, 0: none */
+    /* CLOSE */
+    WIRE_CLOSE_RECEIVED = 20,   /* u32 packets the receiver had */
+    WIRE_CLOSE_COUNT = 24,      /* u32 packets in the message */
+    WIRE_CLOSE_REASON = 28,     /* u8 enum ltp_close_reason */
+    WIRE_CLOSE_PAD = 29,        /* 3 bytes, zero */
+};
+_Static_assert(WIRE_CRITICAL + 2 == LTP_HDR_BYTES, "common header size");
+_Static_assert(WIRE_DATA_SRTT + 4 == LTP_DATA_HDR_BYTES, "DATA header size");
+_Static_assert(WIRE_ACK_HINT + 4 == LTP_ACK_HDR_BYTES, "ACK header size");
+_Static_assert(WIRE_CLOSE_PAD + 3 == LTP_CLOSE_BYTES, "CLOSE size");
+
+/* One packet's header fields, as parsed or as to be written. */
+typedef struct {
+    uint8_t type, flags;
+    uint16_t sender, segment, critical;
+    uint32_t session, msg_id;
+    /* DATA */
+    uint32_t index, count, offset, total, tx_seq, ts, srtt;
+    uint16_t payload_len;
+    const uint8_t *payload;
+    /* ACK / CLOSE */
+    uint32_t received, base, echo_ts, ack_delay, echo_seq, close_count, hint_kbps;
+    uint16_t bits;
+    uint8_t reason;
+    const uint8_t *bitmap;
+} hdr_t;
+
+/* ---------------------------------------------------------------- state */
+enum { PK_UNSENT = 0, PK_INFLIGHT = 1, PK_LOST = 2, PK_ACKED = 3 };
+enum { BBR_STARTUP = 0, BBR_DRAIN = 1, BBR_PROBE_BW = 2 };
+
+/* Windowed max (Linux's minmax): the best of three samples over a window. */
+typedef struct { uint64_t t; double v; } mm_sample_t;
+typedef struct { mm_sample_t s[3]; } minmax_t;
+
+typedef struct {
+    uint64_t sent_us, delivered, delivered_us, first_sent_us;
+    uint32_t tx_seq;
+    uint8_t state, app_limited;
+} txpkt_t;
+
+typedef struct {
+    int used, done;
+    uint32_t msg_id;
+    uint16_t segment;
+    const uint8_t *data;
+    uint32_t total, count, chunk, critical;
+    uint32_t *order, next_first;     /* first-pass schedule and cursor */
+    txpkt_t *pk;
+    uint64_t *lost;                  /* bitmap of packets waiting for retransmission */
+    uint32_t n_lost, lost_cursor, ack_floor;
+    uint32_t *seq_idx, seq_cap;      /* packet index of every transmission, by tx_seq */
+    uint32_t tx_seq_next, scan_seq;
+    int rack_valid;
+    uint32_t rack_seq;
+    uint64_t rack_sent_us, rack_rtt_us, rack_timer_us;
+    uint64_t start_us, last_sent_us, done_us;
+    uint64_t enq_seq;                /* queueing order across all peers (serial schedule) */
+    uint32_t pto_count, n_acked, inflight_pkts;
+    uint64_t packets, retransmits, wire_bytes, peer_received;
+    int done_reason;
+} txmsg_t;
+
+typedef struct {
+    int used, closed;
+    uint32_t msg_id;
+    uint16_t segment;
+    uint8_t *buf;
+    uint64_t *bits;
+    uint32_t total, count, chunk, critical;
+    uint32_t received, crit_rcvd, first_rcvd, base, max_idx, max_first_seq;
+    uint64_t received_bytes, duplicates, retransmits;
+    uint64_t first_us, pass_end_us, close_us;
+    uint32_t ack_pending, echo_ts, echo_seq;
+    uint64_t ack_due_us, echo_arrival_us;
+    double threshold;
+    int reason;
+} rxmsg_t;
+
+typedef struct {
+    int used;
+    uint32_t msg_id, received, count;
+    uint16_t segment;
+    uint8_t reason, close_pending;
+} closed_t;
+
+typedef struct {
+    int mode, filled_pipe, full_bw_cnt, cycle_idx, has_bw;
+    minmax_t bw_filter;
+    double btl_bw, full_bw, pacing_gain, cwnd_gain, pacing_rate;
+    uint64_t round_count, next_round_delivered, cycle_stamp_us;
+    uint64_t delivered, delivered_us, first_sent_us, app_limited_until;
+} bbr_t;
+
+typedef struct {
+    uint16_t rank;
+    int greeted, joined, hello_active, hello_ack_pending;
+    uint64_t hello_next_us;
+    int has_rtt;
+    double srtt_us, rttvar_us, min_rtt_us, peer_srtt_us;
+    uint64_t min_rtt_stamp_us;
+    bbr_t bbr;
+    double tokens;
+    uint64_t tokens_us, inflight_bytes;
+    uint32_t probe_credit;
+    double hint_rate;                      /* fair-share rate the receiver asked for, bytes/us */
+    uint64_t hint_until_us;                /* obeyed until then; 0: no hint */
+    uint64_t last_data_us;                 /* last DATA from this peer (receiver's activity view) */
+    int has_owd;
+    uint32_t owd_ref;                      /* first one-way delay sample (clock offset included) */
+    minmax_t owd_filter;                   /* max of -(owd - owd_ref): the base one-way delay */
+    txmsg_t *tx;
+    rxmsg_t *rx;
+    closed_t *ring;
+    uint32_t ring_head, n_close_pending;   /* ring entries with CLOSE copies to send */
+    int has_p, has_tpass, floor_valid;
+    double p_hat, t_pass_us;
+    uint32_t floor;
+} peer_t;
+
+typedef struct { float lo, hi; uint8_t set; } policy_t;
+
+struct ltp_core {
+    ltp_config_t cfg;
+    uint16_t self_rank;
+    uint32_t chunk;
+    peer_t *peers;
+    int n_peers, rr;
+    uint64_t n_enqueued;                   /* messages queued so far: the next enq_seq */
+    policy_t *policy;
+    uint32_t n_policy;
+    uint64_t rng;
+    /* Receiver side of the rate hint: aggregate DATA arrivals, see hint_on_data. */
+    int est_open;                          /* arrivals are close enough together to measure */
+    uint64_t last_arrival_us;
+    double read_gap_us;                    /* mean time between distinct arrival instants */
+    uint64_t qw_start_us, qw_len_us;       /* queue window */
+    double q_win_us, q_standing_us;        /* least queueing delay in it; over the last 4 */
+    double q_ring[4];
+    uint32_t q_n;
+    uint64_t cw_start_us, cw_len_us, cw_bytes, cw_first_len;   /* capacity window */
+    minmax_t cap_filter;
+    double cap_bw;                         /* capacity toward this endpoint, bytes/us */
+    uint64_t st[LTP_S__COUNT];
+};
+
+/* ---------------------------------------------------------------- calls between files */
+/* ltp_core.c */
+peer_t *core_peer(const ltp_core_t *c, int peer);            /* NULL if no such slot */
+hdr_t core_header(const ltp_core_t *c, uint8_t type, uint32_t msg_id, uint16_t segment);
+/* Driver hook: the driver counts its own events in the core's table so stats stay in one place. */
+void ltp_core__count(ltp_core_t *c, int stat, uint64_t n);
+
+/* ltp_wire.c */
+int wire_parse(const ltp_config_t *cfg, const uint8_t *b, size_t len, hdr_t *h);
+int wire_put_data(uint8_t *b, const hdr_t *h);                /* header and payload */
+int wire_put_ack(uint8_t *b, const hdr_t *h);                 /* header; bitmap follows */
+int wire_put_close(uint8_t *b, const hdr_t *h);
+int wire_put_hello(uint8_t *b, const hdr_t *h);               /* HELLO and HELLO_ACK */
+
+/* ltp_rate.c */
+double minmax_running_max(minmax_t *m, uint64_t win, uint64_t t, double v);
+double pkt_wire(const ltp_core_t *c);
+void rate_init_peer(const ltp_core_t *c, peer_t *p);
+void rtt_sample(ltp_core_t *c, peer_t *p, double rtt, uint64_t now);
+double srtt_or_initial(const ltp_core_t *c, const peer_t *p);
+double cwnd_bytes(const ltp_core_t *c, const peer_t *p, uint64_t now);
+double pacing_rate(const ltp_core_t *c, const peer_t *p, uint64_t now);
+void bbr_on_ack(ltp_core_t *c, peer_t *p, const txpkt_t *pk, uint64_t now);
+void rate_on_hint(ltp_core_t *c, peer_t *p, uint32_t kbps, uint64_t now);
+int rate_paced(const ltp_core_t *c);
+uint64_t pacing_due(const ltp_core_t *c, peer_t *p, uint64_t now);
+
+/* ltp_hint.c */
+void hint_on_data(ltp_core_t *c, peer_t *p, const hdr_t *h, size_t len, uint64_t now, uint64_t at);
+uint32_t hint_kbps(ltp_core_t *c, uint64_t now);
+
+/* ltp_recv.c */
+void rx_free(rxmsg_t *m);
+void rx_check_close(ltp_core_t *c, peer_t *p, rxmsg_t *m, uint64_t now);
+uint64_t rx_deadline(const ltp_core_t *c, const peer_t *p, const rxmsg_t *m);
+int rx_on_data(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now);
+int rx_poll_control(ltp_core_t *c, peer_t *p, uint64_t now, uint8_t *b, size_t cap);
+
+/* ltp_send.c */
+void tx_free(txmsg_t *m);
+uint32_t tx_pkt_len(const txmsg_t *m, uint32_t i);
+uint32_t tx_pick(const ltp_core_t *c, txmsg_t *m, int *retrans);
+int tx_on_ack(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now);
+int tx_on_close(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now);
+void tx_on_timers(ltp_core_t *c, peer_t *p, txmsg_t *m, uint64_t now);
+uint64_t tx_deadline(const ltp_core_t *c, const peer_t *p, const txmsg_t *m);
+int tx_build_data(ltp_core_t *c, peer_t *p, txmsg_t *m, uint32_t i, int retrans, int probe,
+                  uint64_t now, uint8_t *b, size_t cap);
+
+/* ltp_sched.c */
+/* The scheduler's choice of the peer that sends the next DATA packet. */
+typedef struct {
+    int peer;                 /* slot, -1: none yet */
+    txmsg_t *m;               /* its message with a packet to send */
+    uint32_t idx;             /* that packet */
+    int retrans;              /* it is a retransmission */
+    uint64_t due;             /* when it may go: NEVER while none is known to be ready */
+} sched_t;
+
+void sched_begin(sched_t *s);
+void sched_consider(ltp_core_t *c, sched_t *s, int pi, uint64_t now, int mark_idle);
+uint64_t sched_decide(ltp_core_t *c, sched_t *s, uint64_t now);
+int sched_emit(ltp_core_t *c, const sched_t *s, uint64_t now, uint8_t *b, size_t cap, int *peer);
+
+#endif

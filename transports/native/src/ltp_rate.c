@@ -1,0 +1,226 @@
+/* ltp_rate.c: sender rate control, per peer. An RTT estimate, a BBR-like model (bottleneck
+ * bandwidth from delivery-rate samples, min RTT, startup / drain / probe-bandwidth gains), the
+ * congestion window and a token bucket that paces DATA; and obeying the fair-share rate hint a
+ * receiver puts in its ACKs (ltp_hint.c computes it). docs/ltp-protocol.md §5.
+ */
+#include "ltp_internal.h"
+
+#include <math.h>
+
+static const double STARTUP_GAIN = 2.885; /* 2/ln 2: doubles the rate every round trip */
+static const double CYCLE_GAINS[8] = {1.25, 0.75, 1, 1, 1, 1, 1, 1};
+
+/* ---------------------------------------------------------------- windowed max (Linux minmax) */
+double minmax_running_max(minmax_t *m, uint64_t win, uint64_t t, double v)
+{
+    mm_sample_t val = {t, v};
+    if (v >= m->s[0].v || t - m->s[2].t > win) {
+        m->s[0] = m->s[1] = m->s[2] = val;
+        return v;
+    }
+    if (v >= m->s[1].v) m->s[2] = m->s[1] = val;
+    else if (v >= m->s[2].v) m->s[2] = val;
+    /* Age out samples so the max reflects only the last `win` rounds. */
+    uint64_t dt = t - m->s[0].t;
+    if (dt > win) {
+        m->s[0] = m->s[1]; m->s[1] = m->s[2]; m->s[2] = val;
+        if (t - m->s[0].t > win) { m->s[0] = m->s[1]; m->s[1] = m->s[2]; m->s[2] = val; }
+    } else if (m->s[1].t == m->s[0].t && dt > win / 4) {
+        m->s[2] = m->s[1] = val;
+    } else if (m->s[2].t == m->s[1].t && dt > win / 2) {
+        m->s[2] = val;
+    }
+    return m->s[0].v;
+}
+
+/* ---------------------------------------------------------------- path estimators */
+double pkt_wire(const ltp_core_t *c) { return (double)c->cfg.max_udp_payload_bytes; }
+
+static double initial_rate(const ltp_core_t *c)   /* bytes per microsecond */
+{
+    if (!c->cfg.cc) return c->cfg.fixed_rate_mbps / 8.0;
+    return STARTUP_GAIN * c->cfg.init_cwnd_pkts * pkt_wire(c) / c->cfg.initial_rtt_us;
+}
+
+void rate_init_peer(const ltp_core_t *c, peer_t *p)
+{
+    p->bbr.pacing_gain = STARTUP_GAIN;
+    p->bbr.cwnd_gain = STARTUP_GAIN;
+    p->bbr.pacing_rate = initial_rate(c);
+}
+
+void rtt_sample(ltp_core_t *c, peer_t *p, double rtt, uint64_t now)
+{
+    if (rtt <= 0) rtt = 1;
+    if (!p->has_rtt) {
+        p->srtt_us = rtt; p->rttvar_us = rtt / 2; p->has_rtt = 1;
+    } else {
+        p->rttvar_us = 0.75 * p->rttvar_us + 0.25 * fabs(p->srtt_us - rtt);
+        p->srtt_us = 0.875 * p->srtt_us + 0.125 * rtt;
+    }
+    if (p->min_rtt_us == 0 || rtt <= p->min_rtt_us || now - p->min_rtt_stamp_us > c->cfg.min_rtt_window_us) {
+        p->min_rtt_us = rtt;
+        p->min_rtt_stamp_us = now;
+    }
+}
+
+double srtt_or_initial(const ltp_core_t *c, const peer_t *p)
+{
+    return p->has_rtt ? p->srtt_us : (double)c->cfg.initial_rtt_us;
+}
+
+static double bdp_bytes(const ltp_core_t *c, const peer_t *p)
+{
+    double rtt = p->min_rtt_us > 0 ? p->min_rtt_us : c->cfg.initial_rtt_us;
+    return p->bbr.btl_bw * rtt;
+}
+
+/* ---------------------------------------------------------------- the receiver's rate hint */
+/* How long a hint stays in force without a fresh ACK. */
+static uint64_t hint_ttl_us(const ltp_core_t *c, const peer_t *p, double rate)
+{
+    double ttl = MAX((double)c->cfg.hint_ttl_min_us, c->cfg.hint_ttl_rtts * srtt_or_initial(c, p));
+    /* A slow share sends rarely and is acked rarely: its hint must outlive that gap. */
+    return (uint64_t)MAX(ttl, 8.0 * pkt_wire(c) / rate);
+}
+
+/* The receiver's fair-share hint is in force (only ever set with cc and rate_hint on). */
+static int hint_active(const peer_t *p, uint64_t now) { return p->hint_until_us > now; }
+
+void rate_on_hint(ltp_core_t *c, peer_t *p, uint32_t kbps, uint64_t now)
+{
+    if (!c->cfg.rate_hint || !c->cfg.cc) return;
+    if (!kbps) { p->hint_until_us = 0; return; }   /* no incast at the receiver: BBR governs */
+    p->hint_rate = kbps / 8000.0;
+    p->hint_until_us = now + hint_ttl_us(c, p, p->hint_rate);
+    c->st[LTP_S_HINTS_RECEIVED]++;
+}
+
+/* ---------------------------------------------------------------- window and pacing */
+double pacing_rate(const ltp_core_t *c, const peer_t *p, uint64_t now)
+{
+    if (!c->cfg.cc) return c->cfg.fixed_rate_mbps / 8.0;
+    return hint_active(p, now) ? p->hint_rate : p->bbr.pacing_rate;
+}
+
+static double quantum_bytes(const ltp_core_t *c, const peer_t *p, uint64_t now)
+{
+    double q = pacing_rate(c, p, now) * c->cfg.pacing_quantum_us;
+    /* A hinted sender is one of many sharing a link exactly: when its thread wakes late (a busy
+     * machine), it catches up on what it missed instead of losing its share. */
+    if (hint_active(p, now)) q = MAX(q, p->hint_rate * c->cfg.hint_catchup_us);
+    double lo = c->cfg.pacing_quantum_min_pkts * pkt_wire(c), hi = c->cfg.pacing_quantum_max_pkts * pkt_wire(c);
+    return q < lo ? lo : q > hi ? hi : q;
+}
+
+double cwnd_bytes(const ltp_core_t *c, const peer_t *p, uint64_t now)
+{
+    if (!c->cfg.cc) return 1e18;
+    double floor_b = c->cfg.min_cwnd_pkts * pkt_wire(c), w;
+    if (!p->bbr.has_bw || !p->bbr.filled_pipe) {
+        /* Until the pipe is known to be full, never clamp below the initial window. */
+        double init = c->cfg.init_cwnd_pkts * pkt_wire(c);
+        w = MAX(init, p->bbr.has_bw ? p->bbr.cwnd_gain * bdp_bytes(c, p) : 0);
+    } else {
+        /* Room for two pacing bursts keeps the pipe full despite delayed and batched ACKs. */
+        w = MAX(floor_b, p->bbr.cwnd_gain * bdp_bytes(c, p) + 2 * quantum_bytes(c, p, now));
+        /* ACKs come back later than min RTT (batched, or from a busy userspace switch): the
+         * window also covers cwnd_ack_extra_us at the estimated rate, so a lone flow is held
+         * by its pacing, not by waiting for ACKs. A fixed allowance, not srtt, which the
+         * queue this allows would inflate in turn. */
+        w += p->bbr.btl_bw * c->cfg.cwnd_ack_extra_us;
+    }
+    /* Paced at a hint, the window must not be what blocks: two round trips at that rate, and
+     * the hint's whole lifetime, which a few lost ACKs in a row can take. */
+    if (hint_active(p, now)) {
+        double span = MAX(2 * srtt_or_initial(c, p), (double)hint_ttl_us(c, p, p->hint_rate));
+        w = MAX(w, p->hint_rate * span + 2 * quantum_bytes(c, p, now));
+    }
+    return w;
+}
+
+int rate_paced(const ltp_core_t *c) { return c->cfg.cc || c->cfg.fixed_rate_mbps > 0; }
+
+static void refill(const ltp_core_t *c, peer_t *p, uint64_t now)
+{
+    double rate = pacing_rate(c, p, now);
+    double q = quantum_bytes(c, p, now);
+    if (now > p->tokens_us) p->tokens = MIN(q, p->tokens + rate * (double)(now - p->tokens_us));
+    p->tokens_us = now;
+}
+
+/* When peer p, whose window is open, may send: now, or once its pacing tokens have refilled. */
+uint64_t pacing_due(const ltp_core_t *c, peer_t *p, uint64_t now)
+{
+    if (!rate_paced(c)) return now;
+    refill(c, p, now);
+    if (p->tokens > 0) return now;
+    return now + (uint64_t)ceil((1.0 - p->tokens) / pacing_rate(c, p, now));
+}
+
+/* ---------------------------------------------------------------- BBR-like model */
+static void bbr_set_pacing(peer_t *p)
+{
+    bbr_t *b = &p->bbr;
+    if (!b->has_bw) return;
+    double rate = b->pacing_gain * b->btl_bw;
+    /* In startup the rate only grows: one slow sample must not stall the ramp. */
+    if (b->filled_pipe || rate > b->pacing_rate) b->pacing_rate = rate;
+}
+
+/* Take the delivery-rate sample of one ACK; returns 1 if it starts a new round trip. */
+static int bbr_sample(ltp_core_t *c, peer_t *p, const txpkt_t *pk)
+{
+    bbr_t *b = &p->bbr;
+    if (b->app_limited_until && b->delivered > b->app_limited_until) b->app_limited_until = 0;
+    int round_start = 0;
+    if (pk->delivered >= b->next_round_delivered) {
+        b->next_round_delivered = b->delivered;
+        b->round_count++;
+        round_start = 1;
+    }
+    uint64_t send_el = pk->sent_us - pk->first_sent_us, ack_el = b->delivered_us - pk->delivered_us;
+    uint64_t interval = MAX(send_el, ack_el);
+    b->first_sent_us = pk->sent_us;
+    double rate = -1;
+    /* Intervals shorter than min RTT come from ACK compression and overstate the rate. */
+    if (interval > 0 && !(p->min_rtt_us > 0 && (double)interval < p->min_rtt_us))
+        rate = (double)(b->delivered - pk->delivered) / (double)interval;
+    if (rate > 0 && (!pk->app_limited || rate >= b->btl_bw)) {
+        b->btl_bw = minmax_running_max(&b->bw_filter, c->cfg.bw_window_rounds, b->round_count, rate);
+        b->has_bw = 1;
+    }
+    return round_start;
+}
+
+/* One ACK's worth of model update. `pk` is the newest packet it acked. */
+void bbr_on_ack(ltp_core_t *c, peer_t *p, const txpkt_t *pk, uint64_t now)
+{
+    bbr_t *b = &p->bbr;
+    int round_start = bbr_sample(c, p, pk);
+    if (round_start && !b->filled_pipe && !pk->app_limited && b->has_bw) {
+        if (b->btl_bw >= b->full_bw * 1.25) { b->full_bw = b->btl_bw; b->full_bw_cnt = 0; }
+        else if (++b->full_bw_cnt >= 3) b->filled_pipe = 1;
+    }
+    if (b->mode == BBR_STARTUP && b->filled_pipe) {
+        b->mode = BBR_DRAIN;
+        b->pacing_gain = 1.0 / STARTUP_GAIN;
+        b->cwnd_gain = STARTUP_GAIN;
+    }
+    if (b->mode == BBR_DRAIN && (double)p->inflight_bytes <= bdp_bytes(c, p)) {
+        b->mode = BBR_PROBE_BW;
+        b->cwnd_gain = 2.0;
+        b->cycle_idx = 2 + (int)(ltp_splitmix64(&c->rng) % 6);   /* never start in the drain phase */
+        b->cycle_stamp_us = now;
+        b->pacing_gain = CYCLE_GAINS[b->cycle_idx];
+    }
+    if (b->mode == BBR_PROBE_BW) {
+        double mr = p->min_rtt_us > 0 ? p->min_rtt_us : c->cfg.initial_rtt_us;
+        if ((double)(now - b->cycle_stamp_us) > mr) {
+            b->cycle_idx = (b->cycle_idx + 1) % 8;
+            b->cycle_stamp_us = now;
+            b->pacing_gain = CYCLE_GAINS[b->cycle_idx];
+        }
+    }
+    bbr_set_pacing(p);
+}

@@ -1,0 +1,341 @@
+/* ltp_recv.c: the receive side. Implicit receive contexts (a message opens with its first DATA),
+ * selective ACKs, the early-close rule with its adaptive threshold and per-segment policies, the
+ * ring of recently closed messages that answers late data with CLOSE, and handing a closed
+ * message to the application. docs/ltp-protocol.md §4.
+ */
+#include "ltp_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void rx_free(rxmsg_t *m) { free(m->buf); free(m->bits); memset(m, 0, sizeof *m); }
+
+/* ---------------------------------------------------------------- thresholds */
+/* One core, several policies: a segment's bounds are a table lookup, the config is the default. */
+static void policy_bounds(const ltp_core_t *c, uint16_t seg, double *lo, double *hi)
+{
+    *lo = c->cfg.threshold_min;
+    *hi = c->cfg.threshold_max;
+    if (seg < c->n_policy && c->policy[seg].set) { *lo = c->policy[seg].lo; *hi = c->policy[seg].hi; }
+}
+
+static double policy_min(const ltp_core_t *c, uint16_t seg)
+{
+    double lo, hi;
+    policy_bounds(c, seg, &lo, &hi);
+    return lo;
+}
+
+static double policy_threshold(const ltp_core_t *c, const peer_t *p, uint16_t seg)
+{
+    double lo, hi;
+    policy_bounds(c, seg, &lo, &hi);
+    if (lo >= hi) return hi;
+    double p_hat = p->has_p ? p->p_hat : 0;
+    double rtt_term = 0;
+    if (p->has_tpass && p->t_pass_us > 0) rtt_term = MIN(1.0, p->peer_srtt_us / p->t_pass_us);
+    double th = hi - c->cfg.loss_weight * p_hat - c->cfg.rtt_weight * rtt_term;
+    return th < lo ? lo : th > hi ? hi : th;
+}
+
+int ltp_core_set_policy(ltp_core_t *c, uint16_t seg, double lo, double hi)
+{
+    if (!c || !(lo >= 0 && lo <= hi && hi <= 1)) return LTP_EINVAL;
+    if (seg >= c->n_policy) {
+        uint32_t n = (uint32_t)seg + 1;
+        policy_t *np = realloc(c->policy, n * sizeof *np);
+        if (!np) return LTP_ENOMEM;
+        memset(np + c->n_policy, 0, (n - c->n_policy) * sizeof *np);
+        c->policy = np;
+        c->n_policy = n;
+    }
+    c->policy[seg] = (policy_t){(float)lo, (float)hi, 1};
+    return LTP_OK;
+}
+
+double ltp_core_threshold(const ltp_core_t *c, int peer, uint16_t seg)
+{
+    const peer_t *p = core_peer(c, peer);
+    return p ? policy_threshold(c, p, seg) : -1.0;
+}
+
+static uint64_t grace_us(const ltp_core_t *c, const peer_t *p)
+{
+    double g = c->cfg.grace_rtt_mult * p->peer_srtt_us;
+    return (uint64_t)MAX((double)c->cfg.close_grace_min_us, g);
+}
+
+/* ---------------------------------------------------------------- closed messages */
+static closed_t *ring_find(const ltp_core_t *c, peer_t *p, uint32_t msg_id, uint16_t seg)
+{
+    for (uint32_t i = 0; i < c->cfg.closed_ring; i++)
+        if (p->ring[i].used && p->ring[i].msg_id == msg_id && p->ring[i].segment == seg) return &p->ring[i];
+    return NULL;
+}
+
+/* Every change of close_pending goes through here so the per-peer count stays exact. */
+static void set_close_pending(peer_t *p, closed_t *e, uint32_t copies)
+{
+    if (e->close_pending && !copies) p->n_close_pending--;
+    if (!e->close_pending && copies) p->n_close_pending++;
+    e->close_pending = (uint8_t)copies;
+}
+
+static closed_t *ring_push(ltp_core_t *c, peer_t *p, uint32_t msg_id, uint16_t seg)
+{
+    closed_t *e = &p->ring[p->ring_head];
+    p->ring_head = (p->ring_head + 1) % c->cfg.closed_ring;
+    set_close_pending(p, e, 0);
+    memset(e, 0, sizeof *e);
+    e->used = 1; e->msg_id = msg_id; e->segment = seg;
+    return e;
+}
+
+/* Late data for a closed message: the sender missed our CLOSE, repeat it (once per burst). */
+static void late_data(ltp_core_t *c, peer_t *p, closed_t *e)
+{
+    if (e && !e->close_pending) { set_close_pending(p, e, 1); c->st[LTP_S_CLOSE_RESENT]++; }
+    c->st[LTP_S_LATE_DATA]++;
+}
+
+static void rx_close(ltp_core_t *c, peer_t *p, rxmsg_t *m, int reason, uint64_t now)
+{
+    m->closed = 1;
+    m->reason = reason;
+    m->close_us = now;
+    m->threshold = policy_threshold(c, p, m->segment);
+    m->ack_pending = 0;
+    /* Learn this peer's first-pass loss and pass duration for the next threshold. */
+    uint32_t n_first = m->pass_end_us ? m->count : MIN(m->count, m->max_first_seq + 1);
+    if (n_first > 0) {
+        double sample = 1.0 - (double)MIN(m->first_rcvd, n_first) / n_first;
+        double g = c->cfg.loss_ewma_gain;
+        p->p_hat = p->has_p ? (1 - g) * p->p_hat + g * sample : sample;
+        p->has_p = 1;
+    }
+    if (m->pass_end_us > m->first_us) {
+        double t = (double)(m->pass_end_us - m->first_us);
+        p->t_pass_us = p->has_tpass ? 0.75 * p->t_pass_us + 0.25 * t : t;
+        p->has_tpass = 1;
+    }
+    closed_t *e = ring_find(c, p, m->msg_id, m->segment);
+    if (!e) e = ring_push(c, p, m->msg_id, m->segment);
+    e->received = m->received; e->count = m->count; e->reason = (uint8_t)reason;
+    set_close_pending(p, e, c->cfg.close_copies);
+    c->st[reason == LTP_CLOSE_COMPLETE ? LTP_S_CLOSE_COMPLETE
+          : reason == LTP_CLOSE_EARLY ? LTP_S_CLOSE_EARLY : LTP_S_CLOSE_MAX_WAIT]++;
+}
+
+/* ---------------------------------------------------------------- early close */
+void rx_check_close(ltp_core_t *c, peer_t *p, rxmsg_t *m, uint64_t now)
+{
+    if (m->closed) return;
+    if (m->received == m->count) { rx_close(c, p, m, LTP_CLOSE_COMPLETE, now); return; }
+    if (m->crit_rcvd < m->critical) return;
+    double frac = (double)m->received_bytes / m->total;
+    if (m->pass_end_us && now >= m->pass_end_us + grace_us(c, p) && frac >= policy_threshold(c, p, m->segment))
+        rx_close(c, p, m, LTP_CLOSE_EARLY, now);
+    else if (now >= m->first_us + c->cfg.max_wait_us && frac >= policy_min(c, m->segment))
+        rx_close(c, p, m, LTP_CLOSE_MAX_WAIT, now);
+}
+
+/* When open message m next needs attention (ACK delay, close deadlines); NEVER if closed. */
+uint64_t rx_deadline(const ltp_core_t *c, const peer_t *p, const rxmsg_t *m)
+{
+    if (!m->used || m->closed) return NEVER;
+    uint64_t t = m->first_us + c->cfg.max_wait_us;
+    if (m->ack_pending) t = MIN(t, m->ack_due_us);
+    if (m->pass_end_us) t = MIN(t, m->pass_end_us + grace_us(c, p));
+    return t;
+}
+
+/* ---------------------------------------------------------------- DATA */
+static rxmsg_t *rx_find(const ltp_core_t *c, const peer_t *p, uint32_t msg_id, uint16_t seg)
+{
+    for (uint32_t i = 0; i < c->cfg.max_open_per_peer; i++)
+        if (p->rx[i].used && p->rx[i].msg_id == msg_id && p->rx[i].segment == seg) return &p->rx[i];
+    return NULL;
+}
+
+/* The sender's chunk size, as the DATA's shape implies it (the parser checked the shape). */
+static uint32_t data_chunk(const hdr_t *h)
+{
+    return h->index + 1 < h->count ? h->payload_len : h->count == 1 ? h->total : h->offset / (h->count - 1);
+}
+
+/* A DATA for no open context: answer late data, refuse stale data, or open a context. */
+static int rx_open(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now, rxmsg_t **out)
+{
+    closed_t *e = ring_find(c, p, h->msg_id, h->segment);
+    if (e) { late_data(c, p, e); return LTP_OK; }
+    if (p->floor_valid && seq_lt(h->msg_id, p->floor)) {
+        e = ring_push(c, p, h->msg_id, h->segment);
+        e->count = h->count; e->reason = LTP_CLOSE_STALE;
+        set_close_pending(p, e, 1);
+        c->st[LTP_S_STALE]++; c->st[LTP_S_CLOSE_STALE]++;
+        return LTP_ESTALE;
+    }
+    rxmsg_t *m = NULL;
+    for (uint32_t i = 0; i < c->cfg.max_open_per_peer && !m; i++) if (!p->rx[i].used) m = &p->rx[i];
+    if (!m) { c->st[LTP_S_RX_TABLE_FULL]++; return LTP_EDROPPED; }
+    m->buf = calloc(1, h->total);
+    m->bits = calloc((h->count + 63) / 64, sizeof *m->bits);
+    if (!m->buf || !m->bits) { rx_free(m); return LTP_ENOMEM; }
+    m->used = 1; m->msg_id = h->msg_id; m->segment = h->segment; m->total = h->total;
+    m->count = h->count; m->chunk = data_chunk(h); m->critical = h->critical; m->first_us = now;
+    *out = m;
+    return LTP_OK;
+}
+
+/* Record one DATA of open message m and schedule its ACK. */
+static void rx_store(ltp_core_t *c, rxmsg_t *m, const hdr_t *h, uint64_t now)
+{
+    uint64_t bit = 1ull << (h->index % 64);
+    uint64_t *w = &m->bits[h->index / 64];
+    int retrans = (h->flags & LTP_F_RETRANSMIT) != 0;
+    if (retrans) m->retransmits++;
+    if (*w & bit) {
+        m->duplicates++;
+        c->st[LTP_S_DUPLICATES]++;
+    } else {
+        *w |= bit;
+        memcpy(m->buf + h->offset, h->payload, h->payload_len);
+        m->received++;
+        m->received_bytes += h->payload_len;
+        if (!retrans) m->first_rcvd++;
+        if (h->index < m->critical) m->crit_rcvd++;
+        if (h->index > m->max_idx) m->max_idx = h->index;
+        while (m->base < m->count && (m->bits[m->base / 64] >> (m->base % 64) & 1)) m->base++;
+    }
+    if (!retrans && h->tx_seq > m->max_first_seq) m->max_first_seq = h->tx_seq;
+    if (!m->pass_end_us && (h->flags & LTP_F_PASS_DONE)) m->pass_end_us = now;
+    m->echo_ts = h->ts; m->echo_seq = h->tx_seq; m->echo_arrival_us = now;
+    if (m->ack_pending++ == 0) m->ack_due_us = now + c->cfg.ack_delay_us;
+    /* Once the first pass is over the sender is draining; late feedback only slows recovery. */
+    if (m->ack_pending >= c->cfg.ack_every || (h->flags & (LTP_F_PASS_DONE | LTP_F_PROBE)) || m->base == m->count)
+        m->ack_due_us = now;
+}
+
+int rx_on_data(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now)
+{
+    if (h->srtt) p->peer_srtt_us = h->srtt;
+    rxmsg_t *m = rx_find(c, p, h->msg_id, h->segment);
+    if (!m) {
+        rxmsg_t *opened = NULL;
+        int rc = rx_open(c, p, h, now, &opened);
+        if (!opened) return rc;
+        m = opened;
+    } else if (h->total != m->total || h->count != m->count || h->critical != m->critical ||
+               data_chunk(h) != m->chunk) {
+        c->st[LTP_S_MALFORMED]++;
+        return LTP_EMALFORMED;
+    }
+    if (m->closed) { late_data(c, p, ring_find(c, p, m->msg_id, m->segment)); return LTP_OK; }
+    rx_store(c, m, h, now);
+    rx_check_close(c, p, m, now);
+    return LTP_OK;
+}
+
+/* ---------------------------------------------------------------- control out */
+static int build_ack(ltp_core_t *c, rxmsg_t *m, uint64_t now, uint8_t *b, size_t cap)
+{
+    uint32_t max_bits = (uint32_t)MIN((size_t)c->cfg.max_udp_payload_bytes, cap);
+    if (max_bits < LTP_ACK_HDR_BYTES) return LTP_EINVAL;
+    max_bits = MIN((max_bits - LTP_ACK_HDR_BYTES) * 8u, 0xFFF8u);
+    uint32_t bits = 0;
+    if (m->base < m->count && m->max_idx >= m->base) bits = MIN(((m->max_idx - m->base + 1) + 7) & ~7u, max_bits);
+    hdr_t h = core_header(c, LTP_T_ACK, m->msg_id, m->segment);
+    h.received = m->received; h.base = m->base; h.echo_ts = m->echo_ts;
+    h.ack_delay = (uint32_t)MIN(now - m->echo_arrival_us, 0xFFFFFFFFull); h.echo_seq = m->echo_seq;
+    h.bits = (uint16_t)bits;
+    h.hint_kbps = hint_kbps(c, now);
+    if (h.hint_kbps) c->st[LTP_S_ACKS_HINTED]++;
+    int n = wire_put_ack(b, &h);
+    uint8_t *bm = b + LTP_ACK_HDR_BYTES;
+    uint32_t nw = (m->count + 63) / 64;
+    for (uint32_t j = 0; j < bits; j += 8) {
+        uint32_t pos = m->base + j, wi = pos / 64, sh = pos % 64;
+        uint64_t v = wi < nw ? m->bits[wi] >> sh : 0;   /* bits past count are never set */
+        if (sh > 56 && wi + 1 < nw) v |= m->bits[wi + 1] << (64 - sh);
+        bm[j / 8] = (uint8_t)v;
+    }
+    m->ack_pending = 0;
+    return n;
+}
+
+/* The next CLOSE copy or due ACK toward peer p, written to b; 0 if none. */
+int rx_poll_control(ltp_core_t *c, peer_t *p, uint64_t now, uint8_t *b, size_t cap)
+{
+    for (uint32_t j = 0; p->n_close_pending && j < c->cfg.closed_ring; j++) {
+        closed_t *e = &p->ring[j];
+        if (!e->used || !e->close_pending) continue;
+        set_close_pending(p, e, e->close_pending - 1u);
+        hdr_t h = core_header(c, LTP_T_CLOSE, e->msg_id, e->segment);
+        h.received = e->received; h.close_count = e->count; h.reason = e->reason;
+        return wire_put_close(b, &h);
+    }
+    for (uint32_t j = 0; j < c->cfg.max_open_per_peer; j++) {
+        rxmsg_t *m = &p->rx[j];
+        if (m->used && !m->closed && m->ack_pending && m->ack_due_us <= now) {
+            c->st[LTP_S_ACKS_SENT]++;
+            return build_ack(c, m, now, b, cap);
+        }
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the application's side */
+int ltp_core_rx_ready(const ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg)
+{
+    const peer_t *p = core_peer(c, peer);
+    if (!p) return LTP_EINVAL;
+    const rxmsg_t *m = rx_find(c, p, msg_id, seg);
+    return m && m->closed;
+}
+
+double ltp_core_rx_frac(const ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg)
+{
+    const peer_t *p = core_peer(c, peer);
+    const rxmsg_t *m = p ? rx_find(c, p, msg_id, seg) : NULL;
+    return m ? (double)m->received_bytes / m->total : -1.0;
+}
+
+static void fill_stats(const peer_t *p, const rxmsg_t *m, ltp_msg_stats_t *s)
+{
+    s->packets = m->received; s->count = m->count; s->duplicates = m->duplicates;
+    s->retransmits = m->retransmits; s->critical_count = m->critical;
+    s->received_bytes = m->received_bytes; s->total_bytes = m->total;
+    s->close_reason = (uint64_t)m->reason; s->early_closed = m->received < m->count;
+    s->elapsed_us = m->close_us - m->first_us;
+    s->pass_us = m->pass_end_us ? m->pass_end_us - m->first_us : 0;
+    s->threshold_frac = m->threshold; s->peer_srtt_us = p->peer_srtt_us;
+}
+
+int ltp_core_rx_take(ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg, void *out, uint32_t cap,
+                     uint8_t *mask, ltp_msg_stats_t *s)
+{
+    peer_t *p = core_peer(c, peer);
+    if (!p) return LTP_EINVAL;
+    rxmsg_t *m = rx_find(c, p, msg_id, seg);
+    if (!m || !m->closed) return LTP_ENOTFOUND;
+    if (!out || cap < m->total) return LTP_EINVAL;
+    memcpy(out, m->buf, m->total);
+    if (mask) {
+        for (uint32_t i = 0; i < m->count; i++) {
+            uint32_t start = i * m->chunk, len = i + 1 < m->count ? m->chunk : m->total - start;
+            memset(mask + start / 4, (int)(m->bits[i / 64] >> (i % 64) & 1), len / 4);
+        }
+    }
+    if (s) fill_stats(p, m, s);
+    /* Anything older than what the application just took will never be asked for. */
+    if (!p->floor_valid || seq_lt(p->floor, msg_id)) { p->floor = msg_id; p->floor_valid = 1; }
+    for (uint32_t j = 0; j < c->cfg.max_open_per_peer; j++) {
+        rxmsg_t *o = &p->rx[j];
+        if (o->used && seq_lt(o->msg_id, p->floor)) {
+            if (!o->closed) c->st[LTP_S_STALE]++;
+            rx_free(o);
+        }
+    }
+    rx_free(m);
+    return LTP_OK;
+}

@@ -1,0 +1,89 @@
+/* ltp_sched.c: which peer's message sends the next DATA packet, and when (peer_schedule).
+ *
+ * FAIR: round robin over peers, each at its own pacing rate; the first peer (from the
+ * round-robin cursor) whose window is open and whose pacing tokens are there sends.
+ * SERIAL: the head, the peer whose sendable message was queued first, has the link at its pacing
+ * rate; only it may send. When its window is full no later message slips in, since that would put
+ * a second flow's window into the same queue (eight windows are the fair schedule again). A
+ * message whose every packet is sent and unacknowledged has nothing to send, so the next one
+ * starts while its tail is in flight.
+ *
+ * Both poll_tx (which sends) and next_timeout (which only asks when) make the choice through
+ * sched_begin / sched_consider per peer / sched_decide, so they cannot disagree.
+ */
+#include "ltp_internal.h"
+
+/* The message of peer p that has a packet to send, or NULL (sets *idx / *retrans): under SERIAL
+ * the one queued first, under FAIR the first slot that has one. */
+static txmsg_t *peer_pick(const ltp_core_t *c, peer_t *p, uint32_t *idx, int *retrans)
+{
+    txmsg_t *best = NULL;
+    for (uint32_t j = 0; j < c->cfg.max_tx_per_peer; j++) {
+        txmsg_t *m = &p->tx[j];
+        if (!m->used || m->done) continue;
+        int r;
+        uint32_t i = tx_pick(c, m, &r);
+        if (i >= m->count || (best && m->enq_seq > best->enq_seq)) continue;
+        best = m; *idx = i; *retrans = r;
+        if (c->cfg.peer_schedule == LTP_SCHED_FAIR) break;   /* fair: the first slot will do */
+    }
+    return best;
+}
+
+/* p's window has room for packet idx of m (a PTO probe always has). */
+static int window_open(const ltp_core_t *c, const peer_t *p, const txmsg_t *m, uint32_t idx, uint64_t now)
+{
+    return p->probe_credit > 0 ||
+           (double)(p->inflight_bytes + LTP_DATA_HDR_BYTES + tx_pkt_len(m, idx)) <= cwnd_bytes(c, p, now);
+}
+
+/* When the candidate may send: NEVER while its window is closed, else its pacing time. (This
+ * refills the peer's pacing tokens, so it runs exactly where the schedule looks at a peer.) */
+static uint64_t due(ltp_core_t *c, const sched_t *s, uint64_t now)
+{
+    peer_t *p = &c->peers[s->peer];
+    return window_open(c, p, s->m, s->idx, now) ? pacing_due(c, p, now) : NEVER;
+}
+
+void sched_begin(sched_t *s) { *s = (sched_t){.peer = -1, .due = NEVER}; }
+
+/* Look at peer pi. mark_idle (poll_tx): a peer with nothing to send is app-limited, so rate
+ * samples taken until its data in flight is delivered do not count against the bandwidth. */
+void sched_consider(ltp_core_t *c, sched_t *s, int pi, uint64_t now, int mark_idle)
+{
+    peer_t *p = &c->peers[pi];
+    sched_t cand = {.peer = pi, .due = NEVER};
+    cand.m = peer_pick(c, p, &cand.idx, &cand.retrans);
+    if (!cand.m) {
+        if (mark_idle) p->bbr.app_limited_until = MAX(p->bbr.delivered + p->inflight_bytes, 1);
+        return;
+    }
+    if (c->cfg.peer_schedule == LTP_SCHED_SERIAL) {   /* the head is timed in sched_decide */
+        if (s->peer < 0 || cand.m->enq_seq < s->m->enq_seq) *s = cand;
+        return;
+    }
+    cand.due = due(c, &cand, now);
+    if (cand.due < s->due) *s = cand;
+}
+
+/* After every peer was considered: when the chosen peer may send (NEVER: no peer can). */
+uint64_t sched_decide(ltp_core_t *c, sched_t *s, uint64_t now)
+{
+    if (c->cfg.peer_schedule == LTP_SCHED_SERIAL && s->peer >= 0) s->due = due(c, s, now);
+    return s->due;
+}
+
+/* Build the chosen packet into b and charge it to the peer's probe credit and tokens. */
+int sched_emit(ltp_core_t *c, const sched_t *s, uint64_t now, uint8_t *b, size_t cap, int *peer)
+{
+    peer_t *p = &c->peers[s->peer];
+    int probe = p->probe_credit > 0;
+    int n = tx_build_data(c, p, s->m, s->idx, s->retrans, probe, now, b, cap);
+    if (n < 0) return n;
+    if (probe) p->probe_credit--;
+    if (rate_paced(c)) p->tokens -= n;
+    *peer = s->peer;
+    c->st[LTP_S_TX_DATAGRAMS]++;
+    c->st[LTP_S_TX_BYTES] += (uint64_t)n;
+    return n;
+}
