@@ -25,7 +25,7 @@ SWEEP_CASES = [
     (["--transports", "quic"], "unknown transport 'quic'"),
     (["--transports", ","], "transports needs at least one value"),
     (["--transports", "ltp+=1"], "write transport options as slug+name=value"),
-    (["--transports", "ltp+cc=maybe"], "must be True or False"),
+    (["--transports", "ltp+cc=maybe"], "must be true or false"),
     (["--transports", "ltp,ltp"], "transports lists 'ltp' more than once"),
     (["--transports", "ltp,ltp+threshold_min=0.8"], "the same run"),
     (["--transports", "ltp+filler=sideways"], "filler must be one of"),
