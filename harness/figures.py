@@ -101,19 +101,25 @@ def _throughput(sw: Sweep, folder: Path) -> list[Path]:
     return _save(fig, folder, "throughput")
 
 
-def _accuracy(sw: Sweep, folder: Path) -> list[Path]:
+def _facets(sw: Sweep, folder: Path, name: str, panels) -> list[Path]:
+    """One column per condition, one row per (column, y label) panel, lines against loss."""
     conds = sw.conditions()
-    fig, axes = _grid(2, len(conds), sharex=True)
-    target = sw.ok.target_accuracy.median()
+    fig, axes = _grid(len(panels), len(conds), sharex=True)
     for j, cond in enumerate(conds):
         d = sw.at(sw.ok, cond)
-        _lines(axes[0][j], sw, d, "time_to_target_s", sw.order)
-        axes[0][j].set_ylabel(f"time to {target:.0%} test accuracy (s)")
+        for i, (y, label) in enumerate(panels):
+            _lines(axes[i][j], sw, d, y, sw.order)
+            axes[i][j].set_ylabel(label)
         axes[0][j].set_title(sw.label(cond))
-        _lines(axes[1][j], sw, d, "final_accuracy", sw.order)
-        axes[1][j].set_ylabel("final test accuracy")
     axes[0][0].legend(fontsize=7)
-    return _save(fig, folder, "accuracy")
+    return _save(fig, folder, name)
+
+
+def _accuracy(sw: Sweep, folder: Path) -> list[Path]:
+    target = sw.ok.target_accuracy.median()
+    return _facets(sw, folder, "accuracy", (("time_to_target_s",
+                                             f"time to {target:.0%} test accuracy (s)"),
+                                            ("final_accuracy", "final test accuracy")))
 
 
 def _converge(sw: Sweep, folder: Path) -> list[Path]:
@@ -184,17 +190,8 @@ def _loss_tolerance(sw: Sweep, folder: Path) -> list[Path]:
 
 
 def _bottleneck(sw: Sweep, folder: Path) -> list[Path]:
-    conds = sw.conditions()
-    fig, axes = _grid(2, len(conds), sharex=True)
-    for j, cond in enumerate(conds):
-        d = sw.at(sw.ok, cond)
-        _lines(axes[0][j], sw, d, "bottleneck_util_frac", sw.order)
-        axes[0][j].set_ylabel("bottleneck utilisation")
-        axes[0][j].set_title(sw.label(cond))
-        _lines(axes[1][j], sw, d, "queue_drops_per_iter", sw.order)
-        axes[1][j].set_ylabel("queue drops per iteration")
-    axes[0][0].legend(fontsize=7)
-    return _save(fig, folder, "bottleneck")
+    return _facets(sw, folder, "bottleneck", (("bottleneck_util_frac", "bottleneck utilisation"),
+                                              ("queue_drops_per_iter", "queue drops per iteration")))
 
 
 def _bounds(sw: Sweep, folder: Path) -> list[Path]:

@@ -153,47 +153,51 @@ def _accuracy(sw: Sweep) -> list[str]:
     return lines + [""]
 
 
-def _accounting(sw: Sweep) -> list[str]:
-    cols = ("early_closes_per_iter", "max_wait_closes", "filled_frac_mean", "filled_frac_max",
-            "retx_avoided_per_iter", "retransmits_per_iter")
-    lines = ["## Tolerance accounting (medians over runs)", "",
-             "| conditions | loss % | transport | early closes / it | max-wait closes | "
-             "filled mean | filled worst | retx avoided / it | retransmits / it |",
-             "|---|---|---|---|---|---|---|---|---|"]
+def _scheme_rows(sw: Sweep, head: list[str], row) -> list[str]:
+    """A Markdown table with one row per cell and scheme; ``row(frame, scheme, mine)`` gives the
+    cells after the conditions, the loss and the scheme's name."""
+    lines = ["| conditions | loss % | transport | " + " | ".join(head) + " |",
+             "|---|---|---|" + "---|" * len(head)]
     for cond, loss, d in _cells(sw):
         for scheme in sw.order:
             mine = d[d.scheme == scheme]
-            if mine.empty:
-                continue
-            m = mine[list(cols)].median()
-            lines.append(f"| {sw.label(cond)} | {loss:g} | {sw.names[scheme]} | "
-                         f"{m.early_closes_per_iter:.2f} | {m.max_wait_closes:.0f} | "
-                         f"{m.filled_frac_mean:.4f} | {m.filled_frac_max:.3f} | "
-                         f"{m.retx_avoided_per_iter:.1f} | {m.retransmits_per_iter:.1f} |")
+            if not mine.empty:
+                lines.append(f"| {sw.label(cond)} | {loss:g} | {sw.names[scheme]} | "
+                             + " | ".join(row(d, scheme, mine)) + " |")
     return lines + [""]
+
+
+def _accounting(sw: Sweep) -> list[str]:
+    cols = ["early_closes_per_iter", "max_wait_closes", "filled_frac_mean", "filled_frac_max",
+            "retx_avoided_per_iter", "retransmits_per_iter"]
+
+    def row(d, scheme, mine):
+        m = mine[cols].median()
+        return [f"{m.early_closes_per_iter:.2f}", f"{m.max_wait_closes:.0f}",
+                f"{m.filled_frac_mean:.4f}", f"{m.filled_frac_max:.3f}",
+                f"{m.retx_avoided_per_iter:.1f}", f"{m.retransmits_per_iter:.1f}"]
+
+    return ["## Tolerance accounting (medians over runs)", ""] + _scheme_rows(
+        sw, ["early closes / it", "max-wait closes", "filled mean", "filled worst",
+             "retx avoided / it", "retransmits / it"], row)
 
 
 def _bounds(sw: Sweep) -> list[str]:
-    lines = ["## The iteration against its bounds", "",
-             "`fd bound` = (workers + 1) x message / bottleneck rate (parameters down and "
-             "gradients up overlap on the full-duplex PS link); the floor adds the slowest "
-             "worker's compute and the PS's update; `rest` = iteration p50 - floor is what "
-             "the transport and the harness add.", "",
-             "| conditions | loss % | transport | iteration p50 s | fd bound s | compute s | "
-             "update s | rest s | p50 / floor |", "|---|---|---|---|---|---|---|---|---|"]
-    for cond, loss, d in _cells(sw):
-        for scheme in sw.order:
-            mine = d[d.scheme == scheme]
-            if mine.empty:
-                continue
-            m = mine[["iter_p50_s", "fd_bound_s", "compute_p50_s", "update_p50_s",
-                      "iter_bound_s"]].median()
-            ratio = sw.estimate(d, scheme, "iter_over_bound")
-            lines.append(f"| {sw.label(cond)} | {loss:g} | {sw.names[scheme]} | "
-                         f"{m.iter_p50_s:.3f} | {m.fd_bound_s:.3f} | {m.compute_p50_s:.4f} | "
-                         f"{m.update_p50_s:.4f} | {m.iter_p50_s - m.iter_bound_s:.3f} | "
-                         f"{ratio.fmt('.2f', 'x')} |")
-    return lines + [""]
+    cols = ["iter_p50_s", "fd_bound_s", "compute_p50_s", "update_p50_s", "iter_bound_s"]
+
+    def row(d, scheme, mine):
+        m = mine[cols].median()
+        return [f"{m.iter_p50_s:.3f}", f"{m.fd_bound_s:.3f}", f"{m.compute_p50_s:.4f}",
+                f"{m.update_p50_s:.4f}", f"{m.iter_p50_s - m.iter_bound_s:.3f}",
+                sw.estimate(d, scheme, "iter_over_bound").fmt(".2f", "x")]
+
+    return ["## The iteration against its bounds", "",
+            "`fd bound` = (workers + 1) x message / bottleneck rate (parameters down and "
+            "gradients up overlap on the full-duplex PS link); the floor adds the slowest "
+            "worker's compute and the PS's update; `rest` = iteration p50 - floor is what "
+            "the transport and the harness add.", ""] + _scheme_rows(
+        sw, ["iteration p50 s", "fd bound s", "compute s", "update s", "rest s", "p50 / floor"],
+        row)
 
 
 def _regimes(sw: Sweep) -> list[str]:
