@@ -26,6 +26,8 @@ import dataclasses
 import itertools
 from typing import Any
 
+from pathlib import Path
+
 from harness.spec import RunSpec, SpecError, parse_scheme
 from transports import registry
 
@@ -58,12 +60,16 @@ class Plan:
     delays_ms: tuple[float, ...] = (0.0,)
     workers: tuple[int, ...] = (8,)
     queues: tuple[int, ...] = (64,)
+    plugins: tuple[str, ...] = ()   # transport plugin files (from the project folder) it uses
 
     def specs(self) -> list[RunSpec]:
         """Every run of the grid, in grid order (the sweep shuffles it).
 
         ``transports`` holds schemes: a slug, optionally with options (``ltp+filler=zero``).
+        The plan's plugins are loaded first (and passed on to every process started later).
         """
+        if self.plugins:
+            registry.use_plugins([PROJECT / p for p in self.plugins])
         out = []
         for scheme, loss, bw, delay, n, queue, seed in itertools.product(
                 self.transports, self.loss_pcts, self.bottleneck_mbps, self.delays_ms,
@@ -116,6 +122,7 @@ class Plan:
 
 
 _GRID_FIELDS = set(GRID) | {"order_seed"}
+PROJECT = Path(__file__).resolve().parent.parent
 TCP_VARIANTS = ("tcp-cubic", "tcp-reno", "tcp-bbr")
 # The five schemes every evidence preset compares: the default TCP, the strongest TCP baseline
 # (CUBIC with a 5 ms minimum RTO), LTP, its reliable ablation, and PLOT.
@@ -171,6 +178,7 @@ PRESETS: dict[str, Plan] = {
     "lab3": Plan(
         name="lab3", transports=("udp-blast", "udp-blast+rate_mbps=11", "ltp"),
         loss_pcts=(0.0, 5.0), bottleneck_mbps=(100.0,), seeds=(0,),
+        plugins=("docs/labs/code/udp_blast.py",),
         base=_INCAST.replace(iterations=30, timeout_s=600.0)),
 }
 DEFAULT_PRESET = "default"

@@ -99,6 +99,7 @@ def _write_manifest(plan: Plan, specs: list[RunSpec], folder: Path) -> None:
     manifest = {
         "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "plan": {"name": plan.name, **plan.dimensions(), "order_seed": plan.order_seed,
+                 "plugins": plan.plugins,
                  "base": plan.base.as_dict()},
         "run_ids": ids, "specs": [s.as_dict() for s in specs], "provenance": provenance(),
     }

@@ -142,6 +142,19 @@ def load_plugins(spec: str | None = None) -> None:
             importlib.import_module(item)
 
 
+def use_plugins(items) -> None:
+    """Load the plugins ``items`` and add them to ``$LTP_TRANSPORTS``, so that every process
+    started from here on (the fork server, the PS, the workers) loads them too."""
+    import os
+
+    items = [str(i) for i in items]
+    load_plugins(",".join(items))
+    current = [x.strip() for x in os.environ.get(PLUGINS_ENV, "").split(",") if x.strip()]
+    new = [i for i in items if i not in current]
+    if new:
+        os.environ[PLUGINS_ENV] = ",".join(current + new)
+
+
 _plugins_loaded = False
 
 

@@ -57,10 +57,6 @@ def test_smoke_preset_is_the_tcp_grid():
 
 
 def test_every_preset_is_valid():
-    from transports import registry
-
-    lab3 = Path(__file__).resolve().parents[2] / "docs" / "labs" / "code" / "udp_blast.py"
-    registry.load_plugins(str(lab3))  # lab 3 uses the lab's own transport
     for name, plan in presets.PRESETS.items():
         specs = plan.specs()
         assert specs and len({s.run_id for s in specs}) == len(specs), name
@@ -69,6 +65,17 @@ def test_every_preset_is_valid():
     cells = {(s.scheme, s.loss_pct) for s in default}
     assert len(default) == 3 * len(cells), "the default sweep runs three seeds per cell"
     assert presets.get("lab1").specs()[0].queue_pkts == 16
+
+
+def test_a_preset_loads_the_plugins_it_names_for_itself_and_its_children(monkeypatch):
+    import os
+
+    from transports import registry
+
+    monkeypatch.delenv(registry.PLUGINS_ENV, raising=False)
+    specs = presets.get("lab3").specs()   # no $LTP_TRANSPORTS needed
+    assert "udp-blast" in {s.transport for s in specs}
+    assert os.environ[registry.PLUGINS_ENV].endswith("docs/labs/code/udp_blast.py")
 
 
 def test_a_value_named_twice_in_a_dimension_is_refused():
