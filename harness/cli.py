@@ -15,6 +15,7 @@ from harness.results import ResultsError
 from harness.spec import SpecError
 from harness.sweep import SweepError
 from topologies.delay import DelayError
+from topologies.impair import LossModelError
 from topologies.incast import TopologyError
 from topologies.network import TestbedError
 from topologies.ovs import OVSError
@@ -23,7 +24,7 @@ from transports.registry import UnknownTransport
 
 USER_ERRORS = (SpecError, UnknownPreset, UnknownTransport, OptionError, TopologyError,
                TestbedError, OVSError, SweepError, ResultsError, DatasetError, TransportError,
-               DelayError)
+               DelayError, LossModelError)
 
 
 def require_root() -> None:

@@ -79,11 +79,16 @@ RUNS_COLUMNS = (
                                       "(nftables counters)"),
     Column("arrived_packets", "packets", "IPv4 packets that arrived at all hosts' ingress"),
     Column("random_drops", "packets", "packets dropped by the random-loss rules"),
+    Column("loss_bursts", "bursts", "runs of consecutive random drops at one host's ingress "
+                                    "(Gilbert-Elliott loss only; empty under uniform loss)"),
+    Column("mean_burst_pkts", "packets", "measured mean burst length: random drops / loss_bursts"),
     Column("queue_drops", "packets", "bottleneck drops: packets the switch received from workers "
                                      "minus packets the PS queue sent"),
     Column("queue_drops_tc", "packets", "drops the bottleneck pfifo itself counted (undercounts "
                                         "under userspace OVS)"),
     Column("bottleneck_tx_bytes", "bytes", "bytes the switch sent toward the PS"),
+    Column("cross_tx_bytes", "bytes", "bytes the cross-traffic hosts sent into the switch "
+                                      "(their ports' receive counters; 0 without cross traffic)"),
     Column("bottleneck_util_frac", "fraction", "bits the switch sent toward the PS while the PS "
                                                "trained / (bottleneck rate x time), from the "
                                                "controller's port statistics"),

@@ -8,7 +8,7 @@ Per-run folder ``runs/<run_id>/``:
 
 - ``spec.json``: the spec; ``raw/``: each host's log, JSON-lines records and summary (write-once);
 - ``counters.json``: every counter before and after (switch ports, bottleneck queue, loss rules,
-  kernel TCP/UDP counters per host);
+  kernel TCP/UDP counters per host) and the run's figures from them (``delta``);
 - ``port_stats.jsonl``: the controller's periodic port statistics during the run;
 - ``iterations.csv``: the per-iteration records of all hosts in one long table.
 """
@@ -28,7 +28,9 @@ import pandas as pd
 
 from harness.spec import RunSpec
 from harness.zygote import Zygote
-from topologies.incast import PS_NAME, PS_PORT, SUBNET, worker_name, worker_port
+from topologies.counters import Snapshot
+from topologies.impair import Impairment
+from topologies.incast import PS_NAME, PS_PORT, SUBNET, intf, worker_name
 from topologies.network import Testbed
 
 POLL_S = 0.1
@@ -94,27 +96,9 @@ def _wait(procs: dict, deadline: float,
         time.sleep(POLL_S)
 
 
-def counter_deltas(before: dict, after: dict, n_workers: int) -> dict:
+def counter_deltas(before: Snapshot, after: Snapshot) -> dict:
     """Loss, queue and byte figures of a run from two :meth:`Testbed.snapshot` results."""
-    arrived = sum(after["impair"][h]["arrived"] - before["impair"][h]["arrived"]
-                  for h in after["impair"])
-    dropped = sum(after["impair"][h]["dropped"] - before["impair"][h]["dropped"]
-                  for h in after["impair"])
-    from_workers = sum(after["ports"][worker_port(r)]["rx_packets"]
-                       - before["ports"][worker_port(r)]["rx_packets"] for r in range(n_workers))
-    queue_sent = after["bottleneck"]["sent_packets"] - before["bottleneck"]["sent_packets"]
-    retrans = sum(after["tcp"][h].get("TcpRetransSegs", 0) - before["tcp"][h].get("TcpRetransSegs", 0)
-                  for h in after["tcp"])
-    return {
-        "arrived_packets": arrived,
-        "random_drops": dropped,
-        "measured_loss_pct": 100.0 * dropped / arrived if arrived else 0.0,
-        "queue_drops": max(0, from_workers - queue_sent),
-        "queue_drops_tc": after["bottleneck"]["drops"] - before["bottleneck"]["drops"],
-        "bottleneck_tx_bytes": after["ports"][PS_PORT]["tx_bytes"]
-        - before["ports"][PS_PORT]["tx_bytes"],
-        "tcp_retransmits": retrans,
-    }
+    return after.delta(before).as_dict()
 
 
 def utilisation(stats: list[dict], port: int, rate_mbps: float) -> float | None:
@@ -253,12 +237,11 @@ def execute(testbed: Testbed, spec: RunSpec, run_dir: Path, sweep: str,
     commit, dirty = git_state()
 
     t_begin = time.monotonic()
-    testbed.set_loss(spec.loss_pct)
-    testbed.set_delay(spec.delay_ms)
+    testbed.configure(Impairment(spec.loss_pct, spec.delay_ms))
     testbed.reset_routes()
     rtt_ms = testbed.rtt_ms(worker_name(0))
-    for host in testbed.host_names():
-        for command in transport.host_commands(f"{host}-eth0", SUBNET):
+    for host in [PS_NAME] + testbed.params.worker_names:
+        for command in transport.host_commands(intf(host), SUBNET):
             testbed.host_run(host, "sh", "-c", command)
     testbed.controller_errors()  # only what this run causes counts
     before = testbed.snapshot()
@@ -283,15 +266,16 @@ def execute(testbed: Testbed, spec: RunSpec, run_dir: Path, sweep: str,
     if errors and status == "ok":
         status, reason = "crash", f"controller: {errors[0][:300]}"
 
-    (run_dir / "counters.json").write_text(json.dumps({"before": before, "after": after}, indent=1))
-    stats = testbed.port_stats_between(before["t"], after["t"])
+    deltas = counter_deltas(before, after)
+    (run_dir / "counters.json").write_text(json.dumps(
+        {"before": before.to_dict(), "after": after.to_dict(), "delta": deltas}, indent=1))
+    stats = testbed.port_stats_between(before.t, after.t)
     with open(run_dir / "port_stats.jsonl", "w") as f:
         for rec in stats:
             f.write(json.dumps(rec) + "\n")
     iterations_table(raw, spec).to_csv(run_dir / "iterations.csv", index=False)
 
-    metrics, curves, iterations = summarize(spec, raw,
-                                            counter_deltas(before, after, spec.n_workers))
+    metrics, curves, iterations = summarize(spec, raw, deltas)
     ps_summary = raw / f"{PS_NAME}.summary.json"
     training_s = 0.0
     if ps_summary.exists():
