@@ -29,6 +29,7 @@ import pandas as pd
 from harness.spec import RunSpec
 from harness.zygote import Zygote
 from topologies.counters import Snapshot
+from topologies.cross import CrossSpec, CrossTraffic
 from topologies.impair import Impairment
 from topologies.incast import PS_NAME, PS_PORT, SUBNET, intf, worker_name
 from topologies.network import Testbed
@@ -220,11 +221,14 @@ def spawn_forked(testbed: Testbed, zygote: Zygote) -> Callable:
 
 
 def execute(testbed: Testbed, spec: RunSpec, run_dir: Path, sweep: str,
-            spawn: Callable | None = None) -> tuple[dict, list[dict], list[dict]]:
+            spawn: Callable | None = None, *, impairment: Impairment | None = None,
+            cross: CrossSpec | str | None = None) -> tuple[dict, list[dict], list[dict]]:
     """Run ``spec`` on ``testbed``; return its rows for runs.csv, curves.csv and iterations.csv.
 
     ``spawn(host, module, args, log_path)`` starts a host's process (default
-    :func:`spawn_plain`).
+    :func:`spawn_plain`). ``impairment`` replaces the spec's uniform loss and delay at every
+    host; ``cross`` runs background traffic through the bottleneck for the whole run
+    (:mod:`topologies.cross`; its reports go to ``raw/cross/``).
     """
     from transports import registry
 
@@ -237,31 +241,33 @@ def execute(testbed: Testbed, spec: RunSpec, run_dir: Path, sweep: str,
     commit, dirty = git_state()
 
     t_begin = time.monotonic()
-    testbed.configure(Impairment(spec.loss_pct, spec.delay_ms))
+    testbed.configure(impairment or Impairment(spec.loss_pct, spec.delay_ms))
     testbed.reset_routes()
     rtt_ms = testbed.rtt_ms(worker_name(0))
     for host in [PS_NAME] + testbed.params.worker_names:
         for command in transport.host_commands(intf(host), SUBNET):
             testbed.host_run(host, "sh", "-c", command)
     testbed.controller_errors()  # only what this run causes counts
-    before = testbed.snapshot()
-    t0 = time.monotonic()
-    spawn = spawn or spawn_plain(testbed)
-    procs = {}
-    try:
-        base = ["--spec", str(spec_path), "--out", str(raw)]
-        procs[PS_NAME] = spawn(PS_NAME, "harness.node", base + ["--role", "ps"],
-                               raw / f"{PS_NAME}.log")
-        for r in range(spec.n_workers):
-            host = worker_name(r)
-            procs[host] = spawn(host, "harness.node", base + ["--role", "worker", "--rank", str(r)],
-                                raw / f"{host}.log")
-        status, reason = _wait(procs, t0 + spec.timeout_s)
-    finally:
-        for proc in procs.values():
-            proc.kill()
-    wall_s = time.monotonic() - t0
-    after = testbed.snapshot()
+    traffic = CrossTraffic(testbed, cross or CrossSpec(), raw / "cross", seed=spec.seed)
+    with traffic:
+        before = testbed.snapshot()
+        t0 = time.monotonic()
+        spawn = spawn or spawn_plain(testbed)
+        procs = {}
+        try:
+            base = ["--spec", str(spec_path), "--out", str(raw)]
+            procs[PS_NAME] = spawn(PS_NAME, "harness.node", base + ["--role", "ps"],
+                                   raw / f"{PS_NAME}.log")
+            for r in range(spec.n_workers):
+                host = worker_name(r)
+                procs[host] = spawn(host, "harness.node", base + ["--role", "worker", "--rank", str(r)],
+                                    raw / f"{host}.log")
+            status, reason = _wait(procs, t0 + spec.timeout_s)
+        finally:
+            for proc in procs.values():
+                proc.kill()
+        wall_s = time.monotonic() - t0
+        after = testbed.snapshot()
     errors = testbed.controller_errors()
     if errors and status == "ok":
         status, reason = "crash", f"controller: {errors[0][:300]}"

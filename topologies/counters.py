@@ -11,8 +11,9 @@ two snapshots into the figures of a run:
   host's ingress, those the loss model dropped, and their ratio (the loss actually applied);
 - ``loss_bursts``, ``mean_burst_pkts``: runs of consecutive drops at one host's ingress, and
   drops per run (``None`` under uniform loss, whose rules count no runs);
-- ``queue_drops``: packets the switch received from the workers minus packets the bottleneck
-  queue sent (the pfifo's own counter, ``queue_drops_tc``, misses drops under userspace OVS);
+- ``queue_drops``: packets the switch received from the workers and the cross-traffic hosts
+  (everything it forwards toward the PS) minus packets the bottleneck queue sent (the pfifo's
+  own counter, ``queue_drops_tc``, misses drops under userspace OVS);
 - ``bottleneck_tx_bytes``: bytes the switch sent toward the PS;
 - ``cross_tx_bytes``: bytes the cross-traffic hosts sent into the switch (their ports' receive
   counters), i.e. what the background traffic offered to the bottleneck;
@@ -121,7 +122,7 @@ class Snapshot:
             measured_loss_pct=100.0 * dropped / arrived if arrived else 0.0,
             loss_bursts=bursts,
             mean_burst_pkts=dropped / bursts if bursts else None,
-            queue_drops=max(0, port("rx_packets", self.worker_ports)
+            queue_drops=max(0, port("rx_packets", self.worker_ports + self.cross_ports)
                             - (self.bottleneck.sent_packets - before.bottleneck.sent_packets)),
             queue_drops_tc=self.bottleneck.drops - before.bottleneck.drops,
             bottleneck_tx_bytes=port("tx_bytes", [self.ps_port]),
