@@ -206,7 +206,7 @@ def _parse_ge(rest: str, whole: str) -> GilbertElliott:
     if "=" not in rest:
         parts = rest.split(":")
         if len(parts) != 2:
-            raise LossModelError(f"{whole!r}: write ge:LOSS:BURST, e.g. ge:5:4 (5 % loss in "
+            raise LossModelError(f"{whole!r}: write ge:LOSS:BURST, for example ge:5:4 (5 % loss in "
                                  "bursts of 4 packets on average).")
         return GilbertElliott.from_mean(_number(parts[0], "the loss rate", whole),
                                         _number(parts[1], "the burst length", whole))
