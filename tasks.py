@@ -20,18 +20,22 @@ PROJECT = Path(__file__).resolve().parent
     "out": "results folder (default results/<preset>); the same folder resumes",
     "transports": "comma-separated schemes: slugs, optionally with options, e.g. "
                   "tcp-cubic,ltp,ltp+filler=zero",
-    "loss": "comma-separated random loss rates in percent, e.g. 0,1,5",
+    "loss": "comma-separated loss: uniform rates in percent or Gilbert-Elliott models, "
+            "e.g. 0,1,5,ge:5:4 (5 % in bursts of 4 packets on average)",
     "bandwidth": "comma-separated bottleneck rates in Mbit/s",
     "workers": "number of workers",
     "queue": "bottleneck queue length in packets",
     "delay": "comma-separated one-way delays in ms, added at every host's ingress",
+    "cross": "comma-separated background traffic through the bottleneck, e.g. "
+             "none,tcp:2,udp:1:rate=50,on=50ms,off=150ms,tcp:1+udp:1",
     "model": "model name (mlp, lenet5)",
     "iterations": "training iterations per run",
     "seeds": "comma-separated seeds",
     "timeout": "per-run timeout in seconds",
 })
 def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=None, workers=None,
-              queue=None, delay=None, model=None, iterations=None, seeds=None, timeout=None):
+              queue=None, delay=None, cross=None, model=None, iterations=None, seeds=None,
+              timeout=None):
     """Run a sweep of training runs over the emulated incast network and tabulate the results."""
     from harness import cli
 
@@ -39,7 +43,7 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
         from harness import presets, sweep
 
         plan = presets.get(preset or presets.DEFAULT_PRESET).override(
-            transports=cli.words(transports), loss_pcts=cli.numbers(loss, float, "--loss"),
+            transports=cli.words(transports), loss_pcts=cli.losses(loss), cross=cli.items(cross),
             bottleneck_mbps=cli.numbers(bandwidth, float, "--bandwidth"),
             delays_ms=cli.numbers(delay, float, "--delay"),
             seeds=cli.numbers(seeds, int, "--seeds"),

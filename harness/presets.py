@@ -1,6 +1,7 @@
 """Named sweeps: frozen grids of run specs that a user starts by name.
 
-A :class:`Plan` is a grid (transports x loss rates x bottleneck rates x seeds) over a base
+A :class:`Plan` is a grid (transports x loss x bottleneck rates x delays x cross traffic x
+seeds) over a base
 :class:`~harness.spec.RunSpec` that fixes everything else. Any dimension can be overridden from
 the command line (``invoke run-sweep --preset smoke --loss 0,5 --iterations 20``) through
 :meth:`Plan.override`.
@@ -42,12 +43,16 @@ class Plan:
 
     name: str
     transports: tuple[str, ...]
-    loss_pcts: tuple[float, ...]
+    loss_pcts: tuple[float | str, ...]
+    """Uniform loss rates in percent, or loss models as text (``ge:5:4``;
+    :func:`topologies.impair.parse_loss`)."""
     bottleneck_mbps: tuple[float, ...]
     seeds: tuple[int, ...]
     base: RunSpec
     order_seed: int = 0
     delays_ms: tuple[float, ...] = (0.0,)
+    cross: tuple[str, ...] = ("none",)
+    """Background traffic through the bottleneck, as text (``tcp:2``; :mod:`topologies.cross`)."""
 
     def specs(self) -> list[RunSpec]:
         """Every run of the grid, in grid order (the sweep shuffles it).
@@ -55,25 +60,30 @@ class Plan:
         ``transports`` holds schemes: a slug, optionally with options (``ltp+filler=zero``).
         """
         out = []
-        for scheme, loss, bw, delay, seed in itertools.product(
-                self.transports, self.loss_pcts, self.bottleneck_mbps, self.delays_ms, self.seeds):
+        for scheme, loss, bw, delay, cross, seed in itertools.product(
+                self.transports, self.loss_pcts, self.bottleneck_mbps, self.delays_ms,
+                self.cross, self.seeds):
             slug, options = parse_scheme(scheme)
+            if isinstance(loss, str):  # a loss model's text; RunSpec derives loss_pct from it
+                loss_fields = {"loss_model": loss}
+            else:
+                loss_fields = {"loss_pct": loss, "loss_model": ""}
             out.append(self.base.replace(transport=slug,
                                          transport_options={**self.base.options(), **options},
-                                         loss_pct=loss, bottleneck_mbps=bw, delay_ms=delay,
-                                         seed=seed))
+                                         bottleneck_mbps=bw, delay_ms=delay, cross=cross,
+                                         seed=seed, **loss_fields))
         return out
 
     def override(self, **changes: Any) -> Plan:
         """A copy with grid dimensions (``transports``, ``loss_pcts``, ``bottleneck_mbps``,
-        ``delays_ms``, ``seeds``, ``order_seed``) or base fields (``iterations``, ``model``, ...)
-        replaced."""
+        ``delays_ms``, ``cross``, ``seeds``, ``order_seed``) or base fields (``iterations``,
+        ``model``, ...) replaced."""
         grid = {k: v for k, v in changes.items() if v is not None and k in _GRID_FIELDS}
         base = {k: v for k, v in changes.items() if v is not None and k not in _GRID_FIELDS}
         unknown = sorted(set(base) - {f.name for f in dataclasses.fields(RunSpec)})
         if unknown:
             raise SpecError(f"there is no run parameter named {unknown[0]!r}.")
-        for key in ("transports", "loss_pcts", "bottleneck_mbps", "delays_ms", "seeds"):
+        for key in ("transports", "loss_pcts", "bottleneck_mbps", "delays_ms", "cross", "seeds"):
             if key in grid:
                 grid[key] = tuple(grid[key])
                 if not grid[key]:
@@ -85,7 +95,8 @@ class Plan:
         return plan
 
 
-_GRID_FIELDS = {"transports", "loss_pcts", "bottleneck_mbps", "delays_ms", "seeds", "order_seed"}
+_GRID_FIELDS = {"transports", "loss_pcts", "bottleneck_mbps", "delays_ms", "cross", "seeds",
+                "order_seed"}
 TCP_VARIANTS = ("tcp-cubic", "tcp-reno", "tcp-bbr")
 MAIN = ("tcp-cubic", "tcp-bbr", "tcp-cubic-lowrto", "ltp", "ltp-reliable", "plot")
 EVERYTHING = ("tcp-cubic", "tcp-reno", "tcp-bbr", "tcp-cubic-lowrto", "ltp", "ltp-reliable",

@@ -51,6 +51,10 @@ RUNS_COLUMNS = (
     Column("worker_link_mbps", "Mbit/s", "rate of each worker link"),
     Column("queue_pkts", "packets", "pfifo length on the switch port toward the PS"),
     Column("loss_pct", "%", "configured random loss per packet at each receiving host's ingress"),
+    Column("loss_model", "", "loss model as text: uniform:<loss_pct>, or Gilbert-Elliott "
+                             "(ge:loss=5,burst=4, ...; loss_pct is then its mean loss)"),
+    Column("cross", "", "background traffic through the bottleneck (none, tcp:2, "
+                        "udp:1:rate=50,on=50ms,off=150ms, ...)"),
     Column("delay_ms", "ms", "configured one-way delay added at each receiving host's ingress"),
     Column("rtt_ms", "ms", "measured round-trip time w1 -> ps1 on the idle network before the run "
                           "(median of 5 pings timed in user space)"),

@@ -226,9 +226,10 @@ def execute(testbed: Testbed, spec: RunSpec, run_dir: Path, sweep: str,
     """Run ``spec`` on ``testbed``; return its rows for runs.csv, curves.csv and iterations.csv.
 
     ``spawn(host, module, args, log_path)`` starts a host's process (default
-    :func:`spawn_plain`). ``impairment`` replaces the spec's uniform loss and delay at every
-    host; ``cross`` runs background traffic through the bottleneck for the whole run
-    (:mod:`topologies.cross`; its reports go to ``raw/cross/``).
+    :func:`spawn_plain`). The spec's loss model (seeded with its seed) and delay apply at every
+    host unless ``impairment`` replaces them; its cross traffic (or ``cross``, instead) runs
+    through the bottleneck for the whole run (:mod:`topologies.cross`; reports in
+    ``raw/cross/``).
     """
     from transports import registry
 
@@ -241,14 +242,14 @@ def execute(testbed: Testbed, spec: RunSpec, run_dir: Path, sweep: str,
     commit, dirty = git_state()
 
     t_begin = time.monotonic()
-    testbed.configure(impairment or Impairment(spec.loss_pct, spec.delay_ms))
+    testbed.configure(impairment or Impairment(spec.loss_text, spec.delay_ms, seed=spec.seed))
     testbed.reset_routes()
     rtt_ms = testbed.rtt_ms(worker_name(0))
     for host in [PS_NAME] + testbed.params.worker_names:
         for command in transport.host_commands(intf(host), SUBNET):
             testbed.host_run(host, "sh", "-c", command)
     testbed.controller_errors()  # only what this run causes counts
-    traffic = CrossTraffic(testbed, cross or CrossSpec(), raw / "cross", seed=spec.seed)
+    traffic = CrossTraffic(testbed, cross or spec.cross, raw / "cross", seed=spec.seed)
     with traffic:
         before = testbed.snapshot()
         t0 = time.monotonic()
@@ -293,7 +294,8 @@ def execute(testbed: Testbed, spec: RunSpec, run_dir: Path, sweep: str,
         "scheme": spec.scheme, "transport": spec.transport, "transport_options": transport.options(),
         "n_workers": spec.n_workers, "bottleneck_mbps": spec.bottleneck_mbps,
         "worker_link_mbps": spec.network.worker_mbps, "queue_pkts": spec.queue_pkts,
-        "loss_pct": spec.loss_pct, "delay_ms": spec.delay_ms, "rtt_ms": rtt_ms,
+        "loss_pct": spec.loss_pct, "loss_model": spec.loss_text, "delay_ms": spec.delay_ms,
+        "cross": spec.cross, "rtt_ms": rtt_ms,
         "model": spec.model, "dataset": spec.dataset,
         "iterations": spec.iterations, "batch_size": spec.batch_size, "lr": spec.lr,
         "eval_every": spec.eval_every, "seed": spec.seed,

@@ -188,11 +188,11 @@ def parse_loss(text: str | float) -> LossModel:
     kind, sep, rest = whole.partition(":")
     kind = kind.strip().lower()
     try:
-        if not sep:
+        if not sep and re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)(e[-+]?\d+)?|[-+]?(nan|inf)", kind):
             return Uniform(_number(kind, "a loss rate", whole))
-        if kind == "uniform":
+        if kind == "uniform" and sep:
             return Uniform(_number(rest.strip(), "the loss rate", whole))
-        if kind == "ge":
+        if kind == "ge" and sep:
             return _parse_ge(rest, whole)
     except LossModelError as exc:
         if str(exc).startswith(repr(whole)):

@@ -15,7 +15,7 @@ INVOKE = [str(Path(sys.executable).parent / "invoke"), "-r", str(PROJECT)]
     (["--preset", "huge"], "unknown preset 'huge'"),
     (["--model", "resnet"], "unknown model 'resnet'"),
     (["--loss", "60"], "loss_pct must be"),
-    (["--loss", "1,x"], "--loss must be a comma-separated list"),
+    (["--loss", "1,x"], "'x' is not a loss model"),
     (["--workers", "0"], "n_workers must be"),
     (["--delay", "5000"], "delay_ms must be"),
     (["--queue", "0"], "queue_pkts must be"),

@@ -25,7 +25,8 @@ def test_texts_parse(text, model):
 
 
 @pytest.mark.parametrize("text, words", [
-    ("x", "number"),
+    ("x", "not a loss model"),
+    ("ge", "not a loss model"),
     ("nan", "finite"),
     ("-1", "at least 0"),
     ("50", "below 50"),
