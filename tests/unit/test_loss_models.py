@@ -169,3 +169,10 @@ def test_helper_rejects_bad_arguments_with_usage_status(helper):
            "--loss-good", "0", "--loss-bad", "1"]
     assert subprocess.run(bad, capture_output=True).returncode == 2
     assert subprocess.run([str(helper), "read"], capture_output=True).returncode == 2
+
+
+def test_helper_command_line_checks_pass(helper):
+    proc = subprocess.run(["make", "-s", "-C", str(impair.GE_DIR), "test"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "ge-loss command line: ok" in proc.stdout
