@@ -103,7 +103,6 @@ static uint64_t ge_threshold(double p)
 static int ge_fill(const ge_args *a, struct ge_value *v)
 {
     memset(v, 0, sizeof *v);
-    v->ipv4_only = 1;
     v->cfg.p_gb = ge_threshold(a->p[0]);
     v->cfg.p_bg = ge_threshold(a->p[1]);
     v->cfg.loss_good = ge_threshold(a->p[2]);

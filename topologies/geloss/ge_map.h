@@ -10,7 +10,7 @@
 
 struct ge_value {
     struct bpf_spin_lock lock;   /* packets of one interface may arrive on both CPUs at once */
-    GE_U32 ipv4_only;            /* reserved, always 1: only IPv4 packets step the chain */
+    GE_U32 pad;                  /* cfg starts 8-byte aligned, in both compilers alike */
     struct ge_config cfg;
     struct ge_chain chain;
 };
