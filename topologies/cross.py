@@ -1,4 +1,4 @@
-"""Background cross traffic through the bottleneck: its text form and a context manager that runs it.
+"""Background cross traffic through the bottleneck: its text form, and a context manager to run it.
 
 Cross traffic comes from extra hosts on the switch, ``x1..xK`` (:class:`~topologies.incast.
 IncastTopo` with ``n_cross = K``), and goes to the PS, so it crosses the same bottleneck port as

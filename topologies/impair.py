@@ -152,7 +152,7 @@ class GilbertElliott:
         return self.loss_good_pct == 0 and self.loss_bad_pct == 100
 
     def text(self) -> str:
-        """The canonical text form: ``ge:loss=..,burst=..`` for Gilbert's case, else the full one."""
+        """The canonical text form: ``ge:loss=..,burst=..`` for Gilbert's case, else in full."""
         if self.is_gilbert() and self.p_bg_pct > 0:
             # In Gilbert's case a burst is one stay in the bad state: 1 / p_bg packets on average.
             return f"ge:loss={self.mean_loss_pct:.6g},burst={100 / self.p_bg_pct:.6g}"

@@ -132,10 +132,12 @@ def check_params(n_workers: int, bottleneck_mbps: float, worker_link_mbps: float
     if not 0 <= loss_pct < 50:
         raise TopologyError(f"loss_pct must be at least 0 and below 50, not {loss_pct!r}.")
     if not isinstance(n_cross, int) or isinstance(n_cross, bool) or not 0 <= n_cross <= MAX_CROSS:
-        raise TopologyError(f"n_cross must be a whole number from 0 to {MAX_CROSS}, not {n_cross!r}.")
+        raise TopologyError(f"n_cross must be a whole number from 0 to {MAX_CROSS}, "
+                            f"not {n_cross!r}.")
     if n_cross and n_workers >= CROSS_FIRST_OCTET:
         raise TopologyError(f"with cross traffic n_workers must stay below {CROSS_FIRST_OCTET} "
-                            f"(cross hosts use 10.0.0.{CROSS_FIRST_OCTET} and up), not {n_workers}.")
+                            f"(cross hosts use 10.0.0.{CROSS_FIRST_OCTET} and up), "
+                            f"not {n_workers}.")
 
 
 def worker_name(rank: int) -> str:

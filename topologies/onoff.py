@@ -13,8 +13,9 @@ stated mean. Pacing works in ticks of about a millisecond: it sleeps to the next
 what is owed, so it costs little CPU at tens of Mbit/s. It binds its source port before it sends
 anything, so the harness can tell it is up from its socket.
 
-``sink`` binds a UDP socket and counts what arrives. Both run until SIGTERM or SIGINT and then
-write a JSON report (packets, bytes, seconds; the sender also its on periods) to ``--report``.
+``sink`` binds a UDP socket and counts what arrives. Both run until SIGTERM or SIGINT (noticed
+within 50 ms) and then write a JSON report (packets, bytes, seconds; the sender also its on
+periods) to ``--report``.
 """
 
 from __future__ import annotations
@@ -31,12 +32,13 @@ HEADER_BYTES = 28  # IPv4 + UDP
 TICK_S = 0.001
 
 
-class _Stop(Exception):
-    pass
+POLL_S = 0.05        # how soon a signalled process notices
+_stopping = False    # set by the signal handler; raising from it could split a send from its count
 
 
 def _on_signal(signum, frame):
-    raise _Stop
+    global _stopping
+    _stopping = True
 
 
 def _write(path: str, report: dict) -> None:
@@ -66,7 +68,7 @@ def send(dst: str, port: int, rate_mbps: float, on_s: float, off_s: float, size:
     periods += on
     due = t_start  # when the next datagram is owed
     try:
-        while True:
+        while not _stopping:
             now = time.monotonic()
             if now >= period_end:
                 on = not on
@@ -75,7 +77,7 @@ def send(dst: str, port: int, rate_mbps: float, on_s: float, off_s: float, size:
                 due = now
                 continue
             if not on:
-                time.sleep(min(period_end - now, 0.05))
+                time.sleep(min(period_end - now, POLL_S))
                 continue
             due = max(due, now - 10 * TICK_S)  # after a stall, no catching up beyond 10 ms
             while due <= now:
@@ -86,9 +88,7 @@ def send(dst: str, port: int, rate_mbps: float, on_s: float, off_s: float, size:
                 except OSError:
                     errors += 1  # a full buffer: the link is the limit, go on
                 due += gap_s
-            time.sleep(max(TICK_S, min(due, period_end) - time.monotonic()))
-    except _Stop:
-        pass
+            time.sleep(min(POLL_S, max(TICK_S, min(due, period_end) - time.monotonic())))
     finally:
         _write(report, {"role": "send", "packets": sent, "payload_bytes": sent_bytes,
                         "wire_bytes": sent_bytes + sent * HEADER_BYTES, "send_errors": errors,
@@ -100,15 +100,17 @@ def sink(bind: str, port: int, report: str) -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
     sock.bind((bind, port))
+    sock.settimeout(POLL_S)
     packets = payload = 0
     t_start = time.monotonic()
     try:
-        while True:
-            n = len(sock.recv(65536))
+        while not _stopping:
+            try:
+                n = len(sock.recv(65536))
+            except TimeoutError:
+                continue
             packets += 1
             payload += n
-    except _Stop:
-        pass
     finally:
         _write(report, {"role": "sink", "packets": packets, "payload_bytes": payload,
                         "seconds": time.monotonic() - t_start})
