@@ -18,7 +18,7 @@ APT_PACKAGES=(
     iputils-ping procps
     dataset-fashion-mnist
     build-essential python3-venv python3-dev pkg-config
-    libnetfilter-queue-dev clang libclang-rt-14-dev
+    libnetfilter-queue-dev clang libclang-rt-14-dev libbpf-dev
 )
 
 missing=()
@@ -57,8 +57,10 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "$want" > "$stamp"
 fi
 
-# The delay line's NFQUEUE helper (make rebuilds it only when its source changed).
+# The delay line's NFQUEUE helper and the Gilbert-Elliott loss program with its loader (make
+# rebuilds them only when their sources changed).
 make -s -C topologies/delay
+make -s -C topologies/geloss
 
 .venv/bin/python -c 'import torch, mininet.net, os_ken, pandas, seaborn, invoke' \
     || { echo "setup.sh: the virtual environment is incomplete; delete .venv and run ./setup.sh again" >&2; exit 1; }

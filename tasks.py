@@ -20,11 +20,14 @@ PROJECT = Path(__file__).resolve().parent
     "out": "results folder (default results/<preset>); the same folder resumes",
     "transports": "comma-separated schemes: slugs, optionally with options, e.g. "
                   "tcp-cubic,ltp,ltp+filler=zero",
-    "loss": "comma-separated random loss rates in percent, e.g. 0,1,5",
+    "loss": "comma-separated loss: uniform rates in percent or Gilbert-Elliott models, "
+            "e.g. 0,1,5,ge:5:4 (5 % in bursts of 4 packets on average)",
     "bandwidth": "comma-separated bottleneck rates in Mbit/s",
     "workers": "comma-separated numbers of workers, e.g. 8,16,32",
     "queue": "comma-separated bottleneck queue lengths in packets, e.g. 8,32,64",
     "delay": "comma-separated one-way delays in ms, added at every host's ingress",
+    "cross": "comma-separated background traffic through the bottleneck, e.g. "
+             "none,tcp:2,udp:1:rate=50,on=50ms,off=150ms,tcp:1+udp:1",
     "model": "model name (mlp, lenet5)",
     "iterations": "training iterations per run",
     "seeds": "comma-separated seeds",
@@ -34,8 +37,8 @@ PROJECT = Path(__file__).resolve().parent
     "max_train": "cap on each run's training time at the PS, in seconds",
 })
 def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=None, workers=None,
-              queue=None, delay=None, model=None, iterations=None, seeds=None, timeout=None,
-              target=None, stop_at_target=None, max_train=None):
+              queue=None, delay=None, cross=None, model=None, iterations=None, seeds=None,
+              timeout=None, target=None, stop_at_target=None, max_train=None):
     """Run a sweep of training runs over the emulated incast network and tabulate the results."""
     from harness import cli
 
@@ -43,7 +46,7 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
         from harness import presets, sweep
 
         plan = presets.get(preset or presets.DEFAULT_PRESET).override(
-            transports=cli.words(transports), loss_pcts=cli.numbers(loss, float, "--loss"),
+            transports=cli.words(transports), loss_pcts=cli.losses(loss), cross=cli.items(cross),
             bottleneck_mbps=cli.numbers(bandwidth, float, "--bandwidth"),
             delays_ms=cli.numbers(delay, float, "--delay"),
             seeds=cli.numbers(seeds, int, "--seeds"),

@@ -19,9 +19,21 @@ from harness.results import ResultsError
 from transports import registry
 
 BASELINE = "tcp-cubic"
-# Settings that can vary across a sweep besides scheme, loss and seed, with their labels.
+# Settings that can vary across a sweep besides scheme, loss rate and seed, with their labels.
+# ``loss_kind`` is derived: the loss model without its mean (uniform, or ge with its burst length).
 CONDITION_COLUMNS = {"bottleneck_mbps": "{:g} Mbit/s", "delay_ms": "+{:g} ms one way",
-                     "n_workers": "{:g} workers", "queue_pkts": "queue {:g}"}
+                     "n_workers": "{:g} workers", "queue_pkts": "queue {:g}",
+                     "loss_kind": "{} loss", "cross": "cross {}"}
+CONDITION_DEFAULTS = {"loss_kind": "uniform", "cross": "none"}
+
+
+def loss_kind(model_text: str) -> str:
+    """``ge:loss=5,burst=4`` -> ``ge burst=4``; ``uniform:5`` -> ``uniform``."""
+    kind, _, params = str(model_text).partition(":")
+    rest = [p for p in params.split(",") if p and not p.startswith("loss=")]
+    if kind in ("", "nan", "uniform"):
+        return "uniform"
+    return kind + (" " + ",".join(rest) if rest else "")
 # Per-run metrics divided by the iterations the run completed, for figures that compare runs of
 # different lengths.
 PER_ITERATION = ("retransmits", "queue_drops", "early_closes", "retx_avoided")
@@ -55,7 +67,8 @@ class Sweep:
     def cond_label(self, row) -> str:
         """The facet label of a row (or of a dict of condition values)."""
         parts = [CONDITION_COLUMNS[c].format(row[c]) for c in self.varying
-                 if c != "delay_ms" or row[c]]
+                 if not (c == "delay_ms" and not row[c])
+                 and not (c in CONDITION_DEFAULTS and row[c] == CONDITION_DEFAULTS[c])]
         return ", ".join(parts) or "all runs"
 
     def conditions(self) -> list[tuple]:
@@ -129,7 +142,13 @@ def load(folder: Path) -> Sweep:
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise ResultsError(f"a table in {folder} is not a CSV this harness wrote ({exc}).") \
             from None
-    needed = {"run_id", "status", "scheme", "loss_pct", "seed", "iters_per_s", *CONDITION_COLUMNS}
+    runs["loss_kind"] = (runs["loss_model"].map(loss_kind) if "loss_model" in runs
+                         else CONDITION_DEFAULTS["loss_kind"])
+    if "cross" not in runs:
+        runs["cross"] = CONDITION_DEFAULTS["cross"]
+    runs["cross"] = runs["cross"].fillna(CONDITION_DEFAULTS["cross"])
+    needed = {"run_id", "status", "scheme", "loss_pct", "seed", "iters_per_s",
+              *(set(CONDITION_COLUMNS) - set(CONDITION_DEFAULTS))}
     missing = sorted(needed - set(runs.columns))
     if missing:
         raise ResultsError(f"{runs_csv} lacks the column {missing[0]!r}; it was not written by "

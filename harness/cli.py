@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 from collections.abc import Iterator
 
@@ -16,6 +17,8 @@ from harness.results import ResultsError
 from harness.spec import SpecError
 from harness.sweep import SweepError
 from topologies.delay import DelayError
+from topologies.cross import CrossError
+from topologies.impair import LossModelError, Uniform, parse_loss
 from topologies.incast import TopologyError
 from topologies.network import TestbedError
 from topologies.ovs import OVSError
@@ -24,7 +27,7 @@ from transports.registry import UnknownTransport
 
 USER_ERRORS = (SpecError, UnknownPreset, UnknownTransport, OptionError, TopologyError,
                TestbedError, OVSError, SweepError, ResultsError, DatasetError, TransportError,
-               DelayError, BenchError)
+               DelayError, BenchError, LossModelError, CrossError)
 
 
 def require_root() -> None:
@@ -83,6 +86,35 @@ def number(text: str | None, kind=float, name: str = "value"):
         what = "a whole number" if kind is int else "a number"
         raise Exit(f"error: {name} must be {what}, not {text!r}.", code=2) from None
     return value
+
+
+def items(text: str | None) -> tuple[str, ...] | None:
+    """'0,ge:loss=5,burst=4,tcp:2' -> ('0', 'ge:loss=5,burst=4', 'tcp:2'): split on commas,
+    but a piece that is only ``name=value`` continues the item before it (the options of a loss
+    model or of cross traffic). None stays None."""
+    if text is None:
+        return None
+    out: list[str] = []
+    for piece in (p.strip() for p in str(text).split(",")):
+        if not piece:
+            continue
+        if out and re.fullmatch(r"[A-Za-z_]\w*=[^:]*", piece) and ":" in out[-1]:
+            out[-1] += "," + piece
+        else:
+            out.append(piece)
+    return tuple(out)
+
+
+def losses(text: str | None) -> tuple | None:
+    """'0,1,ge:5:4' -> (0.0, 1.0, 'ge:loss=5,burst=4'): uniform rates as numbers, other loss
+    models as their canonical text; a bad item raises :class:`LossModelError` with a sentence."""
+    if text is None:
+        return None
+    out = []
+    for item in items(text):
+        model = parse_loss(item)
+        out.append(model.loss_pct if isinstance(model, Uniform) else model.text())
+    return tuple(out)
 
 
 def words(text: str | None) -> tuple[str, ...] | None:

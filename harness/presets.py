@@ -1,6 +1,7 @@
 """Named sweeps: frozen grids of run specs that a user starts by name.
 
-A :class:`Plan` is a grid (transports x loss rates x bottleneck rates x seeds) over a base
+A :class:`Plan` is a grid (transports x loss x bottleneck rates x delays x cross traffic x
+seeds) over a base
 :class:`~harness.spec.RunSpec` that fixes everything else. Any dimension can be overridden from
 the command line (``invoke run-sweep --preset smoke --loss 0,5 --iterations 20``) through
 :meth:`Plan.override`.
@@ -42,7 +43,8 @@ class UnknownPreset(KeyError):
 # Grid dimensions of a plan and the run parameter each one sets (transports set two).
 GRID: dict[str, str] = {
     "transports": "transport", "loss_pcts": "loss_pct", "bottleneck_mbps": "bottleneck_mbps",
-    "delays_ms": "delay_ms", "workers": "n_workers", "queues": "queue_pkts", "seeds": "seed",
+    "delays_ms": "delay_ms", "workers": "n_workers", "queues": "queue_pkts", "cross": "cross",
+    "seeds": "seed",
 }
 
 
@@ -52,7 +54,9 @@ class Plan:
 
     name: str
     transports: tuple[str, ...]
-    loss_pcts: tuple[float, ...]
+    loss_pcts: tuple[float | str, ...]
+    """Uniform loss rates in percent, or loss models as text (``ge:5:4``;
+    :func:`topologies.impair.parse_loss`)."""
     bottleneck_mbps: tuple[float, ...]
     seeds: tuple[int, ...]
     base: RunSpec
@@ -60,6 +64,8 @@ class Plan:
     delays_ms: tuple[float, ...] = (0.0,)
     workers: tuple[int, ...] = (8,)
     queues: tuple[int, ...] = (64,)
+    cross: tuple[str, ...] = ("none",)
+    """Background traffic through the bottleneck, as text (``tcp:2``; :mod:`topologies.cross`)."""
     plugins: tuple[str, ...] = ()   # transport plugin files (from the project folder) it uses
 
     def specs(self) -> list[RunSpec]:
@@ -71,14 +77,19 @@ class Plan:
         if self.plugins:
             registry.use_plugins([PROJECT / p for p in self.plugins])
         out = []
-        for scheme, loss, bw, delay, n, queue, seed in itertools.product(
+        for scheme, loss, bw, delay, n, queue, cross, seed in itertools.product(
                 self.transports, self.loss_pcts, self.bottleneck_mbps, self.delays_ms,
-                self.workers, self.queues, self.seeds):
+                self.workers, self.queues, self.cross, self.seeds):
             slug, options = parse_scheme(scheme)
+            if isinstance(loss, str):  # a loss model's text; RunSpec derives loss_pct from it
+                loss_fields = {"loss_model": loss}
+            else:
+                loss_fields = {"loss_pct": loss, "loss_model": ""}
             out.append(self.base.replace(transport=slug,
                                          transport_options={**self.base.options(), **options},
-                                         loss_pct=loss, bottleneck_mbps=bw, delay_ms=delay,
-                                         n_workers=n, queue_pkts=queue, seed=seed))
+                                         bottleneck_mbps=bw, delay_ms=delay, n_workers=n,
+                                         queue_pkts=queue, cross=cross, seed=seed,
+                                         **loss_fields))
         return out
 
     def dimensions(self) -> dict[str, tuple]:

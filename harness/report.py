@@ -24,6 +24,11 @@ FIGURES = (("throughput", "training throughput and ratio to tcp-cubic vs loss"),
            ("bounds", "where the median iteration goes, and the iteration over its floor"))
 
 
+def _fmt(value) -> str:
+    """A condition value as text: numbers without trailing zeros, text as it is."""
+    return f"{value:g}" if isinstance(value, (int, float)) else str(value)
+
+
 def _cells(sw: Sweep):
     """(condition, loss, frame of that cell's runs across schemes), in order."""
     for cond in sw.conditions():
@@ -76,7 +81,7 @@ def _headline(sw: Sweep) -> list[str]:
             tta_text = tta.fmt(".0f") + (f" ({missed} of {len(mine)} not reached)" if missed else "")
             speed = stats.ratio_ci(mine.iters_per_s, base)
             lines.append("| " + " | ".join(
-                [f"{v:g}" for v in cond] + [f"{loss:g}", sw.names[scheme], str(len(mine)),
+                [_fmt(v) for v in cond] + [f"{loss:g}", sw.names[scheme], str(len(mine)),
                  sw.estimate(d, scheme, "iters_per_s").fmt(),
                  speed.fmt(".2f", "x") if speed.n else "-",
                  f"{mine.iter_p50_s.median():.3f}", f"{mine.iter_p99_s.median():.3f}",
@@ -214,7 +219,7 @@ def _regimes(sw: Sweep) -> list[str]:
                         for s in ("ltp", "ltp-reliable", "plot", tcp) if s in set(d.scheme)}
                 _, sentence = stats.best(ests)
                 cpu = d.cpu_busy_frac.median()
-                lines.append(f"- {setting} {value:g}, {loss:g} % loss: {sentence} "
+                lines.append(f"- {setting} {_fmt(value)}, {loss:g} % loss: {sentence} "
                              f"(CPU busy {cpu:.0%})")
         lines.append("")
     return lines

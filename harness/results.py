@@ -51,6 +51,10 @@ RUNS_COLUMNS = (
     Column("worker_link_mbps", "Mbit/s", "rate of each worker link"),
     Column("queue_pkts", "packets", "pfifo length on the switch port toward the PS"),
     Column("loss_pct", "%", "configured random loss per packet at each receiving host's ingress"),
+    Column("loss_model", "", "loss model as text: uniform:<loss_pct>, or Gilbert-Elliott "
+                             "(ge:loss=5,burst=4, ...; loss_pct is then its mean loss)"),
+    Column("cross", "", "background traffic through the bottleneck (none, tcp:2, "
+                        "udp:1:rate=50,on=50ms,off=150ms, ...)"),
     Column("delay_ms", "ms", "configured one-way delay added at each receiving host's ingress"),
     Column("rtt_ms", "ms", "measured round-trip time w1 -> ps1 on the idle network before the run "
                           "(median of 5 pings timed in user space)"),
@@ -109,11 +113,16 @@ RUNS_COLUMNS = (
                                       "(nftables counters)"),
     Column("arrived_packets", "packets", "IPv4 packets that arrived at all hosts' ingress"),
     Column("random_drops", "packets", "packets dropped by the random-loss rules"),
+    Column("loss_bursts", "bursts", "runs of consecutive random drops at one host's ingress "
+                                    "(Gilbert-Elliott loss only; empty under uniform loss)"),
+    Column("mean_burst_pkts", "packets", "measured mean burst length: random drops / loss_bursts"),
     Column("queue_drops", "packets", "bottleneck drops: packets the switch received from workers "
                                      "minus packets the PS queue sent"),
     Column("queue_drops_tc", "packets", "drops the bottleneck pfifo itself counted (undercounts "
                                         "under userspace OVS)"),
     Column("bottleneck_tx_bytes", "bytes", "bytes the switch sent toward the PS"),
+    Column("cross_tx_bytes", "bytes", "bytes the cross-traffic hosts sent into the switch "
+                                      "(their ports' receive counters; 0 without cross traffic)"),
     Column("bottleneck_util_frac", "fraction", "bits the switch sent toward the PS while the PS "
                                                "trained / (bottleneck rate x time), from the "
                                                "controller's port statistics"),

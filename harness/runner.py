@@ -1,11 +1,13 @@
 """One run on a live testbed, in three steps: prepare, launch, collect.
 
-- :func:`prepare` writes the run's spec, sets the network's impairments and every host's transport
-  settings for this run, measures the idle RTT and reads the counters;
+- :func:`prepare` writes the run's spec, sets the network's impairments (loss model, delay) and
+  every training host's transport settings for this run, and measures the idle RTT;
 - :func:`launched` starts the PS and worker processes (or a benchmark's) and kills every one of
-  them by process group when its block ends; :func:`wait` waits for them with a deadline;
-- :func:`collect` reads the counters again, writes the run's derived files and returns its rows
-  (:mod:`harness.metrics` computes them from the raw records).
+  them by process group when its block ends; :func:`wait` waits for them with a deadline; the
+  run's cross traffic (:mod:`topologies.cross`) runs around them, between the two counter
+  snapshots;
+- :func:`collect` writes the run's derived files from the two snapshots and the raw records and
+  returns its rows (:mod:`harness.metrics` computes them).
 
 :func:`execute` chains the three and never raises for a failed run: a run that times out or
 crashes comes back as a row with ``status`` ``timeout`` or ``crash`` and the reason. It does raise
@@ -31,7 +33,10 @@ from harness import metrics
 from harness.runfiles import RunFiles, read_jsonl
 from harness.spec import RunSpec
 from harness.zygote import Zygote
-from topologies.incast import PS_NAME, PS_PORT, SUBNET, worker_name, worker_port
+from topologies.counters import Snapshot
+from topologies.cross import CrossSpec, CrossTraffic
+from topologies.impair import Impairment
+from topologies.incast import PS_NAME, PS_PORT, SUBNET, intf, worker_name
 from topologies.network import Testbed
 from transports.base import Transport
 
@@ -132,10 +137,11 @@ def spawn_forked(testbed: Testbed, zygote: Zygote) -> Spawn:
 
 
 def apply_host_settings(testbed: Testbed, transport: Transport) -> None:
-    """Reset every host's route, then run the transport's own per-host commands (e.g. rto_min)."""
+    """Reset every host's route, then run the transport's own commands (e.g. rto_min) on the PS
+    and the workers (cross-traffic hosts keep the kernel's defaults)."""
     testbed.reset_routes()
-    for host in testbed.host_names():
-        for command in transport.host_commands(f"{host}-eth0", SUBNET):
+    for host in [PS_NAME] + testbed.params.worker_names:
+        for command in transport.host_commands(intf(host), SUBNET):
             testbed.host_run(host, "sh", "-c", command)
 
 
@@ -148,12 +154,16 @@ class Prepared:
     transport: Transport
     started_at: str
     rtt_ms: float
-    before: dict
     t_begin: float
 
 
-def prepare(testbed: Testbed, spec: RunSpec, run_dir: Path) -> Prepared:
-    """Write the spec, configure the network and the hosts for ``spec``, read the counters."""
+def prepare(testbed: Testbed, spec: RunSpec, run_dir: Path,
+            impairment: Impairment | None = None) -> Prepared:
+    """Write the spec, configure the network and the hosts for ``spec``, measure the idle RTT.
+
+    The spec's loss model (seeded with its seed) and delay apply at every host unless
+    ``impairment`` replaces them.
+    """
     from transports import registry
 
     t_begin = time.monotonic()
@@ -162,12 +172,11 @@ def prepare(testbed: Testbed, spec: RunSpec, run_dir: Path) -> Prepared:
     files.spec.write_text(spec.to_json())
     transport = registry.create(spec.transport, spec.options())
     started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    testbed.set_loss(spec.loss_pct)
-    testbed.set_delay(spec.delay_ms)
+    testbed.configure(impairment or Impairment(spec.loss_text, spec.delay_ms, seed=spec.seed))
     apply_host_settings(testbed, transport)
     rtt_ms = testbed.rtt_ms(worker_name(0))
     testbed.controller_errors()  # only what this run causes counts
-    return Prepared(spec, files, transport, started_at, rtt_ms, testbed.snapshot(), t_begin)
+    return Prepared(spec, files, transport, started_at, rtt_ms, t_begin)
 
 
 def node_commands(spec: RunSpec, files: RunFiles) -> dict[str, tuple[str, list[str], Path]]:
@@ -180,27 +189,9 @@ def node_commands(spec: RunSpec, files: RunFiles) -> dict[str, tuple[str, list[s
     return out
 
 
-def counter_deltas(before: dict, after: dict, n_workers: int) -> dict:
+def counter_deltas(before: Snapshot, after: Snapshot) -> dict:
     """Loss, queue and byte figures of a run from two :meth:`Testbed.snapshot` results."""
-    arrived = sum(after["impair"][h]["arrived"] - before["impair"][h]["arrived"]
-                  for h in after["impair"])
-    dropped = sum(after["impair"][h]["dropped"] - before["impair"][h]["dropped"]
-                  for h in after["impair"])
-    from_workers = sum(after["ports"][worker_port(r)]["rx_packets"]
-                       - before["ports"][worker_port(r)]["rx_packets"] for r in range(n_workers))
-    queue_sent = after["bottleneck"]["sent_packets"] - before["bottleneck"]["sent_packets"]
-    retrans = sum(after["tcp"][h].get("TcpRetransSegs", 0) - before["tcp"][h].get("TcpRetransSegs", 0)
-                  for h in after["tcp"])
-    return {
-        "arrived_packets": arrived,
-        "random_drops": dropped,
-        "measured_loss_pct": 100.0 * dropped / arrived if arrived else 0.0,
-        "queue_drops": max(0, from_workers - queue_sent),
-        "queue_drops_tc": after["bottleneck"]["drops"] - before["bottleneck"]["drops"],
-        "bottleneck_tx_bytes": after["ports"][PS_PORT]["tx_bytes"]
-        - before["ports"][PS_PORT]["tx_bytes"],
-        "tcp_retransmits": retrans,
-    }
+    return after.delta(before).as_dict()
 
 
 def utilisation(stats: list[dict], port: int, rate_mbps: float) -> float | None:
@@ -233,23 +224,23 @@ def host_iterations_table(files: RunFiles, spec: RunSpec) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def collect(testbed: Testbed, prep: Prepared, status: str, reason: str, wall_s: float,
-            sweep: str) -> tuple[dict, list[dict], list[dict]]:
-    """Read the counters, write the run's derived files; return its runs, curves, iterations rows."""
+def collect(testbed: Testbed, prep: Prepared, before: Snapshot, after: Snapshot, status: str,
+            reason: str, wall_s: float, sweep: str) -> tuple[dict, list[dict], list[dict]]:
+    """Write the run's derived files; return its runs, curves and iterations rows."""
     spec, files = prep.spec, prep.files
-    after = testbed.snapshot()
     errors = testbed.controller_errors()
     if errors and status == "ok":
         status, reason = "crash", f"controller: {errors[0][:300]}"
-    files.counters.write_text(json.dumps({"before": prep.before, "after": after}, indent=1))
-    stats = testbed.port_stats_between(prep.before["t"], after["t"])
+    deltas = counter_deltas(before, after)
+    files.counters.write_text(json.dumps(
+        {"before": before.to_dict(), "after": after.to_dict(), "delta": deltas}, indent=1))
+    stats = testbed.port_stats_between(before.t, after.t)
     with open(files.port_stats, "w") as f:
         for rec in stats:
             f.write(json.dumps(rec) + "\n")
     host_iterations_table(files, spec).to_csv(files.host_iterations, index=False)
 
     measured, curves, iterations = metrics.summarize(spec, files)
-    deltas = counter_deltas(prep.before, after, spec.n_workers)
     measured["retransmits"] += deltas.pop("tcp_retransmits")
     ps = files.host_summary(PS_NAME)
     training = ([r for r in stats if ps.train_start_time <= r["t"] <= ps.train_end_time]
@@ -261,7 +252,8 @@ def collect(testbed: Testbed, prep: Prepared, status: str, reason: str, wall_s: 
         "transport_options": prep.transport.options(),
         "n_workers": spec.n_workers, "bottleneck_mbps": spec.bottleneck_mbps,
         "worker_link_mbps": spec.network.worker_mbps, "queue_pkts": spec.queue_pkts,
-        "loss_pct": spec.loss_pct, "delay_ms": spec.delay_ms, "rtt_ms": prep.rtt_ms,
+        "loss_pct": spec.loss_pct, "loss_model": spec.loss_text, "delay_ms": spec.delay_ms,
+        "cross": spec.cross, "rtt_ms": prep.rtt_ms,
         "model": spec.model, "dataset": spec.dataset,
         "iterations": spec.iterations, "batch_size": spec.batch_size, "lr": spec.lr,
         "eval_every": spec.eval_every, "seed": spec.seed, "stop_at_target": spec.stop_at_target,
@@ -277,10 +269,19 @@ def collect(testbed: Testbed, prep: Prepared, status: str, reason: str, wall_s: 
 
 
 def execute(testbed: Testbed, spec: RunSpec, run_dir: Path, sweep: str,
-            spawn: Spawn | None = None) -> tuple[dict, list[dict], list[dict]]:
-    """Run ``spec`` on ``testbed``; return its rows for runs.csv, curves.csv and iterations.csv."""
-    prep = prepare(testbed, spec, run_dir)
-    t0 = time.monotonic()
-    with launched(spawn or spawn_plain(testbed), node_commands(spec, prep.files)) as procs:
-        status, reason = wait(procs, t0 + spec.timeout_s)
-    return collect(testbed, prep, status, reason, time.monotonic() - t0, sweep)
+            spawn: Spawn | None = None, *, impairment: Impairment | None = None,
+            cross: CrossSpec | str | None = None) -> tuple[dict, list[dict], list[dict]]:
+    """Run ``spec`` on ``testbed``; return its rows for runs.csv, curves.csv and iterations.csv.
+
+    ``impairment`` replaces the spec's loss model and delay; ``cross`` its cross traffic, which
+    runs through the bottleneck for the whole run (reports in ``raw/cross/``).
+    """
+    prep = prepare(testbed, spec, run_dir, impairment)
+    with CrossTraffic(testbed, cross or spec.cross, prep.files.raw / "cross", seed=spec.seed):
+        before = testbed.snapshot()
+        t0 = time.monotonic()
+        with launched(spawn or spawn_plain(testbed), node_commands(spec, prep.files)) as procs:
+            status, reason = wait(procs, t0 + spec.timeout_s)
+        wall_s = time.monotonic() - t0
+        after = testbed.snapshot()
+    return collect(testbed, prep, before, after, status, reason, wall_s, sweep)

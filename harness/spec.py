@@ -14,7 +14,9 @@ import json
 from typing import Any
 
 from harness import datasets, models
+from topologies.cross import CrossError, parse_cross
 from topologies.delay import DelayError, check_delay
+from topologies.impair import LossModelError, Uniform, parse_loss
 from topologies.incast import IncastParams, TopologyError, check_params
 from transports import registry
 from transports.base import OptionError
@@ -73,6 +75,15 @@ class RunSpec:
     target_accuracy: float | None = None   # None: the model's own (models.TARGET_ACCURACY)
     stop_at_target: bool = False
     max_train_s: float | None = None       # cap on the PS's training time; None: no cap
+    loss_model: str = ""
+    """A loss model's text (``ge:loss=5,burst=4``); empty: uniform loss at ``loss_pct``. With a
+    model, ``loss_pct`` is its mean loss."""
+    cross: str = "none"
+    """Background traffic through the bottleneck (``tcp:2``, ...; :mod:`topologies.cross`)."""
+
+    # Fields left out of the JSON (and so of the run id) while they hold these values, so the
+    # ids of runs written before the fields existed stay the same.
+    _QUIET_DEFAULTS = {"loss_model": "", "cross": "none"}
 
     def __post_init__(self) -> None:
         # Options may come in as a dict; store them sorted so equal specs hash equal.
@@ -91,6 +102,18 @@ class RunSpec:
             value = getattr(self, name)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 object.__setattr__(self, name, float(value))
+        try:
+            if self.loss_model:
+                model = parse_loss(self.loss_model)
+                if isinstance(model, Uniform):
+                    object.__setattr__(self, "loss_pct", model.loss_pct)
+                    object.__setattr__(self, "loss_model", "")
+                else:
+                    object.__setattr__(self, "loss_pct", round(model.mean_loss_pct, 6))
+                    object.__setattr__(self, "loss_model", model.text())
+            object.__setattr__(self, "cross", parse_cross(self.cross).text())
+        except (LossModelError, CrossError) as exc:
+            raise SpecError(str(exc)) from None
         self._validate()
 
     def _validate(self) -> None:
@@ -132,12 +155,23 @@ class RunSpec:
     def network(self) -> IncastParams:
         """The topology this run needs (loss included)."""
         return IncastParams(self.n_workers, self.bottleneck_mbps, self.worker_link_mbps,
-                            self.queue_pkts, self.loss_pct)
+                            self.queue_pkts, self.loss_pct, self.n_cross)
+
+    @property
+    def n_cross(self) -> int:
+        """How many cross-traffic hosts this run's network needs."""
+        return parse_cross(self.cross).n_hosts
 
     @property
     def network_key(self) -> tuple:
         """What a network must match to be reused for this run (all but loss and delay)."""
-        return (self.n_workers, self.bottleneck_mbps, self.worker_link_mbps, self.queue_pkts)
+        return (self.n_workers, self.bottleneck_mbps, self.worker_link_mbps, self.queue_pkts,
+                self.n_cross)
+
+    @property
+    def loss_text(self) -> str:
+        """The loss model as text: the model's, or ``uniform:<loss_pct>``."""
+        return self.loss_model or Uniform(self.loss_pct).text()
 
     def options(self) -> dict[str, Any]:
         """The transport options as a dict."""
@@ -152,6 +186,9 @@ class RunSpec:
         """All fields, JSON-ready (options as a dict)."""
         d = dataclasses.asdict(self)
         d["transport_options"] = self.options()
+        for name, quiet in self._QUIET_DEFAULTS.items():
+            if d[name] == quiet:
+                del d[name]
         return d
 
     def to_json(self) -> str:
@@ -168,8 +205,10 @@ class RunSpec:
         """A readable, unique id: transport, loss, bandwidth, seed and a digest of everything."""
         digest = hashlib.sha256(self.to_json().encode()).hexdigest()[:8]
         delay = f"_d{self.delay_ms:g}" if self.delay_ms else ""
-        return (f"{self.transport}_loss{self.loss_pct:g}_bw{self.bottleneck_mbps:g}{delay}"
-                f"_s{self.seed}_{digest}")
+        ge = "ge" if self.loss_model else ""
+        cross = "_cross" if self.cross != "none" else ""
+        return (f"{self.transport}_loss{ge}{self.loss_pct:g}_bw{self.bottleneck_mbps:g}{delay}"
+                f"{cross}_s{self.seed}_{digest}")
 
     def replace(self, **changes: Any) -> RunSpec:
         """A copy with some fields changed (validated again)."""

@@ -84,7 +84,8 @@ def check_folder(folder: Path) -> None:
 
 def _network_dir(spec: RunSpec) -> str:
     wl = "" if spec.worker_link_mbps is None else f"_wl{spec.worker_link_mbps:g}"
-    return f"n{spec.n_workers}_bw{spec.bottleneck_mbps:g}{wl}_q{spec.queue_pkts}"
+    cross = f"_x{spec.n_cross}" if spec.n_cross else ""
+    return f"n{spec.n_workers}_bw{spec.bottleneck_mbps:g}{wl}_q{spec.queue_pkts}{cross}"
 
 
 def _write_manifest(plan: Plan, specs: list[RunSpec], folder: Path) -> None:
@@ -154,8 +155,10 @@ def run_plan(plan: Plan, folder: Path, progress: Callable[[str], None] = print) 
                 for table in ("curves.csv", "iterations.csv"):
                     results.drop_rows(folder / table, spec.run_id)
                 delay = f" delay {spec.delay_ms:g} ms" if spec.delay_ms else ""
-                progress(f"[{finished + 1}/{len(todo)}] {spec.scheme} loss {spec.loss_pct:g}% "
-                         f"bw {spec.bottleneck_mbps:g} Mbit/s{delay} seed {spec.seed} ...")
+                cross = f" cross {spec.cross}" if spec.cross != "none" else ""
+                loss = spec.loss_model or f"{spec.loss_pct:g}%"
+                progress(f"[{finished + 1}/{len(todo)}] {spec.scheme} loss {loss} "
+                         f"bw {spec.bottleneck_mbps:g} Mbit/s{delay}{cross} seed {spec.seed} ...")
                 t0 = time.monotonic()
                 row, curves, iterations = execute(testbed, spec, run_dir, plan.name, spawn)
                 training += time.monotonic() - t0 - row["overhead_s"]

@@ -31,6 +31,7 @@ import traceback
 from pathlib import Path
 
 from topologies.ledger import ProcessRef
+from topologies.process import HostProcess
 
 CLONE_NEWNET = 0x40000000
 READY_S = 60.0
@@ -122,34 +123,6 @@ def serve(path: str) -> None:
             conn.sendall((json.dumps({"pid": pid}) + "\n").encode())
 
 
-class ChildProcess:
-    """A process the zygote started; the same interface as a testbed's host process."""
-
-    def __init__(self, host: str, pid: int, log_path: Path, status_path: Path, ledger) -> None:
-        self.host = host
-        self.ledger = ledger
-        self.ref = ProcessRef.of(pid)
-        self.log_path = log_path
-        self.status_path = status_path
-
-    def poll(self) -> int | None:
-        """The exit code, -1 if it died without one, None while it runs."""
-        if self.status_path.exists():
-            text = self.status_path.read_text().strip()
-            if text:
-                return int(text)
-        if self.ref.alive():
-            return None
-        # It may have written its status between the two checks.
-        text = self.status_path.read_text().strip() if self.status_path.exists() else ""
-        return int(text) if text else -1
-
-    def kill(self) -> None:
-        """Kill its process group (a no-op once it exited) and drop it from the ledger."""
-        self.ref.kill_group()
-        self.ledger.remove_process("groups", self.ref)
-
-
 class Zygote:
     """Client and owner of one fork server; a context manager that stops it on exit."""
 
@@ -193,7 +166,7 @@ class Zygote:
             self.sock_path.unlink()
 
     def spawn(self, host: str, netns_pid: int, module: str, args: list[str],
-              log_path: Path) -> ChildProcess:
+              log_path: Path) -> HostProcess:
         """Start ``python -m module args`` inside the namespace of process ``netns_pid``."""
         log_path.parent.mkdir(parents=True, exist_ok=True)
         status = log_path.with_suffix(".exit")
@@ -208,9 +181,7 @@ class Zygote:
                 reply = json.loads(s.makefile().readline())
             except (OSError, ValueError) as exc:
                 raise ZygoteError(f"the fork server did not answer ({exc}).") from exc
-        child = ChildProcess(host, reply["pid"], log_path, status, self.ledger)
-        self.ledger.add_process("groups", child.ref)
-        return child
+        return HostProcess(host, log_path, self.ledger, pid=reply["pid"], status_path=status)
 
 
 if __name__ == "__main__":

@@ -60,6 +60,8 @@ import math
 import time
 from pathlib import Path
 
+from topologies.incast import intf
+
 DELAY_DIR = Path(__file__).resolve().parent / "delay"
 BINARY = DELAY_DIR / "build" / "nfq-delay"
 MAX_DELAY_MS = 1000.0
@@ -109,11 +111,6 @@ def helper_argv(delay_ms: float, queue_num: int = QUEUE_NUM,
     return argv + (["--rt-priority", str(rt_priority)] if rt_priority else [])
 
 
-def intf_of(host: str) -> str:
-    """The host's one interface (Mininet's naming)."""
-    return f"{host}-eth0"
-
-
 def rule_args(intf: str, queue_num: int = QUEUE_NUM, action: str = "-A") -> list[str]:
     """The iptables command that adds (``-A``), checks (``-C``) or deletes (``-D``) the rule
     sending IPv4 packets arriving on ``intf`` to ``queue_num``."""
@@ -155,14 +152,20 @@ class DelayLine:
         self.ready_s = ready_s
         self.counters: dict[str, dict | None] = {}
         """Per host, the counters its helper printed when last stopped."""
-        self._delay_ms = 0.0
+        self._delays: dict[str, float] = {}  # host -> one-way delay applied there
         self._procs: dict[str, tuple[object, int]] = {}  # host -> (HostProcess, log offset)
         self._rules: list[str] = []  # hosts whose rule is installed
 
     @property
     def delay_ms(self) -> float:
-        """The one-way delay now applied at every host's ingress (0 when off)."""
-        return self._delay_ms
+        """The largest one-way delay now applied at any host's ingress (0 when off); with one
+        value for every host, that value."""
+        return max(self._delays.values(), default=0.0)
+
+    @property
+    def delays_ms(self) -> dict[str, float]:
+        """The one-way delay now applied at each host's ingress (hosts without one: absent)."""
+        return {h: d for h, d in self._delays.items() if d}
 
     def log_path(self, host: str) -> Path:
         """Where the helper on ``host`` writes (appended to across restarts)."""
@@ -170,50 +173,63 @@ class DelayLine:
 
     def set(self, delay_ms: float) -> None:
         """Delay every packet by ``delay_ms`` at its receiving host's ingress (0 turns it off)."""
-        delay_ms = check_delay(delay_ms)
-        running = self._procs and all(p.poll() is None for p, _ in self._procs.values())
-        if delay_ms == self._delay_ms and (delay_ms == 0 or running):
+        self.set_hosts({host: delay_ms for host in self.testbed.host_names()})
+
+    def set_hosts(self, delays_ms: dict[str, float]) -> None:
+        """Delay packets arriving at each named host by its value (0 turns it off there);
+        hosts not named keep theirs. If any named host changes (or its helper died), the
+        helpers of all named hosts restart."""
+        delays = {host: check_delay(d) for host, d in delays_ms.items()}
+        running = {h: h in self._procs and self._procs[h][0].poll() is None for h in delays}
+        if all(d == self._delays.get(h, 0.0) and (d == 0 or running[h])
+               for h, d in delays.items()):
             return  # unchanged and healthy; a helper that died is restarted below
         # Checked before anything stops, so a bad setting leaves the running delay as it was.
-        argv = helper_argv(delay_ms, self.queue_num, self.rt_priority) if delay_ms else None
-        self.stop()
-        if argv is None:
+        argvs = {h: helper_argv(d, self.queue_num, self.rt_priority) for h, d in delays.items()
+                 if d}
+        self.stop(list(delays))
+        if not argvs:
             return
         try:
-            for host in self.testbed.host_names():
+            started = []
+            for host, argv in argvs.items():
                 log = self.log_path(host)
                 offset = log.stat().st_size if log.exists() else 0
                 proc = self.testbed.start_process(host, argv, log)
                 self._procs[host] = (proc, offset)
-            for host in self._procs:
+                started.append(host)
+            for host in started:
                 self._wait_ready(host)
-            for host in self._procs:
-                self.testbed.host_run(host, *rule_args(intf_of(host), self.queue_num, "-A"))
+            for host in started:
+                self.testbed.host_run(host, *rule_args(intf(host), self.queue_num, "-A"))
                 self._rules.append(host)
         except BaseException:
             with contextlib.suppress(Exception):
-                self.stop()
+                self.stop(list(delays))
             raise
-        self._delay_ms = delay_ms
+        self._delays.update(delays)
 
-    def stop(self) -> None:
-        """Remove every rule, then stop every helper; safe to call again. Raise
-        :class:`DelayError` afterwards if a rule could not be removed."""
+    def stop(self, hosts: list[str] | None = None) -> None:
+        """Remove the rules of ``hosts`` (default: all), then stop their helpers; safe to call
+        again. Raise :class:`DelayError` afterwards if a rule could not be removed."""
+        chosen = set(self._delays) | set(self._procs) | set(self._rules) if hosts is None \
+            else set(hosts)
         failed = []
         try:
-            while self._rules:
-                host = self._rules.pop()
+            for host in [h for h in reversed(self._rules) if h in chosen]:
+                self._rules.remove(host)
                 try:
-                    self.testbed.host_run(host, *rule_args(intf_of(host), self.queue_num, "-D"))
+                    self.testbed.host_run(host, *rule_args(intf(host), self.queue_num, "-D"))
                 except Exception as exc:  # noqa: BLE001 (the helpers must still be stopped)
                     failed.append(f"{host}: {exc}")
         finally:
-            while self._procs:
-                host, (proc, offset) = self._procs.popitem()
+            for host in [h for h in reversed(list(self._procs)) if h in chosen]:
+                proc, offset = self._procs.pop(host)
                 proc.kill()
                 with contextlib.suppress(OSError):
                     self.counters[host] = parse_counters(_tail(self.log_path(host), offset))
-            self._delay_ms = 0.0
+            for host in chosen:
+                self._delays.pop(host, None)
         if failed:
             raise DelayError(f"could not remove the delay rule on {'; '.join(failed)}.")
 

@@ -1,26 +1,272 @@
-"""Random loss at each host's ingress, inside the host's own network namespace (nftables).
+"""Loss at each host's ingress, inside the host's own network namespace: the loss models, their
+text form, and the rules and programs that apply them.
 
 There is no netem on this kernel, and dropping on the switch side does nothing with userspace
-Open vSwitch, so loss is applied where a packet is received: a ``netdev`` table hooked on the
-host interface's ingress drops each IPv4 packet independently with probability ``loss_pct / 100``
-(``numgen random``, resolution 1e-6). Named counters record every IPv4 packet that arrived and
-every packet dropped, so the measured loss comes from counters, not from the configuration.
-The same rules work unchanged on kernels that do have netem.
+Open vSwitch, so loss is applied where a packet is received. A ``netdev`` nftables table hooked
+on the host interface's ingress counts every IPv4 packet that arrives (``arrived``) and every
+packet it drops (``dropped``), so measured loss always comes from counters, not from the
+configuration. Two loss models:
+
+**Uniform** (``uniform:5``, or plain ``5``): each IPv4 packet is dropped independently with
+probability ``loss_pct / 100`` by the nftables rule itself (``numgen random``, resolution 1e-6;
+the kernel's generator, which cannot be seeded).
+
+**Gilbert-Elliott** (``ge:5:4``, ``ge:loss=5,burst=4``, or the full
+``ge:p_gb=1.32,p_bg=25,loss_good=0,loss_bad=100``): a two-state Markov chain, good and bad,
+stepped once per IPv4 packet at the host's ingress. A packet is dropped with probability
+``loss_good`` in the good state and ``loss_bad`` in the bad state, and then the chain moves
+good -> bad with probability ``p_gb`` or bad -> good with ``p_bg`` (all in percent in the text
+form). The user-facing form gives a mean loss rate and a mean burst length (consecutive drops):
+it is Gilbert's special case, ``loss_good = 0`` and ``loss_bad = 100``, so every stay in the bad
+state is one burst: ``p_bg = 1 / burst`` and ``p_gb = p_bg * loss / (1 - loss)``, which makes the
+stationary share of bad packets, the mean loss, equal to ``loss``.
+
+The chain runs as an eBPF program at the interface's tc ingress (``topologies/geloss/``: a
+cls_bpf direct-action filter under a clsact qdisc, loaded and configured by the ``ge-loss``
+helper). It does not drop; it marks the packets to drop (``skb->mark``), and the same nftables
+table, which the kernel runs right after tc ingress, counts them as arrived, drops the marked
+ones and counts them as dropped: the measured loss means exactly what it means under uniform
+loss. The program also counts runs of consecutive drops (``bursts``), so every run's mean burst
+length is measured (``dropped / bursts``). Its random numbers (splitmix64) are seeded: one seed,
+one sequence of decisions per host for one sequence of packets. Why eBPF, with the
+measurements: ``docs/architecture.md`` (Loss).
+
+Both work unchanged on kernels that have netem.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
+import re
+from pathlib import Path
+
+from topologies.delay import check_delay
 
 TABLE = "ltp_impair"
 RESOLUTION = 1_000_000
+GE_DIR = Path(__file__).resolve().parent / "geloss"
+GE_BINARY = GE_DIR / "build" / "ge-loss"
+MAX_LOSS_PCT = 50.0
 
 
-def ruleset(intf: str, loss_pct: float) -> str:
-    """An nft script that (re)creates the impairment table for ``intf`` atomically."""
-    threshold = round(loss_pct / 100 * RESOLUTION)
-    drop = (f'        meta protocol ip numgen random mod {RESOLUTION} < {threshold} '
-            f'counter name "dropped" drop\n') if threshold > 0 else ""
+class LossModelError(ValueError):
+    """A loss model's text or parameters are invalid."""
+
+
+def _ge_mark() -> int:
+    """The packet mark the eBPF program sets, read from its header (C owns the value)."""
+    text = (GE_DIR / "ge_chain.h").read_text()
+    return int(re.search(r"#define GE_MARK (0x[0-9a-fA-F]+)u", text).group(1), 16)
+
+
+GE_MARK = _ge_mark()
+
+
+def _check_pct(name: str, value: float, high: float = 100.0, *, below: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise LossModelError(f"{name} must be a number of percent, not {value!r}.")
+    if not (0 <= value < high if below else 0 <= value <= high):
+        bound = f"below {high:g}" if below else f"at most {high:g}"
+        raise LossModelError(f"{name} must be at least 0 and {bound} percent, not {value!r}.")
+    return float(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Uniform:
+    """Each IPv4 packet dropped independently with probability ``loss_pct / 100``."""
+
+    loss_pct: float = 0.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "loss_pct",
+                           _check_pct("loss_pct", self.loss_pct, MAX_LOSS_PCT, below=True))
+
+    @property
+    def mean_loss_pct(self) -> float:
+        """The expected share of packets dropped, in percent."""
+        return self.loss_pct
+
+    def text(self) -> str:
+        """The canonical text form (``uniform:5``)."""
+        return f"uniform:{self.loss_pct:g}"
+
+
+@dataclasses.dataclass(frozen=True)
+class GilbertElliott:
+    """The two-state chain of the module docstring; every parameter in percent per packet."""
+
+    p_gb_pct: float
+    p_bg_pct: float
+    loss_good_pct: float = 0.0
+    loss_bad_pct: float = 100.0
+
+    def __post_init__(self) -> None:
+        for name in ("p_gb_pct", "p_bg_pct", "loss_good_pct", "loss_bad_pct"):
+            object.__setattr__(self, name, _check_pct(name[:-4], getattr(self, name)))
+        if self.p_bg_pct == 0 and self.p_gb_pct > 0:
+            raise LossModelError("p_bg must be above 0 (the chain would stay bad for ever).")
+
+    @classmethod
+    def from_mean(cls, loss_pct: float, burst_pkts: float) -> GilbertElliott:
+        """Gilbert's model with mean loss ``loss_pct`` and mean burst length ``burst_pkts``."""
+        loss_pct = _check_pct("loss", loss_pct, MAX_LOSS_PCT, below=True)
+        if isinstance(burst_pkts, bool) or not isinstance(burst_pkts, (int, float)) \
+                or not (math.isfinite(burst_pkts) and burst_pkts >= 1):
+            raise LossModelError(f"burst must be a mean burst length of at least 1 packet, "
+                                 f"not {burst_pkts!r}.")
+        p_bg = 1.0 / burst_pkts
+        loss = loss_pct / 100
+        return cls(100 * p_bg * loss / (1 - loss), 100 * p_bg, 0.0, 100.0)
+
+    @property
+    def bad_share(self) -> float:
+        """The stationary probability of the bad state."""
+        total = self.p_gb_pct + self.p_bg_pct
+        return self.p_gb_pct / total if total else 0.0
+
+    @property
+    def mean_loss_pct(self) -> float:
+        """The expected share of packets dropped, in percent."""
+        pi_b = self.bad_share
+        return (1 - pi_b) * self.loss_good_pct + pi_b * self.loss_bad_pct
+
+    @property
+    def mean_burst_pkts(self) -> float | None:
+        """The expected length of a run of consecutive drops (None if nothing is dropped).
+
+        Drops per burst start; a burst starts where a packet not dropped is followed by a drop.
+        """
+        lg, lb = self.loss_good_pct / 100, self.loss_bad_pct / 100
+        gb, bg = self.p_gb_pct / 100, self.p_bg_pct / 100
+        pi_b = self.bad_share
+        pi_g = 1 - pi_b
+        starts = pi_g * (1 - lg) * ((1 - gb) * lg + gb * lb) \
+            + pi_b * (1 - lb) * (bg * lg + (1 - bg) * lb)
+        loss = self.mean_loss_pct / 100
+        return loss / starts if starts > 0 else None
+
+    def is_gilbert(self) -> bool:
+        """True for Gilbert's special case (no loss when good, all lost when bad)."""
+        return self.loss_good_pct == 0 and self.loss_bad_pct == 100
+
+    def text(self) -> str:
+        """The canonical text form: ``ge:loss=..,burst=..`` for Gilbert's case, else in full."""
+        if self.is_gilbert() and self.p_bg_pct > 0:
+            # In Gilbert's case a burst is one stay in the bad state: 1 / p_bg packets on average.
+            return f"ge:loss={self.mean_loss_pct:.6g},burst={100 / self.p_bg_pct:.6g}"
+        return (f"ge:p_gb={self.p_gb_pct:.6g},p_bg={self.p_bg_pct:.6g},"
+                f"loss_good={self.loss_good_pct:.6g},loss_bad={self.loss_bad_pct:.6g}")
+
+    def probabilities(self) -> dict[str, float]:
+        """The four parameters as probabilities (0..1), as the helper takes them."""
+        return {"p-gb": self.p_gb_pct / 100, "p-bg": self.p_bg_pct / 100,
+                "loss-good": self.loss_good_pct / 100, "loss-bad": self.loss_bad_pct / 100}
+
+
+LossModel = Uniform | GilbertElliott
+_GE_KEYS = {"loss", "burst", "p_gb", "p_bg", "loss_good", "loss_bad"}
+
+
+def _number(text: str, what: str, whole: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise LossModelError(f"{whole!r}: {what} must be a number, not {text!r}.") from None
+    if not math.isfinite(value):
+        raise LossModelError(f"{whole!r}: {what} must be a finite number, not {text!r}.")
+    return value
+
+
+def parse_loss(text: str | float) -> LossModel:
+    """A loss model from its text form (see the module docstring); raise
+    :class:`LossModelError` with one sentence if it is not one."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return Uniform(float(text))
+    whole = str(text).strip()
+    kind, sep, rest = whole.partition(":")
+    kind = kind.strip().lower()
+    try:
+        if not sep and re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)(e[-+]?\d+)?|[-+]?(nan|inf)", kind):
+            return Uniform(_number(kind, "a loss rate", whole))
+        if kind == "uniform" and sep:
+            return Uniform(_number(rest.strip(), "the loss rate", whole))
+        if kind == "ge" and sep:
+            return _parse_ge(rest, whole)
+    except LossModelError as exc:
+        if str(exc).startswith(repr(whole)):
+            raise
+        raise LossModelError(f"{whole!r}: {exc}") from None
+    raise LossModelError(f"{whole!r} is not a loss model; write a rate in percent (5), "
+                         "uniform:5, ge:5:4 or ge:loss=5,burst=4.")
+
+
+def _parse_ge(rest: str, whole: str) -> GilbertElliott:
+    if "=" not in rest:
+        parts = rest.split(":")
+        if len(parts) != 2:
+            raise LossModelError(f"{whole!r}: write ge:LOSS:BURST, for example ge:5:4 (5 % loss in "
+                                 "bursts of 4 packets on average).")
+        return GilbertElliott.from_mean(_number(parts[0], "the loss rate", whole),
+                                        _number(parts[1], "the burst length", whole))
+    values: dict[str, float] = {}
+    for pair in re.split(r"[,:]", rest):
+        key, eq, value = (s.strip() for s in pair.partition("="))
+        if not eq or key not in _GE_KEYS:
+            raise LossModelError(f"{whole!r}: {pair.strip()!r} is not one of "
+                                 f"{', '.join(sorted(_GE_KEYS))} given as name=value.")
+        if key in values:
+            raise LossModelError(f"{whole!r}: {key} is given twice.")
+        values[key] = _number(value, key, whole)
+    if set(values) == {"loss", "burst"}:
+        return GilbertElliott.from_mean(values["loss"], values["burst"])
+    full = {"p_gb", "p_bg", "loss_good", "loss_bad"}
+    if set(values) == full:
+        return GilbertElliott(values["p_gb"], values["p_bg"], values["loss_good"],
+                              values["loss_bad"])
+    raise LossModelError(f"{whole!r}: give either loss and burst, or all of p_gb, p_bg, "
+                         "loss_good and loss_bad.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Impairment:
+    """What a host's ingress does to the packets it receives: a loss model (a model, or its text
+    form, or a uniform rate in percent) and a one-way delay, with the seed of the loss
+    randomness (``None``: a fresh one; uniform loss cannot be seeded and ignores it).
+
+    ``Impairment("ge:5:4", delay_ms=10, seed=1)``; applied with
+    :meth:`topologies.network.Testbed.configure`.
+    """
+
+    loss: LossModel | str | float = Uniform(0.0)
+    delay_ms: float = 0.0
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.loss, (Uniform, GilbertElliott)):
+            object.__setattr__(self, "loss", parse_loss(self.loss))
+        object.__setattr__(self, "delay_ms", check_delay(self.delay_ms))
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
+                                      or not 0 <= self.seed < 2 ** 64):
+            raise LossModelError(f"seed must be a whole number from 0 to 2**64 - 1, "
+                                 f"not {self.seed!r}.")
+
+
+def ruleset(intf: str, model: LossModel | float) -> str:
+    """An nft script that (re)creates the impairment table for ``intf`` atomically.
+
+    Under uniform loss the table drops by itself; under Gilbert-Elliott it drops what the eBPF
+    program marked. Either way it counts ``arrived`` and ``dropped``.
+    """
+    if not isinstance(model, (Uniform, GilbertElliott)):
+        model = Uniform(model)
+    if isinstance(model, GilbertElliott):
+        drop = f'        meta mark {GE_MARK:#x} counter name "dropped" drop\n'
+    else:
+        threshold = round(model.loss_pct / 100 * RESOLUTION)
+        drop = (f'        meta protocol ip numgen random mod {RESOLUTION} < {threshold} '
+                f'counter name "dropped" drop\n') if threshold > 0 else ""
     # "add; delete; add" is nft's idiom for replacing a table in one transaction.
     return (
         f"table netdev {TABLE}\n"
@@ -37,6 +283,30 @@ def ruleset(intf: str, loss_pct: float) -> str:
     )
 
 
+def ge_binary() -> Path:
+    """The built ``ge-loss`` helper; raise :class:`LossModelError` if it has not been built."""
+    if not GE_BINARY.is_file():
+        raise LossModelError(f"the Gilbert-Elliott helper {GE_BINARY} is missing; run ./setup.sh "
+                             "(or make -C topologies/geloss).")
+    return GE_BINARY
+
+
+def ge_argv(command: str, intf: str, model: GilbertElliott | None = None,
+            seed: int | None = None, stream: int = 0) -> list[str]:
+    """The helper's command line: ``attach`` ``model`` to ``intf`` (seeded with ``seed`` and
+    the host's ``stream`` number), ``read`` its counters or ``detach`` it."""
+    if command not in ("attach", "read", "detach"):
+        raise LossModelError(f"command must be attach, read or detach, not {command!r}.")
+    argv = [str(ge_binary()), command, "--dev", intf]
+    if command == "attach":
+        for name, p in model.probabilities().items():
+            argv += [f"--{name}", repr(p)]
+        if seed is not None:
+            argv += ["--seed", str(seed)]
+        argv += ["--stream", str(stream)]
+    return argv
+
+
 def parse_counters(nft_json: str) -> dict[str, int]:
     """``{"arrived": packets, "dropped": packets}`` from ``nft -j list counters table ...``."""
     out = {"arrived": 0, "dropped": 0}
@@ -45,3 +315,8 @@ def parse_counters(nft_json: str) -> dict[str, int]:
         if counter and counter.get("table") == TABLE and counter["name"] in out:
             out[counter["name"]] = int(counter["packets"])
     return out
+
+
+def parse_ge_counters(text: str) -> dict:
+    """The JSON line ``ge-loss read`` prints (packets, drops, bursts, the parameters)."""
+    return json.loads(text.strip().splitlines()[-1])

@@ -9,17 +9,27 @@
    listens,
 4. builds the Mininet network from :class:`~topologies.incast.IncastTopo` (HTB-shaped links,
    offload off, static ARP), sets the bottleneck pfifo on the switch port toward the PS, applies
-   the random loss (:mod:`topologies.impair`), and polls the switch until the controller's flows
-   are installed.
+   the topology's uniform loss (:mod:`topologies.impair`), and polls the switch until the
+   controller's flows are installed.
 
 Leaving it, also on Ctrl-C, SIGTERM and errors, removes exactly what it created, recorded in a
 ledger on disk (:mod:`topologies.ledger`) as it went. It never runs ``mn -c`` or
 ``mininet.clean.cleanup()``, which kill and delete machine-wide by name.
 
-While it is up, :meth:`Testbed.set_loss` and :meth:`Testbed.set_delay` change the loss rate and
-the one-way delay in place (so consecutive runs can share one network), :meth:`Testbed.snapshot` reads every counter a run needs, and
-:meth:`Testbed.start_process` runs a program inside a host, in its own process group, recorded
-for cleanup.
+While it is up:
+
+- :meth:`Testbed.configure` applies an :class:`~topologies.impair.Impairment` (a loss model and a
+  one-way delay, in the spirit of Mininet's ``Intf.config()``) to every host or to named hosts,
+  in place, so consecutive runs can share one network;
+- :meth:`Testbed.snapshot` reads every counter a run needs as a typed
+  :class:`~topologies.counters.Snapshot` (``after.delta(before)`` gives a run's figures);
+- :meth:`Testbed.start_process` runs a program inside a host, in its own process group,
+  recorded for cleanup (a :class:`~topologies.process.HostProcess`);
+- :meth:`Testbed.rtt_ms`, :meth:`Testbed.reset_routes` and :meth:`Testbed.host_run` measure and
+  set up hosts.
+
+Cross traffic through the bottleneck is its own context manager on top of a testbed
+(:mod:`topologies.cross`).
 """
 
 from __future__ import annotations
@@ -32,9 +42,11 @@ import os
 import re
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from mininet.link import TCLink
@@ -43,10 +55,14 @@ from mininet.net import Mininet
 from mininet.node import Host, OVSSwitch, RemoteController
 
 from topologies import impair, ovs
+from topologies.counters import (LossCounters, Snapshot, parse_dump_ports, parse_nstat,
+                                 parse_qdisc)
 from topologies.delay import DelayLine
-from topologies.incast import (PS_IP, PS_NAME, PS_PORT, SUBNET, SWITCH_NAME, IncastParams,
-                               IncastTopo)
+from topologies.impair import GilbertElliott, Impairment
+from topologies.incast import (BOTTLENECK_INTF, PS_IP, PS_PORT, SUBNET, SWITCH_NAME,
+                               IncastParams, IncastTopo, intf)
 from topologies.ledger import Ledger, ProcessRef, link_exists, read_sysctl, reclaim, write_sysctl
+from topologies.process import HostProcess
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 STATE_DIR = Path(os.environ.get("LTP_STATE_DIR", PROJECT_DIR / ".state"))
@@ -121,31 +137,10 @@ class _Recorded:
             self.ledger.add_process("processes", ProcessRef.of(self.shell.pid))
 
 
-class HostProcess:
-    """A program running inside an emulated host, as the leader of its own process group."""
-
-    def __init__(self, testbed: Testbed, host: str, popen: subprocess.Popen, log_path: Path) -> None:
-        self.testbed = testbed
-        self.host = host
-        self.popen = popen
-        self.log_path = log_path
-        self.ref = ProcessRef.of(popen.pid)
-
-    def poll(self) -> int | None:
-        """The exit code, or None while it runs."""
-        return self.popen.poll()
-
-    def kill(self) -> None:
-        """Kill the whole process group and reap the leader."""
-        self.ref.kill_group()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.popen.wait(timeout=5)
-        self.testbed.ledger.remove_process("groups", self.ref)
-
-
 class Testbed:
-    __test__ = False  # not a pytest test class, despite the name
     """The incast network with its switch and controller; see the module docstring."""
+
+    __test__ = False  # not a pytest test class, despite the name
 
     def __init__(self, params: IncastParams, folder: Path, *, state_dir: Path = STATE_DIR,
                  stats_interval_s: float = 0.5) -> None:
@@ -161,8 +156,9 @@ class Testbed:
         self.controller_log = self.folder / "controller.log"
         self.stats_path = self.folder / "port_stats.jsonl"
         self.net: Mininet | None = None
-        self.loss_pct = params.loss_pct
         self.delay = DelayLine(self)
+        self.impairments: dict[str, Impairment] = {}
+        """The impairment applied at each host's ingress."""
         self._controller_log_offset = 0
         self._saved_env: dict[str, str | None] = {}
 
@@ -188,7 +184,7 @@ class Testbed:
             (self.folder / "reclaimed.txt").write_text("\n".join(leftovers) + "\n")
         self._check_names_free()
         self.ledger.claim()
-        self.ledger.set("links", self._link_names())
+        self.ledger.set("links", self.params.link_names())
 
         for key, value in OVS_SOCKET_BUFFERS.items():
             self._set_sysctl(key, value)
@@ -216,9 +212,9 @@ class Testbed:
         for name in self.host_names():
             self.host_run(name, "sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1",
                           "net.ipv6.conf.default.disable_ipv6=1")
-        _run("tc", "qdisc", "add", "dev", self.bottleneck_intf, "parent", "5:1", "handle", "10:",
+        _run("tc", "qdisc", "add", "dev", BOTTLENECK_INTF, "parent", "5:1", "handle", "10:",
              "pfifo", "limit", str(self.params.queue_pkts))
-        self.set_loss(self.params.loss_pct)
+        self.configure(Impairment(self.params.loss_pct))
         self._wait_for_flows()
 
     def _down(self) -> None:
@@ -255,14 +251,8 @@ class Testbed:
         self.ledger.remember_sysctl(key, read_sysctl(key))
         write_sysctl(key, value)
 
-    def _link_names(self) -> list[str]:
-        names = []
-        for a, b, info in self.topo.links(withInfo=True):
-            names += [f"{a}-eth{info['port1']}", f"{b}-eth{info['port2']}"]
-        return names
-
     def _check_names_free(self) -> None:
-        taken = [name for name in self._link_names() if link_exists(name)]
+        taken = [name for name in self.params.link_names() if link_exists(name)]
         if taken:
             raise TestbedError(
                 f"interface {taken[0]} already exists, so another Mininet network is up; "
@@ -314,15 +304,15 @@ class Testbed:
     @property
     def bottleneck_intf(self) -> str:
         """The switch port toward the PS, whose queue is the bottleneck."""
-        return f"{SWITCH_NAME}-eth{PS_PORT}"
+        return BOTTLENECK_INTF
 
     def host(self, name: str):
         """The Mininet host ``name``."""
         return self.net[name]
 
     def host_names(self) -> list[str]:
-        """The PS first, then the workers in rank order."""
-        return [PS_NAME] + [f"w{i + 1}" for i in range(self.params.n_workers)]
+        """The PS first, then the workers in rank order, then any cross-traffic hosts."""
+        return self.params.host_names
 
     def host_run(self, name: str, *args: str) -> str:
         """Run a command inside host ``name`` and return its output; raise on failure."""
@@ -334,63 +324,89 @@ class Testbed:
     def reset_routes(self) -> None:
         """Put every host's route back to the kernel's own (drops per-route settings like rto_min)."""
         for name, ip in self.host_ips().items():
-            self.host_run(name, "ip", "route", "replace", SUBNET, "dev", f"{name}-eth0", "proto",
+            self.host_run(name, "ip", "route", "replace", SUBNET, "dev", intf(name), "proto",
                           "kernel", "scope", "link", "src", ip)
 
     def host_ips(self) -> dict[str, str]:
         """Every host's IPv4 address, by name."""
         return {e["host"]: e["ip"] for e in self.topo.forwarding_table()}
 
-    def set_loss(self, loss_pct: float) -> None:
-        """Apply random loss ``loss_pct`` at every host's ingress (and reset its counters)."""
-        IncastParams(self.params.n_workers, self.params.bottleneck_mbps,
-                     self.params.worker_link_mbps, self.params.queue_pkts, loss_pct)
-        for name in self.host_names():
-            script = self.folder / f".impair-{name}.nft"
-            script.write_text(impair.ruleset(f"{name}-eth0", loss_pct))
-            self.host_run(name, "nft", "-f", str(script))
-            script.unlink()
-        self.loss_pct = loss_pct
+    def configure(self, impairment: Impairment, hosts: Iterable[str] | None = None) -> None:
+        """Apply ``impairment`` (loss model, one-way delay, seed) at the ingress of every host,
+        or of the named ``hosts``; the others keep theirs. Loss counters restart from zero on
+        the hosts configured.
 
-    def set_delay(self, delay_ms: float) -> None:
-        """Add ``delay_ms`` of one-way delay at every host's ingress (:mod:`topologies.delay`)."""
-        self.delay.set(delay_ms)
+        Under Gilbert-Elliott loss each host runs its own chain, seeded with the impairment's
+        seed and the host's position in :meth:`host_names` (so hosts do not lose in step).
+        """
+        names = self.host_names()
+        hosts = names if hosts is None else list(hosts)
+        unknown = [h for h in hosts if h not in names]
+        if unknown:
+            raise TestbedError(f"there is no host {unknown[0]!r}; the hosts are "
+                               f"{', '.join(names)}.")
+        if isinstance(impairment.loss, GilbertElliott):
+            impair.ge_binary()  # missing build: one sentence before anything changes
+        for host in hosts:
+            self._apply_loss(host, impairment, names.index(host))
+        self.delay.set_hosts({host: impairment.delay_ms for host in hosts})
+
+    def _apply_loss(self, host: str, imp: Impairment, stream: int) -> None:
+        was_ge = isinstance(self.impairments.get(host, Impairment()).loss, GilbertElliott)
+        script = self.folder / f".impair-{host}.nft"
+        script.write_text(impair.ruleset(intf(host), imp.loss))
+        try:
+            self.host_run(host, "nft", "-f", str(script))
+        finally:
+            script.unlink()
+        if isinstance(imp.loss, GilbertElliott):
+            # Replaces a running program atomically, with fresh counters.
+            self.host_run(host, *impair.ge_argv("attach", intf(host), imp.loss, imp.seed, stream))
+        elif was_ge:
+            self.host_run(host, *impair.ge_argv("detach", intf(host)))
+        self.impairments[host] = imp
 
     def rtt_ms(self, host: str, count: int = 5) -> float:
-        """Median application-level RTT from ``host`` to the PS, on the idle network.
+        """The median of ``count`` application-level RTTs from ``host`` to the PS, on the idle
+        network.
 
         ``ping -U`` times from user space to user space, which counts delay added at the
         pinging host's own ingress (plain ping does not).
         """
-        out = self.host_run(host, "ping", "-U", "-n", "-q", "-c", str(count), "-i", "0.02",
+        out = self.host_run(host, "ping", "-U", "-n", "-c", str(count), "-i", "0.02",
                             "-W", "5", PS_IP)
-        match = re.search(r"= [\d.]+/([\d.]+)/", out)
-        if not match:
+        times = [float(t) for t in re.findall(r"time=([\d.]+) ms", out)]
+        if not times:
             raise TestbedError(f"ping from {host} to the PS printed no RTT: {out.strip()[-200:]}")
-        return float(match.group(1))
+        return statistics.median(times)
 
-    def snapshot(self) -> dict:
-        """Every counter a run needs, at this instant.
-
-        ``ports``: the switch's per-port counters; ``bottleneck``: the pfifo toward the PS;
-        ``impair``: per-host arrived/dropped IPv4 packets; ``tcp``: per-host kernel TCP counters.
-        """
-        # One process per host for both readings: this runs twice per run for every host.
+    def snapshot(self) -> Snapshot:
+        """Every counter a run needs, at this instant (:mod:`topologies.counters`)."""
+        # One process per host for every reading: this runs twice per run for every host.
         hosts = {}
         for name in self.host_names():
+            ge = isinstance(self.impairments.get(name, Impairment()).loss, GilbertElliott)
+            read_ge = (" && echo '@@' && " + " ".join(impair.ge_argv("read", intf(name)))) \
+                if ge else ""
             out = self.host_run(name, "sh", "-c", f"nft -j list counters table netdev {impair.TABLE}"
-                                " && echo '@@' && nstat -asz --json")
-            nft, _, nstat = out.partition("@@")
-            hosts[name] = (nft, nstat)
-        return {
-            "t": time.time(),
-            "ports": parse_dump_ports(_run("ovs-ofctl", "-O", "OpenFlow13", "dump-ports",
-                                           SWITCH_NAME)),
-            "bottleneck": parse_qdisc(_run("tc", "-s", "-j", "qdisc", "show", "dev",
-                                           self.bottleneck_intf)),
-            "impair": {name: impair.parse_counters(nft) for name, (nft, _) in hosts.items()},
-            "tcp": {name: parse_nstat(nstat) for name, (_, nstat) in hosts.items()},
-        }
+                                " && echo '@@' && nstat -asz --json" + read_ge)
+            hosts[name] = out.split("@@")
+        impairs = {}
+        for name, parts in hosts.items():
+            nft = impair.parse_counters(parts[0])
+            bursts = impair.parse_ge_counters(parts[2])["bursts"] if len(parts) > 2 else None
+            impairs[name] = LossCounters(nft["arrived"], nft["dropped"], bursts)
+        return Snapshot(
+            t=time.time(),
+            ports=parse_dump_ports(_run("ovs-ofctl", "-O", "OpenFlow13", "dump-ports",
+                                        SWITCH_NAME)),
+            bottleneck=parse_qdisc(_run("tc", "-s", "-j", "qdisc", "show", "dev",
+                                        BOTTLENECK_INTF)),
+            impair=impairs,
+            tcp={name: parse_nstat(parts[1]) for name, parts in hosts.items()},
+            ps_port=PS_PORT, worker_ports=tuple(self.params.worker_ports),
+            cross_ports=tuple(self.params.cross_ports),
+        )
 
     def start_process(self, host: str, argv: list[str], log_path: Path,
                       env: dict[str, str] | None = None) -> HostProcess:
@@ -399,9 +415,7 @@ class Testbed:
         with open(log_path, "ab") as log:
             popen = self.net[host].popen(argv, stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, env=env, cwd=PROJECT_DIR)
-        proc = HostProcess(self, host, popen, log_path)
-        self.ledger.add_process("groups", proc.ref)
-        return proc
+        return HostProcess(host, log_path, self.ledger, popen=popen)
 
     def controller_errors(self) -> list[str]:
         """Exception lines the controller logged since the last call (empty if healthy)."""
@@ -435,36 +449,3 @@ class RecordedHost(_Recorded, Host):
 
 class RecordedSwitch(_Recorded, OVSSwitch):
     """An Open vSwitch bridge whose Mininet shell is recorded in the ledger."""
-
-
-_PORT_RE = re.compile(r"port\s+(\d+|LOCAL):\s*rx pkts=(\d+), bytes=(\d+), drop=(\d+), errs=(\d+)"
-                      r".*?tx pkts=(\d+), bytes=(\d+), drop=(\d+), errs=(\d+)", re.S)
-
-
-def parse_dump_ports(text: str) -> dict[int, dict[str, int]]:
-    """Per-port counters from ``ovs-ofctl dump-ports`` (the LOCAL port is left out)."""
-    out = {}
-    for m in _PORT_RE.finditer(text):
-        if m.group(1) == "LOCAL":
-            continue
-        vals = [int(v) for v in m.groups()[1:]]
-        out[int(m.group(1))] = dict(zip(
-            ("rx_packets", "rx_bytes", "rx_dropped", "rx_errors",
-             "tx_packets", "tx_bytes", "tx_dropped", "tx_errors"), vals))
-    return out
-
-
-def parse_qdisc(tc_json: str) -> dict[str, int]:
-    """The bottleneck pfifo's counters (``sent_packets``, ``sent_bytes``, ``drops``, ...)."""
-    for q in json.loads(tc_json):
-        if q.get("kind") == "pfifo":
-            return {"sent_packets": q["packets"], "sent_bytes": q["bytes"], "drops": q["drops"],
-                    "overlimits": q.get("overlimits", 0), "requeues": q.get("requeues", 0)}
-    raise TestbedError("the bottleneck pfifo is missing from the switch port toward the PS.")
-
-
-def parse_nstat(nstat_json: str) -> dict[str, int]:
-    """Absolute kernel counters from ``nstat -as --json`` (TCP and UDP ones)."""
-    data = json.loads(nstat_json)
-    counters = data.get("kernel", data)
-    return {k: int(v) for k, v in counters.items() if k.startswith(("Tcp", "Udp"))}

@@ -3,15 +3,19 @@
 import os
 import re
 import shutil
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
+from topologies import impair
 from topologies.network import STATE_DIR
 
-OUR_PROCESS = re.compile(r"mininet:(ps1|s1|w\d+)|osken-manager|harness\.node|harness\.zygote|"
-                         r"harness\.bench_node|iperf3|nfq-delay")
-OUR_LINK = re.compile(r"(ps1|s1|w\d+)-eth\d+")
+OUR_PROCESS = re.compile(r"mininet:(ps1|s1|w\d+|x\d+)|osken-manager|harness\.node|"
+                         r"harness\.zygote|harness\.bench_node|iperf3|nfq-delay|"
+                         r"topologies\.onoff")
+OUR_LINK = re.compile(r"(ps1|s1|w\d+|x\d+)-eth\d+")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -22,6 +26,21 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
 
 
+PROJECT = Path(__file__).resolve().parents[2]
+
+
+def _could_be_ours(pid: str) -> bool:
+    """A testbed's processes run inside an emulated host (another network namespace) or were
+    started from this project's folder. Other checkouts on the machine run the same programs on
+    loopback (the conformance tests train over 127.0.0.1); those are not ours."""
+    try:
+        if os.readlink(f"/proc/{pid}/ns/net") != os.readlink("/proc/self/ns/net"):
+            return True
+        return Path(os.readlink(f"/proc/{pid}/cwd")).is_relative_to(PROJECT)
+    except OSError:
+        return False
+
+
 def leftovers() -> list[str]:
     """Everything a testbed could leave behind that is still there."""
     found = [f"link {n}" for n in os.listdir("/sys/class/net") if OUR_LINK.fullmatch(n)]
@@ -30,12 +49,21 @@ def leftovers() -> list[str]:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if OUR_PROCESS.search(cmd) and int(pid) != os.getpid():
+        if OUR_PROCESS.search(cmd) and int(pid) != os.getpid() and _could_be_ours(pid):
             found.append(f"process {pid}: {cmd[:80]}")
     for daemon in ("ovs-vswitchd", "ovsdb-server"):
         pidfile = STATE_DIR / "ovs" / "run" / f"{daemon}.pid"
         if pidfile.exists() and Path(f"/proc/{pidfile.read_text().strip()}").exists():
             found.append(f"{daemon} still running")
+    if impair.GE_BINARY.is_file():
+        # The kernel frees a detached program a moment after its filter goes.
+        deadline = time.monotonic() + 5
+        while (programs := subprocess.run([str(impair.GE_BINARY), "count"], capture_output=True,
+                                          text=True).stdout.strip()) != "0" \
+                and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if programs != "0":
+            found.append(f"{programs} Gilbert-Elliott eBPF programs still loaded")
     if (STATE_DIR / "ledger.json").exists():
         found.append("ledger.json still present")
     return found

@@ -6,8 +6,9 @@ import sys
 import pytest
 
 from harness.runfiles import RunFiles
-from harness.runner import counter_deltas, execute
+from harness.runner import execute
 from harness.spec import RunSpec
+from topologies.impair import Impairment
 from topologies.incast import IncastParams
 from topologies.network import Testbed
 
@@ -38,7 +39,7 @@ def test_gradient_bytes_cross_the_bottleneck(testbed, tmp_path):
 
 
 def test_measured_loss_is_near_the_configured_rate(testbed):
-    testbed.set_loss(5.0)
+    testbed.configure(Impairment(5.0))
     try:
         before = testbed.snapshot()
         sender = ("import socket,time\n"
@@ -49,13 +50,13 @@ def test_measured_loss_is_near_the_configured_rate(testbed):
         testbed.host_run("w1", sys.executable, "-c", sender)
         after = testbed.snapshot()
     finally:
-        testbed.set_loss(0.0)
-    arrived = after["impair"]["ps1"]["arrived"] - before["impair"]["ps1"]["arrived"]
-    dropped = after["impair"]["ps1"]["dropped"] - before["impair"]["ps1"]["dropped"]
+        testbed.configure(Impairment(0.0))
+    arrived = after.impair["ps1"].arrived - before.impair["ps1"].arrived
+    dropped = after.impair["ps1"].dropped - before.impair["ps1"].dropped
     assert arrived > 15000
     # 5% of ~20000 packets: the standard deviation is 0.15 points, so 1 point is > 6 sigma.
     assert abs(100.0 * dropped / arrived - 5.0) < 1.0
-    assert counter_deltas(before, after, 2)["measured_loss_pct"] > 3.0
+    assert after.delta(before).measured_loss_pct > 3.0
 
 
 def test_training_reaches_well_above_chance(testbed, tmp_path):

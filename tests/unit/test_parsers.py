@@ -3,7 +3,7 @@
 import json
 
 from topologies import impair
-from topologies.network import parse_dump_ports, parse_nstat, parse_qdisc
+from topologies.counters import QueueCounters, parse_dump_ports, parse_nstat, parse_qdisc
 
 DUMP_PORTS = """OFPST_PORT reply (OF1.3) (xid=0x2): 3 ports
   port  2: rx pkts=7, bytes=690, drop=0, errs=0, frame=0, over=0, crc=0
@@ -19,8 +19,8 @@ DUMP_PORTS = """OFPST_PORT reply (OF1.3) (xid=0x2): 3 ports
 def test_dump_ports():
     ports = parse_dump_ports(DUMP_PORTS)
     assert set(ports) == {1, 2}
-    assert ports[1]["tx_packets"] == 60 and ports[1]["tx_bytes"] == 5600
-    assert ports[2]["rx_bytes"] == 690 and ports[2]["tx_dropped"] == 1
+    assert ports[1].tx_packets == 60 and ports[1].tx_bytes == 5600
+    assert ports[2].rx_bytes == 690 and ports[2].tx_dropped == 1
 
 
 def test_qdisc_takes_the_pfifo():
@@ -29,8 +29,8 @@ def test_qdisc_takes_the_pfifo():
         {"kind": "pfifo", "handle": "10:", "parent": "5:1", "bytes": 3000, "packets": 3,
          "drops": 4, "overlimits": 0, "requeues": 0},
     ])
-    assert parse_qdisc(text) == {"sent_packets": 3, "sent_bytes": 3000, "drops": 4,
-                                 "overlimits": 0, "requeues": 0}
+    assert parse_qdisc(text) == QueueCounters(sent_packets=3, sent_bytes=3000, drops=4,
+                                              overlimits=0, requeues=0)
 
 
 def test_nstat_keeps_tcp_and_udp():

@@ -1,0 +1,65 @@
+"""Loss models and cross traffic as sweep dimensions: the command line's lists, the run spec's
+fields (and the ids of runs written before they existed), the plan's grid."""
+
+import pytest
+
+from harness import cli, presets
+from harness.spec import RunSpec, SpecError
+from topologies.cross import CrossError
+from topologies.impair import LossModelError
+
+
+def test_items_keep_the_options_of_one_item_together():
+    assert cli.items("0,ge:loss=5,burst=4,tcp:2,udp:1:rate=50,on=50ms,off=150ms") == (
+        "0", "ge:loss=5,burst=4", "tcp:2", "udp:1:rate=50,on=50ms,off=150ms")
+    assert cli.items("none, tcp:1+udp:1:rate=5,on=1ms") == ("none", "tcp:1+udp:1:rate=5,on=1ms")
+    assert cli.items(None) is None
+
+
+def test_losses_are_rates_or_canonical_model_texts():
+    assert cli.losses("0,1.5,uniform:2,ge:5:4") == (0.0, 1.5, 2.0, "ge:loss=5,burst=4")
+    with pytest.raises(LossModelError, match="not a loss model"):
+        cli.losses("0,bursty")
+
+
+def test_new_fields_leave_old_run_ids_alone():
+    # Ids of specs that use neither loss models nor cross traffic (pinned when the time-to-
+    # accuracy fields were added); the two new fields stay out of the JSON at their defaults.
+    assert RunSpec().run_id == "tcp-cubic_loss0_bw100_s0_a5dcb6d0"
+    assert RunSpec(transport="ltp", loss_pct=5, delay_ms=3).run_id == \
+        "ltp_loss5_bw100_d3_s0_0274850d"
+    assert "loss_model" not in RunSpec().to_json() and "cross" not in RunSpec().to_json()
+
+
+def test_a_loss_model_sets_the_mean_loss_and_cross_traffic_the_network():
+    spec = RunSpec(loss_model="ge:5:4", cross="tcp:2")
+    assert spec.loss_pct == 5.0 and spec.loss_model == "ge:loss=5,burst=4"
+    assert spec.loss_text == "ge:loss=5,burst=4"
+    assert spec.cross == "tcp:2" and spec.n_cross == 2 and spec.network.n_cross == 2
+    assert spec.network_key != RunSpec().network_key
+    assert RunSpec.from_json(spec.to_json()) == spec
+    assert "lossge5" in spec.run_id and "_cross_" in spec.run_id
+    assert RunSpec(loss_model="uniform:2") == RunSpec(loss_pct=2)
+
+
+@pytest.mark.parametrize("changes, words", [
+    ({"loss_model": "ge:5"}, "ge:LOSS:BURST"),
+    ({"cross": "tcp:0"}, "whole number"),
+])
+def test_bad_texts_are_spec_errors(changes, words):
+    with pytest.raises(SpecError, match=words):
+        RunSpec(**changes)
+
+
+def test_the_plan_crosses_loss_models_and_cross_traffic():
+    plan = presets.get("smoke").override(transports=("tcp-cubic",), loss_pcts=(0.0, "ge:5:4"),
+                                         cross=("none", "udp:1"))
+    specs = plan.specs()
+    assert len(specs) == 4
+    assert {(s.loss_text, s.cross) for s in specs} == {
+        ("uniform:0", "none"), ("uniform:0", "udp:1:rate=50,on=50ms,off=150ms"),
+        ("ge:loss=5,burst=4", "none"), ("ge:loss=5,burst=4", "udp:1:rate=50,on=50ms,off=150ms")}
+    with pytest.raises(SpecError):
+        presets.get("smoke").override(cross=())
+    with pytest.raises((SpecError, CrossError)):
+        presets.get("smoke").override(cross=("quic:1",))

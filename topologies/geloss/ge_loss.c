@@ -1,0 +1,397 @@
+/*
+ * ge-loss: load, configure, read and remove the Gilbert-Elliott loss program (ge_loss.bpf.o)
+ * at one interface's tc ingress, in the current network namespace.
+ *
+ *     ge-loss attach   --dev IF CHAIN [--seed S] [--stream K] [--obj PATH]
+ *     ge-loss read     --dev IF
+ *     ge-loss detach   --dev IF
+ *     ge-loss simulate --packets N CHAIN [--seed S] [--stream K]
+ *     ge-loss count
+ *
+ * CHAIN is --p-gb P --p-bg P --loss-good P --loss-bad P, each a probability from 0 to 1.
+ *
+ * attach loads the object, writes the parameters and the seeded chain state into its map, and
+ * only then attaches it as a direct-action cls_bpf filter (handle 1, priority 1) under a clsact
+ * qdisc it creates if needed; an attached program is replaced atomically, with fresh counters.
+ * Nothing is pinned: the filter holds the program and the program its map, so deleting the
+ * filter, the qdisc or the interface (its namespace) frees everything.
+ * read prints the map's parameters and counters as one JSON line (read under the map's lock).
+ * detach removes the filter and the clsact qdisc; it is not an error if they are absent.
+ * simulate runs the same chain (ge_chain.h) in user space over N packets and prints the same
+ * counters: what the kernel will do, testable without root.
+ * count prints how many programs named ge_ingress the kernel holds, in every namespace (for
+ * tests that check nothing is left behind).
+ *
+ * The seed (an unsigned 64-bit number) and the stream (e.g. the host's index) together fix the
+ * chain's random numbers; without --seed they come from getrandom(). Exit status: 0 ok,
+ * 2 usage error, 1 runtime failure (message on stderr).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <net/if.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <linux/bpf.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#define GE_U64 uint64_t
+#define GE_U32 uint32_t
+#include "ge_map.h"
+
+#define GE_HANDLE 1
+#define GE_PRIORITY 1
+#define GE_STREAM_MIX 0xD1B54A32D192ED03ULL
+
+typedef struct {
+    const char *cmd, *dev, *obj;
+    double p[4]; /* p_gb, p_bg, loss_good, loss_bad */
+    int have_p[4];
+    uint64_t seed, stream, packets;
+    int have_seed;
+} ge_args;
+
+static void ge_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: ge-loss attach --dev IF --p-gb P --p-bg P --loss-good P --loss-bad P\n"
+            "                      [--seed S] [--stream K] [--obj PATH]\n"
+            "       ge-loss read --dev IF\n"
+            "       ge-loss detach --dev IF\n"
+            "       ge-loss simulate --packets N --p-gb P --p-bg P --loss-good P --loss-bad P\n"
+            "                      [--seed S] [--stream K]\n"
+            "       ge-loss count\n");
+}
+
+static int ge_parse_prob(const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= 0.0 && v <= 1.0))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int ge_parse_u64(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    if (*s == '-' || *s == '\0')
+        return -1;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static uint64_t ge_threshold(double p)
+{
+    return (uint64_t)llround(p * (double)GE_ONE);
+}
+
+/* Parameters and a seeded, zeroed chain from the arguments. */
+static int ge_fill(const ge_args *a, struct ge_value *v)
+{
+    memset(v, 0, sizeof *v);
+    v->cfg.p_gb = ge_threshold(a->p[0]);
+    v->cfg.p_bg = ge_threshold(a->p[1]);
+    v->cfg.loss_good = ge_threshold(a->p[2]);
+    v->cfg.loss_bad = ge_threshold(a->p[3]);
+    uint64_t seed = a->seed;
+    if (!a->have_seed && getrandom(&seed, sizeof seed, 0) != (ssize_t)sizeof seed) {
+        perror("ge-loss: getrandom");
+        return -1;
+    }
+    v->chain.rng = seed ^ (a->stream * GE_STREAM_MIX);
+    /* Start in the stationary distribution's more likely state: good unless bad dominates. */
+    v->chain.bad = v->cfg.p_gb > v->cfg.p_bg;
+    return 0;
+}
+
+static double ge_prob(uint64_t threshold)
+{
+    return (double)threshold / (double)GE_ONE;
+}
+
+static void ge_print(const struct ge_value *v)
+{
+    printf("{\"packets\": %" PRIu64 ", \"drops\": %" PRIu64 ", \"bursts\": %" PRIu64
+           ", \"bad_packets\": %" PRIu64 ", \"bad\": %u, \"p_gb\": %.9g, \"p_bg\": %.9g"
+           ", \"loss_good\": %.9g, \"loss_bad\": %.9g, \"mark\": %u}\n",
+           v->chain.packets, v->chain.drops, v->chain.bursts, v->chain.bad_packets, v->chain.bad,
+           ge_prob(v->cfg.p_gb), ge_prob(v->cfg.p_bg), ge_prob(v->cfg.loss_good),
+           ge_prob(v->cfg.loss_bad), GE_MARK);
+}
+
+static int ge_hook(const char *dev, struct bpf_tc_hook *hook)
+{
+    unsigned ifindex = if_nametoindex(dev);
+    if (!ifindex) {
+        fprintf(stderr, "ge-loss: no interface %s in this network namespace\n", dev);
+        return -1;
+    }
+    memset(hook, 0, sizeof *hook);
+    hook->sz = sizeof *hook;
+    hook->ifindex = (int)ifindex;
+    hook->attach_point = BPF_TC_INGRESS;
+    return 0;
+}
+
+static int ge_attach(const ge_args *a)
+{
+    struct ge_value v;
+    struct bpf_tc_hook hook;
+    int rc = 1, err;
+    if (ge_fill(a, &v) || ge_hook(a->dev, &hook))
+        return 1;
+    struct bpf_object *obj = bpf_object__open_file(a->obj, NULL);
+    if (!obj) {
+        fprintf(stderr, "ge-loss: cannot open %s: %s\n", a->obj, strerror(errno));
+        return 1;
+    }
+    if ((err = bpf_object__load(obj))) {
+        fprintf(stderr, "ge-loss: the kernel refused %s: %s\n", a->obj, strerror(-err));
+        goto out;
+    }
+    struct bpf_map *map = bpf_object__find_map_by_name(obj, "ge_map");
+    struct bpf_program *prog = bpf_object__find_program_by_name(obj, "ge_ingress");
+    if (!map || !prog) {
+        fprintf(stderr, "ge-loss: %s lacks ge_map or ge_ingress\n", a->obj);
+        goto out;
+    }
+    uint32_t key = 0;
+    if (bpf_map_update_elem(bpf_map__fd(map), &key, &v, BPF_ANY)) {
+        fprintf(stderr, "ge-loss: writing the parameters failed: %s\n", strerror(errno));
+        goto out;
+    }
+    err = bpf_tc_hook_create(&hook);
+    if (err && err != -EEXIST) {
+        fprintf(stderr, "ge-loss: cannot add a clsact qdisc to %s: %s\n", a->dev, strerror(-err));
+        goto out;
+    }
+    LIBBPF_OPTS(bpf_tc_opts, opts, .handle = GE_HANDLE, .priority = GE_PRIORITY,
+                .prog_fd = bpf_program__fd(prog), .flags = BPF_TC_F_REPLACE);
+    if ((err = bpf_tc_attach(&hook, &opts))) {
+        fprintf(stderr, "ge-loss: cannot attach to %s ingress: %s\n", a->dev, strerror(-err));
+        goto out;
+    }
+    printf("{\"prog_id\": %u}\n", opts.prog_id);
+    rc = 0;
+out:
+    bpf_object__close(obj); /* the attached filter keeps the program and its map */
+    return rc;
+}
+
+static int ge_read(const ge_args *a)
+{
+    struct bpf_tc_hook hook;
+    if (ge_hook(a->dev, &hook))
+        return 1;
+    LIBBPF_OPTS(bpf_tc_opts, opts, .handle = GE_HANDLE, .priority = GE_PRIORITY);
+    int err = bpf_tc_query(&hook, &opts);
+    if (err) {
+        fprintf(stderr, "ge-loss: no loss program on %s: %s\n", a->dev, strerror(-err));
+        return 1;
+    }
+    int prog_fd = bpf_prog_get_fd_by_id(opts.prog_id);
+    if (prog_fd < 0) {
+        fprintf(stderr, "ge-loss: program %u: %s\n", opts.prog_id, strerror(errno));
+        return 1;
+    }
+    uint32_t map_id = 0;
+    struct bpf_prog_info info;
+    uint32_t len = sizeof info;
+    memset(&info, 0, sizeof info);
+    info.nr_map_ids = 1;
+    info.map_ids = (uint64_t)(uintptr_t)&map_id;
+    err = bpf_obj_get_info_by_fd(prog_fd, &info, &len);
+    close(prog_fd);
+    if (err || info.nr_map_ids != 1) {
+        fprintf(stderr, "ge-loss: program %u has no map\n", opts.prog_id);
+        return 1;
+    }
+    int map_fd = bpf_map_get_fd_by_id(map_id);
+    struct ge_value v;
+    uint32_t key = 0;
+    if (map_fd < 0 || bpf_map_lookup_elem_flags(map_fd, &key, &v, BPF_F_LOCK)) {
+        fprintf(stderr, "ge-loss: reading map %u failed: %s\n", map_id, strerror(errno));
+        if (map_fd >= 0)
+            close(map_fd);
+        return 1;
+    }
+    close(map_fd);
+    ge_print(&v);
+    return 0;
+}
+
+static int ge_detach(const ge_args *a)
+{
+    struct bpf_tc_hook hook;
+    if (ge_hook(a->dev, &hook))
+        return 1;
+    LIBBPF_OPTS(bpf_tc_opts, opts, .handle = GE_HANDLE, .priority = GE_PRIORITY);
+    int err = bpf_tc_detach(&hook, &opts);
+    if (err && err != -ENOENT && err != -EINVAL) {
+        fprintf(stderr, "ge-loss: cannot remove the filter from %s: %s\n", a->dev, strerror(-err));
+        return 1;
+    }
+    hook.attach_point = BPF_TC_INGRESS | BPF_TC_EGRESS; /* the whole clsact qdisc */
+    err = bpf_tc_hook_destroy(&hook);
+    if (err && err != -ENOENT && err != -EINVAL) {
+        fprintf(stderr, "ge-loss: cannot remove clsact from %s: %s\n", a->dev, strerror(-err));
+        return 1;
+    }
+    return 0;
+}
+
+static int ge_simulate(const ge_args *a)
+{
+    struct ge_value v;
+    if (ge_fill(a, &v))
+        return 1;
+    for (uint64_t i = 0; i < a->packets; i++)
+        ge_step(&v.cfg, &v.chain);
+    ge_print(&v);
+    return 0;
+}
+
+static int ge_count(void)
+{
+    uint32_t id = 0, n = 0;
+    while (!bpf_prog_get_next_id(id, &id)) {
+        int fd = bpf_prog_get_fd_by_id(id);
+        if (fd < 0)
+            continue; /* unloaded meanwhile */
+        struct bpf_prog_info info;
+        uint32_t len = sizeof info;
+        memset(&info, 0, sizeof info);
+        if (!bpf_obj_get_info_by_fd(fd, &info, &len) && !strcmp(info.name, "ge_ingress"))
+            n++;
+        close(fd);
+    }
+    printf("%u\n", n);
+    return 0;
+}
+
+static int ge_libbpf_log(enum libbpf_print_level level, const char *fmt, va_list args)
+{
+    return level == LIBBPF_WARN ? vfprintf(stderr, fmt, args) : 0;
+}
+
+/* Parse argv into *a; return 0, or 2 (usage error, message printed). */
+static int ge_parse(int argc, char **argv, ge_args *a)
+{
+    static const struct option opts[] = {
+        {"dev", required_argument, NULL, 'd'},       {"p-gb", required_argument, NULL, '0'},
+        {"p-bg", required_argument, NULL, '1'},      {"loss-good", required_argument, NULL, '2'},
+        {"loss-bad", required_argument, NULL, '3'},  {"seed", required_argument, NULL, 's'},
+        {"stream", required_argument, NULL, 'k'},    {"packets", required_argument, NULL, 'n'},
+        {"obj", required_argument, NULL, 'o'},       {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int c;
+    if (argc < 2) {
+        ge_usage(stderr);
+        return 2;
+    }
+    a->cmd = argv[1];
+    optind = 2;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'd': a->dev = optarg; break;
+        case '0': case '1': case '2': case '3':
+            if (ge_parse_prob(optarg, &a->p[c - '0'])) {
+                fprintf(stderr, "ge-loss: %s must be a probability from 0 to 1, not %s\n",
+                        opts[c - '0' + 1].name, optarg);
+                return 2;
+            }
+            a->have_p[c - '0'] = 1;
+            break;
+        case 's':
+            if (ge_parse_u64(optarg, &a->seed)) {
+                fprintf(stderr, "ge-loss: --seed must be a whole number >= 0, not %s\n", optarg);
+                return 2;
+            }
+            a->have_seed = 1;
+            break;
+        case 'k':
+            if (ge_parse_u64(optarg, &a->stream)) {
+                fprintf(stderr, "ge-loss: --stream must be a whole number >= 0, not %s\n", optarg);
+                return 2;
+            }
+            break;
+        case 'n':
+            if (ge_parse_u64(optarg, &a->packets) || a->packets == 0) {
+                fprintf(stderr, "ge-loss: --packets must be a whole number >= 1, not %s\n", optarg);
+                return 2;
+            }
+            break;
+        case 'o': a->obj = optarg; break;
+        case 'h': ge_usage(stdout); exit(0);
+        default: ge_usage(stderr); return 2;
+        }
+    }
+    if (optind != argc) {
+        ge_usage(stderr);
+        return 2;
+    }
+    int chain = !strcmp(a->cmd, "attach") || !strcmp(a->cmd, "simulate");
+    if (!strcmp(a->cmd, "count"))
+        return 0;
+    if (!chain && strcmp(a->cmd, "read") && strcmp(a->cmd, "detach")) {
+        fprintf(stderr, "ge-loss: unknown command %s\n", a->cmd);
+        return 2;
+    }
+    if (chain && !(a->have_p[0] && a->have_p[1] && a->have_p[2] && a->have_p[3])) {
+        fprintf(stderr, "ge-loss: %s needs --p-gb, --p-bg, --loss-good and --loss-bad\n", a->cmd);
+        return 2;
+    }
+    if (strcmp(a->cmd, "simulate") ? a->dev == NULL : a->packets == 0) {
+        fprintf(stderr, "ge-loss: %s needs %s\n", a->cmd,
+                strcmp(a->cmd, "simulate") ? "--dev" : "--packets");
+        return 2;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static char default_obj[4096];
+    ge_args a;
+    memset(&a, 0, sizeof a);
+    int rc = ge_parse(argc, argv, &a);
+    if (rc)
+        return rc;
+    if (!a.obj) {
+        /* The object is built next to this binary. */
+        ssize_t n = readlink("/proc/self/exe", default_obj, sizeof default_obj - 32);
+        if (n <= 0) {
+            perror("ge-loss: readlink /proc/self/exe");
+            return 1;
+        }
+        default_obj[n] = '\0';
+        char *slash = strrchr(default_obj, '/');
+        strcpy(slash ? slash + 1 : default_obj, "ge_loss.bpf.o");
+        a.obj = default_obj;
+    }
+    libbpf_set_print(ge_libbpf_log);
+    if (!strcmp(a.cmd, "count"))
+        return ge_count();
+    if (!strcmp(a.cmd, "attach"))
+        return ge_attach(&a);
+    if (!strcmp(a.cmd, "read"))
+        return ge_read(&a);
+    if (!strcmp(a.cmd, "detach"))
+        return ge_detach(&a);
+    return ge_simulate(&a);
+}
