@@ -146,7 +146,7 @@ def load(folder: Path) -> Sweep:
                          else CONDITION_DEFAULTS["loss_kind"])
     if "cross" not in runs:
         runs["cross"] = CONDITION_DEFAULTS["cross"]
-    runs["cross"] = runs["cross"].fillna(CONDITION_DEFAULTS["cross"])
+    runs["cross"] = runs["cross"].astype(object).fillna(CONDITION_DEFAULTS["cross"]).astype(str)
     needed = {"run_id", "status", "scheme", "loss_pct", "seed", "iters_per_s",
               *(set(CONDITION_COLUMNS) - set(CONDITION_DEFAULTS))}
     missing = sorted(needed - set(runs.columns))

@@ -52,6 +52,12 @@ def _save(fig, folder: Path, name: str) -> list[Path]:
     return out
 
 
+def _legend(ax, size: int) -> None:
+    """A legend, if anything in ``ax`` has a label."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=size)
+
+
 def _errorbar(ax, x, est: list[stats.Estimate], sw: Sweep, scheme: str, **kw) -> None:
     med = np.array([e.value for e in est])
     lo = np.array([e.lo for e in est])
@@ -97,7 +103,7 @@ def _throughput(sw: Sweep, folder: Path) -> list[Path]:
         axes[1][j].axhline(1.0, color="black", lw=0.8, ls=":")
         axes[1][j].set_ylabel(f"throughput / {BASELINE} (median ratio)")
         axes[1][j].set_xlabel("random loss (%)")
-    axes[0][0].legend(fontsize=7)
+    _legend(axes[0][0], 7)
     return _save(fig, folder, "throughput")
 
 
@@ -111,7 +117,7 @@ def _facets(sw: Sweep, folder: Path, name: str, panels) -> list[Path]:
             _lines(axes[i][j], sw, d, y, sw.order)
             axes[i][j].set_ylabel(label)
         axes[0][j].set_title(sw.label(cond))
-    axes[0][0].legend(fontsize=7)
+    _legend(axes[0][0], 7)
     return _save(fig, folder, name)
 
 
@@ -138,7 +144,7 @@ def _converge(sw: Sweep, folder: Path) -> list[Path]:
         ax.axhline(0, color="black", lw=0.8, ls=":")
         ax.set_ylabel(f"final accuracy - lossless {BASELINE} (points)")
         ax.set_title(sw.label(cond))
-    axes[0][0].legend(fontsize=7)
+    _legend(axes[0][0], 7)
     return _save(fig, folder, "converge")
 
 
@@ -171,7 +177,7 @@ def _sync_cdf(sw: Sweep, folder: Path) -> list[Path]:
             ax.set_title(f"{sw.label(cond)}, loss {loss:g} %", fontsize=8)
             ax.set_xlabel("synchronization time per iteration (s)")
     axes[0][0].set_ylabel("CDF, seeds pooled (o p50, v p99)")
-    axes[0][0].legend(fontsize=6)
+    _legend(axes[0][0], 6)
     return _save(fig, folder, "sync_cdf")
 
 
@@ -185,7 +191,7 @@ def _loss_tolerance(sw: Sweep, folder: Path) -> list[Path]:
     for ax, (col, label) in zip(axes[0], panels):
         _lines(ax, sw, sw.ok, col, schemes)
         ax.set_ylabel(label)
-    axes[0][0].legend(fontsize=7)
+    _legend(axes[0][0], 7)
     return _save(fig, folder, "loss_tolerance")
 
 
@@ -220,8 +226,8 @@ def _bounds(sw: Sweep, folder: Path) -> list[Path]:
         _lines(axes[1][j], sw, d, "iter_over_bound", sw.order)
         axes[1][j].axhline(1.15, color="black", lw=0.8, ls=":")
         axes[1][j].set_ylabel("iteration p50 / (bound + compute + update)")
-    axes[0][0].legend(fontsize=6)
-    axes[1][0].legend(fontsize=6)
+    _legend(axes[0][0], 6)
+    _legend(axes[1][0], 6)
     return _save(fig, folder, "bounds")
 
 
@@ -262,7 +268,7 @@ def _regime(sw: Sweep, folder: Path, setting: str) -> list[Path]:
             extra = ", ".join(CONDITION_COLUMNS[c].format(frame[c].iloc[0]) for c in others)
             axes[0][col].set_title(f"loss {loss:g} %" + (f", {extra}" if extra else ""), fontsize=8)
             col += 1
-    axes[0][0].legend(fontsize=7)
+    _legend(axes[0][0], 7)
     return _save(fig, folder, f"regime_{setting}")
 
 

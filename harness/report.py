@@ -120,7 +120,8 @@ def _tolerance_pays(sw: Sweep) -> list[str]:
             lines.append(f"- {_where(sw, cond, loss)}: {sentence} `{scheme}` filled "
                          f"{filled:.2%} of a gradient on average, {early:.2f} early closes per "
                          "iteration.")
-            if rel.n and mine.n and not mine.overlaps(rel) and mine.value > rel.value:
+            if (min(rel.n, mine.n) >= stats.MIN_RUNS and not mine.overlaps(rel)
+                    and mine.value > rel.value):
                 wins.append(f"{scheme} at {_where(sw, cond, loss)} "
                             f"({mine.value / rel.value:.2f}x)")
     lines += ["", ("Tolerating loss beat reliable delivery, beyond noise, in: " + "; ".join(wins)

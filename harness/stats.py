@@ -7,8 +7,8 @@ its runs and a 95 % percentile-bootstrap confidence interval** of that median (r
 :data:`N_BOOT` resamples, a fixed seed so the same table gives the same interval). With three runs
 the interval of a median spans about their range: wide on purpose.
 
-A comparison names a winner only where the two intervals do not overlap; otherwise it says
-"within noise". A ratio of two cells (a speedup) gets its own interval by resampling both cells.
+A comparison names a winner only where the two intervals do not overlap and each cell has at
+least :data:`MIN_RUNS` runs; otherwise it says "within noise" (or that there are too few runs). A ratio of two cells (a speedup) gets its own interval by resampling both cells.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 N_BOOT = 4000
+MIN_RUNS = 3   # fewer runs than this in a cell: no comparison is stated
 LEVEL = 0.95
 SEED = 20231
 
@@ -91,8 +92,9 @@ def cells(df: pd.DataFrame, keys: list[str], column: str) -> pd.DataFrame:
 def compare(a_name: str, a: Estimate, b_name: str, b: Estimate, higher_is_better: bool = True,
             spec: str = ".2f", unit: str = "") -> str:
     """One sentence: which of two estimates is better, or that they are within noise."""
-    if a.n == 0 or b.n == 0:
-        return f"{a_name} vs {b_name}: not enough runs to compare."
+    if min(a.n, b.n) < MIN_RUNS:
+        return (f"{a_name} {a.fmt(spec, unit)} and {b_name} {b.fmt(spec, unit)}: fewer than "
+                f"{MIN_RUNS} runs in a cell, so no comparison is stated.")
     if a.overlaps(b):
         return (f"{a_name} {a.fmt(spec, unit)} and {b_name} {b.fmt(spec, unit)}: within noise "
                 f"(the 95 % intervals overlap).")
@@ -107,6 +109,10 @@ def best(estimates: dict[str, Estimate], higher_is_better: bool = True) -> tuple
     valid = {k: e for k, e in estimates.items() if e.n > 0}
     if not valid:
         return [], "no runs."
+    if min(e.n for e in valid.values()) < MIN_RUNS:
+        top = (max if higher_is_better else min)(valid, key=lambda k: valid[k].value)
+        return [top], (f"highest median: {top}, but with fewer than {MIN_RUNS} runs in a cell "
+                       "no winner is named.")
     top = (max if higher_is_better else min)(valid, key=lambda k: valid[k].value)
     tied = [k for k, e in valid.items() if k != top and e.overlaps(valid[top])]
     if not tied:
