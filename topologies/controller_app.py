@@ -16,12 +16,21 @@ object per port per poll, never as text.
 
 os-ken is Ryu's maintained fork with the same API; Ryu 4.34 itself no longer installs or starts
 on Python 3.11 (eventlet dropped what it needs).
+
+**Commands.** The app also listens on ``127.0.0.1:control_port`` (from the config) for one JSON
+command per line and answers each with one JSON line (``{"ok": true, ...}`` or
+``{"ok": false, "error": "..."}``); :mod:`topologies.control` is the client. ``cut`` takes a host
+off the network in the switch (its forwarding rule is removed and a rule of higher priority
+drops everything arriving on its port), ``restore`` puts the forwarding back, ``flows`` lists the
+rules the app has installed. Every command that changes the switch is written, with the time
+the flow mods were sent, to ``events_path`` (JSON lines), so a run knows when its link failed.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 
 from os_ken.base import app_manager
@@ -51,29 +60,119 @@ class IncastController(app_manager.OSKenApp):
         self.datapaths = {}
         self.running = True
         self.monitor = hub.spawn(self._poll_stats)
+        self.cut_hosts: set[str] = set()
+        self.barriers: dict[int, object] = {}
+        self.events_file = (open(config["events_path"], "a", buffering=1)
+                            if config.get("events_path") else None)
+        self.control = None
+        if config.get("control_port"):
+            self.control = hub.StreamServer(("127.0.0.1", int(config["control_port"])),
+                                            self._control_connection)
+            self.control_thread = hub.spawn(self.control.serve_forever)
 
     def close(self) -> None:
         """Stop polling and close the statistics file (os-ken calls this on shutdown)."""
         self.running = False
         hub.kill(self.monitor)
         self.stats_file.close()
+        if self.events_file is not None:
+            self.events_file.close()
+
+    def _flow(self, dp, priority, match, actions, delete=False) -> None:
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        if delete:
+            dp.send_msg(parser.OFPFlowMod(datapath=dp, cookie=self.cookie,
+                                          cookie_mask=0xFFFFFFFFFFFFFFFF,
+                                          command=ofp.OFPFC_DELETE_STRICT, priority=priority,
+                                          out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY,
+                                          match=match))
+            return
+        inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)] if actions else []
+        dp.send_msg(parser.OFPFlowMod(datapath=dp, cookie=self.cookie, priority=priority,
+                                      match=match, instructions=inst))
+
+    def _forward(self, dp, host: dict, delete: bool = False) -> None:
+        """The exact-match rule that delivers to ``host`` (added, or removed)."""
+        parser = dp.ofproto_parser
+        self._flow(dp, 100, parser.OFPMatch(eth_dst=host["mac"]),
+                   [parser.OFPActionOutput(host["port"])], delete)
+
+    def _isolate(self, dp, host: dict, delete: bool = False) -> None:
+        """A rule that drops everything arriving from ``host``'s port (added, or removed)."""
+        self._flow(dp, 200, dp.ofproto_parser.OFPMatch(in_port=host["port"]), [], delete)
 
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
     def switch_features(self, ev) -> None:
         """Install the whole forwarding table as soon as the switch says hello."""
         dp = ev.msg.datapath
         ofp, parser = dp.ofproto, dp.ofproto_parser
-
-        def add(priority, match, actions):
-            inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)] if actions else []
-            dp.send_msg(parser.OFPFlowMod(datapath=dp, cookie=self.cookie, priority=priority,
-                                          match=match, instructions=inst))
-
-        add(0, parser.OFPMatch(), [])  # table miss: drop, never packet-in
-        add(10, parser.OFPMatch(eth_dst="ff:ff:ff:ff:ff:ff"), [parser.OFPActionOutput(ofp.OFPP_FLOOD)])
+        self._flow(dp, 0, parser.OFPMatch(), [])  # table miss: drop, never packet-in
+        self._flow(dp, 10, parser.OFPMatch(eth_dst="ff:ff:ff:ff:ff:ff"),
+                   [parser.OFPActionOutput(ofp.OFPP_FLOOD)])
         for host in self.hosts:
-            add(100, parser.OFPMatch(eth_dst=host["mac"]), [parser.OFPActionOutput(host["port"])])
+            self._forward(dp, host)
         self.logger.info("installed %d flows on datapath %016x", len(self.hosts) + 2, dp.id)
+
+    # ---- commands ---------------------------------------------------------------------------
+
+    def _barrier(self, dp, timeout_s: float = 2.0) -> None:
+        """Wait until the switch has applied every earlier message (its barrier reply)."""
+        msg = dp.ofproto_parser.OFPBarrierRequest(dp)
+        dp.set_xid(msg)
+        done = self.barriers[msg.xid] = hub.Event()
+        dp.send_msg(msg)
+        try:
+            if not done.wait(timeout=timeout_s):
+                raise ValueError(f"the switch did not confirm the change within {timeout_s:g} s.")
+        finally:
+            self.barriers.pop(msg.xid, None)
+
+    @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
+    def barrier_reply(self, ev) -> None:
+        """Wake the command waiting for this barrier."""
+        done = self.barriers.get(ev.msg.xid)
+        if done is not None:
+            done.set()
+
+    def _control_connection(self, sock: socket.socket, addr) -> None:
+        """Answer one JSON command per line until the client closes the connection."""
+        stream = sock.makefile("rwb")
+        try:
+            for line in stream:
+                try:
+                    reply = {"ok": True, **self._command(json.loads(line))}
+                except (ValueError, KeyError, TypeError) as exc:
+                    reply = {"ok": False, "error": str(exc)}
+                stream.write((json.dumps(reply) + "\n").encode())
+                stream.flush()
+        finally:
+            stream.close()
+            sock.close()
+
+    def _command(self, cmd: dict) -> dict:
+        op = cmd["op"]
+        if op == "flows":
+            return {"cut": sorted(self.cut_hosts), "datapaths": len(self.datapaths)}
+        if op not in ("cut", "restore"):
+            raise ValueError(f"unknown command {op!r}; the commands are cut, restore, flows.")
+        host = next((h for h in self.hosts if h["host"] == cmd["host"]), None)
+        if host is None:
+            raise ValueError(f"no host named {cmd['host']!r} in this topology.")
+        if not self.datapaths:
+            raise ValueError("no switch is connected.")
+        for dp in self.datapaths.values():
+            if op == "cut":
+                self._isolate(dp, host)
+                self._forward(dp, host, delete=True)
+            else:
+                self._forward(dp, host)
+                self._isolate(dp, host, delete=True)
+            self._barrier(dp)
+        (self.cut_hosts.add if op == "cut" else self.cut_hosts.discard)(host["host"])
+        event = {"t": time.time(), "op": op, "host": host["host"], "port": host["port"]}
+        if self.events_file is not None:
+            self.events_file.write(json.dumps(event) + "\n")
+        return event
 
     @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
     def state_change(self, ev) -> None:

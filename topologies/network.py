@@ -55,6 +55,7 @@ from mininet.net import Mininet
 from mininet.node import Host, OVSSwitch, RemoteController
 
 from topologies import impair, ovs
+from topologies.control import ControllerClient
 from topologies.counters import (LossCounters, Snapshot, parse_dump_ports, parse_nstat,
                                  parse_qdisc)
 from topologies.delay import DelayLine
@@ -155,6 +156,8 @@ class Testbed:
         self.controller_ref: ProcessRef | None = None
         self.controller_log = self.folder / "controller.log"
         self.stats_path = self.folder / "port_stats.jsonl"
+        self.events_path = self.folder / "controller_events.jsonl"
+        self.control: ControllerClient | None = None
         self.net: Mininet | None = None
         self.delay = DelayLine(self)
         self.impairments: dict[str, Impairment] = {}
@@ -260,12 +263,14 @@ class Testbed:
             )
 
     def _start_controller(self) -> int:
-        port = _free_port()
+        port, control_port = _free_port(), _free_port()
         config = self.folder / "controller.json"
         config.write_text(json.dumps({"hosts": self.topo.forwarding_table(),
                                       "stats_path": str(self.stats_path),
                                       "stats_interval_s": self.stats_interval_s,
-                                      "cookie": FLOW_COOKIE}, indent=1))
+                                      "cookie": FLOW_COOKIE, "control_port": control_port,
+                                      "events_path": str(self.events_path)}, indent=1))
+        self.control = ControllerClient(control_port)
         # osken-manager is installed next to the interpreter running the harness (the venv).
         manager = Path(sys.executable).parent / "osken-manager"
         with open(self.controller_log, "ab") as log:
@@ -277,7 +282,7 @@ class Testbed:
         self.controller_ref = ProcessRef.of(self.controller.pid)
         self.ledger.add_process("groups", self.controller_ref)
         deadline = time.monotonic() + CONTROLLER_READY_S
-        while not _listening(port):
+        while not (_listening(port) and _listening(control_port)):
             if self.controller.poll() is not None:
                 raise TestbedError(f"the controller exited at start; see {self.controller_log}.")
             if time.monotonic() > deadline:

@@ -8,9 +8,10 @@ import pytest
 from harness.runfiles import RunFiles
 from harness.runner import execute
 from harness.spec import RunSpec
+from topologies.control import ControlError
 from topologies.impair import Impairment
 from topologies.incast import IncastParams
-from topologies.network import Testbed
+from topologies.network import Testbed, TestbedError
 
 GRADIENT_BYTES = 4 * 109_386
 
@@ -88,3 +89,28 @@ def test_lowered_rto_applies_to_its_run_only(testbed, tmp_path):
     assert worker_rto_ms("tcp-cubic-lowrto", tmp_path / "low") < 50
     # The next run on the same network gets the kernel's 200 ms floor back.
     assert worker_rto_ms("tcp-cubic", tmp_path / "default") >= 200
+
+
+def test_the_controller_cuts_and_restores_a_link_in_the_switch(testbed):
+    def reaches_ps(host):
+        try:
+            testbed.host_run(host, "ping", "-c", "1", "-W", "1", "10.0.0.254")
+            return True
+        except TestbedError:
+            return False
+
+    assert reaches_ps("w1") and reaches_ps("w2")
+    t_cut = testbed.control.cut("w1")
+    try:
+        assert not reaches_ps("w1"), "the cut let a ping through"
+        assert reaches_ps("w2"), "the cut took another host down too"
+        # The host itself is untouched: its interface is up, the failure is in the network.
+        assert "state UP" in testbed.host_run("w1", "ip", "link", "show", "w1-eth0")
+    finally:
+        t_restore = testbed.control.restore("w1")
+    assert reaches_ps("w1")
+    events = [json.loads(line) for line in testbed.events_path.read_text().splitlines()]
+    assert [(e["op"], e["host"], e["t"]) for e in events[-2:]] == [
+        ("cut", "w1", t_cut), ("restore", "w1", t_restore)]
+    with pytest.raises(ControlError, match="no host named"):
+        testbed.control.cut("w9")
