@@ -1,0 +1,105 @@
+"""Fault texts and the injector's timing, with fake processes (the emulation tests use real ones)."""
+
+import json
+import signal
+
+import pytest
+
+from harness import faults
+from harness.faults import Fault, FaultError, FaultInjector, parse_fault
+
+
+@pytest.mark.parametrize("text, fault", [
+    ("none", Fault()),
+    ("kill@20", Fault("kill", 20)),
+    ("kill@20:w3", Fault("kill", 20, worker=2)),
+    ("restart@5:1.5s", Fault("restart", 5, 1.5)),
+    ("stall@20:2s", Fault("stall", 20, 2.0)),
+    ("link@20:2s:w1", Fault("link", 20, 2.0, worker=0)),
+    ("straggler:3x", Fault("straggler", factor=3.0)),
+    ("STRAGGLER:1.5x:w2", Fault("straggler", factor=1.5, worker=1)),
+])
+def test_texts_round_trip(text, fault):
+    assert parse_fault(text) == fault
+    assert parse_fault(fault.text()) == fault
+
+
+@pytest.mark.parametrize("text, words", [
+    ("explode@3", "is not a fault"), ("kill", "say after which iteration"),
+    ("kill@3:2s", "takes no duration"), ("stall@3", "needs a duration"),
+    ("stall@3:0s", "needs a duration"), ("link@3:5x", "needs a duration"),
+    ("straggler:0.5x", "slow-down F of at least 1"), ("straggler@3:2x", "slow-down"),
+    ("none:w2", "takes no arguments"), ("kill@3:w0", "numbered from w1"),
+])
+def test_bad_texts_are_one_sentence(text, words):
+    with pytest.raises(FaultError, match=words):
+        parse_fault(text)
+
+
+def test_a_fault_must_fit_the_run():
+    with pytest.raises(FaultError, match="has only 4 workers"):
+        faults.check_fault(parse_fault("kill@3:w5"), 4, 10)
+    with pytest.raises(FaultError, match="never reaches"):
+        faults.check_fault(parse_fault("kill@30"), 4, 10)
+    faults.check_fault(parse_fault("kill@9"), 4, 10)
+    assert parse_fault("kill@3").rank(4) == 3
+
+
+class _Ref:
+    pid = 4242
+
+
+class _Proc:
+    ref = _Ref()
+
+    def __init__(self):
+        self.killed = 0
+
+    def kill(self):
+        self.killed += 1
+
+
+def test_a_stall_stops_at_its_iteration_and_continues_after_its_time(tmp_path, monkeypatch):
+    sent = []
+    monkeypatch.setattr(faults.os, "killpg", lambda pid, sig: sent.append((pid, sig)))
+    clock = {"now": 100.0, "it": 0}
+    monkeypatch.setattr(faults.time, "monotonic", lambda: clock["now"])
+    inj = FaultInjector(parse_fault("stall@3:2s"), "w4", lambda: clock["it"], {"w4": _Proc()},
+                        tmp_path / "faults.jsonl")
+    inj.tick()
+    assert sent == []
+    clock["it"] = 3
+    inj.tick()
+    assert sent == [(4242, signal.SIGSTOP)]
+    clock["now"] += 1.0
+    inj.tick()
+    assert len(sent) == 1
+    clock["now"] += 1.5
+    inj.tick()
+    assert sent[-1] == (4242, signal.SIGCONT) and inj.ended
+    events = [json.loads(line)["event"] for line in (tmp_path / "faults.jsonl").open()]
+    assert events == ["stopped", "continued"]
+
+
+def test_a_restart_kills_then_starts_a_new_process(tmp_path, monkeypatch):
+    clock = {"now": 0.0}
+    monkeypatch.setattr(faults.time, "monotonic", lambda: clock["now"])
+    old, new = _Proc(), _Proc()
+    procs = {"w2": old}
+    inj = FaultInjector(parse_fault("restart@1:1s:w2"), "w2", lambda: 1, procs,
+                        tmp_path / "f.jsonl", restart=lambda host: new)
+    inj.tick()
+    assert old.killed == 1 and procs["w2"] is old
+    clock["now"] = 1.5
+    inj.tick()
+    assert procs["w2"] is new and inj.ended
+
+
+def test_a_link_cut_is_restored_when_the_run_ends_early(tmp_path):
+    calls = []
+    inj = FaultInjector(parse_fault("link@0:60s"), "w1", lambda: 0, {}, tmp_path / "f.jsonl",
+                        cut=lambda h: calls.append(("cut", h)) or 1.0,
+                        restore=lambda h: calls.append(("restore", h)) or 2.0)
+    inj.tick()
+    inj.finish()
+    assert calls == [("cut", "w1"), ("restore", "w1")]
