@@ -220,7 +220,12 @@ class GilbertElliottTime:
                                  "loss).")
         burst_ms = _check_ms("burst_ms", burst_ms)
         loss = loss_pct / 100
-        return cls(burst_ms * (1 - loss) / loss, burst_ms, 0.0, 100.0)
+        good_ms = burst_ms * (1 - loss) / loss
+        if good_ms > GE_TIME_MAX_MS:
+            raise LossModelError(f"loss {loss_pct:g} % with bursts of {burst_ms:g} ms needs good "
+                                 f"periods of {good_ms:.6g} ms, above the {GE_TIME_MAX_MS:g} ms "
+                                 "the chain accepts.")
+        return cls(good_ms, burst_ms, 0.0, 100.0)
 
     @property
     def bad_share(self) -> float:

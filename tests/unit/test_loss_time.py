@@ -37,6 +37,7 @@ def test_texts_parse(text, model):
     ("get:5:0", "from 0.001 to 100000 ms"),
     ("get:5:1e6", "from 0.001 to 100000 ms"),
     ("get:5:inf", "finite"),
+    ("get:0.001:2", "good periods of 199998 ms, above the 100000 ms"),
     ("get:loss=5", "either loss and burst_ms"),
     ("get:loss=5,burst=4", "not one of"),
     ("get:loss=5,burst_ms=2,good_ms=3", "either loss and burst_ms"),
@@ -74,6 +75,7 @@ def test_canonical_texts_and_what_the_rest_of_the_harness_makes_of_them():
     spec = RunSpec(loss_model="get:loss=5,burst_ms=2")
     assert spec.loss_pct == 5.0 and spec.loss_text == "get:loss=5,burst_ms=2"
     assert RunSpec.from_json(spec.to_json()) == spec
+    assert "_lossget5_" in spec.run_id and "_lossge5_" in RunSpec(loss_model="ge:5:4").run_id
     assert loss_kind("get:loss=5,burst_ms=2") == "get burst_ms=2"
     assert loss_kind(spec.loss_text) != loss_kind("ge:loss=5,burst=4")
 
