@@ -21,7 +21,7 @@ PROJECT = Path(__file__).resolve().parent
     "transports": "comma-separated schemes: slugs, optionally with options, e.g. "
                   "tcp-cubic,ltp,ltp+filler=zero",
     "loss": "comma-separated loss: uniform rates in percent or Gilbert-Elliott models, "
-            "e.g. 0,1,5,ge:5:4 (5 % in bursts of 4 packets on average)",
+            "e.g. 0,1,5,ge:5:4,get:5:2 (5 % in bursts of 4 packets, or of 2 ms, on average)",
     "bandwidth": "comma-separated bottleneck rates in Mbit/s",
     "workers": "comma-separated numbers of workers, e.g. 8,16,32",
     "queue": "comma-separated bottleneck queue lengths in packets, e.g. 8,32,64",

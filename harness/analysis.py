@@ -20,7 +20,8 @@ from transports import registry
 
 BASELINE = "tcp-cubic"
 # Settings that can vary across a sweep besides scheme, loss rate and seed, with their labels.
-# ``loss_kind`` is derived: the loss model without its mean (uniform, or ge with its burst length).
+# ``loss_kind`` is derived: the loss model without its mean (uniform, or ge with its burst length,
+# or get with its burst duration).
 CONDITION_COLUMNS = {"bottleneck_mbps": "{:g} Mbit/s", "delay_ms": "+{:g} ms one way",
                      "n_workers": "{:g} workers", "queue_pkts": "queue {:g}",
                      "loss_kind": "{} loss", "cross": "cross {}"}
@@ -28,7 +29,8 @@ CONDITION_DEFAULTS = {"loss_kind": "uniform", "cross": "none"}
 
 
 def loss_kind(model_text: str) -> str:
-    """``ge:loss=5,burst=4`` -> ``ge burst=4``; ``uniform:5`` -> ``uniform``."""
+    """``ge:loss=5,burst=4`` -> ``ge burst=4``; ``get:loss=5,burst_ms=2`` -> ``get burst_ms=2``;
+    ``uniform:5`` -> ``uniform``."""
     kind, _, params = str(model_text).partition(":")
     rest = [p for p in params.split(",") if p and not p.startswith("loss=")]
     if kind in ("", "nan", "uniform"):

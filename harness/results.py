@@ -51,8 +51,9 @@ RUNS_COLUMNS = (
     Column("worker_link_mbps", "Mbit/s", "rate of each worker link"),
     Column("queue_pkts", "packets", "pfifo length on the switch port toward the PS"),
     Column("loss_pct", "%", "configured random loss per packet at each receiving host's ingress"),
-    Column("loss_model", "", "loss model as text: uniform:<loss_pct>, or Gilbert-Elliott "
-                             "(ge:loss=5,burst=4, ...; loss_pct is then its mean loss)"),
+    Column("loss_model", "", "loss model as text: uniform:<loss_pct>, or Gilbert-Elliott per "
+                             "packet (ge:loss=5,burst=4, ...) or in time (get:loss=5,burst_ms=2, "
+                             "...); loss_pct is then its mean loss"),
     Column("cross", "", "background traffic through the bottleneck (none, tcp:2, "
                         "udp:1:rate=50,on=50ms,off=150ms, ...)"),
     Column("delay_ms", "ms", "configured one-way delay added at each receiving host's ingress"),
@@ -116,6 +117,10 @@ RUNS_COLUMNS = (
     Column("loss_bursts", "bursts", "runs of consecutive random drops at one host's ingress "
                                     "(Gilbert-Elliott loss only; empty under uniform loss)"),
     Column("mean_burst_pkts", "packets", "measured mean burst length: random drops / loss_bursts"),
+    Column("bad_periods", "periods", "bad periods the time-based Gilbert-Elliott chains began, all "
+                                     "hosts (empty under other loss models)"),
+    Column("mean_bad_ms", "ms", "measured mean duration of those bad periods (their drawn "
+                                "durations, from the chains' counters)"),
     Column("queue_drops", "packets", "bottleneck drops: packets the switch received from workers "
                                      "minus packets the PS queue sent"),
     Column("queue_drops_tc", "packets", "drops the bottleneck pfifo itself counted (undercounts "

@@ -205,9 +205,9 @@ class RunSpec:
         """A readable, unique id: transport, loss, bandwidth, seed and a digest of everything."""
         digest = hashlib.sha256(self.to_json().encode()).hexdigest()[:8]
         delay = f"_d{self.delay_ms:g}" if self.delay_ms else ""
-        ge = "ge" if self.loss_model else ""
+        kind = self.loss_model.partition(":")[0]  # ge or get; empty under uniform loss
         cross = "_cross" if self.cross != "none" else ""
-        return (f"{self.transport}_loss{ge}{self.loss_pct:g}_bw{self.bottleneck_mbps:g}{delay}"
+        return (f"{self.transport}_loss{kind}{self.loss_pct:g}_bw{self.bottleneck_mbps:g}{delay}"
                 f"{cross}_s{self.seed}_{digest}")
 
     def replace(self, **changes: Any) -> RunSpec:

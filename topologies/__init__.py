@@ -5,7 +5,8 @@
 - :mod:`topologies.ovs`: a private userspace Open vSwitch run from the project's state folder.
 - :mod:`topologies.controller_app`: the os-ken app that installs forwarding and emits port stats.
 - :mod:`topologies.impair`: what a host's ingress does to packets (``Impairment``): uniform loss
-  (nftables) or Gilbert-Elliott loss (the eBPF program in ``topologies/geloss/``), and delay.
+  (nftables) or Gilbert-Elliott loss, per packet or in time (the eBPF program in
+  ``topologies/geloss/``), and delay.
 - :mod:`topologies.delay`: the delay line (an NFQUEUE helper per host, ``topologies/delay/``).
 - :mod:`topologies.counters`: every counter of a run as a typed snapshot, and a run's figures.
 - :mod:`topologies.cross`: background traffic through the bottleneck (:mod:`topologies.onoff`

@@ -4,13 +4,16 @@ per run.
 :meth:`topologies.network.Testbed.snapshot` reads, in one go, the switch's per-port counters
 (``ovs-ofctl dump-ports``), the bottleneck pfifo's (``tc -s``), every host's loss counters (the
 nftables ``arrived``/``dropped`` counters, plus, under Gilbert-Elliott loss, the eBPF chain's
-``bursts``) and every host's kernel TCP/UDP counters (``nstat``). ``after.delta(before)`` turns
-two snapshots into the figures of a run:
+``bursts``, and under the time-based chain its bad periods and their durations) and every host's
+kernel TCP/UDP counters (``nstat``). ``after.delta(before)`` turns two snapshots into the figures
+of a run:
 
 - ``arrived_packets``, ``random_drops``, ``measured_loss_pct``: IPv4 packets that reached any
   host's ingress, those the loss model dropped, and their ratio (the loss actually applied);
 - ``loss_bursts``, ``mean_burst_pkts``: runs of consecutive drops at one host's ingress, and
   drops per run (``None`` under uniform loss, whose rules count no runs);
+- ``bad_periods``, ``mean_bad_ms``: bad periods the time-based chains began, all hosts, and
+  their mean duration as drawn (``None`` unless some host runs a time-based chain);
 - ``queue_drops``: packets the switch received from the workers and the cross-traffic hosts
   (everything it forwards toward the PS) minus packets the bottleneck queue sent (the pfifo's
   own counter, ``queue_drops_tc``, misses drops under userspace OVS);
@@ -62,12 +65,16 @@ class QueueCounters:
 
 @dataclasses.dataclass(frozen=True)
 class LossCounters:
-    """One host's ingress loss counters: IPv4 packets arrived and dropped (nftables), and runs of
-    consecutive drops (the Gilbert-Elliott program; ``None`` when no program counts them)."""
+    """One host's ingress loss counters: IPv4 packets arrived and dropped (nftables), runs of
+    consecutive drops (the Gilbert-Elliott program; ``None`` when no program counts them), and
+    the bad periods the time-based chain began with their summed durations (``None`` unless
+    the host runs that chain)."""
 
     arrived: int = 0
     dropped: int = 0
     bursts: int | None = None
+    bad_periods: int | None = None
+    bad_ns: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +86,8 @@ class Delta:
     measured_loss_pct: float
     loss_bursts: int | None
     mean_burst_pkts: float | None
+    bad_periods: int | None
+    mean_bad_ms: float | None
     queue_drops: int
     queue_drops_tc: int
     bottleneck_tx_bytes: int
@@ -107,9 +116,9 @@ class Snapshot:
         """The figures of the interval from ``before`` to this snapshot."""
         arrived = sum(c.arrived - before.impair[h].arrived for h, c in self.impair.items())
         dropped = sum(c.dropped - before.impair[h].dropped for h, c in self.impair.items())
-        counted = [(c.bursts, before.impair[h].bursts) for h, c in self.impair.items()
-                   if c.bursts is not None and before.impair[h].bursts is not None]
-        bursts = sum(a - b for a, b in counted) if counted else None
+        bursts = self._loss_sum("bursts", before)
+        bad_periods = self._loss_sum("bad_periods", before)
+        bad_ns = self._loss_sum("bad_ns", before)
 
         def port(name: str, ports) -> int:
             return sum(getattr(self.ports[p], name) - getattr(before.ports[p], name) for p in ports)
@@ -122,6 +131,8 @@ class Snapshot:
             measured_loss_pct=100.0 * dropped / arrived if arrived else 0.0,
             loss_bursts=bursts,
             mean_burst_pkts=dropped / bursts if bursts else None,
+            bad_periods=bad_periods,
+            mean_bad_ms=bad_ns / bad_periods / 1e6 if bad_periods else None,
             queue_drops=max(0, port("rx_packets", self.worker_ports + self.cross_ports)
                             - (self.bottleneck.sent_packets - before.bottleneck.sent_packets)),
             queue_drops_tc=self.bottleneck.drops - before.bottleneck.drops,
@@ -129,6 +140,14 @@ class Snapshot:
             cross_tx_bytes=port("rx_bytes", self.cross_ports),
             tcp_retransmits=retrans,
         )
+
+    def _loss_sum(self, name: str, before: Snapshot) -> int | None:
+        """The increase of a loss counter over the hosts that count it at both ends (``None``
+        if none does)."""
+        counted = [(getattr(c, name), getattr(before.impair[h], name))
+                   for h, c in self.impair.items()]
+        counted = [(a, b) for a, b in counted if a is not None and b is not None]
+        return sum(a - b for a, b in counted) if counted else None
 
     def to_dict(self) -> dict:
         """JSON-ready (port numbers become strings as JSON keys do)."""

@@ -5,7 +5,7 @@ There is no netem on this kernel, and dropping on the switch side does nothing w
 Open vSwitch, so loss is applied where a packet is received. A ``netdev`` nftables table hooked
 on the host interface's ingress counts every IPv4 packet that arrives (``arrived``) and every
 packet it drops (``dropped``), so measured loss always comes from counters, not from the
-configuration. Two loss models:
+configuration. Three loss models:
 
 **Uniform** (``uniform:5``, or plain ``5``): each IPv4 packet is dropped independently with
 probability ``loss_pct / 100`` by the nftables rule itself (``numgen random``, resolution 1e-6;
@@ -21,15 +21,30 @@ it is Gilbert's special case, ``loss_good = 0`` and ``loss_bad = 100``, so every
 state is one burst: ``p_bg = 1 / burst`` and ``p_gb = p_bg * loss / (1 - loss)``, which makes the
 stationary share of bad packets, the mean loss, equal to ``loss``.
 
-The chain runs as an eBPF program at the interface's tc ingress (``topologies/geloss/``: a
+**Gilbert-Elliott in time** (``get:5:2``, ``get:loss=5,burst_ms=2``, or the full
+``get:good_ms=38,bad_ms=2,loss_good=0,loss_bad=100``): the same two states, but each held for an
+exponentially distributed time (mean ``good_ms``, ``bad_ms``) whatever the packets do, as a fading
+link or a congested queue would: a continuous-time Markov chain. A packet arriving in a state is
+dropped with that state's loss probability (percent in the text). The short form is again
+Gilbert's case: loss periods of mean ``burst_ms`` and good periods of mean
+``burst_ms * (1 - loss) / loss``, so the share of time in the bad state, which is the share of
+packets of any flow that does not follow the chain, is ``loss``. A sparse flow, one packet per
+timeout, is not held in the bad state for several of its packets: at 50 ms between packets,
+``get:5:2``'s packets are lost independently (:meth:`GilbertElliottTime.at_interval` gives the
+per-packet chain a paced flow sees). The program counts the bad periods and their drawn
+durations, so the mean bad period of every run is measured too.
+
+Both chains run as one eBPF program at the interface's tc ingress (``topologies/geloss/``: a
 cls_bpf direct-action filter under a clsact qdisc, loaded and configured by the ``ge-loss``
 helper). It does not drop; it marks the packets to drop (``skb->mark``), and the same nftables
 table, which the kernel runs right after tc ingress, counts them as arrived, drops the marked
 ones and counts them as dropped: the measured loss means exactly what it means under uniform
 loss. The program also counts runs of consecutive drops (``bursts``), so every run's mean burst
 length is measured (``dropped / bursts``). Its random numbers (splitmix64) are seeded: one seed,
-one sequence of decisions per host for one sequence of packets. Why eBPF, with the
-measurements: ``docs/architecture.md`` (Loss).
+one sequence of decisions per host for one sequence of packets (for the time-based chain, for one
+sequence of packet arrival times). How the time-based chain draws durations without floating
+point: ``topologies/geloss/ge_time.h``. Why eBPF, with the measurements: ``docs/architecture.md``
+(Loss).
 
 Both work unchanged on kernels that have netem.
 """
@@ -55,13 +70,16 @@ class LossModelError(ValueError):
     """A loss model's text or parameters are invalid."""
 
 
-def _ge_mark() -> int:
-    """The packet mark the eBPF program sets, read from its header (C owns the value)."""
-    text = (GE_DIR / "ge_chain.h").read_text()
-    return int(re.search(r"#define GE_MARK (0x[0-9a-fA-F]+)u", text).group(1), 16)
+def _c_define(header: str, name: str, pattern: str) -> str:
+    """A constant's text from the programs' headers (C owns the values)."""
+    text = (GE_DIR / header).read_text()
+    return re.search(rf"#define {name} +({pattern})", text).group(1)
 
 
-GE_MARK = _ge_mark()
+GE_MARK = int(_c_define("ge_chain.h", "GE_MARK", "0x[0-9a-fA-F]+"), 16)
+# The mean durations the time-based chain accepts, in milliseconds.
+GE_TIME_MIN_MS = float(_c_define("ge_time.h", "GE_TIME_MIN_MS", r"[\d.]+"))
+GE_TIME_MAX_MS = float(_c_define("ge_time.h", "GE_TIME_MAX_MS", r"[\d.]+"))
 
 
 def _check_pct(name: str, value: float, high: float = 100.0, *, below: bool = False) -> float:
@@ -164,9 +182,106 @@ class GilbertElliott:
         return {"p-gb": self.p_gb_pct / 100, "p-bg": self.p_bg_pct / 100,
                 "loss-good": self.loss_good_pct / 100, "loss-bad": self.loss_bad_pct / 100}
 
+    def flags(self) -> dict[str, float]:
+        """The helper's chain options (``--p-gb`` ...) and their values."""
+        return self.probabilities()
 
-LossModel = Uniform | GilbertElliott
+
+def _check_ms(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not GE_TIME_MIN_MS <= value <= GE_TIME_MAX_MS:
+        raise LossModelError(f"{name} must be a mean duration from {GE_TIME_MIN_MS:g} to "
+                             f"{GE_TIME_MAX_MS:g} ms, not {value!r}.")
+    return float(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class GilbertElliottTime:
+    """The time-based chain of the module docstring: mean durations of the good and the bad
+    state in milliseconds, the loss probability in each in percent."""
+
+    good_ms: float
+    bad_ms: float
+    loss_good_pct: float = 0.0
+    loss_bad_pct: float = 100.0
+
+    def __post_init__(self) -> None:
+        for name in ("good_ms", "bad_ms"):
+            object.__setattr__(self, name, _check_ms(name, getattr(self, name)))
+        for name in ("loss_good_pct", "loss_bad_pct"):
+            object.__setattr__(self, name, _check_pct(name[:-4], getattr(self, name)))
+
+    @classmethod
+    def from_mean(cls, loss_pct: float, burst_ms: float) -> GilbertElliottTime:
+        """Gilbert's case with mean loss ``loss_pct`` and loss periods of mean ``burst_ms``."""
+        loss_pct = _check_pct("loss", loss_pct, MAX_LOSS_PCT, below=True)
+        if loss_pct == 0:
+            raise LossModelError("loss must be above 0 for a time-based chain (write 0 for no "
+                                 "loss).")
+        burst_ms = _check_ms("burst_ms", burst_ms)
+        loss = loss_pct / 100
+        good_ms = burst_ms * (1 - loss) / loss
+        if good_ms > GE_TIME_MAX_MS:
+            raise LossModelError(f"loss {loss_pct:g} % with bursts of {burst_ms:g} ms needs good "
+                                 f"periods of {good_ms:.6g} ms, above the {GE_TIME_MAX_MS:g} ms "
+                                 "the chain accepts.")
+        return cls(good_ms, burst_ms, 0.0, 100.0)
+
+    @property
+    def bad_share(self) -> float:
+        """The stationary probability of the bad state: its share of time."""
+        return self.bad_ms / (self.good_ms + self.bad_ms)
+
+    @property
+    def mean_loss_pct(self) -> float:
+        """The expected share of packets dropped, in percent, for packets that arrive
+        independently of the chain (any flow: the chain does not look at packets)."""
+        pi_b = self.bad_share
+        return (1 - pi_b) * self.loss_good_pct + pi_b * self.loss_bad_pct
+
+    @property
+    def relaxation_ms(self) -> float:
+        """The chain's relaxation time: states this far apart are correlated by 1/e."""
+        return self.good_ms * self.bad_ms / (self.good_ms + self.bad_ms)
+
+    def at_interval(self, interval_ms: float) -> GilbertElliott:
+        """The per-packet chain that a flow with ``interval_ms`` between its packets sees.
+
+        Sampled every ``interval_ms``, the chain moves good -> bad with probability
+        ``bad_share * (1 - e)`` and back with ``(1 - bad_share) * (1 - e)``, where
+        ``e = exp(-interval_ms / relaxation_ms)``: at intervals much longer than the relaxation
+        time each packet draws its state afresh, i.e. the flow sees independent loss.
+        """
+        if not (isinstance(interval_ms, (int, float)) and interval_ms > 0):
+            raise LossModelError(f"interval_ms must be above 0, not {interval_ms!r}.")
+        move = -math.expm1(-interval_ms / self.relaxation_ms)
+        pi_b = self.bad_share
+        return GilbertElliott(100 * pi_b * move, 100 * (1 - pi_b) * move, self.loss_good_pct,
+                              self.loss_bad_pct)
+
+    def is_gilbert(self) -> bool:
+        """True for Gilbert's special case (no loss when good, all lost when bad)."""
+        return self.loss_good_pct == 0 and self.loss_bad_pct == 100
+
+    def text(self) -> str:
+        """The canonical text form: ``get:loss=..,burst_ms=..`` for Gilbert's case, else in
+        full."""
+        if self.is_gilbert():
+            return f"get:loss={self.mean_loss_pct:.6g},burst_ms={self.bad_ms:.6g}"
+        return (f"get:good_ms={self.good_ms:.6g},bad_ms={self.bad_ms:.6g},"
+                f"loss_good={self.loss_good_pct:.6g},loss_bad={self.loss_bad_pct:.6g}")
+
+    def flags(self) -> dict[str, float]:
+        """The helper's chain options (``--good-ms`` ...) and their values."""
+        return {"good-ms": self.good_ms, "bad-ms": self.bad_ms,
+                "loss-good": self.loss_good_pct / 100, "loss-bad": self.loss_bad_pct / 100}
+
+
+LossModel = Uniform | GilbertElliott | GilbertElliottTime
+# The models the eBPF program carries.
+CHAINS = (GilbertElliott, GilbertElliottTime)
 _GE_KEYS = {"loss", "burst", "p_gb", "p_bg", "loss_good", "loss_bad"}
+_GET_KEYS = {"loss", "burst_ms", "good_ms", "bad_ms", "loss_good", "loss_bad"}
 
 
 def _number(text: str, what: str, whole: str) -> float:
@@ -194,12 +309,27 @@ def parse_loss(text: str | float) -> LossModel:
             return Uniform(_number(rest.strip(), "the loss rate", whole))
         if kind == "ge" and sep:
             return _parse_ge(rest, whole)
+        if kind == "get" and sep:
+            return _parse_get(rest, whole)
     except LossModelError as exc:
         if str(exc).startswith(repr(whole)):
             raise
         raise LossModelError(f"{whole!r}: {exc}") from None
     raise LossModelError(f"{whole!r} is not a loss model; write a rate in percent (5), "
-                         "uniform:5, ge:5:4 or ge:loss=5,burst=4.")
+                         "uniform:5, ge:5:4 (per packet) or get:5:2 (in time).")
+
+
+def _pairs(rest: str, whole: str, keys: set[str]) -> dict[str, float]:
+    values: dict[str, float] = {}
+    for pair in re.split(r"[,:]", rest):
+        key, eq, value = (s.strip() for s in pair.partition("="))
+        if not eq or key not in keys:
+            raise LossModelError(f"{whole!r}: {pair.strip()!r} is not one of "
+                                 f"{', '.join(sorted(keys))} given as name=value.")
+        if key in values:
+            raise LossModelError(f"{whole!r}: {key} is given twice.")
+        values[key] = _number(value, key, whole)
+    return values
 
 
 def _parse_ge(rest: str, whole: str) -> GilbertElliott:
@@ -210,15 +340,7 @@ def _parse_ge(rest: str, whole: str) -> GilbertElliott:
                                  "bursts of 4 packets on average).")
         return GilbertElliott.from_mean(_number(parts[0], "the loss rate", whole),
                                         _number(parts[1], "the burst length", whole))
-    values: dict[str, float] = {}
-    for pair in re.split(r"[,:]", rest):
-        key, eq, value = (s.strip() for s in pair.partition("="))
-        if not eq or key not in _GE_KEYS:
-            raise LossModelError(f"{whole!r}: {pair.strip()!r} is not one of "
-                                 f"{', '.join(sorted(_GE_KEYS))} given as name=value.")
-        if key in values:
-            raise LossModelError(f"{whole!r}: {key} is given twice.")
-        values[key] = _number(value, key, whole)
+    values = _pairs(rest, whole, _GE_KEYS)
     if set(values) == {"loss", "burst"}:
         return GilbertElliott.from_mean(values["loss"], values["burst"])
     full = {"p_gb", "p_bg", "loss_good", "loss_bad"}
@@ -226,6 +348,25 @@ def _parse_ge(rest: str, whole: str) -> GilbertElliott:
         return GilbertElliott(values["p_gb"], values["p_bg"], values["loss_good"],
                               values["loss_bad"])
     raise LossModelError(f"{whole!r}: give either loss and burst, or all of p_gb, p_bg, "
+                         "loss_good and loss_bad.")
+
+
+def _parse_get(rest: str, whole: str) -> GilbertElliottTime:
+    if "=" not in rest:
+        parts = rest.split(":")
+        if len(parts) != 2:
+            raise LossModelError(f"{whole!r}: write get:LOSS:BURST_MS, for example get:5:2 (5 % "
+                                 "loss in periods of 2 ms on average).")
+        return GilbertElliottTime.from_mean(_number(parts[0], "the loss rate", whole),
+                                            _number(parts[1], "the burst duration", whole))
+    values = _pairs(rest, whole, _GET_KEYS)
+    if set(values) == {"loss", "burst_ms"}:
+        return GilbertElliottTime.from_mean(values["loss"], values["burst_ms"])
+    full = {"good_ms", "bad_ms", "loss_good", "loss_bad"}
+    if set(values) == full:
+        return GilbertElliottTime(values["good_ms"], values["bad_ms"], values["loss_good"],
+                                  values["loss_bad"])
+    raise LossModelError(f"{whole!r}: give either loss and burst_ms, or all of good_ms, bad_ms, "
                          "loss_good and loss_bad.")
 
 
@@ -244,7 +385,7 @@ class Impairment:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.loss, (Uniform, GilbertElliott)):
+        if not isinstance(self.loss, (Uniform, *CHAINS)):
             object.__setattr__(self, "loss", parse_loss(self.loss))
         object.__setattr__(self, "delay_ms", check_delay(self.delay_ms))
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
@@ -256,12 +397,12 @@ class Impairment:
 def ruleset(intf: str, model: LossModel | float) -> str:
     """An nft script that (re)creates the impairment table for ``intf`` atomically.
 
-    Under uniform loss the table drops by itself; under Gilbert-Elliott it drops what the eBPF
-    program marked. Either way it counts ``arrived`` and ``dropped``.
+    Under uniform loss the table drops by itself; under either Gilbert-Elliott chain it drops
+    what the eBPF program marked. Either way it counts ``arrived`` and ``dropped``.
     """
-    if not isinstance(model, (Uniform, GilbertElliott)):
+    if not isinstance(model, (Uniform, *CHAINS)):
         model = Uniform(model)
-    if isinstance(model, GilbertElliott):
+    if isinstance(model, CHAINS):
         drop = f'        meta mark {GE_MARK:#x} counter name "dropped" drop\n'
     else:
         threshold = round(model.loss_pct / 100 * RESOLUTION)
@@ -291,7 +432,7 @@ def ge_binary() -> Path:
     return GE_BINARY
 
 
-def ge_argv(command: str, intf: str, model: GilbertElliott | None = None,
+def ge_argv(command: str, intf: str, model: GilbertElliott | GilbertElliottTime | None = None,
             seed: int | None = None, stream: int = 0) -> list[str]:
     """The helper's command line: ``attach`` ``model`` to ``intf`` (seeded with ``seed`` and
     the host's ``stream`` number), ``read`` its counters or ``detach`` it."""
@@ -299,8 +440,8 @@ def ge_argv(command: str, intf: str, model: GilbertElliott | None = None,
         raise LossModelError(f"command must be attach, read or detach, not {command!r}.")
     argv = [str(ge_binary()), command, "--dev", intf]
     if command == "attach":
-        for name, p in model.probabilities().items():
-            argv += [f"--{name}", repr(p)]
+        for name, value in model.flags().items():
+            argv += [f"--{name}", repr(value)]
         if seed is not None:
             argv += ["--seed", str(seed)]
         argv += ["--stream", str(stream)]
@@ -318,5 +459,6 @@ def parse_counters(nft_json: str) -> dict[str, int]:
 
 
 def parse_ge_counters(text: str) -> dict:
-    """The JSON line ``ge-loss read`` prints (packets, drops, bursts, the parameters)."""
+    """The JSON line ``ge-loss read`` prints (packets, drops, bursts, the parameters; under the
+    time-based chain also the good and bad periods begun and their summed durations)."""
     return json.loads(text.strip().splitlines()[-1])

@@ -59,7 +59,7 @@ from topologies.control import ControllerClient
 from topologies.counters import (LossCounters, Snapshot, parse_dump_ports, parse_nstat,
                                  parse_qdisc)
 from topologies.delay import DelayLine
-from topologies.impair import GilbertElliott, Impairment
+from topologies.impair import CHAINS, Impairment
 from topologies.incast import (BOTTLENECK_INTF, PS_IP, PS_PORT, SUBNET, SWITCH_NAME,
                                IncastParams, IncastTopo, intf)
 from topologies.ledger import Ledger, ProcessRef, link_exists, read_sysctl, reclaim, write_sysctl
@@ -341,8 +341,9 @@ class Testbed:
         or of the named ``hosts``; the others keep theirs. Loss counters restart from zero on
         the hosts configured.
 
-        Under Gilbert-Elliott loss each host runs its own chain, seeded with the impairment's
-        seed and the host's position in :meth:`host_names` (so hosts do not lose in step).
+        Under Gilbert-Elliott loss (per packet or in time) each host runs its own chain, seeded
+        with the impairment's seed and the host's position in :meth:`host_names` (so hosts do
+        not lose in step).
         """
         names = self.host_names()
         hosts = names if hosts is None else list(hosts)
@@ -350,21 +351,21 @@ class Testbed:
         if unknown:
             raise TestbedError(f"there is no host {unknown[0]!r}; the hosts are "
                                f"{', '.join(names)}.")
-        if isinstance(impairment.loss, GilbertElliott):
+        if isinstance(impairment.loss, CHAINS):
             impair.ge_binary()  # missing build: one sentence before anything changes
         for host in hosts:
             self._apply_loss(host, impairment, names.index(host))
         self.delay.set_hosts({host: impairment.delay_ms for host in hosts})
 
     def _apply_loss(self, host: str, imp: Impairment, stream: int) -> None:
-        was_ge = isinstance(self.impairments.get(host, Impairment()).loss, GilbertElliott)
+        was_ge = isinstance(self.impairments.get(host, Impairment()).loss, CHAINS)
         script = self.folder / f".impair-{host}.nft"
         script.write_text(impair.ruleset(intf(host), imp.loss))
         try:
             self.host_run(host, "nft", "-f", str(script))
         finally:
             script.unlink()
-        if isinstance(imp.loss, GilbertElliott):
+        if isinstance(imp.loss, CHAINS):
             # Replaces a running program atomically, with fresh counters.
             self.host_run(host, *impair.ge_argv("attach", intf(host), imp.loss, imp.seed, stream))
         elif was_ge:
@@ -390,7 +391,7 @@ class Testbed:
         # One process per host for every reading: this runs twice per run for every host.
         hosts = {}
         for name in self.host_names():
-            ge = isinstance(self.impairments.get(name, Impairment()).loss, GilbertElliott)
+            ge = isinstance(self.impairments.get(name, Impairment()).loss, CHAINS)
             read_ge = (" && echo '@@' && " + " ".join(impair.ge_argv("read", intf(name)))) \
                 if ge else ""
             out = self.host_run(name, "sh", "-c", f"nft -j list counters table netdev {impair.TABLE}"
@@ -399,8 +400,9 @@ class Testbed:
         impairs = {}
         for name, parts in hosts.items():
             nft = impair.parse_counters(parts[0])
-            bursts = impair.parse_ge_counters(parts[2])["bursts"] if len(parts) > 2 else None
-            impairs[name] = LossCounters(nft["arrived"], nft["dropped"], bursts)
+            ge = impair.parse_ge_counters(parts[2]) if len(parts) > 2 else {}
+            impairs[name] = LossCounters(nft["arrived"], nft["dropped"], ge.get("bursts"),
+                                         ge.get("bad_periods"), ge.get("bad_ns"))
         return Snapshot(
             t=time.time(),
             ports=parse_dump_ports(_run("ovs-ofctl", "-O", "OpenFlow13", "dump-ports",

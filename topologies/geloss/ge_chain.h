@@ -1,7 +1,8 @@
 /*
- * ge_chain.h: the Gilbert-Elliott loss chain, one step per packet; shared by the eBPF program
- * (ge_loss.bpf.c, in the kernel) and the loader (ge_loss.c: its "simulate" command runs the very
- * same step in user space, so the chain is tested without root or a kernel).
+ * ge_chain.h: the Gilbert-Elliott loss chain, one step per packet (ge_time.h has the chain that
+ * moves with time instead); shared by the eBPF program (ge_loss.bpf.c, in the kernel) and the
+ * loader (ge_loss.c: its "simulate" command runs the very same step in user space, so the chain
+ * is tested without root or a kernel).
  *
  * Two states, good (G) and bad (B). For each packet, in this order:
  *   1. drop it with probability loss_good (in G) or loss_bad (in B);
@@ -10,9 +11,10 @@
  * random numbers from splitmix64, whose state is seeded by the loader: one seed, one sequence of
  * decisions for one sequence of packets.
  *
- * Counters: packets stepped, drops, bursts (a drop after a packet that was not dropped, i.e.
- * the number of runs of consecutive drops), packets seen in the bad state. The mean burst length
- * is drops / bursts, measured, not configured.
+ * Counters (kept by ge_tally, which the time-based chain shares): packets stepped, drops,
+ * bursts (a drop after a packet that was not dropped, i.e. the number of runs of consecutive
+ * drops), packets seen in the bad state. The mean burst length is drops / bursts, measured,
+ * not configured.
  *
  * No libc, no kernel headers: only fixed-width integer types, which the includer provides
  * (<linux/types.h> in the kernel program, <stdint.h> in user space via the GE_U64 macros).
@@ -56,12 +58,11 @@ static inline GE_U64 ge_next(GE_U64 *state)
     return z ^ (z >> 31);
 }
 
-/* One packet through the chain; returns 1 if it is to be dropped. */
-static inline int ge_step(const struct ge_config *cfg, struct ge_chain *c)
+/* Count one packet in state c->bad, dropped if r_drop (32 random bits) is below the threshold;
+ * returns 1 if it is to be dropped. Shared by both chains (ge_time.h). */
+static inline int ge_tally(struct ge_chain *c, GE_U64 r_drop, GE_U64 threshold)
 {
-    GE_U64 r = ge_next(&c->rng);
-    GE_U64 r_drop = r >> 32, r_move = r & 0xFFFFFFFFULL;
-    int drop = r_drop < (c->bad ? cfg->loss_bad : cfg->loss_good);
+    int drop = r_drop < threshold;
 
     c->packets++;
     if (c->bad)
@@ -72,6 +73,16 @@ static inline int ge_step(const struct ge_config *cfg, struct ge_chain *c)
             c->bursts++;
     }
     c->last_dropped = (GE_U32)drop;
+    return drop;
+}
+
+/* One packet through the chain; returns 1 if it is to be dropped. */
+static inline int ge_step(const struct ge_config *cfg, struct ge_chain *c)
+{
+    GE_U64 r = ge_next(&c->rng);
+    int drop = ge_tally(c, r >> 32, c->bad ? cfg->loss_bad : cfg->loss_good);
+    GE_U64 r_move = r & 0xFFFFFFFFULL;
+
     if (c->bad) {
         if (r_move < cfg->p_bg)
             c->bad = 0;

@@ -5,10 +5,15 @@
  *     ge-loss attach   --dev IF CHAIN [--seed S] [--stream K] [--obj PATH]
  *     ge-loss read     --dev IF
  *     ge-loss detach   --dev IF
- *     ge-loss simulate --packets N CHAIN [--seed S] [--stream K]
+ *     ge-loss simulate --packets N CHAIN [--interval-us T] [--seed S] [--stream K]
+ *     ge-loss table
  *     ge-loss count
  *
- * CHAIN is --p-gb P --p-bg P --loss-good P --loss-bad P, each a probability from 0 to 1.
+ * CHAIN is one of
+ *     --p-gb P --p-bg P --loss-good P --loss-bad P       the per-packet chain (ge_chain.h)
+ *     --good-ms D --bad-ms D --loss-good P --loss-bad P  the time-based chain (ge_time.h)
+ * with each P a probability from 0 to 1 and each D a mean duration in milliseconds
+ * (GE_TIME_MIN_MS to GE_TIME_MAX_MS).
  *
  * attach loads the object, writes the parameters and the seeded chain state into its map, and
  * only then attaches it as a direct-action cls_bpf filter (handle 1, priority 1) under a clsact
@@ -17,8 +22,11 @@
  * filter, the qdisc or the interface (its namespace) frees everything.
  * read prints the map's parameters and counters as one JSON line (read under the map's lock).
  * detach removes the filter and the clsact qdisc; it is not an error if they are absent.
- * simulate runs the same chain (ge_chain.h) in user space over N packets and prints the same
- * counters: what the kernel will do, testable without root.
+ * simulate runs the same chain in user space over N packets and prints the same counters: what
+ * the kernel will do, testable without root. Under the time-based chain the packets arrive every
+ * T microseconds (--interval-us, needed there and only there), from 1 s on.
+ * table prints, as JSON, the table the time-based chain draws its durations from and the
+ * constants that go with it (ge_time.h), so tests can check the distribution it gives.
  * count prints how many programs named ge_ingress the kernel holds, in every namespace (for
  * tests that check nothing is left behind).
  *
@@ -50,24 +58,29 @@
 #define GE_PRIORITY 1
 #define GE_STREAM_MIX 0xD1B54A32D192ED03ULL
 
+/* The chain options, indexed as their short option characters '0'..'5' are. */
+enum { GE_P_GB, GE_P_BG, GE_LOSS_GOOD, GE_LOSS_BAD, GE_GOOD_MS, GE_BAD_MS, GE_NPARAM };
+
 typedef struct {
     const char *cmd, *dev, *obj;
-    double p[4]; /* p_gb, p_bg, loss_good, loss_bad */
-    int have_p[4];
+    double p[GE_NPARAM];
+    int have_p[GE_NPARAM];
     uint64_t seed, stream, packets;
-    int have_seed;
+    double interval_us;
+    int have_seed, time_chain;
 } ge_args;
 
 static void ge_usage(FILE *out)
 {
     fprintf(out,
-            "usage: ge-loss attach --dev IF --p-gb P --p-bg P --loss-good P --loss-bad P\n"
-            "                      [--seed S] [--stream K] [--obj PATH]\n"
+            "usage: ge-loss attach --dev IF CHAIN [--seed S] [--stream K] [--obj PATH]\n"
             "       ge-loss read --dev IF\n"
             "       ge-loss detach --dev IF\n"
-            "       ge-loss simulate --packets N --p-gb P --p-bg P --loss-good P --loss-bad P\n"
-            "                      [--seed S] [--stream K]\n"
-            "       ge-loss count\n");
+            "       ge-loss simulate --packets N CHAIN [--interval-us T] [--seed S] [--stream K]\n"
+            "       ge-loss table\n"
+            "       ge-loss count\n"
+            "CHAIN: --p-gb P --p-bg P --loss-good P --loss-bad P      (per packet)\n"
+            "    or --good-ms D --bad-ms D --loss-good P --loss-bad P (in time)\n");
 }
 
 static int ge_parse_prob(const char *s, double *out)
@@ -76,6 +89,18 @@ static int ge_parse_prob(const char *s, double *out)
     errno = 0;
     double v = strtod(s, &end);
     if (errno || end == s || *end || !(v >= 0.0 && v <= 1.0))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* A finite number within [lo, hi]. */
+static int ge_parse_range(const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi))
         return -1;
     *out = v;
     return 0;
@@ -99,14 +124,42 @@ static uint64_t ge_threshold(double p)
     return (uint64_t)llround(p * (double)GE_ONE);
 }
 
+/* The mean of ln 2 - ln M over each of the GE_EXP_SIZE equal slices of M in [1, 2), in units of
+ * 2^-GE_EXP_FRAC (see ge_time.h): the integral of ln m is m ln m - m. */
+static void ge_exp_table(GE_U32 *table)
+{
+    for (int i = 0; i < GE_EXP_SIZE; i++) {
+        double lo = 1.0 + (double)i / GE_EXP_SIZE, hi = 1.0 + (double)(i + 1) / GE_EXP_SIZE;
+        double mean_ln = (hi * log(hi) - hi - (lo * log(lo) - lo)) / (hi - lo);
+        table[i] = (GE_U32)llround((M_LN2 - mean_ln) * (double)(1 << GE_EXP_FRAC));
+    }
+}
+
+static uint64_t ge_ms_to_ns(double ms)
+{
+    return (uint64_t)llround(ms * 1e6);
+}
+
 /* Parameters and a seeded, zeroed chain from the arguments. */
 static int ge_fill(const ge_args *a, struct ge_value *v)
 {
     memset(v, 0, sizeof *v);
-    v->cfg.p_gb = ge_threshold(a->p[0]);
-    v->cfg.p_bg = ge_threshold(a->p[1]);
-    v->cfg.loss_good = ge_threshold(a->p[2]);
-    v->cfg.loss_bad = ge_threshold(a->p[3]);
+    if (a->time_chain) {
+        v->model = GE_MODEL_TIME;
+        v->tcfg.mean_ns[0] = ge_ms_to_ns(a->p[GE_GOOD_MS]);
+        v->tcfg.mean_ns[1] = ge_ms_to_ns(a->p[GE_BAD_MS]);
+        v->tcfg.loss[0] = ge_threshold(a->p[GE_LOSS_GOOD]);
+        v->tcfg.loss[1] = ge_threshold(a->p[GE_LOSS_BAD]);
+        v->tcfg.p_bad = ge_threshold(a->p[GE_BAD_MS] / (a->p[GE_GOOD_MS] + a->p[GE_BAD_MS]));
+        ge_exp_table(v->tcfg.exp_q20);
+        /* The clock starts at the first packet (end_ns 0), in the stationary distribution. */
+    } else {
+        v->model = GE_MODEL_PACKET;
+        v->cfg.p_gb = ge_threshold(a->p[GE_P_GB]);
+        v->cfg.p_bg = ge_threshold(a->p[GE_P_BG]);
+        v->cfg.loss_good = ge_threshold(a->p[GE_LOSS_GOOD]);
+        v->cfg.loss_bad = ge_threshold(a->p[GE_LOSS_BAD]);
+    }
     uint64_t seed = a->seed;
     if (!a->have_seed && getrandom(&seed, sizeof seed, 0) != (ssize_t)sizeof seed) {
         perror("ge-loss: getrandom");
@@ -125,7 +178,21 @@ static double ge_prob(uint64_t threshold)
 
 static void ge_print(const struct ge_value *v)
 {
-    printf("{\"packets\": %" PRIu64 ", \"drops\": %" PRIu64 ", \"bursts\": %" PRIu64
+    if (v->model == GE_MODEL_TIME) {
+        const struct ge_clock *k = &v->clock;
+        printf("{\"model\": \"time\", \"packets\": %" PRIu64 ", \"drops\": %" PRIu64
+               ", \"bursts\": %" PRIu64 ", \"bad_packets\": %" PRIu64 ", \"bad\": %u"
+               ", \"good_periods\": %" PRIu64 ", \"bad_periods\": %" PRIu64
+               ", \"good_ns\": %" PRIu64 ", \"bad_ns\": %" PRIu64 ", \"restarts\": %" PRIu64
+               ", \"good_ms\": %.9g, \"bad_ms\": %.9g, \"loss_good\": %.9g, \"loss_bad\": %.9g"
+               ", \"mark\": %u}\n",
+               v->chain.packets, v->chain.drops, v->chain.bursts, v->chain.bad_packets,
+               v->chain.bad, k->periods[0], k->periods[1], k->period_ns[0], k->period_ns[1],
+               k->restarts, (double)v->tcfg.mean_ns[0] / 1e6, (double)v->tcfg.mean_ns[1] / 1e6,
+               ge_prob(v->tcfg.loss[0]), ge_prob(v->tcfg.loss[1]), GE_MARK);
+        return;
+    }
+    printf("{\"model\": \"packet\", \"packets\": %" PRIu64 ", \"drops\": %" PRIu64 ", \"bursts\": %" PRIu64
            ", \"bad_packets\": %" PRIu64 ", \"bad\": %u, \"p_gb\": %.9g, \"p_bg\": %.9g"
            ", \"loss_good\": %.9g, \"loss_bad\": %.9g, \"mark\": %u}\n",
            v->chain.packets, v->chain.drops, v->chain.bursts, v->chain.bad_packets, v->chain.bad,
@@ -259,9 +326,29 @@ static int ge_simulate(const ge_args *a)
     struct ge_value v;
     if (ge_fill(a, &v))
         return 1;
-    for (uint64_t i = 0; i < a->packets; i++)
-        ge_step(&v.cfg, &v.chain);
+    if (v.model == GE_MODEL_TIME) {
+        /* Packet i arrives at 1 s + i * interval, in whole nanoseconds as the kernel's clock. */
+        for (uint64_t i = 0; i < a->packets; i++) {
+            uint64_t now_ns = 1000000000ULL + (uint64_t)llround((double)i * a->interval_us * 1e3);
+            ge_time_step(&v.tcfg, &v.chain, &v.clock, now_ns);
+        }
+    } else {
+        for (uint64_t i = 0; i < a->packets; i++)
+            ge_step(&v.cfg, &v.chain);
+    }
     ge_print(&v);
+    return 0;
+}
+
+static int ge_table(void)
+{
+    GE_U32 table[GE_EXP_SIZE];
+    ge_exp_table(table);
+    printf("{\"bits\": %d, \"frac_bits\": %d, \"ln2\": %llu, \"max_octave\": %d, \"table\": [",
+           GE_EXP_BITS, GE_EXP_FRAC, GE_LN2_Q20, GE_EXP_MAX_OCTAVE);
+    for (int i = 0; i < GE_EXP_SIZE; i++)
+        printf("%s%u", i ? ", " : "", table[i]);
+    printf("]}\n");
     return 0;
 }
 
@@ -288,16 +375,42 @@ static int ge_libbpf_log(enum libbpf_print_level level, const char *fmt, va_list
     return level == LIBBPF_WARN ? vfprintf(stderr, fmt, args) : 0;
 }
 
+/* Check which chain the options describe; return 0, or 2 (usage error, message printed). */
+static int ge_check_chain(ge_args *a)
+{
+    int per_packet = a->have_p[GE_P_GB] || a->have_p[GE_P_BG];
+    int in_time = a->have_p[GE_GOOD_MS] || a->have_p[GE_BAD_MS];
+    if (per_packet && in_time) {
+        fprintf(stderr, "ge-loss: give either --p-gb and --p-bg (per packet) or --good-ms and "
+                        "--bad-ms (in time), not both\n");
+        return 2;
+    }
+    a->time_chain = in_time;
+    int first = in_time ? GE_GOOD_MS : GE_P_GB;
+    if (!(a->have_p[first] && a->have_p[first + 1] && a->have_p[GE_LOSS_GOOD]
+          && a->have_p[GE_LOSS_BAD])) {
+        fprintf(stderr, "ge-loss: %s needs %s, --loss-good and --loss-bad\n", a->cmd,
+                in_time ? "--good-ms, --bad-ms" : "--p-gb, --p-bg");
+        return 2;
+    }
+    if (!strcmp(a->cmd, "simulate") && in_time != (a->interval_us > 0)) {
+        fprintf(stderr, "ge-loss: --interval-us goes with the time-based chain, and it needs one\n");
+        return 2;
+    }
+    return 0;
+}
+
 /* Parse argv into *a; return 0, or 2 (usage error, message printed). */
 static int ge_parse(int argc, char **argv, ge_args *a)
 {
     static const struct option opts[] = {
-        {"dev", required_argument, NULL, 'd'},       {"p-gb", required_argument, NULL, '0'},
-        {"p-bg", required_argument, NULL, '1'},      {"loss-good", required_argument, NULL, '2'},
-        {"loss-bad", required_argument, NULL, '3'},  {"seed", required_argument, NULL, 's'},
+        {"p-gb", required_argument, NULL, '0'},      {"p-bg", required_argument, NULL, '1'},
+        {"loss-good", required_argument, NULL, '2'}, {"loss-bad", required_argument, NULL, '3'},
+        {"good-ms", required_argument, NULL, '4'},   {"bad-ms", required_argument, NULL, '5'},
+        {"dev", required_argument, NULL, 'd'},       {"seed", required_argument, NULL, 's'},
         {"stream", required_argument, NULL, 'k'},    {"packets", required_argument, NULL, 'n'},
-        {"obj", required_argument, NULL, 'o'},       {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"interval-us", required_argument, NULL, 'i'}, {"obj", required_argument, NULL, 'o'},
+        {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0},
     };
     int c;
     if (argc < 2) {
@@ -311,8 +424,16 @@ static int ge_parse(int argc, char **argv, ge_args *a)
         case 'd': a->dev = optarg; break;
         case '0': case '1': case '2': case '3':
             if (ge_parse_prob(optarg, &a->p[c - '0'])) {
-                fprintf(stderr, "ge-loss: %s must be a probability from 0 to 1, not %s\n",
-                        opts[c - '0' + 1].name, optarg);
+                fprintf(stderr, "ge-loss: --%s must be a probability from 0 to 1, not %s\n",
+                        opts[c - '0'].name, optarg);
+                return 2;
+            }
+            a->have_p[c - '0'] = 1;
+            break;
+        case '4': case '5':
+            if (ge_parse_range(optarg, GE_TIME_MIN_MS, GE_TIME_MAX_MS, &a->p[c - '0'])) {
+                fprintf(stderr, "ge-loss: --%s must be a mean duration from %g to %g ms, not %s\n",
+                        opts[c - '0'].name, GE_TIME_MIN_MS, GE_TIME_MAX_MS, optarg);
                 return 2;
             }
             a->have_p[c - '0'] = 1;
@@ -336,6 +457,14 @@ static int ge_parse(int argc, char **argv, ge_args *a)
                 return 2;
             }
             break;
+        case 'i':
+            /* At least a nanosecond, at most an hour. */
+            if (ge_parse_range(optarg, 1e-3, 3.6e9, &a->interval_us)) {
+                fprintf(stderr, "ge-loss: --interval-us must be from 0.001 to 3.6e9 "
+                                "microseconds, not %s\n", optarg);
+                return 2;
+            }
+            break;
         case 'o': a->obj = optarg; break;
         case 'h': ge_usage(stdout); exit(0);
         default: ge_usage(stderr); return 2;
@@ -346,16 +475,14 @@ static int ge_parse(int argc, char **argv, ge_args *a)
         return 2;
     }
     int chain = !strcmp(a->cmd, "attach") || !strcmp(a->cmd, "simulate");
-    if (!strcmp(a->cmd, "count"))
+    if (!strcmp(a->cmd, "count") || !strcmp(a->cmd, "table"))
         return 0;
     if (!chain && strcmp(a->cmd, "read") && strcmp(a->cmd, "detach")) {
         fprintf(stderr, "ge-loss: unknown command %s\n", a->cmd);
         return 2;
     }
-    if (chain && !(a->have_p[0] && a->have_p[1] && a->have_p[2] && a->have_p[3])) {
-        fprintf(stderr, "ge-loss: %s needs --p-gb, --p-bg, --loss-good and --loss-bad\n", a->cmd);
+    if (chain && ge_check_chain(a))
         return 2;
-    }
     if (strcmp(a->cmd, "simulate") ? a->dev == NULL : a->packets == 0) {
         fprintf(stderr, "ge-loss: %s needs %s\n", a->cmd,
                 strcmp(a->cmd, "simulate") ? "--dev" : "--packets");
@@ -387,6 +514,8 @@ int main(int argc, char **argv)
     libbpf_set_print(ge_libbpf_log);
     if (!strcmp(a.cmd, "count"))
         return ge_count();
+    if (!strcmp(a.cmd, "table"))
+        return ge_table();
     if (!strcmp(a.cmd, "attach"))
         return ge_attach(&a);
     if (!strcmp(a.cmd, "read"))
