@@ -7,17 +7,18 @@ the command line (``invoke run-sweep --preset smoke --loss 0,5 --iterations 20``
 :meth:`Plan.override`.
 
 Every preset runs 8 workers training the MLP (batch 32 per worker) through a 64-packet
-bottleneck queue, unless it says otherwise:
+bottleneck queue at 200 Mbit/s, unless it says otherwise; "the main schemes" are TCP CUBIC, CUBIC
+with a 5 ms minimum RTO (the strongest TCP baseline here), LTP, LTP reliable and PLOT, and the
+evidence presets run three seeds per cell. ``docs/running.md`` has the table with times:
 
-- ``smoke``: the three TCP variants at 0 and 1 % loss, 30 iterations, 200 Mbit/s; under 2
-  minutes. At 200 Mbit/s one 437 KB gradient from each of 8 workers needs 0.14 s at best and the
-  parameters as long again, so an iteration takes at least 0.28 s.
-- ``default`` (what ``invoke run-sweep`` runs): the main transports (TCP CUBIC, BBR, CUBIC with
-  a 5 ms minimum RTO, LTP, LTP reliable, PLOT) at 0, 1, 2, 5 and 10 % loss, 50 iterations at
-  200 Mbit/s; about 20 minutes. 200 Mbit/s rather than 100 because TCP's penalty grows with link
-  speed (its 200 ms minimum RTO against a transfer that takes 0.14 s), and it halves the time.
-- ``paper``: every scheme (the ablations and filler variants too), 100 and 200 Mbit/s, loss up to
-  20 %, three seeds, 300 iterations; hours.
+- ``smoke``: the three TCP variants at 0 and 1 % loss, 30 iterations; under 2 minutes.
+- ``default`` (what ``invoke run-sweep`` runs): the main schemes at 0, 2, 5, 10 % loss, 40
+  iterations or 30 s of training; about 20 minutes.
+- ``converge``: the main schemes at 0, 5, 10 % loss to 1,000 iterations or 10 minutes of
+  training: time to accuracy and converged accuracy. Hours.
+- ``incast``, ``edge``, ``bursty``, ``cross``: the regimes where tolerating loss could pay (more
+  workers and shallow queues; 10-50 ms one-way delay; bursty loss; background traffic).
+- ``paper``: every scheme, 100 and 200 Mbit/s, loss up to 20 %, 300 iterations; hours.
 - ``lab1``, ``lab2``, ``lab3``: the teaching labs (``docs/labs/``).
 """
 
@@ -172,6 +173,18 @@ PRESETS: dict[str, Plan] = {
         name="edge", transports=MAIN, loss_pcts=(0.0, 2.0, 10.0), bottleneck_mbps=(100.0,),
         delays_ms=(10.0, 25.0, 50.0), seeds=SEEDS,
         base=_INCAST.replace(iterations=30, max_train_s=60.0, timeout_s=900.0)),
+    # Regime: bursty loss: the same 5 % mean, uniform, in per-packet bursts of 4 (like netem's
+    # gemodel) and in 2 ms bad periods (time-based).
+    "bursty": Plan(
+        name="bursty", transports=MAIN,
+        loss_pcts=(5.0, "ge:loss=5,burst=4", "get:loss=5,burst_ms=2"),
+        bottleneck_mbps=(200.0,), seeds=SEEDS,
+        base=_INCAST.replace(iterations=30, max_train_s=30.0, timeout_s=900.0)),
+    # Regime: background traffic through the bottleneck: bulk TCP flows and on/off UDP bursts.
+    "cross": Plan(
+        name="cross", transports=MAIN, loss_pcts=(0.0, 2.0), bottleneck_mbps=(200.0,),
+        cross=("none", "tcp:2", "udp:2:rate=50,on=50ms,off=150ms"), seeds=SEEDS,
+        base=_INCAST.replace(iterations=30, max_train_s=30.0, timeout_s=900.0)),
     # Paper figures: every scheme, both link speeds, loss up to 20 %, three seeds. Hours.
     "paper": Plan(
         name="paper", transports=EVERYTHING, loss_pcts=(0.0, 1.0, 2.0, 5.0, 10.0, 20.0),
