@@ -150,6 +150,7 @@ typedef struct {
     uint32_t received, crit_rcvd, first_rcvd, base, max_idx, max_first_seq;
     uint64_t received_bytes, duplicates, retransmits;
     uint64_t first_us, pass_end_us, close_us;
+    uint64_t checked_us;             /* the close rule was last evaluated then (rx_check_close) */
     uint32_t ack_pending, echo_ts, echo_seq;
     uint64_t ack_due_us, echo_arrival_us;
     double threshold;

@@ -130,6 +130,7 @@ static void rx_close(ltp_core_t *c, peer_t *p, rxmsg_t *m, int reason, uint64_t 
 void rx_check_close(ltp_core_t *c, peer_t *p, rxmsg_t *m, uint64_t now)
 {
     if (m->closed) return;
+    m->checked_us = now;
     if (m->received == m->count) { rx_close(c, p, m, LTP_CLOSE_COMPLETE, now); return; }
     if (m->crit_rcvd < m->critical) return;
     double frac = (double)m->received_bytes / m->total;
@@ -139,13 +140,19 @@ void rx_check_close(ltp_core_t *c, peer_t *p, rxmsg_t *m, uint64_t now)
         rx_close(c, p, m, LTP_CLOSE_MAX_WAIT, now);
 }
 
-/* When open message m next needs attention (ACK delay, close deadlines); NEVER if closed. */
+/* When open message m next needs attention (ACK delay, close deadlines); NEVER if closed.
+ * A close deadline the rule was already evaluated at or after is no timer any more: the message
+ * stayed open below its threshold, and only an event can close it now (a DATA, or a new
+ * threshold, which every loop turn re-checks), so returning it would have the caller wake
+ * over and over for nothing. */
 uint64_t rx_deadline(const ltp_core_t *c, const peer_t *p, const rxmsg_t *m)
 {
     if (!m->used || m->closed) return NEVER;
-    uint64_t t = m->first_us + c->cfg.max_wait_us;
+    uint64_t t = NEVER, cap = m->first_us + c->cfg.max_wait_us;
+    if (cap > m->checked_us) t = cap;
+    if (m->pass_end_us && m->pass_end_us + grace_us(c, p) > m->checked_us)
+        t = MIN(t, m->pass_end_us + grace_us(c, p));
     if (m->ack_pending) t = MIN(t, m->ack_due_us);
-    if (m->pass_end_us) t = MIN(t, m->pass_end_us + grace_us(c, p));
     return t;
 }
 

@@ -8,8 +8,11 @@
  * retransmissions with another CLOSE, and ACKs go out on time. (A kernel transport does the same
  * from interrupts.) The core and the driver state are guarded by one mutex; an API call takes
  * it, registers its requests, kicks the thread through an eventfd and waits on a condition
- * variable, which the thread signals after every turn, until its requests are done or its
- * deadline passes. The thread's timer slack is lowered so sub-ms pacing sleeps are honoured
+ * variable until its requests are done or its deadline passes. The thread signals it only after
+ * a turn in which something a caller waits for happened (a message closed, a send completed, a
+ * HELLO or HELLO_ACK arrived, a socket error): waking the caller on every turn cost a context
+ * switch per received batch. The thread itself sleeps until an event or the core's next timer,
+ * never on a polling interval; its timer slack is lowered so sub-ms pacing sleeps are honoured
  * without busy-waiting.
  */
 #define _GNU_SOURCE
@@ -58,6 +61,7 @@ struct ltp_udp {
     int started;              /* thread, mutex and condition variable exist */
     int error;                /* last socket error the thread met (LTP_ESYS), 0 if none */
     int saved_errno;
+    uint64_t hellos_in;       /* HELLO and HELLO_ACK datagrams fed to the core */
 };
 
 static void *progress(void *arg);
@@ -249,6 +253,7 @@ static int do_rx(ltp_udp_t *u)
                 ltp_core__count(u->core, LTP_S_RX_DROPPED_HOOK, 1);
                 continue;
             }
+            if (len > WIRE_TYPE && (b[WIRE_TYPE] == LTP_T_HELLO || b[WIRE_TYPE] == LTP_T_HELLO_ACK)) u->hellos_in++;
             ltp_core_input_at(u->core, peer_of(u, &u->rxaddr[i]), b, len, now, arrival_us(u, i, now, &real));
         }
         total += n;
@@ -297,6 +302,16 @@ static int do_tx(ltp_udp_t *u)
 
 typedef int (*done_fn)(ltp_udp_t *u, void *arg);
 
+/* A count that changes whenever something a blocking call waits for happens: a message closed
+ * (ltp_udp_recv), a send completed (ltp_udp_send), a HELLO or HELLO_ACK arrived (wait_greeted,
+ * join). The core counts the first two anyway. */
+static uint64_t app_events(const ltp_udp_t *u)
+{
+    const uint64_t *st = u->core->st;
+    return st[LTP_S_CLOSE_COMPLETE] + st[LTP_S_CLOSE_EARLY] + st[LTP_S_CLOSE_MAX_WAIT] +
+           st[LTP_S_SENDS_CLOSED] + st[LTP_S_SENDS_ALL_ACKED] + u->hellos_in;
+}
+
 /* The progress thread: the event loop, for as long as the endpoint is open. */
 static void *progress(void *arg)
 {
@@ -304,13 +319,14 @@ static void *progress(void *arg)
     prctl(PR_SET_TIMERSLACK, TIMER_SLACK_NS, 0, 0, 0);
     pthread_mutex_lock(&u->mu);
     while (!u->stop) {
+        uint64_t seen = app_events(u);
         int got = do_rx(u);
         int sent = got < 0 ? 0 : do_tx(u);
         if (got < 0 || sent < 0) {
             u->error = got < 0 ? got : sent;
             u->saved_errno = errno;
         }
-        pthread_cond_broadcast(&u->cv);
+        if (u->error || app_events(u) != seen) pthread_cond_broadcast(&u->cv);
         uint64_t now = now_us();
         short events = POLLIN;
         uint64_t wake;

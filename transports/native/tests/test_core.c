@@ -461,6 +461,42 @@ static void test_no_rtx_after_close(void)
     sim_free(&s);
 }
 
+/* A message that stays open below its threshold after its close deadlines asks for no timer: a
+ * driver sleeping until next_timeout would otherwise wake over and over while it waits (the
+ * driver once polled every 50 us that way). It still closes on the DATA that lifts it over the
+ * threshold. */
+static void test_wait_below_threshold_no_timer(void)
+{
+    ltp_config_t c = base_cfg();
+    c.threshold_min = c.threshold_max = 0.9;
+    c.max_wait_us = 5000;
+    ltp_core_t *tx = ltp_core_new(&c, 0), *rx = ltp_core_new(&c, LTP_RANK_SERVER);
+    ltp_core_add_peer(tx, LTP_RANK_SERVER);
+    ltp_core_add_peer(rx, 0);
+    float *v = make_vec(4096, 5);   /* 16,384 bytes: 12 packets of 1,420 */
+    CHECK(ltp_core_send(tx, 0, 9, 0, v, 4096 * 4, 0, 0) == 0, "send");
+    static uint8_t b[LTP_MAX_DATAGRAM], held[LTP_MAX_DATAGRAM];
+    int slot, n, data = 0, held_len = 0;
+    uint64_t t = 0;
+    while (data < 12) {   /* the first pass, without packets 1 and 2: 10/12 < 0.9 */
+        if ((n = ltp_core_poll_tx(tx, t, b, sizeof b, &slot)) <= 0) { t = ltp_core_next_timeout(tx, t); continue; }
+        if (b[WIRE_TYPE] != LTP_T_DATA) continue;
+        data++;
+        uint32_t idx = b[WIRE_DATA_INDEX] | (uint32_t)b[WIRE_DATA_INDEX + 1] << 8;
+        if (idx == 1) { memcpy(held, b, (size_t)n); held_len = n; }
+        if (idx != 1 && idx != 2) ltp_core_input(rx, 0, b, (size_t)n, t);
+    }
+    t += 100000;   /* past the grace period and max_wait */
+    while (ltp_core_poll_tx(rx, t, b, sizeof b, &slot) > 0) {}   /* due ACKs; evaluates the close rule */
+    CHECK(ltp_core_rx_ready(rx, 0, 9, 0) == 0, "closed below its threshold");
+    CHECK(ltp_core_next_timeout(rx, t) > t, "a timer due at once while the message waits for DATA");
+    CHECK(held_len > 0 && ltp_core_input(rx, 0, held, (size_t)held_len, t + 10) == 0, "held packet");
+    CHECK(ltp_core_rx_ready(rx, 0, 9, 0) == 1, "not closed once over its threshold");
+    free(v);
+    ltp_core_free(tx);
+    ltp_core_free(rx);
+}
+
 static void test_reorder_duplicate(void)
 {
     ltp_config_t c = base_cfg();
@@ -1011,6 +1047,7 @@ int main(void)
     for (int i = 0; i < 4; i++) test_lossy(losses[i]);
     test_fixed_reliable();
     test_no_rtx_after_close();
+    test_wait_below_threshold_no_timer();
     test_reorder_duplicate();
     test_critical();
     test_segment_policy();
