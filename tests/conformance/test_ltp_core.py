@@ -118,7 +118,8 @@ def test_whole_delivery_without_loss() -> None:
 def test_partial_delivery_with_receive_drops() -> None:
     layout = Layout.from_sizes([("w", N_FLOATS - 1000), ("b", 1000)])
     options = {"rx_drop_frac": 0.1, "threshold_min": 0.8, "threshold_max": 0.95,
-               "close_grace_min_us": 0, "grace_rtt_mult": 0.0, "filler": "zero", "seed": 3}
+               "close_grace_min_us": 0, "grace_rtt_mult": 0.0, "filler": "zero", "seed": 3,
+               "packet_payload_bytes": 1472}   # Ethernet-sized: drops of 64 KB are too coarse
     res = run_job(options, layout, n_workers=2, iterations=4)
     partial = 0
     for it, deliveries in enumerate(res["gathered"]):
@@ -147,7 +148,8 @@ def test_partial_delivery_with_receive_drops() -> None:
 def test_critical_segments_always_arrive() -> None:
     layout = Layout.from_sizes([("conv", 60_000), ("fc.weight", N_FLOATS - 61_000), ("fc.bias", 1000)])
     options = {"rx_drop_frac": 0.2, "threshold_min": 0.5, "threshold_max": 0.6,
-               "close_grace_min_us": 0, "grace_rtt_mult": 0.0, "critical_segments": ("fc.bias",)}
+               "close_grace_min_us": 0, "grace_rtt_mult": 0.0, "critical_segments": ("fc.bias",),
+               "packet_payload_bytes": 1472}
     averages = []
     res = run_job(options, layout, n_workers=2, iterations=3,
                   on_server=lambda ps, it, ds: averages.append(ps.average(ds)))

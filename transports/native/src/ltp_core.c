@@ -20,8 +20,9 @@ ltp_core_t *ltp_core_new(const ltp_config_t *cfg, uint16_t self_rank)
     ltp_core_t *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->cfg = *cfg;
+    if (!c->cfg.max_udp_payload_bytes) c->cfg.max_udp_payload_bytes = LTP_ETH_DATAGRAM;   /* until set */
     c->self_rank = self_rank;
-    c->chunk = ltp_chunk_bytes(cfg);
+    c->chunk = ltp_chunk_bytes(&c->cfg);
     c->peers = calloc(cfg->max_peers, sizeof *c->peers);
     c->rng = cfg->seed ^ ((uint64_t)self_rank << 48);
     if (!c->peers) { free(c); return NULL; }
@@ -58,6 +59,22 @@ int ltp_core_add_peer(ltp_core_t *c, uint16_t rank)
     rate_init_peer(c, p);
     return c->n_peers++;
 }
+
+int ltp_core_set_datagram(ltp_core_t *c, uint32_t bytes)
+{
+    if (!c || bytes < LTP_DATA_HDR_BYTES + 4 || bytes > LTP_MAX_DATAGRAM) return LTP_EINVAL;
+    for (int i = 0; i < c->n_peers; i++)
+        for (uint32_t j = 0; j < c->cfg.max_tx_per_peer; j++)
+            if (c->peers[i].tx[j].used) return LTP_EBUSY;
+    c->cfg.max_udp_payload_bytes = bytes;
+    c->chunk = ltp_chunk_bytes(&c->cfg);
+    /* Windows and bursts are counted in packets of this size: a path not measured yet starts
+     * from the initial rate of the new size. */
+    for (int i = 0; i < c->n_peers; i++) if (!c->peers[i].bbr.has_bw) rate_init_peer(c, &c->peers[i]);
+    return LTP_OK;
+}
+
+uint32_t ltp_core_datagram(const ltp_core_t *c) { return c ? c->cfg.max_udp_payload_bytes : 0; }
 
 peer_t *core_peer(const ltp_core_t *c, int peer)
 {
@@ -166,9 +183,10 @@ static int poll_control(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, int
     return 0;
 }
 
-int ltp_core_poll_tx(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, int *peer)
+/* The next datagram due; with payload != NULL a DATA's payload by reference. Returns the
+ * datagram's whole length. */
+static int poll_tx(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, int *peer, const uint8_t **payload)
 {
-    if (!c || !b || !peer) return LTP_EINVAL;
     tick(c, now);
     int n = poll_control(c, now, b, cap, peer);
     if (n) {
@@ -182,7 +200,27 @@ int ltp_core_poll_tx(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, int *p
         sched_consider(c, &s, (c->rr + k) % c->n_peers, now, 1);
     if (sched_decide(c, &s, now) > now || s.peer < 0) return 0;
     c->rr = (s.peer + 1) % c->n_peers;
-    return sched_emit(c, &s, now, b, cap, peer);
+    return sched_emit(c, &s, now, b, cap, peer, payload);
+}
+
+int ltp_core_poll_tx(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, int *peer)
+{
+    if (!c || !b || !peer) return LTP_EINVAL;
+    return poll_tx(c, now, b, cap, peer, NULL);
+}
+
+int ltp_core_poll_tx_ref(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, const uint8_t **payload,
+                         uint32_t *payload_len, int *peer)
+{
+    if (!c || !b || !payload || !payload_len || !peer) return LTP_EINVAL;
+    *payload = NULL;
+    *payload_len = 0;
+    int n = poll_tx(c, now, b, cap, peer, payload);
+    if (n > 0 && *payload) {
+        *payload_len = (uint32_t)n - LTP_DATA_HDR_BYTES;
+        n = (int)LTP_DATA_HDR_BYTES;
+    }
+    return n;
 }
 
 uint64_t ltp_core_next_timeout(ltp_core_t *c, uint64_t now)

@@ -234,6 +234,7 @@ void ltp_core__count(ltp_core_t *c, int stat, uint64_t n);
 /* ltp_wire.c */
 int wire_parse(const ltp_config_t *cfg, const uint8_t *b, size_t len, hdr_t *h);
 int wire_put_data(uint8_t *b, const hdr_t *h);                /* header and payload */
+int wire_put_data_hdr(uint8_t *b, const hdr_t *h);            /* header only: 52 bytes */
 int wire_put_ack(uint8_t *b, const hdr_t *h);                 /* header; bitmap follows */
 int wire_put_close(uint8_t *b, const hdr_t *h);
 int wire_put_hello(uint8_t *b, const hdr_t *h);               /* HELLO and HELLO_ACK */
@@ -270,8 +271,10 @@ int tx_on_ack(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now);
 int tx_on_close(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now);
 void tx_on_timers(ltp_core_t *c, peer_t *p, txmsg_t *m, uint64_t now);
 uint64_t tx_deadline(const ltp_core_t *c, const peer_t *p, const txmsg_t *m);
+/* Returns the datagram's length; with payload != NULL only the header goes to b and *payload
+ * points at the payload in the message (zero copy). */
 int tx_build_data(ltp_core_t *c, peer_t *p, txmsg_t *m, uint32_t i, int retrans, int probe,
-                  uint64_t now, uint8_t *b, size_t cap);
+                  uint64_t now, uint8_t *b, size_t cap, const uint8_t **payload);
 
 /* ltp_sched.c */
 /* The scheduler's choice of the peer that sends the next DATA packet. */
@@ -286,6 +289,7 @@ typedef struct {
 void sched_begin(sched_t *s);
 void sched_consider(ltp_core_t *c, sched_t *s, int pi, uint64_t now, int mark_idle);
 uint64_t sched_decide(ltp_core_t *c, sched_t *s, uint64_t now);
-int sched_emit(ltp_core_t *c, const sched_t *s, uint64_t now, uint8_t *b, size_t cap, int *peer);
+int sched_emit(ltp_core_t *c, const sched_t *s, uint64_t now, uint8_t *b, size_t cap, int *peer,
+               const uint8_t **payload);
 
 #endif

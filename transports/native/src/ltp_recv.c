@@ -185,7 +185,7 @@ static int rx_open(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now, rxmsg
     rxmsg_t *m = NULL;
     for (uint32_t i = 0; i < c->cfg.max_open_per_peer && !m; i++) if (!p->rx[i].used) m = &p->rx[i];
     if (!m) { c->st[LTP_S_RX_TABLE_FULL]++; return LTP_EDROPPED; }
-    m->buf = calloc(1, h->total);
+    m->buf = malloc(h->total);   /* not zeroed: taking a message zeroes what never arrived */
     m->bits = calloc((h->count + 63) / 64, sizeof *m->bits);
     if (!m->buf || !m->bits) { rx_free(m); return LTP_ENOMEM; }
     m->used = 1; m->msg_id = h->msg_id; m->segment = h->segment; m->total = h->total;
@@ -327,12 +327,14 @@ int ltp_core_rx_take(ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg, voi
     if (!m || !m->closed) return LTP_ENOTFOUND;
     if (!out || cap < m->total) return LTP_EINVAL;
     memcpy(out, m->buf, m->total);
-    if (mask) {
-        for (uint32_t i = 0; i < m->count; i++) {
-            uint32_t start = i * m->chunk, len = i + 1 < m->count ? m->chunk : m->total - start;
-            memset(mask + start / 4, (int)(m->bits[i / 64] >> (i % 64) & 1), len / 4);
-        }
+    int whole = m->received == m->count;
+    for (uint32_t i = 0; !whole && i < m->count; i++) {
+        uint32_t start = i * m->chunk, len = i + 1 < m->count ? m->chunk : m->total - start;
+        int got = (int)(m->bits[i / 64] >> (i % 64) & 1);
+        if (!got) memset((uint8_t *)out + start, 0, len);
+        if (mask) memset(mask + start / 4, got, len / 4);
     }
+    if (whole && mask) memset(mask, 1, m->total / 4);
     if (s) fill_stats(p, m, s);
     /* Anything older than what the application just took will never be asked for. */
     if (!p->floor_valid || seq_lt(p->floor, msg_id)) { p->floor = msg_id; p->floor_valid = 1; }

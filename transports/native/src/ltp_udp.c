@@ -21,6 +21,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -31,27 +32,46 @@
 #include <time.h>
 #include <unistd.h>
 
-#define BATCH 64
+#define BATCH 64              /* datagrams (or GRO runs of them) per recvmmsg */
+#define RX_SLOT_BYTES 65536u  /* a datagram or a GRO run of them: at most 64 KiB */
+#define TX_SLOTS 512          /* datagrams in one send batch */
+#define TX_BATCH_BYTES (1u << 20)   /* ... and at most this many bytes */
+#define GSO_MAX_SEGS 64       /* UDP_MAX_SEGMENTS of kernels before 6.10 */
+#define TX_SLOT_BYTES LTP_ETH_DATAGRAM   /* a DATA header or a control packet (ACK bitmaps fit) */
 #define SOCK_BUF_BYTES (8 << 20)
 #define TIMER_SLACK_NS 1000ul
 #define IDLE_FLOOR_US 50   /* a loop turn that moved nothing never sleeps less than this */
 #define IDLE_MAX_US 1000000u   /* with no timer pending, the thread still wakes once a second */
 
+/* One datagram of the send batch: its first hlen bytes in its txbuf slot (a DATA's header, or a
+ * control packet whole), then plen payload bytes referenced in the message being sent. */
+typedef struct { const uint8_t *payload; uint32_t hlen, plen; int peer; } txdg_t;
+
 struct ltp_udp {
     ltp_core_t *core;
     int fd;
-    uint32_t dgram;
+    int path_dgram;           /* datagram size from the path MTU (configured 0) */
+    int gso, gro;             /* UDP GSO writes in use; the socket reads GRO runs */
     struct sockaddr_in *addrs;
     int n_peers, max_peers;
     double drop_frac;
     uint64_t drop_rng;
     uint8_t *rxbuf, *txbuf;
-    struct mmsghdr rxm[BATCH], txm[BATCH];
-    struct iovec rxiov[BATCH], txiov[BATCH];
-    struct sockaddr_in rxaddr[BATCH], txaddr[BATCH];
-    /* room for one SCM_TIMESTAMPNS per received datagram (cmsghdr-aligned) */
-    union { struct cmsghdr align; char buf[CMSG_SPACE(sizeof(struct timespec))]; } rxctl[BATCH];
-    int tx_n, tx_off;   /* datagrams in the send batch, and how many already went out */
+    struct mmsghdr rxm[BATCH];
+    struct iovec rxiov[BATCH];
+    struct sockaddr_in rxaddr[BATCH];
+    /* room for SCM_TIMESTAMPNS and UDP_GRO per received slot (cmsghdr-aligned) */
+    union { struct cmsghdr align;
+            char buf[CMSG_SPACE(sizeof(struct timespec)) + CMSG_SPACE(sizeof(int))]; } rxctl[BATCH];
+    /* the send batch: datagrams polled from the core, and the messages (one datagram, or a GSO
+     * run of them to one peer) that carry them; dg_off and m_off count what already went out */
+    txdg_t txdg[TX_SLOTS];
+    int dg_n, dg_off, m_n, m_off;
+    int m_first[TX_SLOTS];    /* first datagram of each message */
+    struct mmsghdr txm[TX_SLOTS];
+    struct iovec txiov[2 * TX_SLOTS];   /* datagram i: header 2i, payload 2i+1 */
+    struct sockaddr_in txaddr[TX_SLOTS];
+    union { struct cmsghdr align; char buf[CMSG_SPACE(sizeof(uint16_t))]; } txctl[TX_SLOTS];
     /* progress thread */
     pthread_t thread;
     pthread_mutex_t mu;
@@ -96,15 +116,16 @@ ltp_udp_t *ltp_udp_open(const ltp_config_t *cfg, uint16_t self_rank, const char 
     if (!u) { e = LTP_ENOMEM; goto fail; }
     u->fd = -1;
     u->efd = -1;
-    u->dgram = cfg->max_udp_payload_bytes;
+    u->path_dgram = cfg->max_udp_payload_bytes == 0;
+    u->gso = cfg->udp_gso != 0;
     u->max_peers = (int)cfg->max_peers;
     u->drop_frac = rx_drop_frac;
     u->drop_rng = cfg->seed * 0x2545F4914F6CDD1Dull + self_rank;
     u->core = ltp_core_new(cfg, self_rank);
     u->addrs = calloc(cfg->max_peers, sizeof *u->addrs);
     /* Receive slots take the largest datagram so oversized garbage is seen whole and rejected. */
-    u->rxbuf = malloc((size_t)BATCH * LTP_MAX_DATAGRAM);
-    u->txbuf = malloc((size_t)BATCH * u->dgram);
+    u->rxbuf = malloc((size_t)BATCH * RX_SLOT_BYTES);
+    u->txbuf = malloc((size_t)TX_SLOTS * TX_SLOT_BYTES);
     if (!u->core || !u->addrs || !u->rxbuf || !u->txbuf) { e = LTP_ENOMEM; goto fail; }
     u->fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (u->fd < 0) { e = LTP_ESYS; goto fail; }
@@ -114,16 +135,15 @@ ltp_udp_t *ltp_udp_open(const ltp_config_t *cfg, uint16_t self_rank, const char 
      * not when a busy thread got round to reading them. Without it, read times stand in. */
     int one = 1;
     setsockopt(u->fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one);
+    /* GRO: the kernel may hand over a run of equal datagrams from one sender as one read (a GSO
+     * write that crossed loopback whole, or packets a NIC or veth coalesced); do_rx splits it. */
+    u->gro = cfg->udp_gso && setsockopt(u->fd, IPPROTO_UDP, UDP_GRO, &one, sizeof one) == 0;
     if (bind(u->fd, (struct sockaddr *)&sa, sizeof sa) != 0) { e = LTP_ESYS; goto fail; }
     for (int i = 0; i < BATCH; i++) {
-        u->rxiov[i] = (struct iovec){u->rxbuf + (size_t)i * LTP_MAX_DATAGRAM, LTP_MAX_DATAGRAM};
+        u->rxiov[i] = (struct iovec){u->rxbuf + (size_t)i * RX_SLOT_BYTES, RX_SLOT_BYTES};
         u->rxm[i].msg_hdr.msg_iov = &u->rxiov[i];
         u->rxm[i].msg_hdr.msg_iovlen = 1;
         u->rxm[i].msg_hdr.msg_name = &u->rxaddr[i];
-        u->txm[i].msg_hdr.msg_iov = &u->txiov[i];
-        u->txm[i].msg_hdr.msg_iovlen = 1;
-        u->txm[i].msg_hdr.msg_name = &u->txaddr[i];
-        u->txm[i].msg_hdr.msg_namelen = sizeof(struct sockaddr_in);
     }
     u->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (u->efd < 0) { e = LTP_ESYS; goto fail; }
@@ -179,19 +199,58 @@ void ltp_udp_close(ltp_udp_t *u)
     free(u->addrs); free(u->rxbuf); free(u->txbuf); free(u);
 }
 
+/* The largest UDP payload the route toward a reaches without fragmenting: its MTU (the kernel's
+ * route, through a connected probe socket) minus IPv4 and UDP headers; LTP_ETH_DATAGRAM if the
+ * kernel does not say. */
+static uint32_t path_datagram(const struct sockaddr_in *a)
+{
+    int mtu = 0;
+    socklen_t n = sizeof mtu;
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return LTP_ETH_DATAGRAM;
+    int ok = connect(fd, (const struct sockaddr *)a, sizeof *a) == 0 &&
+             getsockopt(fd, IPPROTO_IP, IP_MTU, &mtu, &n) == 0 && mtu > 28;
+    close(fd);
+    if (!ok) return LTP_ETH_DATAGRAM;
+    uint32_t d = (uint32_t)mtu - 28u;
+    return d < LTP_DATA_HDR_BYTES + 4 ? LTP_DATA_HDR_BYTES + 4 : d > LTP_MAX_DATAGRAM ? LTP_MAX_DATAGRAM : d;
+}
+
 int ltp_udp_add_peer(ltp_udp_t *u, uint16_t rank, const char *ip, uint16_t port)
 {
     if (!u || !ip) return LTP_EINVAL;
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
     if (inet_pton(AF_INET, ip, &sa.sin_addr) != 1) return LTP_EINVAL;
+    uint32_t d = u->path_dgram ? path_datagram(&sa) : 0;
     pthread_mutex_lock(&u->mu);
     int slot = ltp_core_add_peer(u->core, rank);
     if (slot >= 0) {
         u->addrs[slot] = sa;
         u->n_peers = slot + 1;
+        /* One size per endpoint: the least over its paths. (Peers are added before sending; a
+         * later one that needs smaller datagrams while a send is in progress keeps the size.) */
+        if (d && (slot == 0 || d < ltp_core_datagram(u->core))) ltp_core_set_datagram(u->core, d);
     }
     pthread_mutex_unlock(&u->mu);
     return slot;
+}
+
+int ltp_udp_offload(ltp_udp_t *u)
+{
+    if (!u) return LTP_EINVAL;
+    pthread_mutex_lock(&u->mu);
+    int bits = (u->gso ? LTP_OFFLOAD_GSO : 0) | (u->gro ? LTP_OFFLOAD_GRO : 0);
+    pthread_mutex_unlock(&u->mu);
+    return bits;
+}
+
+int ltp_udp_datagram(ltp_udp_t *u)
+{
+    if (!u) return LTP_EINVAL;
+    pthread_mutex_lock(&u->mu);
+    int d = (int)ltp_core_datagram(u->core);
+    pthread_mutex_unlock(&u->mu);
+    return d;
 }
 
 int ltp_udp_local_port(const ltp_udp_t *u)
@@ -228,6 +287,30 @@ static uint64_t arrival_us(ltp_udp_t *u, int i, uint64_t now, const struct times
     return now;
 }
 
+/* The datagram size of the GRO run in received slot i, or 0 if it holds one datagram. */
+static size_t gro_segment(ltp_udp_t *u, int i)
+{
+    struct msghdr *mh = &u->rxm[i].msg_hdr;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
+        if (cm->cmsg_level != SOL_UDP || cm->cmsg_type != UDP_GRO) continue;
+        int seg;
+        memcpy(&seg, CMSG_DATA(cm), sizeof seg);
+        return seg > 0 ? (size_t)seg : 0;
+    }
+    return 0;
+}
+
+/* One received datagram into the core (or into the drop hook). */
+static void rx_datagram(ltp_udp_t *u, int peer, const uint8_t *b, size_t len, uint64_t now, uint64_t at)
+{
+    if (u->drop_frac > 0 && len >= 4 && b[WIRE_TYPE] == LTP_T_DATA && ltp_uniform(&u->drop_rng) < u->drop_frac) {
+        ltp_core__count(u->core, LTP_S_RX_DROPPED_HOOK, 1);
+        return;
+    }
+    if (len > WIRE_TYPE && (b[WIRE_TYPE] == LTP_T_HELLO || b[WIRE_TYPE] == LTP_T_HELLO_ACK)) u->hellos_in++;
+    ltp_core_input_at(u->core, peer, b, len, now, at);
+}
+
 static int do_rx(ltp_udp_t *u)
 {
     int total = 0;
@@ -248,13 +331,14 @@ static int do_rx(ltp_udp_t *u)
         clock_gettime(CLOCK_REALTIME, &real);
         for (int i = 0; i < n; i++) {
             const uint8_t *b = u->rxiov[i].iov_base;
-            size_t len = u->rxm[i].msg_len;
-            if (u->drop_frac > 0 && len >= 4 && b[WIRE_TYPE] == LTP_T_DATA && ltp_uniform(&u->drop_rng) < u->drop_frac) {
-                ltp_core__count(u->core, LTP_S_RX_DROPPED_HOOK, 1);
-                continue;
-            }
-            if (len > WIRE_TYPE && (b[WIRE_TYPE] == LTP_T_HELLO || b[WIRE_TYPE] == LTP_T_HELLO_ACK)) u->hellos_in++;
-            ltp_core_input_at(u->core, peer_of(u, &u->rxaddr[i]), b, len, now, arrival_us(u, i, now, &real));
+            size_t len = u->rxm[i].msg_len, seg = gro_segment(u, i), off = 0;
+            int peer = peer_of(u, &u->rxaddr[i]);
+            uint64_t at = arrival_us(u, i, now, &real);
+            if (!seg || seg > len) seg = len;
+            do {   /* a GRO run is datagrams of seg bytes, the last one maybe shorter */
+                rx_datagram(u, peer, b + off, MIN(seg, len - off), now, at);
+                off += seg;
+            } while (off < len);
         }
         total += n;
         if (n < BATCH) break;
@@ -262,41 +346,130 @@ static int do_rx(ltp_udp_t *u)
     return total;
 }
 
+/* Group the batch's unsent datagrams into messages: each datagram alone, or, with GSO, a run of
+ * DATA of one size to one peer (the last may be shorter) as one write that the kernel cuts into
+ * those datagrams, each on the wire exactly as if sent alone. */
+static void build_msgs(ltp_udp_t *u)
+{
+    u->m_n = u->m_off = 0;
+    for (int i = u->dg_off; i < u->dg_n;) {
+        const txdg_t *d = &u->txdg[i];
+        uint32_t seg = d->hlen + d->plen;
+        int j = i + 1;
+        if (u->gso && d->plen) {
+            int most = MIN(GSO_MAX_SEGS, (int)(LTP_MAX_DATAGRAM / seg));
+            while (j < u->dg_n && j - i < most) {
+                const txdg_t *e = &u->txdg[j];
+                uint32_t len = e->hlen + e->plen;
+                if (!e->plen || e->peer != d->peer || len > seg) break;
+                j++;
+                if (len < seg) break;   /* only the last segment may be shorter */
+            }
+        }
+        int m = u->m_n++;
+        struct msghdr *mh = &u->txm[m].msg_hdr;
+        memset(mh, 0, sizeof *mh);
+        u->txaddr[m] = u->addrs[d->peer];
+        mh->msg_name = &u->txaddr[m];
+        mh->msg_namelen = sizeof u->txaddr[m];
+        mh->msg_iov = &u->txiov[2 * i];
+        mh->msg_iovlen = j - i > 1 ? (size_t)(2 * (j - i)) : d->plen ? 2 : 1;
+        if (j - i > 1) {
+            mh->msg_control = u->txctl[m].buf;
+            mh->msg_controllen = sizeof u->txctl[m].buf;
+            struct cmsghdr *cm = CMSG_FIRSTHDR(mh);
+            cm->cmsg_level = SOL_UDP;
+            cm->cmsg_type = UDP_SEGMENT;
+            cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+            uint16_t gso_size = (uint16_t)seg;
+            memcpy(CMSG_DATA(cm), &gso_size, sizeof gso_size);
+        }
+        u->m_first[m] = i;
+        i = j;
+    }
+}
+
+/* Refill the empty batch from the core: every datagram due now, up to TX_SLOTS datagrams and
+ * TX_BATCH_BYTES. Payloads stay in the messages being sent (ltp_core_poll_tx_ref). */
+static void fill_batch(ltp_udp_t *u)
+{
+    u->dg_n = u->dg_off = 0;
+    uint64_t now = now_us(), bytes = 0;
+    while (u->dg_n < TX_SLOTS && bytes < TX_BATCH_BYTES) {
+        int i = u->dg_n, peer = -1;
+        uint8_t *b = u->txbuf + (size_t)i * TX_SLOT_BYTES;
+        const uint8_t *payload;
+        uint32_t plen;
+        int n = ltp_core_poll_tx_ref(u->core, now, b, TX_SLOT_BYTES, &payload, &plen, &peer);
+        if (n <= 0) break;
+        u->txdg[i] = (txdg_t){payload, (uint32_t)n, plen, peer};
+        u->txiov[2 * i] = (struct iovec){b, (size_t)n};
+        u->txiov[2 * i + 1] = (struct iovec){(void *)(uintptr_t)payload, plen};
+        u->dg_n++;
+        bytes += (uint64_t)n + plen;
+    }
+    build_msgs(u);
+}
+
+/* The batch's first unsent datagram once messages [0, m_off) went out. */
+static void msgs_sent(ltp_udp_t *u) { u->dg_off = u->m_off < u->m_n ? u->m_first[u->m_off] : u->dg_n; }
+
+/* Drop unsent DATA whose payload lies in [data, data + len): that send is finished and about to be
+ * released, so its memory may go away (and the receiver needs none of it any more). */
+static void forget_payload(ltp_udp_t *u, const void *data, size_t len)
+{
+    const uint8_t *lo = data, *hi = lo + len;
+    int k = u->dg_off;
+    for (int i = u->dg_off; i < u->dg_n; i++) {
+        txdg_t d = u->txdg[i];
+        if (d.plen && d.payload >= lo && d.payload < hi) continue;
+        if (k != i) {
+            uint8_t *to = u->txbuf + (size_t)k * TX_SLOT_BYTES;
+            memcpy(to, u->txbuf + (size_t)i * TX_SLOT_BYTES, d.hlen);
+            u->txdg[k] = d;
+            u->txiov[2 * k] = (struct iovec){to, d.hlen};
+            u->txiov[2 * k + 1] = u->txiov[2 * i + 1];
+        }
+        k++;
+    }
+    if (k == u->dg_n) return;
+    u->dg_n = k;
+    build_msgs(u);
+}
+
 /* Send the pending batch, then refill it from the core while it has datagrams due. Returns the
- * number sent, 1 << 30 if the socket is full (wait for POLLOUT), or LTP_ESYS. */
+ * number of datagrams sent, 1 << 30 if the socket is full (wait for POLLOUT), or LTP_ESYS. */
 static int do_tx(ltp_udp_t *u)
 {
     int sent = 0;
     for (;;) {
-        if (u->tx_off == u->tx_n) {
-            u->tx_off = u->tx_n = 0;
-            uint64_t now = now_us();
-            while (u->tx_n < BATCH) {
-                int peer = -1;
-                uint8_t *b = u->txbuf + (size_t)u->tx_n * u->dgram;
-                int n = ltp_core_poll_tx(u->core, now, b, u->dgram, &peer);
-                if (n <= 0) break;
-                u->txiov[u->tx_n] = (struct iovec){b, (size_t)n};
-                u->txaddr[u->tx_n] = u->addrs[peer];
-                u->tx_n++;
-            }
-            if (u->tx_n == 0) return sent;
+        if (u->m_off == u->m_n) {
+            fill_batch(u);
+            if (u->dg_n == 0) return sent;
         }
-        int n = sendmmsg(u->fd, u->txm + u->tx_off, (unsigned)(u->tx_n - u->tx_off), MSG_DONTWAIT);
+        int before = u->dg_off;
+        int n = sendmmsg(u->fd, u->txm + u->m_off, (unsigned)(u->m_n - u->m_off), MSG_DONTWAIT);
         if (n < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) {
                 ltp_core__count(u->core, LTP_S_TX_EAGAIN, 1);
                 return 1 << 30;
             }
             if (errno == EINTR) continue;
+            if (u->gso && u->txm[u->m_off].msg_hdr.msg_controllen && (errno == EIO || errno == EINVAL)) {
+                u->gso = 0;   /* the kernel or the device refuses GSO here: datagram by datagram */
+                build_msgs(u);
+                continue;
+            }
             if (errno == ECONNREFUSED || errno == EHOSTUNREACH || errno == ENETUNREACH) {
-                u->tx_off++;   /* the network lost it; the protocol recovers */
+                u->m_off++;   /* the network lost it; the protocol recovers */
+                msgs_sent(u);
                 continue;
             }
             return LTP_ESYS;
         }
-        u->tx_off += n;
-        sent += n;
+        u->m_off += n;
+        msgs_sent(u);
+        sent += u->dg_off - before;
     }
 }
 
@@ -441,6 +614,7 @@ int ltp_udp_send(ltp_udp_t *u, ltp_send_req_t *reqs, int n, uint64_t timeout_us)
         int st = ltp_core_send_status(u->core, r->peer, r->msg_id, (uint16_t)r->segment, &r->stats, now);
         r->status = st == 1 ? LTP_OK : rc < 0 ? rc : LTP_ETIMEDOUT;
         if (r->status && !first_err) first_err = r->status;
+        forget_payload(u, r->data, r->len_bytes);   /* the caller may free it once we return */
         ltp_core_send_release(u->core, r->peer, r->msg_id, (uint16_t)r->segment);
     }
     pthread_mutex_unlock(&u->mu);
