@@ -170,6 +170,8 @@ enum ltp_stat {
     LTP_S_SENDS_CLOSED, LTP_S_SENDS_ALL_ACKED, LTP_S_SENDS_CANCELLED,
     LTP_S_RX_DROPPED_HOOK, LTP_S_TX_EAGAIN,
     LTP_S_ACKS_HINTED, LTP_S_HINTS_RECEIVED,
+    LTP_S_TX_GSO_RUNS, LTP_S_RX_GRO_RUNS,   /* UDP driver: writes / reads of 2+ datagrams */
+    LTP_S_RX_PLACED,                        /* UDP driver: DATA read straight into place */
     LTP_S__COUNT
 };
 
@@ -235,6 +237,13 @@ int ltp_core_input(ltp_core_t *core, int peer, const uint8_t *buf, size_t len, u
  * late or reads a backlog does not distort them; everything else runs on now_us. */
 int ltp_core_input_at(ltp_core_t *core, int peer, const uint8_t *buf, size_t len, uint64_t now_us,
                       uint64_t arrival_us);
+/* The same for a DATA read in two parts, as a scatter read into a guessed place leaves it: its
+ * 52-byte header at head (head_len), its payload at payload (payload_len). A payload that is
+ * already where the message keeps it is not copied. With payload_len 0, head is a whole datagram;
+ * anything else but a DATA split after its header is LTP_EINVAL. */
+int ltp_core_input_split(ltp_core_t *core, int peer, const uint8_t *head, size_t head_len,
+                         const uint8_t *payload, size_t payload_len, uint64_t now_us,
+                         uint64_t arrival_us);
 /* Next datagram due now: writes it to buf, its peer slot to *peer, returns its length; 0 if
  * nothing is due (call ltp_core_next_timeout), < 0 on error. */
 int ltp_core_poll_tx(ltp_core_t *core, uint64_t now_us, uint8_t *buf, size_t cap, int *peer);
@@ -269,6 +278,29 @@ int ltp_core_rx_ready(const ltp_core_t *core, int peer, uint32_t msg_id, uint16_
  * stale. */
 int ltp_core_rx_take(ltp_core_t *core, int peer, uint32_t msg_id, uint16_t segment, void *out,
                      uint32_t cap_bytes, uint8_t *mask, ltp_msg_stats_t *stats);
+/* Receive a message straight into the application's buffer (cap bytes, at least the message's
+ * size): its DATA land there as they arrive, and ltp_core_rx_take into the same buffer copies
+ * nothing. If the message is already open, what arrived moves over. The core writes to buf until
+ * the message is taken or ltp_core_rx_unpost is called; unposting a message not taken moves what
+ * arrived back into a buffer of the core's. */
+int ltp_core_rx_post(ltp_core_t *core, int peer, uint32_t msg_id, uint16_t segment, void *buf,
+                     uint32_t cap_bytes);
+int ltp_core_rx_unpost(ltp_core_t *core, int peer, uint32_t msg_id, uint16_t segment);
+
+/* Where the next DATA from a peer probably land: up to n guesses that they continue the last one
+ * stored in index order (message, index, and the part of the message's buffer its payload goes
+ * to, which has not arrived yet). A driver may read payloads straight there and pass them to
+ * ltp_core_input_split; a datagram that turns out to be another must be passed whole (the bytes it
+ * left in the guessed place are in a part that has not arrived, which taking the message zeroes).
+ * Guesses are valid until the next call into the core. Returns how many. */
+typedef struct ltp_rx_guess {
+    uint32_t msg_id;
+    uint32_t index;
+    uint16_t segment;
+    uint8_t *dst;
+    uint32_t len;
+} ltp_rx_guess_t;
+int ltp_core_rx_guess(ltp_core_t *core, int peer, ltp_rx_guess_t *guesses, int n);
 /* Received fraction of an open or closed message (for tests), < 0 if unknown. */
 double ltp_core_rx_frac(const ltp_core_t *core, int peer, uint32_t msg_id, uint16_t segment);
 double ltp_core_threshold(const ltp_core_t *core, int peer, uint16_t segment);

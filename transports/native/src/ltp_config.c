@@ -183,7 +183,8 @@ static const char *STAT_NAMES[LTP_S__COUNT] = {
     "data_sent", "retransmits", "probes", "lost_detected", "acks_sent", "acks_received",
     "stray_control", "close_complete", "close_early", "close_max_wait", "close_stale",
     "sends_closed", "sends_all_acked", "sends_cancelled", "rx_dropped_hook", "tx_eagain",
-    "acks_hinted", "hints_received",
+    "acks_hinted", "hints_received", "tx_gso_runs", "rx_gro_runs",
+    "rx_placed",
 };
 const char *ltp_stat_name(int i) { return (i >= 0 && i < LTP_S__COUNT) ? STAT_NAMES[i] : NULL; }
 int ltp_stat_count(void) { return LTP_S__COUNT; }

@@ -38,7 +38,7 @@ void ltp_core_free(ltp_core_t *c)
         for (uint32_t j = 0; p->rx && j < c->cfg.max_open_per_peer; j++) rx_free(&p->rx[j]);
         free(p->tx); free(p->rx); free(p->ring);
     }
-    free(c->peers); free(c->policy); free(c);
+    free(c->peers); free(c->policy); free(c->posts); free(c);
 }
 
 int ltp_core_add_peer(ltp_core_t *c, uint16_t rank)
@@ -80,6 +80,8 @@ peer_t *core_peer(const ltp_core_t *c, int peer)
 {
     return (c && peer >= 0 && peer < c->n_peers) ? &c->peers[peer] : NULL;
 }
+
+int core_peer_slot(const ltp_core_t *c, const peer_t *p) { return (int)(p - c->peers); }
 
 hdr_t core_header(const ltp_core_t *c, uint8_t type, uint32_t msg_id, uint16_t segment)
 {
@@ -127,14 +129,17 @@ int ltp_core_input(ltp_core_t *c, int peer, const uint8_t *buf, size_t len, uint
     return ltp_core_input_at(c, peer, buf, len, now, now);
 }
 
-int ltp_core_input_at(ltp_core_t *c, int peer, const uint8_t *buf, size_t len, uint64_t now, uint64_t arrival)
+/* One datagram of len bytes at buf; with payload != NULL a DATA whose payload is there instead
+ * of after its header (buf then holds the header alone). */
+static int input(ltp_core_t *c, int peer, const uint8_t *buf, size_t len, const uint8_t *payload,
+                 uint64_t now, uint64_t arrival)
 {
-    if (!c) return LTP_EINVAL;
     hdr_t h;
     c->st[LTP_S_RX_DATAGRAMS]++;
     c->st[LTP_S_RX_BYTES] += len;
     int rc = wire_parse(&c->cfg, buf, len, &h);
     if (rc) { c->st[LTP_S_MALFORMED]++; return rc; }
+    if (payload) h.payload = payload;
     peer_t *p = core_peer(c, peer);
     if (!p || p->rank != h.sender) { c->st[LTP_S_UNKNOWN_PEER]++; return LTP_EPEER; }
     if (h.session != c->cfg.session_id) { c->st[LTP_S_WRONG_SESSION]++; return LTP_ESESSION; }
@@ -146,6 +151,22 @@ int ltp_core_input_at(ltp_core_t *c, int peer, const uint8_t *buf, size_t len, u
     case LTP_T_HELLO_ACK: return on_hello_ack(c, p);
     }
     return LTP_EMALFORMED;
+}
+
+int ltp_core_input_at(ltp_core_t *c, int peer, const uint8_t *buf, size_t len, uint64_t now, uint64_t arrival)
+{
+    if (!c) return LTP_EINVAL;
+    return input(c, peer, buf, len, NULL, now, arrival);
+}
+
+int ltp_core_input_split(ltp_core_t *c, int peer, const uint8_t *head, size_t head_len, const uint8_t *payload,
+                         size_t payload_len, uint64_t now, uint64_t arrival)
+{
+    if (!c || !head) return LTP_EINVAL;
+    if (!payload_len) return input(c, peer, head, head_len, NULL, now, arrival);
+    /* The parser reads a DATA's header only, so it can judge the datagram by its length. */
+    if (!payload || head_len != LTP_DATA_HDR_BYTES || head[WIRE_TYPE] != LTP_T_DATA) return LTP_EINVAL;
+    return input(c, peer, head, head_len + payload_len, payload, now, arrival);
 }
 
 /* ---------------------------------------------------------------- output */

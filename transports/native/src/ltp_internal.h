@@ -7,6 +7,7 @@
  *                 obeying the receiver's rate hint
  *   ltp_hint.c    receiver side of the rate hint: capacity and standing-queue estimates, the share
  *   ltp_recv.c    receive contexts: early close, adaptive threshold, ACKs, taking messages
+ *   ltp_place.c   where received payloads land: posted application buffers, guessed places
  *   ltp_send.c    send contexts: transmission order, RACK and PTO loss recovery, ACK and CLOSE
  *   ltp_sched.c   which peer's message sends the next DATA packet, and when
  *   ltp_core.c    the endpoint: peers, datagram dispatch, timers, poll_tx and next_timeout
@@ -145,6 +146,7 @@ typedef struct {
     uint32_t msg_id;
     uint16_t segment;
     uint8_t *buf;
+    int posted;                      /* buf is the application's (ltp_core_rx_post) */
     uint64_t *bits;
     uint32_t total, count, chunk, critical;
     uint32_t received, crit_rcvd, first_rcvd, base, max_idx, max_first_seq;
@@ -193,12 +195,18 @@ typedef struct {
     rxmsg_t *rx;
     closed_t *ring;
     uint32_t ring_head, n_close_pending;   /* ring entries with CLOSE copies to send */
+    int has_last;                          /* the last DATA stored: its key and index */
+    uint32_t last_msg_id, last_idx;        /* (where the next one probably goes, ltp_place.c) */
+    uint16_t last_seg;
     int has_p, has_tpass, floor_valid;
     double p_hat, t_pass_us;
     uint32_t floor;
 } peer_t;
 
 typedef struct { float lo, hi; uint8_t set; } policy_t;
+
+/* A buffer the application posted for a message (ltp_core_rx_post). */
+typedef struct { int peer; uint32_t msg_id, cap; uint16_t segment; uint8_t *buf; } post_t;
 
 struct ltp_core {
     ltp_config_t cfg;
@@ -221,12 +229,15 @@ struct ltp_core {
     uint64_t cw_start_us, cw_len_us, cw_bytes, cw_first_len;   /* capacity window */
     minmax_t cap_filter;
     double cap_bw;                         /* capacity toward this endpoint, bytes/us */
+    post_t *posts;                         /* posted receive buffers (ltp_place.c) */
+    uint32_t n_posts, cap_posts;
     uint64_t st[LTP_S__COUNT];
 };
 
 /* ---------------------------------------------------------------- calls between files */
 /* ltp_core.c */
 peer_t *core_peer(const ltp_core_t *c, int peer);            /* NULL if no such slot */
+int core_peer_slot(const ltp_core_t *c, const peer_t *p);
 hdr_t core_header(const ltp_core_t *c, uint8_t type, uint32_t msg_id, uint16_t segment);
 /* Driver hook: the driver counts its own events in the core's table so stats stay in one place. */
 void ltp_core__count(ltp_core_t *c, int stat, uint64_t n);
@@ -258,10 +269,15 @@ uint32_t hint_kbps(ltp_core_t *c, uint64_t now);
 
 /* ltp_recv.c */
 void rx_free(rxmsg_t *m);
+rxmsg_t *rx_find(const ltp_core_t *c, const peer_t *p, uint32_t msg_id, uint16_t seg);
 void rx_check_close(ltp_core_t *c, peer_t *p, rxmsg_t *m, uint64_t now);
 uint64_t rx_deadline(const ltp_core_t *c, const peer_t *p, const rxmsg_t *m);
 int rx_on_data(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now);
 int rx_poll_control(ltp_core_t *c, peer_t *p, uint64_t now, uint8_t *b, size_t cap);
+
+/* ltp_place.c */
+uint8_t *rx_posted(const ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg, uint32_t total);
+void rx_note_stored(peer_t *p, const rxmsg_t *m, uint32_t index);
 
 /* ltp_send.c */
 void tx_free(txmsg_t *m);

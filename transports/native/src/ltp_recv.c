@@ -8,7 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-void rx_free(rxmsg_t *m) { free(m->buf); free(m->bits); memset(m, 0, sizeof *m); }
+void rx_free(rxmsg_t *m)
+{
+    if (!m->posted) free(m->buf);   /* a posted buffer is the application's */
+    free(m->bits);
+    memset(m, 0, sizeof *m);
+}
 
 /* ---------------------------------------------------------------- thresholds */
 /* One core, several policies: a segment's bounds are a table lookup, the config is the default. */
@@ -157,7 +162,7 @@ uint64_t rx_deadline(const ltp_core_t *c, const peer_t *p, const rxmsg_t *m)
 }
 
 /* ---------------------------------------------------------------- DATA */
-static rxmsg_t *rx_find(const ltp_core_t *c, const peer_t *p, uint32_t msg_id, uint16_t seg)
+rxmsg_t *rx_find(const ltp_core_t *c, const peer_t *p, uint32_t msg_id, uint16_t seg)
 {
     for (uint32_t i = 0; i < c->cfg.max_open_per_peer; i++)
         if (p->rx[i].used && p->rx[i].msg_id == msg_id && p->rx[i].segment == seg) return &p->rx[i];
@@ -185,7 +190,10 @@ static int rx_open(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now, rxmsg
     rxmsg_t *m = NULL;
     for (uint32_t i = 0; i < c->cfg.max_open_per_peer && !m; i++) if (!p->rx[i].used) m = &p->rx[i];
     if (!m) { c->st[LTP_S_RX_TABLE_FULL]++; return LTP_EDROPPED; }
-    m->buf = malloc(h->total);   /* not zeroed: taking a message zeroes what never arrived */
+    /* Not zeroed: taking a message zeroes what never arrived. */
+    m->buf = rx_posted(c, core_peer_slot(c, p), h->msg_id, h->segment, h->total);
+    m->posted = m->buf != NULL;
+    if (!m->buf) m->buf = malloc(h->total);
     m->bits = calloc((h->count + 63) / 64, sizeof *m->bits);
     if (!m->buf || !m->bits) { rx_free(m); return LTP_ENOMEM; }
     m->used = 1; m->msg_id = h->msg_id; m->segment = h->segment; m->total = h->total;
@@ -206,7 +214,8 @@ static void rx_store(ltp_core_t *c, rxmsg_t *m, const hdr_t *h, uint64_t now)
         c->st[LTP_S_DUPLICATES]++;
     } else {
         *w |= bit;
-        memcpy(m->buf + h->offset, h->payload, h->payload_len);
+        if (h->payload != m->buf + h->offset)   /* else the driver read it into place */
+            memcpy(m->buf + h->offset, h->payload, h->payload_len);
         m->received++;
         m->received_bytes += h->payload_len;
         if (!retrans) m->first_rcvd++;
@@ -239,6 +248,7 @@ int rx_on_data(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now)
     }
     if (m->closed) { late_data(c, p, ring_find(c, p, m->msg_id, m->segment)); return LTP_OK; }
     rx_store(c, m, h, now);
+    rx_note_stored(p, m, h->index);
     rx_check_close(c, p, m, now);
     return LTP_OK;
 }
@@ -326,7 +336,7 @@ int ltp_core_rx_take(ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg, voi
     rxmsg_t *m = rx_find(c, p, msg_id, seg);
     if (!m || !m->closed) return LTP_ENOTFOUND;
     if (!out || cap < m->total) return LTP_EINVAL;
-    memcpy(out, m->buf, m->total);
+    if (out != m->buf) memcpy(out, m->buf, m->total);   /* else it arrived in place (posted) */
     int whole = m->received == m->count;
     for (uint32_t i = 0; !whole && i < m->count; i++) {
         uint32_t start = i * m->chunk, len = i + 1 < m->count ? m->chunk : m->total - start;

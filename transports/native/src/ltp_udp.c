@@ -37,6 +37,7 @@
 #define TX_SLOTS 512          /* datagrams in one send batch */
 #define TX_BATCH_BYTES (1u << 20)   /* ... and at most this many bytes */
 #define GSO_MAX_SEGS 64       /* UDP_MAX_SEGMENTS of kernels before 6.10 */
+#define RX_GUESS_MIN_BYTES 4096u   /* payloads this large are read straight into their place */
 #define TX_SLOT_BYTES LTP_ETH_DATAGRAM   /* a DATA header or a control packet (ACK bitmaps fit) */
 #define SOCK_BUF_BYTES (8 << 20)
 #define TIMER_SLACK_NS 1000ul
@@ -60,6 +61,12 @@ struct ltp_udp {
     struct mmsghdr rxm[BATCH];
     struct iovec rxiov[BATCH];
     struct sockaddr_in rxaddr[BATCH];
+    struct iovec rxsplit[BATCH][3];   /* a slot read into a guessed place: header, payload, rest */
+    ltp_rx_guess_t guess[BATCH];
+    int guessed[BATCH];               /* slot i reads into guess[i] */
+    int last_data_peer;               /* whose DATA came last: the peer guesses are made for */
+    int large_data;                   /* and it was large enough to read into place */
+    uint64_t guess_hits, guess_misses;
     /* room for SCM_TIMESTAMPNS and UDP_GRO per received slot (cmsghdr-aligned) */
     union { struct cmsghdr align;
             char buf[CMSG_SPACE(sizeof(struct timespec)) + CMSG_SPACE(sizeof(int))]; } rxctl[BATCH];
@@ -118,6 +125,7 @@ ltp_udp_t *ltp_udp_open(const ltp_config_t *cfg, uint16_t self_rank, const char 
     u->efd = -1;
     u->path_dgram = cfg->max_udp_payload_bytes == 0;
     u->gso = cfg->udp_gso != 0;
+    u->last_data_peer = -1;
     u->max_peers = (int)cfg->max_peers;
     u->drop_frac = rx_drop_frac;
     u->drop_rng = cfg->seed * 0x2545F4914F6CDD1Dull + self_rank;
@@ -261,6 +269,12 @@ int ltp_udp_local_port(const ltp_udp_t *u)
     return ntohs(sa.sin_port);
 }
 
+static uint16_t rd16le(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static uint32_t rd32le(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
 static int peer_of(const ltp_udp_t *u, const struct sockaddr_in *a)
 {
     for (int i = 0; i < u->n_peers; i++)
@@ -300,27 +314,80 @@ static size_t gro_segment(ltp_udp_t *u, int i)
     return 0;
 }
 
-/* One received datagram into the core (or into the drop hook). */
-static void rx_datagram(ltp_udp_t *u, int peer, const uint8_t *b, size_t len, uint64_t now, uint64_t at)
+/* One received datagram of len bytes into the core (or into the drop hook); with payload != NULL
+ * a DATA read into its guessed place, its header alone at b. */
+static void rx_datagram(ltp_udp_t *u, int peer, const uint8_t *b, size_t len, const uint8_t *payload,
+                        uint64_t now, uint64_t at)
 {
     if (u->drop_frac > 0 && len >= 4 && b[WIRE_TYPE] == LTP_T_DATA && ltp_uniform(&u->drop_rng) < u->drop_frac) {
         ltp_core__count(u->core, LTP_S_RX_DROPPED_HOOK, 1);
         return;
     }
     if (len > WIRE_TYPE && (b[WIRE_TYPE] == LTP_T_HELLO || b[WIRE_TYPE] == LTP_T_HELLO_ACK)) u->hellos_in++;
-    ltp_core_input_at(u->core, peer, b, len, now, at);
+    if (len > WIRE_TYPE && b[WIRE_TYPE] == LTP_T_DATA && peer >= 0) {
+        u->last_data_peer = peer;
+        u->large_data = len >= LTP_DATA_HDR_BYTES + RX_GUESS_MIN_BYTES;
+    }
+    if (payload)
+        ltp_core_input_split(u->core, peer, b, LTP_DATA_HDR_BYTES, payload, len - LTP_DATA_HDR_BYTES, now, at);
+    else
+        ltp_core_input_at(u->core, peer, b, len, now, at);
+}
+
+/* Point receive slots at guessed places: slot i reads a datagram's header into itself and its
+ * payload straight into the i-th guessed part of the message (ltp_core_rx_guess), anything longer
+ * into the rest of the slot. Only for large payloads (a small one costs less to copy than a
+ * guess) and while guesses mostly hit. Returns how many slots the next read may fill: one while
+ * large DATA are expected but nothing can be guessed (a message's first packet: once it opened
+ * the message, the rest of the burst can go into place), else all of them. */
+static int guess_places(ltp_udp_t *u)
+{
+    int n = 0;
+    if (u->last_data_peer >= 0 && u->guess_hits >= u->guess_misses)
+        n = ltp_core_rx_guess(u->core, u->last_data_peer, u->guess, BATCH);
+    if (u->guess_hits < u->guess_misses) u->guess_hits = u->guess_misses = 0;   /* try again next round */
+    for (int i = 0; i < BATCH; i++) {
+        struct msghdr *mh = &u->rxm[i].msg_hdr;
+        uint8_t *slot = u->rxbuf + (size_t)i * RX_SLOT_BYTES;
+        mh->msg_namelen = sizeof(struct sockaddr_in);
+        mh->msg_control = u->rxctl[i].buf;
+        mh->msg_controllen = sizeof u->rxctl[i].buf;
+        mh->msg_iov = &u->rxiov[i];
+        mh->msg_iovlen = 1;
+        u->guessed[i] = i < n && u->guess[i].len >= RX_GUESS_MIN_BYTES;
+        if (!u->guessed[i]) continue;
+        struct iovec *v = u->rxsplit[i];
+        v[0] = (struct iovec){slot, LTP_DATA_HDR_BYTES};
+        v[1] = (struct iovec){u->guess[i].dst, u->guess[i].len};
+        v[2] = (struct iovec){slot + LTP_DATA_HDR_BYTES + u->guess[i].len,
+                              RX_SLOT_BYTES - LTP_DATA_HDR_BYTES - u->guess[i].len};
+        mh->msg_iov = v;
+        mh->msg_iovlen = 3;
+    }
+    return n == 0 && u->large_data ? 1 : BATCH;
+}
+
+/* Slot i was read into a guessed place: 1 if it is that DATA, whose payload is in place; else its
+ * payload is copied back behind its header, so the slot holds the datagram whole. */
+static int guess_hit(ltp_udp_t *u, int i, int peer)
+{
+    const ltp_rx_guess_t *g = &u->guess[i];
+    uint8_t *b = u->rxbuf + (size_t)i * RX_SLOT_BYTES;
+    size_t len = u->rxm[i].msg_len;
+    if (len > LTP_DATA_HDR_BYTES && len - LTP_DATA_HDR_BYTES <= g->len && !gro_segment(u, i) &&
+        peer == u->last_data_peer && b[WIRE_TYPE] == LTP_T_DATA && rd32le(b + WIRE_MSG_ID) == g->msg_id &&
+        rd16le(b + WIRE_SEGMENT) == g->segment && rd32le(b + WIRE_DATA_INDEX) == g->index)
+        return 1;
+    if (len > LTP_DATA_HDR_BYTES) memcpy(b + LTP_DATA_HDR_BYTES, g->dst, MIN(len - LTP_DATA_HDR_BYTES, g->len));
+    return 0;
 }
 
 static int do_rx(ltp_udp_t *u)
 {
     int total = 0;
     for (int round = 0; round < 16; round++) {   /* bounded so sending is never starved */
-        for (int i = 0; i < BATCH; i++) {
-            u->rxm[i].msg_hdr.msg_namelen = sizeof(struct sockaddr_in);
-            u->rxm[i].msg_hdr.msg_control = u->rxctl[i].buf;
-            u->rxm[i].msg_hdr.msg_controllen = sizeof u->rxctl[i].buf;
-        }
-        int n = recvmmsg(u->fd, u->rxm, BATCH, MSG_DONTWAIT, NULL);
+        int vlen = guess_places(u);
+        int n = recvmmsg(u->fd, u->rxm, (unsigned)vlen, MSG_DONTWAIT, NULL);
         if (n < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
             if (errno == ECONNREFUSED) continue;   /* ICMP from a peer not up yet */
@@ -329,19 +396,34 @@ static int do_rx(ltp_udp_t *u)
         uint64_t now = now_us();
         struct timespec real;
         clock_gettime(CLOCK_REALTIME, &real);
+        /* Every miss is made whole before any datagram reaches the core, which may store into
+         * a place another slot was read into. */
+        int peers[BATCH], hit[BATCH];
         for (int i = 0; i < n; i++) {
-            const uint8_t *b = u->rxiov[i].iov_base;
+            peers[i] = peer_of(u, &u->rxaddr[i]);
+            hit[i] = u->guessed[i] && guess_hit(u, i, peers[i]);
+            if (u->guessed[i]) { if (hit[i]) u->guess_hits++; else u->guess_misses++; }
+            if (u->guess_hits + u->guess_misses > 1024) { u->guess_hits /= 2; u->guess_misses /= 2; }
+        }
+        for (int i = 0; i < n; i++) {
+            const uint8_t *b = u->rxbuf + (size_t)i * RX_SLOT_BYTES;
             size_t len = u->rxm[i].msg_len, seg = gro_segment(u, i), off = 0;
-            int peer = peer_of(u, &u->rxaddr[i]);
+            int peer = peers[i];
             uint64_t at = arrival_us(u, i, now, &real);
+            if (hit[i]) {
+                ltp_core__count(u->core, LTP_S_RX_PLACED, 1);
+                rx_datagram(u, peer, b, len, u->guess[i].dst, now, at);
+                continue;
+            }
             if (!seg || seg > len) seg = len;
+            if (seg < len) ltp_core__count(u->core, LTP_S_RX_GRO_RUNS, 1);
             do {   /* a GRO run is datagrams of seg bytes, the last one maybe shorter */
-                rx_datagram(u, peer, b + off, MIN(seg, len - off), now, at);
+                rx_datagram(u, peer, b + off, MIN(seg, len - off), NULL, now, at);
                 off += seg;
             } while (off < len);
         }
         total += n;
-        if (n < BATCH) break;
+        if (n < vlen) break;
     }
     return total;
 }
@@ -467,6 +549,8 @@ static int do_tx(ltp_udp_t *u)
             }
             return LTP_ESYS;
         }
+        for (int k = u->m_off; k < u->m_off + n; k++)
+            if (u->txm[k].msg_hdr.msg_controllen) ltp_core__count(u->core, LTP_S_TX_GSO_RUNS, 1);
         u->m_off += n;
         msgs_sent(u);
         sent += u->dg_off - before;
@@ -638,6 +722,12 @@ int ltp_udp_recv(ltp_udp_t *u, ltp_recv_req_t *reqs, int n, uint64_t timeout_us)
 {
     if (!u || !reqs || n < 0) return LTP_EINVAL;
     pthread_mutex_lock(&u->mu);
+    /* DATA land in the caller's buffers while we wait, so taking them copies nothing; whatever is
+     * not taken by the time we return moves back into the core's own buffers. */
+    for (int i = 0; i < n; i++)
+        if (reqs[i].segment <= 0xFFFF && reqs[i].data)
+            ltp_core_rx_post(u->core, reqs[i].peer, reqs[i].msg_id, (uint16_t)reqs[i].segment, reqs[i].data,
+                             reqs[i].cap_bytes);
     recv_set_t set = {reqs, n};
     int rc = wait_for(u, timeout_us, recvs_done, &set);
     int first_err = rc < 0 && rc != LTP_ETIMEDOUT ? rc : LTP_OK;
@@ -651,6 +741,9 @@ int ltp_udp_recv(ltp_udp_t *u, ltp_recv_req_t *reqs, int n, uint64_t timeout_us)
         else r->status = rc < 0 ? rc : LTP_ETIMEDOUT;
         if (r->status && !first_err) first_err = r->status;
     }
+    for (int i = 0; i < n; i++)
+        if (reqs[i].segment <= 0xFFFF && reqs[i].data)
+            ltp_core_rx_unpost(u->core, reqs[i].peer, reqs[i].msg_id, (uint16_t)reqs[i].segment);
     pthread_mutex_unlock(&u->mu);
     return first_err;
 }
