@@ -19,6 +19,7 @@ emulated hosts and the testbed's own counters:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -26,7 +27,7 @@ from pathlib import Path
 
 from harness.runner import counter_deltas
 from harness.spec import parse_scheme
-from topologies.incast import PS_IP, PS_NAME, IncastParams, worker_name
+from topologies.incast import PS_IP, PS_NAME, SUBNET, IncastParams, worker_name
 from topologies.network import PROJECT_DIR, Testbed, TestbedError
 
 BENCH_DIR = PROJECT_DIR / "results" / "bench"
@@ -198,16 +199,63 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
             writer.writerows(rows)
 
 
+@dataclasses.dataclass
+class Cell:
+    """One incast cell of the benchmark: its status and, if it finished, its push times."""
+
+    status: str                      # "ok", "timeout" or "crash"
+    reason: str
+    push_s: list[float]
+    recv_frac: list[float]
+    routes_before: dict[str, str]    # every host's route to the subnet as the cell started ...
+    routes_after: dict[str, str]     # ... and as it ended (the scheme's host settings in force)
+
+
+def _routes(tb: Testbed) -> dict[str, str]:
+    """Every host's route to the testbed's subnet, as ``ip route`` shows it."""
+    return {h: tb.host_run(h, "ip", "route", "show", SUBNET).strip() for h in tb.host_names()}
+
+
+def run_cell(tb: Testbed, zygote, cell: Path, slug: str, iterations: int,
+             n_bytes: int = 437_544) -> Cell:
+    """Run one cell: apply ``slug``'s host settings, then synchronized 8-to-1 pushes.
+
+    Each host's summary (``RunFiles(cell).host_summary``) holds what its transport end reported,
+    e.g. the congestion control and RTO of a TCP worker's socket.
+    """
+    from harness.runner import apply_host_settings, launched, spawn_forked, wait
+    from harness.runfiles import RunFiles
+    from transports import registry
+
+    name, options = parse_scheme(slug)
+    # The scheme's own per-host settings (tcp-cubic-lowrto's minimum RTO).
+    apply_host_settings(tb, registry.create(name, options))
+    before = _routes(tb)
+    files = RunFiles(cell)
+    base = ["--transport", name, "--options", json.dumps(options), "--workers", "8", "--bytes",
+            str(n_bytes), "--iterations", str(iterations), "--folder", str(cell)]
+    commands = {PS_NAME: ("harness.bench_node", base + ["--role", "ps"], files.log(PS_NAME))}
+    for r in range(8):
+        commands[worker_name(r)] = ("harness.bench_node",
+                                    base + ["--role", "worker", "--rank", str(r)],
+                                    files.log(worker_name(r)))
+    with launched(spawn_forked(tb, zygote), commands) as procs:
+        status, reason = wait(procs, time.monotonic() + 60 + 30 * iterations)
+    after = _routes(tb)
+    if status != "ok":
+        return Cell(status, reason, [], [], before, after)
+    recs = json.loads(files.push_times.read_text())["records"]
+    return Cell(status, reason, [r["push_s"] for r in recs],
+                [min(r["recv_frac"]) for r in recs], before, after)
+
+
 def transport(slugs: tuple[str, ...], losses: tuple[float, ...], bandwidths: tuple[float, ...],
               iterations: int, queue_pkts: int, n_bytes: int = 437_544) -> None:
     """Loopback goodput and CPU per byte, then synchronized 8-to-1 push times on the emulated
     incast vs the bound (no incast part when ``bandwidths`` is empty)."""
     import numpy as np
 
-    from harness.runner import apply_host_settings, launched, spawn_forked, wait
-    from harness.runfiles import RunFiles
     from harness.zygote import Zygote
-    from transports import registry
 
     folder = BENCH_DIR / time.strftime("transport-%Y%m%dT%H%M%S")
     folder.mkdir(parents=True, exist_ok=True)
@@ -228,28 +276,13 @@ def transport(slugs: tuple[str, ...], losses: tuple[float, ...], bandwidths: tup
             for loss in losses:
                 tb.set_loss(loss)
                 for slug in slugs:
-                    cell = net_dir / f"{slug}-loss{loss:g}"
-                    name, options = parse_scheme(slug)
-                    # The scheme's own per-host settings (tcp-cubic-lowrto's minimum RTO).
-                    apply_host_settings(tb, registry.create(name, options))
-                    files = RunFiles(cell)
-                    base = ["--transport", name, "--options", json.dumps(options), "--workers",
-                            "8", "--bytes", str(n_bytes), "--iterations", str(iterations),
-                            "--folder", str(cell)]
-                    commands = {PS_NAME: ("harness.bench_node", base + ["--role", "ps"],
-                                          files.log(PS_NAME))}
-                    for r in range(8):
-                        commands[worker_name(r)] = (
-                            "harness.bench_node", base + ["--role", "worker", "--rank", str(r)],
-                            files.log(worker_name(r)))
-                    with launched(spawn_forked(tb, zygote), commands) as procs:
-                        status, reason = wait(procs, time.monotonic() + 60 + 30 * iterations)
-                    if status != "ok":
-                        print(f"  {bw:>6g} {loss:>6g} {slug:<22} {status}: {reason[:80]}")
+                    got = run_cell(tb, zygote, net_dir / f"{slug}-loss{loss:g}", slug, iterations,
+                                   n_bytes)
+                    if got.status != "ok":
+                        print(f"  {bw:>6g} {loss:>6g} {slug:<22} {got.status}: {got.reason[:80]}")
                         continue
-                    recs = json.loads(files.push_times.read_text())["records"]
-                    push = np.array([r["push_s"] for r in recs])
-                    frac = min(min(r["recv_frac"]) for r in recs)
+                    push = np.array(got.push_s)
+                    frac = min(got.recv_frac)
                     med, p99 = float(np.median(push)), float(np.percentile(push, 99))
                     rows.append({"bottleneck_mbps": bw, "loss_pct": loss, "transport": slug,
                                  "median_s": med, "p99_s": p99, "bound_s": bound_s,

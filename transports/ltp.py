@@ -257,6 +257,16 @@ def _tiles(parts: Sequence[tuple[int, int, int]], n: int) -> bool:
     return end == n
 
 
+def _end_stats(end: native.Endpoint) -> dict[str, float]:
+    """An end's counters, and the datagram size and offloads it runs with (none once closed)."""
+    stats = end.stats()
+    if not end.closed:
+        offload = end.offload
+        stats.update(datagram_bytes=float(end.datagram_bytes), udp_gso=float(offload["gso"]),
+                     udp_gro=float(offload["gro"]))
+    return stats
+
+
 class _Messages:
     """One native endpoint carrying messages of one layout: Deliveries and SendReports."""
 
@@ -367,7 +377,7 @@ class LtpServer(ServerEnd):
         self.end.service(duration_s)
 
     def stats(self) -> dict[str, float]:
-        return self.end.stats()
+        return _end_stats(self.end)
 
     def close(self) -> None:
         """Linger for ``linger_ms`` answering late data, then release the socket and core.
@@ -421,7 +431,7 @@ class LtpWorker(WorkerEnd):
         self.end.service(duration_s)
 
     def stats(self) -> dict[str, float]:
-        return self.end.stats()
+        return _end_stats(self.end)
 
     def close(self) -> None:
         self.end.close()
