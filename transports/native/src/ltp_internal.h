@@ -11,7 +11,8 @@
  *   ltp_send.c    send contexts: transmission order, RACK and PTO loss recovery, ACK and CLOSE
  *   ltp_sched.c   which peer's message sends the next DATA packet, and when
  *   ltp_core.c    the endpoint: peers, datagram dispatch, timers, poll_tx and next_timeout
- *   ltp_udp.c     the UDP driver around one core (not part of the sans-IO core)
+ *   ltp_udp.c     the UDP driver around one core: socket, event loop, blocking API; its batched
+ *   ltp_udp_io.c  datagram I/O; ltp_udp_internal.h (not part of the sans-IO core)
  * Nothing here is public API: bindings read ltp.h only. The C tests include this header for the
  * shared random generator.
  */
