@@ -28,7 +28,6 @@ static int peer_of(const ltp_udp_t *u, const struct sockaddr_in *a)
     return -1;
 }
 
-/* Drain the socket into the core. Returns datagrams read, or LTP_ESYS. */
 /* When datagram i of the last recvmmsg reached the host, on the monotonic clock: its kernel
  * timestamp (realtime) moved by the realtime-to-monotonic offset of this instant. */
 static uint64_t arrival_us(ltp_udp_t *u, int i, uint64_t now, const struct timespec *real)
@@ -283,8 +282,11 @@ int do_tx(ltp_udp_t *u)
                 return 1 << 30;
             }
             if (errno == EINTR) continue;
-            if (u->gso && u->txm[u->m_off].msg_hdr.msg_controllen && (errno == EIO || errno == EINVAL)) {
-                u->gso = 0;   /* the kernel or the device refuses GSO here: datagram by datagram */
+            if (u->gso && u->txm[u->m_off].msg_hdr.msg_controllen &&
+                (errno == EIO || errno == EINVAL || errno == EMSGSIZE)) {
+                /* The kernel or the device refuses GSO here (or a configured size beyond the path
+                 * MTU, which only a lone datagram may exceed, fragmented): datagram by datagram. */
+                u->gso = 0;
                 build_msgs(u);
                 continue;
             }
