@@ -132,10 +132,12 @@ def docs(c):
     "bandwidth": "comma-separated bottleneck rates in Mbit/s (default 100,200)",
     "iterations": "synchronized pushes per cell (default 20)",
     "queue": "bottleneck queue in packets (default 64)",
+    "loopback_only": "only the loopback part (goodput and CPU per byte); no emulated network, "
+                     "no root needed",
 })
 def bench_transport(c, transports="ltp,tcp-cubic", loss="0,1,5,10", bandwidth="100,200",
-                    iterations="20", queue="64"):
-    """Loopback goodput and 8-to-1 push time per transport vs the physical bound."""
+                    iterations="20", queue="64", loopback_only=False):
+    """Loopback goodput and CPU per byte, and 8-to-1 push time per transport vs the physical bound."""
     from harness import cli
 
     with cli.user_errors():
@@ -144,9 +146,10 @@ def bench_transport(c, transports="ltp,tcp-cubic", loss="0,1,5,10", bandwidth="1
         args = bench.transport_args(cli.words(transports), cli.numbers(loss, float, "--loss"),
                                     cli.numbers(bandwidth, float, "--bandwidth"),
                                     cli.number(iterations, int, "--iterations"),
-                                    cli.number(queue, int, "--queue"))
-        cli.require_root()
-        cli.require_setup()
+                                    cli.number(queue, int, "--queue"), loopback_only)
+        if not loopback_only:
+            cli.require_root()
+            cli.require_setup()
         bench.transport(*args)
 
 

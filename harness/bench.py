@@ -1,4 +1,10 @@
-"""Benchmarks that print figures (never timed tests): the emulated network against its settings.
+"""Benchmarks that print figures (never timed tests): the emulated network against its settings,
+and the transports on loopback and on the emulated incast.
+
+``invoke bench-transport`` first measures each scheme's loopback goodput and CPU per byte
+(:mod:`harness.bench_loopback`), then, unless ``--loopback-only``, brings up the incast testbed
+per bottleneck rate and times synchronized 8-to-1 pushes (:mod:`harness.bench_node`) against the
+physical bound, with each scheme's own host settings applied.
 
 ``invoke bench-network`` brings up the 8-worker incast testbed and measures, with iperf3 on the
 emulated hosts and the testbed's own counters:
@@ -13,6 +19,7 @@ emulated hosts and the testbed's own counters:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -21,11 +28,12 @@ from pathlib import Path
 from harness.runner import counter_deltas
 from harness.spec import parse_scheme
 from topologies.impair import Impairment
-from topologies.incast import PS_IP, PS_NAME, IncastParams, worker_name
+from topologies.incast import PS_IP, PS_NAME, SUBNET, IncastParams, worker_name
 from topologies.network import PROJECT_DIR, Testbed, TestbedError
 
 BENCH_DIR = PROJECT_DIR / "results" / "bench"
 BASE_PORT = 5201
+LOOPBACK_PUSHES = 20
 # Paced UDP datagrams to the discard port of the PS (run inside w1).
 UDP_SENDER = """
 import socket, time
@@ -52,8 +60,13 @@ def network_args(bandwidth_mbps: float, queue_pkts: int, loss_pct: float,
     return bandwidth_mbps, queue_pkts, loss_pct, seconds
 
 
-def transport_args(slugs, losses, bandwidths, iterations: int, queue_pkts: int) -> tuple:
-    """The arguments of :func:`transport`, validated (one sentence on a bad one)."""
+def transport_args(slugs, losses, bandwidths, iterations: int, queue_pkts: int,
+                   loopback_only: bool = False) -> tuple:
+    """The arguments of :func:`transport`, validated (one sentence on a bad one).
+
+    ``loopback_only`` keeps the incast settings' validation but returns no bandwidths, so only
+    the loopback part runs.
+    """
     from transports import registry
 
     for name, values in (("--transports", slugs), ("--loss", losses), ("--bandwidth", bandwidths)):
@@ -69,7 +82,7 @@ def transport_args(slugs, losses, bandwidths, iterations: int, queue_pkts: int) 
             IncastParams(8, bw, None, queue_pkts, loss)
     if not 1 <= iterations <= 10_000:
         raise BenchError(f"--iterations must be from 1 to 10000, not {iterations!r}.")
-    return slugs, losses, bandwidths, iterations, queue_pkts
+    return slugs, losses, () if loopback_only else bandwidths, iterations, queue_pkts
 
 
 def _listening_in(host_pid: int, port: int) -> bool:
@@ -159,77 +172,97 @@ def network(bandwidth_mbps: float, queue_pkts: int, loss_pct: float, seconds: fl
               f"stream), configured {loss_pct:g} %")
 
 
-def _loopback_push_s(scheme: str, n_bytes: int, repeats: int) -> list[float]:
-    """Push times of one worker -> PS over 127.0.0.1, each from a common start to full receipt."""
-    import socket
-    import threading
+def loopback(slugs: tuple[str, ...], folder: Path, n_bytes: int = 437_544,
+             pushes: int = LOOPBACK_PUSHES) -> None:
+    """Print loopback goodput and CPU per byte of every scheme; write ``loopback.csv``."""
+    from harness.bench_loopback import loopback_push
 
-    import numpy as np
+    print(f"loopback, one worker -> PS over 127.0.0.1 ({pushes} pushes per cell): goodput of the "
+          "median push; CPU seconds of the process per GB pushed (both ends, user + system)")
+    print(f"  {'bytes':>9} {'transport':<22} {'Gbit/s':>7} {'median ms':>9} {'CPU s/GB':>8}")
+    rows = []
+    for size in (n_bytes, 4 * 1024 * 1024):
+        for slug in slugs:
+            got = loopback_push(slug, size, pushes)
+            rows += got.rows()
+            print(f"  {size:>9,} {slug:<22} {got.goodput_gbps:7.2f} {got.median_s * 1e3:9.3f} "
+                  f"{got.cpu_s_per_gb:8.3f}")
+    _write_csv(folder / "loopback.csv", rows)
 
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    import csv
+
+    with open(path, "w", newline="") as f:
+        if rows:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+
+
+@dataclasses.dataclass
+class Cell:
+    """One incast cell of the benchmark: its status and, if it finished, its push times."""
+
+    status: str                      # "ok", "timeout" or "crash"
+    reason: str
+    push_s: list[float]
+    recv_frac: list[float]
+    routes_before: dict[str, str]    # every host's route to the subnet as the cell started ...
+    routes_after: dict[str, str]     # ... and as it ended (the scheme's host settings in force)
+
+
+def _routes(tb: Testbed) -> dict[str, str]:
+    """Every host's route to the testbed's subnet, as ``ip route`` shows it."""
+    return {h: tb.host_run(h, "ip", "route", "show", SUBNET).strip() for h in tb.host_names()}
+
+
+def run_cell(tb: Testbed, zygote, cell: Path, slug: str, iterations: int,
+             n_bytes: int = 437_544) -> Cell:
+    """Run one cell: apply ``slug``'s host settings, then synchronized 8-to-1 pushes.
+
+    Each host's summary (``RunFiles(cell).host_summary``) holds what its transport end reported,
+    e.g. the congestion control and RTO of a TCP worker's socket.
+    """
+    from harness.runner import apply_host_settings, launched, spawn_forked, wait
+    from harness.runfiles import RunFiles
     from transports import registry
-    from transports.base import Layout
 
-    layout = Layout.single(n_bytes // 4)
-    ports = []
-    for _ in range(2):
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.bind(("127.0.0.1", 0))
-            ports.append(s.getsockname()[1])
-    ps_addr, w_addr = ("127.0.0.1", ports[0]), ("127.0.0.1", ports[1])
-    transport = registry.create(*parse_scheme(scheme))
-    payload = np.ones(layout.n_floats, np.float32)
-    ready, go, errors = threading.Semaphore(0), threading.Event(), []
-
-    def worker():
-        try:
-            with transport.connect(0, w_addr, ps_addr, layout) as end:
-                end.join(30)
-                for k in range(repeats):
-                    end.pull(k, 30)
-                    ready.release()
-                    go.wait()
-                    end.push(k, payload, 30)
-        except Exception as exc:
-            errors.append(exc)
-
-    times = []
-    with transport.serve(ps_addr, [w_addr], layout) as end:
-        thread = threading.Thread(target=worker)
-        thread.start()
-        end.wait_for_workers(30)
-        for k in range(repeats):
-            end.broadcast(k, payload, 30)
-            ready.acquire()
-            go.clear()
-            t0 = time.monotonic()
-            go.set()
-            end.gather(k, 30)
-            times.append(time.monotonic() - t0)
-        thread.join(30)
-    if errors:
-        raise errors[0]
-    return times
+    name, options = parse_scheme(slug)
+    # The scheme's own per-host settings (tcp-cubic-lowrto's minimum RTO).
+    apply_host_settings(tb, registry.create(name, options))
+    before = _routes(tb)
+    files = RunFiles(cell)
+    base = ["--transport", name, "--options", json.dumps(options), "--workers", "8", "--bytes",
+            str(n_bytes), "--iterations", str(iterations), "--folder", str(cell)]
+    commands = {PS_NAME: ("harness.bench_node", base + ["--role", "ps"], files.log(PS_NAME))}
+    for r in range(8):
+        commands[worker_name(r)] = ("harness.bench_node",
+                                    base + ["--role", "worker", "--rank", str(r)],
+                                    files.log(worker_name(r)))
+    with launched(spawn_forked(tb, zygote), commands) as procs:
+        status, reason = wait(procs, time.monotonic() + 60 + 30 * iterations)
+    after = _routes(tb)
+    if status != "ok":
+        return Cell(status, reason, [], [], before, after)
+    recs = json.loads(files.push_times.read_text())["records"]
+    return Cell(status, reason, [r["push_s"] for r in recs],
+                [min(r["recv_frac"]) for r in recs], before, after)
 
 
 def transport(slugs: tuple[str, ...], losses: tuple[float, ...], bandwidths: tuple[float, ...],
               iterations: int, queue_pkts: int, n_bytes: int = 437_544) -> None:
-    """Loopback goodput, then synchronized 8-to-1 push times on the emulated incast vs the bound."""
+    """Loopback goodput and CPU per byte, then synchronized 8-to-1 push times on the emulated
+    incast vs the bound (no incast part when ``bandwidths`` is empty)."""
     import numpy as np
 
-    from harness.runner import apply_host_settings, launched, spawn_forked, wait
-    from harness.runfiles import RunFiles
     from harness.zygote import Zygote
-    from transports import registry
 
     folder = BENCH_DIR / time.strftime("transport-%Y%m%dT%H%M%S")
     folder.mkdir(parents=True, exist_ok=True)
-    print("loopback goodput, one worker -> PS (median of 20 pushes):")
-    for size in (n_bytes, 4 * 1024 * 1024):
-        cells = []
-        for slug in slugs:
-            t = float(np.median(_loopback_push_s(slug, size, 20)))
-            cells.append(f"{slug} {size * 8 / t / 1e9:6.2f} Gbit/s ({t * 1e3:6.2f} ms)")
-        print(f"  {size:>9,} B: " + "   ".join(cells))
+    loopback(slugs, folder, n_bytes)
+    if not bandwidths:
+        return
 
     rows = []
     print(f"\nemulated incast: 8 workers x {n_bytes:,} B pushed at once, queue {queue_pkts} packets, "
@@ -244,38 +277,17 @@ def transport(slugs: tuple[str, ...], losses: tuple[float, ...], bandwidths: tup
             for loss in losses:
                 tb.configure(Impairment(loss))
                 for slug in slugs:
-                    cell = net_dir / f"{slug}-loss{loss:g}"
-                    name, options = parse_scheme(slug)
-                    # The scheme's own per-host settings (tcp-cubic-lowrto's minimum RTO).
-                    apply_host_settings(tb, registry.create(name, options))
-                    files = RunFiles(cell)
-                    base = ["--transport", name, "--options", json.dumps(options), "--workers",
-                            "8", "--bytes", str(n_bytes), "--iterations", str(iterations),
-                            "--folder", str(cell)]
-                    commands = {PS_NAME: ("harness.bench_node", base + ["--role", "ps"],
-                                          files.log(PS_NAME))}
-                    for r in range(8):
-                        commands[worker_name(r)] = (
-                            "harness.bench_node", base + ["--role", "worker", "--rank", str(r)],
-                            files.log(worker_name(r)))
-                    with launched(spawn_forked(tb, zygote), commands) as procs:
-                        status, reason = wait(procs, time.monotonic() + 60 + 30 * iterations)
-                    if status != "ok":
-                        print(f"  {bw:>6g} {loss:>6g} {slug:<22} {status}: {reason[:80]}")
+                    got = run_cell(tb, zygote, net_dir / f"{slug}-loss{loss:g}", slug, iterations,
+                                   n_bytes)
+                    if got.status != "ok":
+                        print(f"  {bw:>6g} {loss:>6g} {slug:<22} {got.status}: {got.reason[:80]}")
                         continue
-                    recs = json.loads(files.push_times.read_text())["records"]
-                    push = np.array([r["push_s"] for r in recs])
-                    frac = min(min(r["recv_frac"]) for r in recs)
+                    push = np.array(got.push_s)
+                    frac = min(got.recv_frac)
                     med, p99 = float(np.median(push)), float(np.percentile(push, 99))
                     rows.append({"bottleneck_mbps": bw, "loss_pct": loss, "transport": slug,
                                  "median_s": med, "p99_s": p99, "bound_s": bound_s,
                                  "min_recv_frac": frac})
                     print(f"  {bw:>6g} {loss:>6g} {slug:<22} {med:9.3f} {p99:8.3f} {bound_s:8.3f} "
                           f"{med / bound_s:12.2f} {p99 / bound_s:9.2f} {frac:8.3f}")
-    import csv
-
-    with open(folder / "push_times.csv", "w", newline="") as f:
-        if rows:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+    _write_csv(folder / "push_times.csv", rows)

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.runfiles import RunFiles
-from topologies.incast import PS_IP, worker_ip, worker_name
+from harness.runfiles import HostSummary, Recorder, RunFiles
+from topologies.incast import PS_IP, PS_NAME, worker_ip, worker_name
 from transports import registry
 from transports.base import Layout
 
@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     workers = [(worker_ip(r), args.port) for r in range(args.workers)]
     payload = np.random.default_rng(args.rank).standard_normal(layout.n_floats).astype(np.float32)
     files = RunFiles(args.folder)
+    started = time.monotonic()
     sync = files.sync
     sync.mkdir(parents=True, exist_ok=True)
     if args.role == "ps":
@@ -76,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             stats = end.stats()
         files.push_times.write_text(json.dumps(
             {"records": records, "server_stats": stats}, indent=1))
+        _summary(files, PS_NAME, "ps", args, stats, started)
     else:
         with transport.connect(args.rank, workers[args.rank], ps_addr, layout) as end, \
                 open(files.records(worker_name(args.rank)), "x") as log:
@@ -90,7 +92,19 @@ def main(argv: list[str] | None = None) -> int:
                                       "packets": report.packets,
                                       "retransmits": report.retransmits,
                                       "wire_bytes": report.wire_bytes, **report.stats}) + "\n")
+            # What the end reports after its pushes, e.g. a TCP socket's congestion control and
+            # RTO: the settings the benchmark ran with, read back from the kernel.
+            stats = end.stats()
+        _summary(files, worker_name(args.rank), "worker", args, stats, started)
     return 0
+
+
+def _summary(files: RunFiles, host: str, role: str, args: argparse.Namespace, stats: dict,
+             started: float) -> None:
+    Recorder(files, host).summary(HostSummary(
+        host=host, role=role, iterations=args.iterations, elapsed_s=time.monotonic() - started,
+        cpu_s=time.process_time(), transport_stats=stats, rank=args.rank if role == "worker" else -1,
+        transport=args.transport, transport_options=json.loads(args.options)))
 
 
 if __name__ == "__main__":

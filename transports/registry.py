@@ -46,7 +46,9 @@ class TransportInfo:
     loss_tolerant: bool
     description: str
     # Options with which the conformance tests make a loss-tolerant transport drop part of what
-    # it receives and close messages before repairing all of it (see tests/conformance).
+    # it receives and close messages before repairing all of it (see tests/conformance). LTP's
+    # keep Ethernet-sized datagrams: loopback's would be 64 KB, a few per message, and one drop
+    # would then take a quarter of it.
     test_loss_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def transport_class(self) -> type[Transport]:
@@ -82,18 +84,20 @@ BUILTIN = (
     TransportInfo("ltp", "LTP", "#d62728", "D", "transports.ltp:LtpTransport",
                   {}, True, "Loss-tolerant Transmission Protocol: early close, Bubble Filling",
                   {"rx_drop_frac": 0.1, "threshold_min": 0.85, "threshold_max": 0.85,
-                   "close_grace_min_us": 0, "grace_rtt_mult": 0.0}),
+                   "close_grace_min_us": 0, "grace_rtt_mult": 0.0, "packet_payload_bytes": 1472}),
     TransportInfo("ltp-reliable", "LTP reliable", "#9467bd", "v", "transports.ltp:LtpTransport",
                   {"threshold_min": 1.0, "threshold_max": 1.0}, False,
                   "ablation: LTP's machinery with every message delivered whole (threshold 1.0)"),
     TransportInfo("ltp-fixed", "LTP fixed 95%", "#8c564b", "P", "transports.ltp:LtpTransport",
                   {"threshold_min": 0.95, "threshold_max": 0.95, "filler": "zero"}, True,
                   "ablation: a fixed 95 % threshold with zero filling (MLT-style bounded loss)",
-                  {"rx_drop_frac": 0.1, "close_grace_min_us": 0, "grace_rtt_mult": 0.0}),
+                  {"rx_drop_frac": 0.1, "close_grace_min_us": 0, "grace_rtt_mult": 0.0,
+                   "packet_payload_bytes": 1472}),
     TransportInfo("plot", "PLOT", "#e377c2", "X", "transports.plot:PlotTransport",
                   {}, True, "per-layer loss-tolerance bounds (SNR profiling) on LTP's core",
                   {"rx_drop_frac": 0.1, "bound_rule": "size", "bound_min": 0.85,
-                   "reliable_below_floats": 0, "close_grace_min_us": 0, "grace_rtt_mult": 0.0}),
+                   "reliable_below_floats": 0, "close_grace_min_us": 0, "grace_rtt_mult": 0.0,
+                   "packet_payload_bytes": 1472}),
 )
 
 REGISTRY: dict[str, TransportInfo] = {}

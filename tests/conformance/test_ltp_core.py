@@ -115,10 +115,42 @@ def test_whole_delivery_without_loss() -> None:
     assert stats["close_complete"] == 9
 
 
+@pytest.mark.parametrize("options, datagram, counters", [
+    # Loopback's MTU is 65,536: 64 KB datagrams, read straight into the receiver's buffer.
+    ({}, 65_507, ("rx_placed",)),
+    # Ethernet-sized datagrams go out as GSO runs and come back as GRO runs.
+    ({"packet_payload_bytes": 1472}, 1472, ("tx_gso_runs", "rx_gro_runs")),
+    ({"packet_payload_bytes": 1472, "udp_gso": False}, 1472, ()),
+])
+def test_datagram_paths_deliver_exactly(options: dict, datagram: int, counters: tuple) -> None:
+    """Every way the driver moves datagrams delivers the bytes sent, 4 MB messages included."""
+    n = 1 << 20
+    res = run_job(options, Layout.single(n), n_workers=2, iterations=3)
+    for it, deliveries in enumerate(res["gathered"]):
+        for rank, d in enumerate(deliveries):
+            assert np.array_equal(d.values.view(np.uint32), gradient(rank, it, n).view(np.uint32))
+            assert d.received_frac == 1.0
+    for rank in range(2):
+        for it, d in enumerate(res["pulled"][rank]):
+            assert np.array_equal(d.values, params(it, n))
+    stats = res["server_stats"]
+    assert stats["malformed"] == 0
+    for name in counters:
+        assert stats[name] > 0 or res["worker_stats"][0][name] > 0, name
+    if not options.get("udp_gso", True):
+        assert stats["tx_gso_runs"] == stats["rx_gro_runs"] == 0
+    with native.Endpoint(registry.create("ltp", options).core_settings((0.8, 0.99)), 0,
+                         ("127.0.0.1", 0)) as end:
+        end.add_peer(native.rank_server(), ("127.0.0.1", free_ports(1)[0]))
+        assert end.datagram_bytes == datagram
+        assert end.offload["gso"] == options.get("udp_gso", True)
+
+
 def test_partial_delivery_with_receive_drops() -> None:
     layout = Layout.from_sizes([("w", N_FLOATS - 1000), ("b", 1000)])
     options = {"rx_drop_frac": 0.1, "threshold_min": 0.8, "threshold_max": 0.95,
-               "close_grace_min_us": 0, "grace_rtt_mult": 0.0, "filler": "zero", "seed": 3}
+               "close_grace_min_us": 0, "grace_rtt_mult": 0.0, "filler": "zero", "seed": 3,
+               "packet_payload_bytes": 1472}   # Ethernet-sized: drops of 64 KB are too coarse
     res = run_job(options, layout, n_workers=2, iterations=4)
     partial = 0
     for it, deliveries in enumerate(res["gathered"]):
@@ -147,7 +179,8 @@ def test_partial_delivery_with_receive_drops() -> None:
 def test_critical_segments_always_arrive() -> None:
     layout = Layout.from_sizes([("conv", 60_000), ("fc.weight", N_FLOATS - 61_000), ("fc.bias", 1000)])
     options = {"rx_drop_frac": 0.2, "threshold_min": 0.5, "threshold_max": 0.6,
-               "close_grace_min_us": 0, "grace_rtt_mult": 0.0, "critical_segments": ("fc.bias",)}
+               "close_grace_min_us": 0, "grace_rtt_mult": 0.0, "critical_segments": ("fc.bias",),
+               "packet_payload_bytes": 1472}
     averages = []
     res = run_job(options, layout, n_workers=2, iterations=3,
                   on_server=lambda ps, it, ds: averages.append(ps.average(ds)))

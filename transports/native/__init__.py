@@ -273,6 +273,19 @@ class Endpoint:
         return check(_core()[1].ltp_udp_add_peer(self._live(), rank, addr[0].encode(), addr[1]),
                      f"adding peer {addr[0]}:{addr[1]}")
 
+    @property
+    def datagram_bytes(self) -> int:
+        """The datagram size in use, LTP header included (from the path MTU unless configured)."""
+        return check(_core()[1].ltp_udp_datagram(self._live()), "reading the datagram size")
+
+    @property
+    def offload(self) -> dict[str, bool]:
+        """UDP offloads in use: ``gso`` (runs of datagrams to a peer sent as one write) and
+        ``gro`` (coalesced runs read at once)."""
+        ffi, lib = _core()
+        bits = check(lib.ltp_udp_offload(self._live()), "reading the offloads")
+        return {"gso": bool(bits & lib.LTP_OFFLOAD_GSO), "gro": bool(bits & lib.LTP_OFFLOAD_GRO)}
+
     def join(self, peer: int, timeout_s: float, what: str = "joining the peer") -> None:
         """Say HELLO to peer slot ``peer`` until it answers, or raise :class:`LtpTimeout`."""
         check(_core()[1].ltp_udp_join(self._live(), peer, _timeout_us(timeout_s)), what)

@@ -29,7 +29,8 @@ extern "C" {
 #define LTP_ACK_HDR_BYTES 48u       /* common header + ACK fields, bitmap follows */
 #define LTP_CLOSE_BYTES 32u
 #define LTP_RANK_SERVER 0xFFFFu     /* the parameter server's rank on the wire */
-#define LTP_MAX_DATAGRAM 65507u
+#define LTP_MAX_DATAGRAM 65507u     /* largest UDP payload over IPv4 */
+#define LTP_ETH_DATAGRAM 1472u      /* a 1500-byte MTU minus IPv4 and UDP headers */
 
 enum ltp_type { LTP_T_DATA = 1, LTP_T_ACK = 2, LTP_T_CLOSE = 3, LTP_T_HELLO = 4,
                 LTP_T_HELLO_ACK = 5 };
@@ -74,7 +75,8 @@ enum ltp_schedule { LTP_SCHED_FAIR = 0, LTP_SCHED_SERIAL = 1 };
  * with ltp_config_set), then pass to ltp_core_new / ltp_udp_open, which copy it. */
 typedef struct ltp_config {
     uint32_t session_id;
-    uint32_t max_udp_payload_bytes;   /* datagram size incl. LTP header, default 1472 */
+    uint32_t max_udp_payload_bytes;   /* datagram size incl. LTP header; 0: from the path MTU */
+    uint32_t udp_gso;                 /* driver: 1 = UDP GSO writes and GRO reads where they work */
     uint32_t max_msg_bytes;           /* largest message accepted or sent */
     uint32_t max_peers;
     uint32_t max_open_per_peer;       /* receive contexts per peer (incl. closed, untaken) */
@@ -168,6 +170,8 @@ enum ltp_stat {
     LTP_S_SENDS_CLOSED, LTP_S_SENDS_ALL_ACKED, LTP_S_SENDS_CANCELLED,
     LTP_S_RX_DROPPED_HOOK, LTP_S_TX_EAGAIN,
     LTP_S_ACKS_HINTED, LTP_S_HINTS_RECEIVED,
+    LTP_S_TX_GSO_RUNS, LTP_S_RX_GRO_RUNS,   /* UDP driver: writes / reads of 2+ datagrams */
+    LTP_S_RX_PLACED,                        /* UDP driver: DATA read straight into place */
     LTP_S__COUNT
 };
 
@@ -182,7 +186,9 @@ int ltp_config_validate(const ltp_config_t *cfg);
 /* ltp_config_validate, saying why: on LTP_EOPTION writes one sentence (no final period) naming
  * the option or the rule that failed to buf. */
 int ltp_config_explain(const ltp_config_t *cfg, char *buf, size_t cap);
-uint32_t ltp_chunk_bytes(const ltp_config_t *cfg);   /* payload bytes per DATA packet */
+/* Payload bytes per DATA packet (with max_udp_payload_bytes 0: those of LTP_ETH_DATAGRAM, what a
+ * core uses until its driver sets the path's size). */
+uint32_t ltp_chunk_bytes(const ltp_config_t *cfg);
 const char *ltp_strerror(int code);
 const char *ltp_stat_name(int index);
 int ltp_stat_count(void);
@@ -217,6 +223,11 @@ void ltp_core_free(ltp_core_t *core);
 int ltp_core_add_peer(ltp_core_t *core, uint16_t rank);          /* returns the peer slot */
 int ltp_core_set_policy(ltp_core_t *core, uint16_t segment, double threshold_min,
                         double threshold_max);                     /* per-segment thresholds */
+/* The endpoint's datagram size incl. the LTP header (max_udp_payload_bytes; a configured 0 is
+ * LTP_ETH_DATAGRAM until set). A driver sets it from the path MTU toward its peers before it
+ * sends: LTP_EBUSY while a send is in progress, LTP_EINVAL outside 56..LTP_MAX_DATAGRAM. */
+int ltp_core_set_datagram(ltp_core_t *core, uint32_t bytes);
+uint32_t ltp_core_datagram(const ltp_core_t *core);
 
 /* Feed one datagram; peer is the slot the source address maps to, or -1 if it maps to none.
  * Returns 0 if accepted, or the reason it was dropped (also counted). */
@@ -226,9 +237,23 @@ int ltp_core_input(ltp_core_t *core, int peer, const uint8_t *buf, size_t len, u
  * late or reads a backlog does not distort them; everything else runs on now_us. */
 int ltp_core_input_at(ltp_core_t *core, int peer, const uint8_t *buf, size_t len, uint64_t now_us,
                       uint64_t arrival_us);
+/* The same for a DATA read in two parts, as a scatter read into a guessed place leaves it: its
+ * 52-byte header at head (head_len), its payload at payload (payload_len). A payload that is
+ * already where the message keeps it is not copied. With payload_len 0, head is a whole datagram;
+ * anything else but a DATA split after its header is LTP_EINVAL. */
+int ltp_core_input_split(ltp_core_t *core, int peer, const uint8_t *head, size_t head_len,
+                         const uint8_t *payload, size_t payload_len, uint64_t now_us,
+                         uint64_t arrival_us);
 /* Next datagram due now: writes it to buf, its peer slot to *peer, returns its length; 0 if
  * nothing is due (call ltp_core_next_timeout), < 0 on error. */
 int ltp_core_poll_tx(ltp_core_t *core, uint64_t now_us, uint8_t *buf, size_t cap, int *peer);
+/* ltp_core_poll_tx without copying a DATA's payload: buf gets the datagram's first n bytes (the
+ * return value: a DATA's header, or any other packet whole) and *payload, *payload_len the rest,
+ * a span of the message being sent that stays valid until its send is released (NULL and 0 for
+ * packets other than DATA). The datagram is buf[0..n) followed by the payload, for a gather
+ * write (sendmsg with two iovecs). */
+int ltp_core_poll_tx_ref(ltp_core_t *core, uint64_t now_us, uint8_t *buf, size_t cap,
+                         const uint8_t **payload, uint32_t *payload_len, int *peer);
 /* Absolute time at which the core next needs attention (UINT64_MAX: only input can wake it). */
 uint64_t ltp_core_next_timeout(ltp_core_t *core, uint64_t now_us);
 
@@ -253,6 +278,29 @@ int ltp_core_rx_ready(const ltp_core_t *core, int peer, uint32_t msg_id, uint16_
  * stale. */
 int ltp_core_rx_take(ltp_core_t *core, int peer, uint32_t msg_id, uint16_t segment, void *out,
                      uint32_t cap_bytes, uint8_t *mask, ltp_msg_stats_t *stats);
+/* Receive a message straight into the application's buffer (cap bytes, at least the message's
+ * size): its DATA land there as they arrive, and ltp_core_rx_take into the same buffer copies
+ * nothing. If the message is already open, what arrived moves over. The core writes to buf until
+ * the message is taken or ltp_core_rx_unpost is called; unposting a message not taken moves what
+ * arrived back into a buffer of the core's. */
+int ltp_core_rx_post(ltp_core_t *core, int peer, uint32_t msg_id, uint16_t segment, void *buf,
+                     uint32_t cap_bytes);
+int ltp_core_rx_unpost(ltp_core_t *core, int peer, uint32_t msg_id, uint16_t segment);
+
+/* Where the next DATA from a peer probably land: up to n guesses that they continue the last one
+ * stored in index order (message, index, and the part of the message's buffer its payload goes
+ * to, which has not arrived yet). A driver may read payloads straight there and pass them to
+ * ltp_core_input_split; a datagram that turns out to be another must be passed whole (the bytes it
+ * left in the guessed place are in a part that has not arrived, which taking the message zeroes).
+ * Guesses are valid until the next call into the core. Returns how many. */
+typedef struct ltp_rx_guess {
+    uint32_t msg_id;
+    uint32_t index;
+    uint16_t segment;
+    uint8_t *dst;
+    uint32_t len;
+} ltp_rx_guess_t;
+int ltp_core_rx_guess(ltp_core_t *core, int peer, ltp_rx_guess_t *guesses, int n);
 /* Received fraction of an open or closed message (for tests), < 0 if unknown. */
 double ltp_core_rx_frac(const ltp_core_t *core, int peer, uint32_t msg_id, uint16_t segment);
 double ltp_core_threshold(const ltp_core_t *core, int peer, uint16_t segment);
@@ -290,6 +338,16 @@ ltp_udp_t *ltp_udp_open(const ltp_config_t *cfg, uint16_t self_rank, const char 
 void ltp_udp_close(ltp_udp_t *udp);
 int ltp_udp_add_peer(ltp_udp_t *udp, uint16_t rank, const char *ip, uint16_t port);
 int ltp_udp_local_port(const ltp_udp_t *udp);
+/* The datagram size in use (incl. the LTP header). With max_udp_payload_bytes 0 the driver takes
+ * the path MTU toward each peer as it is added, minus IPv4 and UDP headers, and keeps the least
+ * over the peers (loopback: LTP_MAX_DATAGRAM; Ethernet: LTP_ETH_DATAGRAM). */
+int ltp_udp_datagram(ltp_udp_t *udp);
+/* UDP offloads in use (udp_gso): LTP_OFFLOAD_GSO while runs of datagrams to a peer go out as one
+ * GSO write (cleared for good the first time the kernel refuses one), LTP_OFFLOAD_GRO if the
+ * socket reads coalesced runs. */
+#define LTP_OFFLOAD_GSO 1
+#define LTP_OFFLOAD_GRO 2
+int ltp_udp_offload(ltp_udp_t *udp);
 int ltp_udp_join(ltp_udp_t *udp, int peer, uint64_t timeout_us);
 int ltp_udp_wait_greeted(ltp_udp_t *udp, uint64_t timeout_us);  /* every peer said HELLO */
 /* Send n messages concurrently; returns when all are done or the deadline passed (then the

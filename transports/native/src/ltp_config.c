@@ -21,8 +21,11 @@ typedef struct { ltp_option_t pub; size_t off; } optdef_t;
 
 static const optdef_t OPTS[] = {
     U32(session_id, 0, 4294967295.0, 1, "", "datagrams of another session are dropped and counted"),
-    U32(max_udp_payload_bytes, LTP_DATA_HDR_BYTES + 4, LTP_MAX_DATAGRAM, 1472, "bytes",
-        "datagram size including the LTP header (1500-byte MTU minus IPv4 and UDP headers)"),
+    U32(max_udp_payload_bytes, 0, LTP_MAX_DATAGRAM, 0, "bytes",
+        "datagram size including the LTP header; 0: the path MTU minus IPv4 and UDP headers "
+        "(1472 on Ethernet, 65507 on loopback)"),
+    BOOL(udp_gso, 1, "UDP driver: send runs of full datagrams to a peer as one GSO write and read "
+         "coalesced ones (GRO); off where the kernel refuses"),
     U32(max_msg_bytes, 4, 2147483648.0, 64u << 20, "bytes", "largest message accepted or sent"),
     U32(max_peers, 1, 65535, 64, "peers", "peer slots of one endpoint"),
     U32(max_open_per_peer, 1, 1024, 4, "messages", "receive contexts per peer (closed ones not yet taken included)"),
@@ -115,8 +118,9 @@ int ltp_config_set(ltp_config_t *c, const char *name, double v)
 
 uint32_t ltp_chunk_bytes(const ltp_config_t *c)
 {
-    if (c->max_udp_payload_bytes < LTP_DATA_HDR_BYTES + 4) return 0;
-    return (c->max_udp_payload_bytes - LTP_DATA_HDR_BYTES) & ~3u;
+    uint32_t d = c->max_udp_payload_bytes ? c->max_udp_payload_bytes : LTP_ETH_DATAGRAM;
+    if (d < LTP_DATA_HDR_BYTES + 4) return 0;
+    return (d - LTP_DATA_HDR_BYTES) & ~3u;
 }
 
 /* Why c is not a valid configuration, or NULL: every field within its table range, then the
@@ -131,6 +135,8 @@ static const char *problem(const ltp_config_t *c, char *scratch, size_t n)
         snprintf(scratch, n, "%s must be from %.17g to %.17g", o->name, o->min, o->max);
         return scratch;
     }
+    if (c->max_udp_payload_bytes && c->max_udp_payload_bytes < LTP_DATA_HDR_BYTES + 4)
+        return "max_udp_payload_bytes must be 0 (the path MTU) or from 56 to 65507";
     if (c->threshold_min > c->threshold_max)
         return "threshold_min must not exceed threshold_max (set them equal for a fixed threshold)";
     if (c->pacing_quantum_min_pkts > c->pacing_quantum_max_pkts)
@@ -177,7 +183,8 @@ static const char *STAT_NAMES[LTP_S__COUNT] = {
     "data_sent", "retransmits", "probes", "lost_detected", "acks_sent", "acks_received",
     "stray_control", "close_complete", "close_early", "close_max_wait", "close_stale",
     "sends_closed", "sends_all_acked", "sends_cancelled", "rx_dropped_hook", "tx_eagain",
-    "acks_hinted", "hints_received",
+    "acks_hinted", "hints_received", "tx_gso_runs", "rx_gro_runs",
+    "rx_placed",
 };
 const char *ltp_stat_name(int i) { return (i >= 0 && i < LTP_S__COUNT) ? STAT_NAMES[i] : NULL; }
 int ltp_stat_count(void) { return LTP_S__COUNT; }

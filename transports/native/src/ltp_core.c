@@ -20,8 +20,9 @@ ltp_core_t *ltp_core_new(const ltp_config_t *cfg, uint16_t self_rank)
     ltp_core_t *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->cfg = *cfg;
+    if (!c->cfg.max_udp_payload_bytes) c->cfg.max_udp_payload_bytes = LTP_ETH_DATAGRAM;   /* until set */
     c->self_rank = self_rank;
-    c->chunk = ltp_chunk_bytes(cfg);
+    c->chunk = ltp_chunk_bytes(&c->cfg);
     c->peers = calloc(cfg->max_peers, sizeof *c->peers);
     c->rng = cfg->seed ^ ((uint64_t)self_rank << 48);
     if (!c->peers) { free(c); return NULL; }
@@ -37,7 +38,7 @@ void ltp_core_free(ltp_core_t *c)
         for (uint32_t j = 0; p->rx && j < c->cfg.max_open_per_peer; j++) rx_free(&p->rx[j]);
         free(p->tx); free(p->rx); free(p->ring);
     }
-    free(c->peers); free(c->policy); free(c);
+    free(c->peers); free(c->policy); free(c->posts); free(c);
 }
 
 int ltp_core_add_peer(ltp_core_t *c, uint16_t rank)
@@ -59,10 +60,28 @@ int ltp_core_add_peer(ltp_core_t *c, uint16_t rank)
     return c->n_peers++;
 }
 
+int ltp_core_set_datagram(ltp_core_t *c, uint32_t bytes)
+{
+    if (!c || bytes < LTP_DATA_HDR_BYTES + 4 || bytes > LTP_MAX_DATAGRAM) return LTP_EINVAL;
+    for (int i = 0; i < c->n_peers; i++)
+        for (uint32_t j = 0; j < c->cfg.max_tx_per_peer; j++)
+            if (c->peers[i].tx[j].used) return LTP_EBUSY;
+    c->cfg.max_udp_payload_bytes = bytes;
+    c->chunk = ltp_chunk_bytes(&c->cfg);
+    /* Windows and bursts are counted in packets of this size: a path not measured yet starts
+     * from the initial rate of the new size. */
+    for (int i = 0; i < c->n_peers; i++) if (!c->peers[i].bbr.has_bw) rate_init_peer(c, &c->peers[i]);
+    return LTP_OK;
+}
+
+uint32_t ltp_core_datagram(const ltp_core_t *c) { return c ? c->cfg.max_udp_payload_bytes : 0; }
+
 peer_t *core_peer(const ltp_core_t *c, int peer)
 {
     return (c && peer >= 0 && peer < c->n_peers) ? &c->peers[peer] : NULL;
 }
+
+int core_peer_slot(const ltp_core_t *c, const peer_t *p) { return (int)(p - c->peers); }
 
 hdr_t core_header(const ltp_core_t *c, uint8_t type, uint32_t msg_id, uint16_t segment)
 {
@@ -110,14 +129,17 @@ int ltp_core_input(ltp_core_t *c, int peer, const uint8_t *buf, size_t len, uint
     return ltp_core_input_at(c, peer, buf, len, now, now);
 }
 
-int ltp_core_input_at(ltp_core_t *c, int peer, const uint8_t *buf, size_t len, uint64_t now, uint64_t arrival)
+/* One datagram of len bytes at buf; with payload != NULL a DATA whose payload is there instead
+ * of after its header (buf then holds the header alone). */
+static int input(ltp_core_t *c, int peer, const uint8_t *buf, size_t len, const uint8_t *payload,
+                 uint64_t now, uint64_t arrival)
 {
-    if (!c) return LTP_EINVAL;
     hdr_t h;
     c->st[LTP_S_RX_DATAGRAMS]++;
     c->st[LTP_S_RX_BYTES] += len;
     int rc = wire_parse(&c->cfg, buf, len, &h);
     if (rc) { c->st[LTP_S_MALFORMED]++; return rc; }
+    if (payload) h.payload = payload;
     peer_t *p = core_peer(c, peer);
     if (!p || p->rank != h.sender) { c->st[LTP_S_UNKNOWN_PEER]++; return LTP_EPEER; }
     if (h.session != c->cfg.session_id) { c->st[LTP_S_WRONG_SESSION]++; return LTP_ESESSION; }
@@ -129,6 +151,22 @@ int ltp_core_input_at(ltp_core_t *c, int peer, const uint8_t *buf, size_t len, u
     case LTP_T_HELLO_ACK: return on_hello_ack(c, p);
     }
     return LTP_EMALFORMED;
+}
+
+int ltp_core_input_at(ltp_core_t *c, int peer, const uint8_t *buf, size_t len, uint64_t now, uint64_t arrival)
+{
+    if (!c) return LTP_EINVAL;
+    return input(c, peer, buf, len, NULL, now, arrival);
+}
+
+int ltp_core_input_split(ltp_core_t *c, int peer, const uint8_t *head, size_t head_len, const uint8_t *payload,
+                         size_t payload_len, uint64_t now, uint64_t arrival)
+{
+    if (!c || !head) return LTP_EINVAL;
+    if (!payload_len) return input(c, peer, head, head_len, NULL, now, arrival);
+    /* The parser reads a DATA's header only, so it can judge the datagram by its length. */
+    if (!payload || head_len != LTP_DATA_HDR_BYTES || head[WIRE_TYPE] != LTP_T_DATA) return LTP_EINVAL;
+    return input(c, peer, head, head_len + payload_len, payload, now, arrival);
 }
 
 /* ---------------------------------------------------------------- output */
@@ -166,9 +204,10 @@ static int poll_control(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, int
     return 0;
 }
 
-int ltp_core_poll_tx(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, int *peer)
+/* The next datagram due; with payload != NULL a DATA's payload by reference. Returns the
+ * datagram's whole length. */
+static int poll_tx(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, int *peer, const uint8_t **payload)
 {
-    if (!c || !b || !peer) return LTP_EINVAL;
     tick(c, now);
     int n = poll_control(c, now, b, cap, peer);
     if (n) {
@@ -182,7 +221,27 @@ int ltp_core_poll_tx(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, int *p
         sched_consider(c, &s, (c->rr + k) % c->n_peers, now, 1);
     if (sched_decide(c, &s, now) > now || s.peer < 0) return 0;
     c->rr = (s.peer + 1) % c->n_peers;
-    return sched_emit(c, &s, now, b, cap, peer);
+    return sched_emit(c, &s, now, b, cap, peer, payload);
+}
+
+int ltp_core_poll_tx(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, int *peer)
+{
+    if (!c || !b || !peer) return LTP_EINVAL;
+    return poll_tx(c, now, b, cap, peer, NULL);
+}
+
+int ltp_core_poll_tx_ref(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, const uint8_t **payload,
+                         uint32_t *payload_len, int *peer)
+{
+    if (!c || !b || !payload || !payload_len || !peer) return LTP_EINVAL;
+    *payload = NULL;
+    *payload_len = 0;
+    int n = poll_tx(c, now, b, cap, peer, payload);
+    if (n > 0 && *payload) {
+        *payload_len = (uint32_t)n - LTP_DATA_HDR_BYTES;
+        n = (int)LTP_DATA_HDR_BYTES;
+    }
+    return n;
 }
 
 uint64_t ltp_core_next_timeout(ltp_core_t *c, uint64_t now)

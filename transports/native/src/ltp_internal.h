@@ -7,10 +7,12 @@
  *                 obeying the receiver's rate hint
  *   ltp_hint.c    receiver side of the rate hint: capacity and standing-queue estimates, the share
  *   ltp_recv.c    receive contexts: early close, adaptive threshold, ACKs, taking messages
+ *   ltp_place.c   where received payloads land: posted application buffers, guessed places
  *   ltp_send.c    send contexts: transmission order, RACK and PTO loss recovery, ACK and CLOSE
  *   ltp_sched.c   which peer's message sends the next DATA packet, and when
  *   ltp_core.c    the endpoint: peers, datagram dispatch, timers, poll_tx and next_timeout
- *   ltp_udp.c     the UDP driver around one core (not part of the sans-IO core)
+ *   ltp_udp.c     the UDP driver around one core: socket, event loop, blocking API; its batched
+ *   ltp_udp_io.c  datagram I/O; ltp_udp_internal.h (not part of the sans-IO core)
  * Nothing here is public API: bindings read ltp.h only. The C tests include this header for the
  * shared random generator.
  */
@@ -145,11 +147,13 @@ typedef struct {
     uint32_t msg_id;
     uint16_t segment;
     uint8_t *buf;
+    int posted;                      /* buf is the application's (ltp_core_rx_post) */
     uint64_t *bits;
     uint32_t total, count, chunk, critical;
     uint32_t received, crit_rcvd, first_rcvd, base, max_idx, max_first_seq;
     uint64_t received_bytes, duplicates, retransmits;
     uint64_t first_us, pass_end_us, close_us;
+    uint64_t checked_us;             /* the close rule was last evaluated then (rx_check_close) */
     uint32_t ack_pending, echo_ts, echo_seq;
     uint64_t ack_due_us, echo_arrival_us;
     double threshold;
@@ -192,12 +196,18 @@ typedef struct {
     rxmsg_t *rx;
     closed_t *ring;
     uint32_t ring_head, n_close_pending;   /* ring entries with CLOSE copies to send */
+    int has_last;                          /* the last DATA stored: its key and index */
+    uint32_t last_msg_id, last_idx;        /* (where the next one probably goes, ltp_place.c) */
+    uint16_t last_seg;
     int has_p, has_tpass, floor_valid;
     double p_hat, t_pass_us;
     uint32_t floor;
 } peer_t;
 
 typedef struct { float lo, hi; uint8_t set; } policy_t;
+
+/* A buffer the application posted for a message (ltp_core_rx_post). */
+typedef struct { int peer; uint32_t msg_id, cap; uint16_t segment; uint8_t *buf; } post_t;
 
 struct ltp_core {
     ltp_config_t cfg;
@@ -220,12 +230,15 @@ struct ltp_core {
     uint64_t cw_start_us, cw_len_us, cw_bytes, cw_first_len;   /* capacity window */
     minmax_t cap_filter;
     double cap_bw;                         /* capacity toward this endpoint, bytes/us */
+    post_t *posts;                         /* posted receive buffers (ltp_place.c) */
+    uint32_t n_posts, cap_posts;
     uint64_t st[LTP_S__COUNT];
 };
 
 /* ---------------------------------------------------------------- calls between files */
 /* ltp_core.c */
 peer_t *core_peer(const ltp_core_t *c, int peer);            /* NULL if no such slot */
+int core_peer_slot(const ltp_core_t *c, const peer_t *p);
 hdr_t core_header(const ltp_core_t *c, uint8_t type, uint32_t msg_id, uint16_t segment);
 /* Driver hook: the driver counts its own events in the core's table so stats stay in one place. */
 void ltp_core__count(ltp_core_t *c, int stat, uint64_t n);
@@ -233,6 +246,7 @@ void ltp_core__count(ltp_core_t *c, int stat, uint64_t n);
 /* ltp_wire.c */
 int wire_parse(const ltp_config_t *cfg, const uint8_t *b, size_t len, hdr_t *h);
 int wire_put_data(uint8_t *b, const hdr_t *h);                /* header and payload */
+int wire_put_data_hdr(uint8_t *b, const hdr_t *h);            /* header only: 52 bytes */
 int wire_put_ack(uint8_t *b, const hdr_t *h);                 /* header; bitmap follows */
 int wire_put_close(uint8_t *b, const hdr_t *h);
 int wire_put_hello(uint8_t *b, const hdr_t *h);               /* HELLO and HELLO_ACK */
@@ -256,10 +270,15 @@ uint32_t hint_kbps(ltp_core_t *c, uint64_t now);
 
 /* ltp_recv.c */
 void rx_free(rxmsg_t *m);
+rxmsg_t *rx_find(const ltp_core_t *c, const peer_t *p, uint32_t msg_id, uint16_t seg);
 void rx_check_close(ltp_core_t *c, peer_t *p, rxmsg_t *m, uint64_t now);
 uint64_t rx_deadline(const ltp_core_t *c, const peer_t *p, const rxmsg_t *m);
 int rx_on_data(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now);
 int rx_poll_control(ltp_core_t *c, peer_t *p, uint64_t now, uint8_t *b, size_t cap);
+
+/* ltp_place.c */
+uint8_t *rx_posted(const ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg, uint32_t total);
+void rx_note_stored(peer_t *p, const rxmsg_t *m, uint32_t index);
 
 /* ltp_send.c */
 void tx_free(txmsg_t *m);
@@ -269,8 +288,10 @@ int tx_on_ack(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now);
 int tx_on_close(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now);
 void tx_on_timers(ltp_core_t *c, peer_t *p, txmsg_t *m, uint64_t now);
 uint64_t tx_deadline(const ltp_core_t *c, const peer_t *p, const txmsg_t *m);
+/* Returns the datagram's length; with payload != NULL only the header goes to b and *payload
+ * points at the payload in the message (zero copy). */
 int tx_build_data(ltp_core_t *c, peer_t *p, txmsg_t *m, uint32_t i, int retrans, int probe,
-                  uint64_t now, uint8_t *b, size_t cap);
+                  uint64_t now, uint8_t *b, size_t cap, const uint8_t **payload);
 
 /* ltp_sched.c */
 /* The scheduler's choice of the peer that sends the next DATA packet. */
@@ -285,6 +306,7 @@ typedef struct {
 void sched_begin(sched_t *s);
 void sched_consider(ltp_core_t *c, sched_t *s, int pi, uint64_t now, int mark_idle);
 uint64_t sched_decide(ltp_core_t *c, sched_t *s, uint64_t now);
-int sched_emit(ltp_core_t *c, const sched_t *s, uint64_t now, uint8_t *b, size_t cap, int *peer);
+int sched_emit(ltp_core_t *c, const sched_t *s, uint64_t now, uint8_t *b, size_t cap, int *peer,
+               const uint8_t **payload);
 
 #endif

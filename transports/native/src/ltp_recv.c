@@ -8,7 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-void rx_free(rxmsg_t *m) { free(m->buf); free(m->bits); memset(m, 0, sizeof *m); }
+void rx_free(rxmsg_t *m)
+{
+    if (!m->posted) free(m->buf);   /* a posted buffer is the application's */
+    free(m->bits);
+    memset(m, 0, sizeof *m);
+}
 
 /* ---------------------------------------------------------------- thresholds */
 /* One core, several policies: a segment's bounds are a table lookup, the config is the default. */
@@ -130,6 +135,7 @@ static void rx_close(ltp_core_t *c, peer_t *p, rxmsg_t *m, int reason, uint64_t 
 void rx_check_close(ltp_core_t *c, peer_t *p, rxmsg_t *m, uint64_t now)
 {
     if (m->closed) return;
+    m->checked_us = now;
     if (m->received == m->count) { rx_close(c, p, m, LTP_CLOSE_COMPLETE, now); return; }
     if (m->crit_rcvd < m->critical) return;
     double frac = (double)m->received_bytes / m->total;
@@ -139,18 +145,24 @@ void rx_check_close(ltp_core_t *c, peer_t *p, rxmsg_t *m, uint64_t now)
         rx_close(c, p, m, LTP_CLOSE_MAX_WAIT, now);
 }
 
-/* When open message m next needs attention (ACK delay, close deadlines); NEVER if closed. */
+/* When open message m next needs attention (ACK delay, close deadlines); NEVER if closed.
+ * A close deadline the rule was already evaluated at or after is no timer any more: the message
+ * stayed open below its threshold, and only an event can close it now (a DATA, or a new
+ * threshold, which every loop turn re-checks), so returning it would have the caller wake
+ * over and over for nothing. */
 uint64_t rx_deadline(const ltp_core_t *c, const peer_t *p, const rxmsg_t *m)
 {
     if (!m->used || m->closed) return NEVER;
-    uint64_t t = m->first_us + c->cfg.max_wait_us;
+    uint64_t t = NEVER, cap = m->first_us + c->cfg.max_wait_us;
+    if (cap > m->checked_us) t = cap;
+    if (m->pass_end_us && m->pass_end_us + grace_us(c, p) > m->checked_us)
+        t = MIN(t, m->pass_end_us + grace_us(c, p));
     if (m->ack_pending) t = MIN(t, m->ack_due_us);
-    if (m->pass_end_us) t = MIN(t, m->pass_end_us + grace_us(c, p));
     return t;
 }
 
 /* ---------------------------------------------------------------- DATA */
-static rxmsg_t *rx_find(const ltp_core_t *c, const peer_t *p, uint32_t msg_id, uint16_t seg)
+rxmsg_t *rx_find(const ltp_core_t *c, const peer_t *p, uint32_t msg_id, uint16_t seg)
 {
     for (uint32_t i = 0; i < c->cfg.max_open_per_peer; i++)
         if (p->rx[i].used && p->rx[i].msg_id == msg_id && p->rx[i].segment == seg) return &p->rx[i];
@@ -178,7 +190,10 @@ static int rx_open(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now, rxmsg
     rxmsg_t *m = NULL;
     for (uint32_t i = 0; i < c->cfg.max_open_per_peer && !m; i++) if (!p->rx[i].used) m = &p->rx[i];
     if (!m) { c->st[LTP_S_RX_TABLE_FULL]++; return LTP_EDROPPED; }
-    m->buf = calloc(1, h->total);
+    /* Not zeroed: taking a message zeroes what never arrived. */
+    m->buf = rx_posted(c, core_peer_slot(c, p), h->msg_id, h->segment, h->total);
+    m->posted = m->buf != NULL;
+    if (!m->buf) m->buf = malloc(h->total);
     m->bits = calloc((h->count + 63) / 64, sizeof *m->bits);
     if (!m->buf || !m->bits) { rx_free(m); return LTP_ENOMEM; }
     m->used = 1; m->msg_id = h->msg_id; m->segment = h->segment; m->total = h->total;
@@ -199,7 +214,8 @@ static void rx_store(ltp_core_t *c, rxmsg_t *m, const hdr_t *h, uint64_t now)
         c->st[LTP_S_DUPLICATES]++;
     } else {
         *w |= bit;
-        memcpy(m->buf + h->offset, h->payload, h->payload_len);
+        if (h->payload != m->buf + h->offset)   /* else the driver read it into place */
+            memcpy(m->buf + h->offset, h->payload, h->payload_len);
         m->received++;
         m->received_bytes += h->payload_len;
         if (!retrans) m->first_rcvd++;
@@ -232,6 +248,7 @@ int rx_on_data(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now)
     }
     if (m->closed) { late_data(c, p, ring_find(c, p, m->msg_id, m->segment)); return LTP_OK; }
     rx_store(c, m, h, now);
+    rx_note_stored(p, m, h->index);
     rx_check_close(c, p, m, now);
     return LTP_OK;
 }
@@ -319,13 +336,15 @@ int ltp_core_rx_take(ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg, voi
     rxmsg_t *m = rx_find(c, p, msg_id, seg);
     if (!m || !m->closed) return LTP_ENOTFOUND;
     if (!out || cap < m->total) return LTP_EINVAL;
-    memcpy(out, m->buf, m->total);
-    if (mask) {
-        for (uint32_t i = 0; i < m->count; i++) {
-            uint32_t start = i * m->chunk, len = i + 1 < m->count ? m->chunk : m->total - start;
-            memset(mask + start / 4, (int)(m->bits[i / 64] >> (i % 64) & 1), len / 4);
-        }
+    if (out != m->buf) memcpy(out, m->buf, m->total);   /* else it arrived in place (posted) */
+    int whole = m->received == m->count;
+    for (uint32_t i = 0; !whole && i < m->count; i++) {
+        uint32_t start = i * m->chunk, len = i + 1 < m->count ? m->chunk : m->total - start;
+        int got = (int)(m->bits[i / 64] >> (i % 64) & 1);
+        if (!got) memset((uint8_t *)out + start, 0, len);
+        if (mask) memset(mask + start / 4, got, len / 4);
     }
+    if (whole && mask) memset(mask, 1, m->total / 4);
     if (s) fill_stats(p, m, s);
     /* Anything older than what the application just took will never be asked for. */
     if (!p->floor_valid || seq_lt(p->floor, msg_id)) { p->floor = msg_id; p->floor_valid = 1; }

@@ -73,12 +73,14 @@ uint64_t sched_decide(ltp_core_t *c, sched_t *s, uint64_t now)
     return s->due;
 }
 
-/* Build the chosen packet into b and charge it to the peer's probe credit and tokens. */
-int sched_emit(ltp_core_t *c, const sched_t *s, uint64_t now, uint8_t *b, size_t cap, int *peer)
+/* Build the chosen packet into b (its payload by reference if payload != NULL) and charge it
+ * to the peer's probe credit and tokens. Returns the datagram's length. */
+int sched_emit(ltp_core_t *c, const sched_t *s, uint64_t now, uint8_t *b, size_t cap, int *peer,
+               const uint8_t **payload)
 {
     peer_t *p = &c->peers[s->peer];
     int probe = p->probe_credit > 0;
-    int n = tx_build_data(c, p, s->m, s->idx, s->retrans, probe, now, b, cap);
+    int n = tx_build_data(c, p, s->m, s->idx, s->retrans, probe, now, b, cap, payload);
     if (n < 0) return n;
     if (probe) p->probe_credit--;
     if (rate_paced(c)) p->tokens -= n;

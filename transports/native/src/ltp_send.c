@@ -337,10 +337,10 @@ static void tx_account(ltp_core_t *c, peer_t *p, txmsg_t *m, uint32_t i, int ret
 }
 
 int tx_build_data(ltp_core_t *c, peer_t *p, txmsg_t *m, uint32_t i, int retrans, int probe,
-                  uint64_t now, uint8_t *b, size_t cap)
+                  uint64_t now, uint8_t *b, size_t cap, const uint8_t **payload)
 {
     uint32_t len = tx_pkt_len(m, i);
-    if (cap < LTP_DATA_HDR_BYTES + len) return LTP_EINVAL;
+    if (cap < LTP_DATA_HDR_BYTES + (payload ? 0 : len)) return LTP_EINVAL;
     if (m->tx_seq_next >= m->seq_cap) {
         uint32_t ncap = m->seq_cap * 2;
         uint32_t *n = realloc(m->seq_idx, (size_t)ncap * sizeof *n);
@@ -357,7 +357,13 @@ int tx_build_data(ltp_core_t *c, peer_t *p, txmsg_t *m, uint32_t i, int retrans,
     h.payload_len = (uint16_t)len; h.tx_seq = m->pk[i].tx_seq; h.ts = (uint32_t)now;
     h.srtt = (uint32_t)MIN(p->has_rtt ? p->srtt_us : 0, 4e9);
     h.payload = m->data + (size_t)i * m->chunk;
-    int n = wire_put_data(b, &h);
+    int n = (int)(LTP_DATA_HDR_BYTES + len);
+    if (payload) {
+        wire_put_data_hdr(b, &h);
+        *payload = h.payload;
+    } else {
+        wire_put_data(b, &h);
+    }
     m->wire_bytes += (uint64_t)n;
     c->st[LTP_S_DATA_SENT]++;
     return n;

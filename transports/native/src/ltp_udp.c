@@ -1,4 +1,5 @@
-/* ltp_udp.c: the UDP driver around one LTP core: socket, clock, batching and the event loop.
+/* ltp_udp.c: the UDP driver around one LTP core: socket, clock and the event loop (the batched
+ * datagram I/O it calls is ltp_udp_io.c).
  *
  * Each endpoint has one progress thread that runs the loop for as long as the endpoint is open:
  * drain the socket with recvmmsg, feed the core, send what the core says is due with sendmmsg,
@@ -8,16 +9,20 @@
  * retransmissions with another CLOSE, and ACKs go out on time. (A kernel transport does the same
  * from interrupts.) The core and the driver state are guarded by one mutex; an API call takes
  * it, registers its requests, kicks the thread through an eventfd and waits on a condition
- * variable, which the thread signals after every turn, until its requests are done or its
- * deadline passes. The thread's timer slack is lowered so sub-ms pacing sleeps are honoured
+ * variable until its requests are done or its deadline passes. The thread signals it only after
+ * a turn in which something a caller waits for happened (a message closed, a send completed, a
+ * HELLO or HELLO_ACK arrived, a socket error): waking the caller on every turn cost a context
+ * switch per received batch. The thread itself sleeps until an event or the core's next timer,
+ * never on a polling interval; its timer slack is lowered so sub-ms pacing sleeps are honoured
  * without busy-waiting.
  */
 #define _GNU_SOURCE
-#include "ltp_internal.h"
+#include "ltp_udp_internal.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>   /* UDP_GRO */
 #include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -28,46 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define BATCH 64
-#define SOCK_BUF_BYTES (8 << 20)
-#define TIMER_SLACK_NS 1000ul
-#define IDLE_FLOOR_US 50   /* a loop turn that moved nothing never sleeps less than this */
-#define IDLE_MAX_US 1000000u   /* with no timer pending, the thread still wakes once a second */
-
-struct ltp_udp {
-    ltp_core_t *core;
-    int fd;
-    uint32_t dgram;
-    struct sockaddr_in *addrs;
-    int n_peers, max_peers;
-    double drop_frac;
-    uint64_t drop_rng;
-    uint8_t *rxbuf, *txbuf;
-    struct mmsghdr rxm[BATCH], txm[BATCH];
-    struct iovec rxiov[BATCH], txiov[BATCH];
-    struct sockaddr_in rxaddr[BATCH], txaddr[BATCH];
-    /* room for one SCM_TIMESTAMPNS per received datagram (cmsghdr-aligned) */
-    union { struct cmsghdr align; char buf[CMSG_SPACE(sizeof(struct timespec))]; } rxctl[BATCH];
-    int tx_n, tx_off;   /* datagrams in the send batch, and how many already went out */
-    /* progress thread */
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;        /* signalled after every loop turn */
-    int efd;                  /* eventfd: API calls kick the thread out of ppoll */
-    int stop;
-    int started;              /* thread, mutex and condition variable exist */
-    int error;                /* last socket error the thread met (LTP_ESYS), 0 if none */
-    int saved_errno;
-};
-
 static void *progress(void *arg);
-
-static uint64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
 
 static int set_buf(int fd, int opt_force, int opt)
 {
@@ -92,15 +58,17 @@ ltp_udp_t *ltp_udp_open(const ltp_config_t *cfg, uint16_t self_rank, const char 
     if (!u) { e = LTP_ENOMEM; goto fail; }
     u->fd = -1;
     u->efd = -1;
-    u->dgram = cfg->max_udp_payload_bytes;
+    u->path_dgram = cfg->max_udp_payload_bytes == 0;
+    u->gso = cfg->udp_gso != 0;
+    u->last_data_peer = -1;
     u->max_peers = (int)cfg->max_peers;
     u->drop_frac = rx_drop_frac;
     u->drop_rng = cfg->seed * 0x2545F4914F6CDD1Dull + self_rank;
     u->core = ltp_core_new(cfg, self_rank);
     u->addrs = calloc(cfg->max_peers, sizeof *u->addrs);
     /* Receive slots take the largest datagram so oversized garbage is seen whole and rejected. */
-    u->rxbuf = malloc((size_t)BATCH * LTP_MAX_DATAGRAM);
-    u->txbuf = malloc((size_t)BATCH * u->dgram);
+    u->rxbuf = malloc((size_t)BATCH * RX_SLOT_BYTES);
+    u->txbuf = malloc((size_t)TX_SLOTS * TX_SLOT_BYTES);
     if (!u->core || !u->addrs || !u->rxbuf || !u->txbuf) { e = LTP_ENOMEM; goto fail; }
     u->fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (u->fd < 0) { e = LTP_ESYS; goto fail; }
@@ -110,16 +78,15 @@ ltp_udp_t *ltp_udp_open(const ltp_config_t *cfg, uint16_t self_rank, const char 
      * not when a busy thread got round to reading them. Without it, read times stand in. */
     int one = 1;
     setsockopt(u->fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one);
+    /* GRO: the kernel may hand over a run of equal datagrams from one sender as one read (a GSO
+     * write that crossed loopback whole, or packets a NIC or veth coalesced); do_rx splits it. */
+    u->gro = cfg->udp_gso && setsockopt(u->fd, IPPROTO_UDP, UDP_GRO, &one, sizeof one) == 0;
     if (bind(u->fd, (struct sockaddr *)&sa, sizeof sa) != 0) { e = LTP_ESYS; goto fail; }
     for (int i = 0; i < BATCH; i++) {
-        u->rxiov[i] = (struct iovec){u->rxbuf + (size_t)i * LTP_MAX_DATAGRAM, LTP_MAX_DATAGRAM};
+        u->rxiov[i] = (struct iovec){u->rxbuf + (size_t)i * RX_SLOT_BYTES, RX_SLOT_BYTES};
         u->rxm[i].msg_hdr.msg_iov = &u->rxiov[i];
         u->rxm[i].msg_hdr.msg_iovlen = 1;
         u->rxm[i].msg_hdr.msg_name = &u->rxaddr[i];
-        u->txm[i].msg_hdr.msg_iov = &u->txiov[i];
-        u->txm[i].msg_hdr.msg_iovlen = 1;
-        u->txm[i].msg_hdr.msg_name = &u->txaddr[i];
-        u->txm[i].msg_hdr.msg_namelen = sizeof(struct sockaddr_in);
     }
     u->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (u->efd < 0) { e = LTP_ESYS; goto fail; }
@@ -175,19 +142,58 @@ void ltp_udp_close(ltp_udp_t *u)
     free(u->addrs); free(u->rxbuf); free(u->txbuf); free(u);
 }
 
+/* The largest UDP payload the route toward a reaches without fragmenting: its MTU (the kernel's
+ * route, through a connected probe socket) minus IPv4 and UDP headers; LTP_ETH_DATAGRAM if the
+ * kernel does not say. */
+static uint32_t path_datagram(const struct sockaddr_in *a)
+{
+    int mtu = 0;
+    socklen_t n = sizeof mtu;
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return LTP_ETH_DATAGRAM;
+    int ok = connect(fd, (const struct sockaddr *)a, sizeof *a) == 0 &&
+             getsockopt(fd, IPPROTO_IP, IP_MTU, &mtu, &n) == 0 && mtu > 28;
+    close(fd);
+    if (!ok) return LTP_ETH_DATAGRAM;
+    uint32_t d = (uint32_t)mtu - 28u;
+    return d < LTP_DATA_HDR_BYTES + 4 ? LTP_DATA_HDR_BYTES + 4 : d > LTP_MAX_DATAGRAM ? LTP_MAX_DATAGRAM : d;
+}
+
 int ltp_udp_add_peer(ltp_udp_t *u, uint16_t rank, const char *ip, uint16_t port)
 {
     if (!u || !ip) return LTP_EINVAL;
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
     if (inet_pton(AF_INET, ip, &sa.sin_addr) != 1) return LTP_EINVAL;
+    uint32_t d = u->path_dgram ? path_datagram(&sa) : 0;
     pthread_mutex_lock(&u->mu);
     int slot = ltp_core_add_peer(u->core, rank);
     if (slot >= 0) {
         u->addrs[slot] = sa;
         u->n_peers = slot + 1;
+        /* One size per endpoint: the least over its paths. (Peers are added before sending; a
+         * later one that needs smaller datagrams while a send is in progress keeps the size.) */
+        if (d && (slot == 0 || d < ltp_core_datagram(u->core))) ltp_core_set_datagram(u->core, d);
     }
     pthread_mutex_unlock(&u->mu);
     return slot;
+}
+
+int ltp_udp_offload(ltp_udp_t *u)
+{
+    if (!u) return LTP_EINVAL;
+    pthread_mutex_lock(&u->mu);
+    int bits = (u->gso ? LTP_OFFLOAD_GSO : 0) | (u->gro ? LTP_OFFLOAD_GRO : 0);
+    pthread_mutex_unlock(&u->mu);
+    return bits;
+}
+
+int ltp_udp_datagram(ltp_udp_t *u)
+{
+    if (!u) return LTP_EINVAL;
+    pthread_mutex_lock(&u->mu);
+    int d = (int)ltp_core_datagram(u->core);
+    pthread_mutex_unlock(&u->mu);
+    return d;
 }
 
 int ltp_udp_local_port(const ltp_udp_t *u)
@@ -198,104 +204,17 @@ int ltp_udp_local_port(const ltp_udp_t *u)
     return ntohs(sa.sin_port);
 }
 
-static int peer_of(const ltp_udp_t *u, const struct sockaddr_in *a)
-{
-    for (int i = 0; i < u->n_peers; i++)
-        if (u->addrs[i].sin_port == a->sin_port && u->addrs[i].sin_addr.s_addr == a->sin_addr.s_addr) return i;
-    return -1;
-}
-
-/* Drain the socket into the core. Returns datagrams read, or LTP_ESYS. */
-/* When datagram i of the last recvmmsg reached the host, on the monotonic clock: its kernel
- * timestamp (realtime) moved by the realtime-to-monotonic offset of this instant. */
-static uint64_t arrival_us(ltp_udp_t *u, int i, uint64_t now, const struct timespec *real)
-{
-    struct msghdr *mh = &u->rxm[i].msg_hdr;
-    if (mh->msg_flags & MSG_CTRUNC) return now;
-    for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
-        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_TIMESTAMPNS) continue;
-        struct timespec ts;
-        memcpy(&ts, CMSG_DATA(cm), sizeof ts);
-        int64_t age_ns = ((int64_t)real->tv_sec - (int64_t)ts.tv_sec) * 1000000000 + (real->tv_nsec - ts.tv_nsec);
-        /* A clock step or a stale stamp is no measurement: fall back to the read time. */
-        if (age_ns < 0 || age_ns > 1000000000 || (uint64_t)(age_ns / 1000) > now) return now;
-        return now - (uint64_t)(age_ns / 1000);
-    }
-    return now;
-}
-
-static int do_rx(ltp_udp_t *u)
-{
-    int total = 0;
-    for (int round = 0; round < 16; round++) {   /* bounded so sending is never starved */
-        for (int i = 0; i < BATCH; i++) {
-            u->rxm[i].msg_hdr.msg_namelen = sizeof(struct sockaddr_in);
-            u->rxm[i].msg_hdr.msg_control = u->rxctl[i].buf;
-            u->rxm[i].msg_hdr.msg_controllen = sizeof u->rxctl[i].buf;
-        }
-        int n = recvmmsg(u->fd, u->rxm, BATCH, MSG_DONTWAIT, NULL);
-        if (n < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
-            if (errno == ECONNREFUSED) continue;   /* ICMP from a peer not up yet */
-            return LTP_ESYS;
-        }
-        uint64_t now = now_us();
-        struct timespec real;
-        clock_gettime(CLOCK_REALTIME, &real);
-        for (int i = 0; i < n; i++) {
-            const uint8_t *b = u->rxiov[i].iov_base;
-            size_t len = u->rxm[i].msg_len;
-            if (u->drop_frac > 0 && len >= 4 && b[WIRE_TYPE] == LTP_T_DATA && ltp_uniform(&u->drop_rng) < u->drop_frac) {
-                ltp_core__count(u->core, LTP_S_RX_DROPPED_HOOK, 1);
-                continue;
-            }
-            ltp_core_input_at(u->core, peer_of(u, &u->rxaddr[i]), b, len, now, arrival_us(u, i, now, &real));
-        }
-        total += n;
-        if (n < BATCH) break;
-    }
-    return total;
-}
-
-/* Send the pending batch, then refill it from the core while it has datagrams due. Returns the
- * number sent, 1 << 30 if the socket is full (wait for POLLOUT), or LTP_ESYS. */
-static int do_tx(ltp_udp_t *u)
-{
-    int sent = 0;
-    for (;;) {
-        if (u->tx_off == u->tx_n) {
-            u->tx_off = u->tx_n = 0;
-            uint64_t now = now_us();
-            while (u->tx_n < BATCH) {
-                int peer = -1;
-                uint8_t *b = u->txbuf + (size_t)u->tx_n * u->dgram;
-                int n = ltp_core_poll_tx(u->core, now, b, u->dgram, &peer);
-                if (n <= 0) break;
-                u->txiov[u->tx_n] = (struct iovec){b, (size_t)n};
-                u->txaddr[u->tx_n] = u->addrs[peer];
-                u->tx_n++;
-            }
-            if (u->tx_n == 0) return sent;
-        }
-        int n = sendmmsg(u->fd, u->txm + u->tx_off, (unsigned)(u->tx_n - u->tx_off), MSG_DONTWAIT);
-        if (n < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) {
-                ltp_core__count(u->core, LTP_S_TX_EAGAIN, 1);
-                return 1 << 30;
-            }
-            if (errno == EINTR) continue;
-            if (errno == ECONNREFUSED || errno == EHOSTUNREACH || errno == ENETUNREACH) {
-                u->tx_off++;   /* the network lost it; the protocol recovers */
-                continue;
-            }
-            return LTP_ESYS;
-        }
-        u->tx_off += n;
-        sent += n;
-    }
-}
-
 typedef int (*done_fn)(ltp_udp_t *u, void *arg);
+
+/* A count that changes whenever something a blocking call waits for happens: a message closed
+ * (ltp_udp_recv), a send completed (ltp_udp_send), a HELLO or HELLO_ACK arrived (wait_greeted,
+ * join). The core counts the first two anyway. */
+static uint64_t app_events(const ltp_udp_t *u)
+{
+    const uint64_t *st = u->core->st;
+    return st[LTP_S_CLOSE_COMPLETE] + st[LTP_S_CLOSE_EARLY] + st[LTP_S_CLOSE_MAX_WAIT] +
+           st[LTP_S_SENDS_CLOSED] + st[LTP_S_SENDS_ALL_ACKED] + u->hellos_in;
+}
 
 /* The progress thread: the event loop, for as long as the endpoint is open. */
 static void *progress(void *arg)
@@ -304,13 +223,14 @@ static void *progress(void *arg)
     prctl(PR_SET_TIMERSLACK, TIMER_SLACK_NS, 0, 0, 0);
     pthread_mutex_lock(&u->mu);
     while (!u->stop) {
+        uint64_t seen = app_events(u);
         int got = do_rx(u);
         int sent = got < 0 ? 0 : do_tx(u);
         if (got < 0 || sent < 0) {
             u->error = got < 0 ? got : sent;
             u->saved_errno = errno;
         }
-        pthread_cond_broadcast(&u->cv);
+        if (u->error || app_events(u) != seen) pthread_cond_broadcast(&u->cv);
         uint64_t now = now_us();
         short events = POLLIN;
         uint64_t wake;
@@ -425,6 +345,7 @@ int ltp_udp_send(ltp_udp_t *u, ltp_send_req_t *reqs, int n, uint64_t timeout_us)
         int st = ltp_core_send_status(u->core, r->peer, r->msg_id, (uint16_t)r->segment, &r->stats, now);
         r->status = st == 1 ? LTP_OK : rc < 0 ? rc : LTP_ETIMEDOUT;
         if (r->status && !first_err) first_err = r->status;
+        forget_payload(u, r->data, r->len_bytes);   /* the caller may free it once we return */
         ltp_core_send_release(u->core, r->peer, r->msg_id, (uint16_t)r->segment);
     }
     pthread_mutex_unlock(&u->mu);
@@ -448,6 +369,12 @@ int ltp_udp_recv(ltp_udp_t *u, ltp_recv_req_t *reqs, int n, uint64_t timeout_us)
 {
     if (!u || !reqs || n < 0) return LTP_EINVAL;
     pthread_mutex_lock(&u->mu);
+    /* DATA land in the caller's buffers while we wait, so taking them copies nothing; whatever is
+     * not taken by the time we return moves back into the core's own buffers. */
+    for (int i = 0; i < n; i++)
+        if (reqs[i].segment <= 0xFFFF && reqs[i].data)
+            ltp_core_rx_post(u->core, reqs[i].peer, reqs[i].msg_id, (uint16_t)reqs[i].segment, reqs[i].data,
+                             reqs[i].cap_bytes);
     recv_set_t set = {reqs, n};
     int rc = wait_for(u, timeout_us, recvs_done, &set);
     int first_err = rc < 0 && rc != LTP_ETIMEDOUT ? rc : LTP_OK;
@@ -461,6 +388,9 @@ int ltp_udp_recv(ltp_udp_t *u, ltp_recv_req_t *reqs, int n, uint64_t timeout_us)
         else r->status = rc < 0 ? rc : LTP_ETIMEDOUT;
         if (r->status && !first_err) first_err = r->status;
     }
+    for (int i = 0; i < n; i++)
+        if (reqs[i].segment <= 0xFFFF && reqs[i].data)
+            ltp_core_rx_unpost(u->core, reqs[i].peer, reqs[i].msg_id, (uint16_t)reqs[i].segment);
     pthread_mutex_unlock(&u->mu);
     return first_err;
 }

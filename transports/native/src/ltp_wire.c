@@ -106,7 +106,7 @@ static void put_common(uint8_t *b, const hdr_t *h)
     wr16(b + WIRE_CRITICAL, h->critical);
 }
 
-int wire_put_data(uint8_t *b, const hdr_t *h)
+int wire_put_data_hdr(uint8_t *b, const hdr_t *h)
 {
     put_common(b, h);
     wr32(b + WIRE_DATA_INDEX, h->index); wr32(b + WIRE_DATA_COUNT, h->count);
@@ -114,6 +114,12 @@ int wire_put_data(uint8_t *b, const hdr_t *h)
     wr16(b + WIRE_DATA_LEN, h->payload_len); wr16(b + WIRE_DATA_PAD, 0);
     wr32(b + WIRE_DATA_TX_SEQ, h->tx_seq); wr32(b + WIRE_DATA_TS, h->ts);
     wr32(b + WIRE_DATA_SRTT, h->srtt);
+    return (int)LTP_DATA_HDR_BYTES;
+}
+
+int wire_put_data(uint8_t *b, const hdr_t *h)
+{
+    wire_put_data_hdr(b, h);
     memcpy(b + LTP_DATA_HDR_BYTES, h->payload, h->payload_len);
     return (int)(LTP_DATA_HDR_BYTES + h->payload_len);
 }

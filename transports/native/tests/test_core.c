@@ -461,6 +461,42 @@ static void test_no_rtx_after_close(void)
     sim_free(&s);
 }
 
+/* A message that stays open below its threshold after its close deadlines asks for no timer: a
+ * driver sleeping until next_timeout would otherwise wake over and over while it waits (the
+ * driver once polled every 50 us that way). It still closes on the DATA that lifts it over the
+ * threshold. */
+static void test_wait_below_threshold_no_timer(void)
+{
+    ltp_config_t c = base_cfg();
+    c.threshold_min = c.threshold_max = 0.9;
+    c.max_wait_us = 5000;
+    ltp_core_t *tx = ltp_core_new(&c, 0), *rx = ltp_core_new(&c, LTP_RANK_SERVER);
+    ltp_core_add_peer(tx, LTP_RANK_SERVER);
+    ltp_core_add_peer(rx, 0);
+    float *v = make_vec(4096, 5);   /* 16,384 bytes: 12 packets of 1,420 */
+    CHECK(ltp_core_send(tx, 0, 9, 0, v, 4096 * 4, 0, 0) == 0, "send");
+    static uint8_t b[LTP_MAX_DATAGRAM], held[LTP_MAX_DATAGRAM];
+    int slot, n, data = 0, held_len = 0;
+    uint64_t t = 0;
+    while (data < 12) {   /* the first pass, without packets 1 and 2: 10/12 < 0.9 */
+        if ((n = ltp_core_poll_tx(tx, t, b, sizeof b, &slot)) <= 0) { t = ltp_core_next_timeout(tx, t); continue; }
+        if (b[WIRE_TYPE] != LTP_T_DATA) continue;
+        data++;
+        uint32_t idx = b[WIRE_DATA_INDEX] | (uint32_t)b[WIRE_DATA_INDEX + 1] << 8;
+        if (idx == 1) { memcpy(held, b, (size_t)n); held_len = n; }
+        if (idx != 1 && idx != 2) ltp_core_input(rx, 0, b, (size_t)n, t);
+    }
+    t += 100000;   /* past the grace period and max_wait */
+    while (ltp_core_poll_tx(rx, t, b, sizeof b, &slot) > 0) {}   /* due ACKs; evaluates the close rule */
+    CHECK(ltp_core_rx_ready(rx, 0, 9, 0) == 0, "closed below its threshold");
+    CHECK(ltp_core_next_timeout(rx, t) > t, "a timer due at once while the message waits for DATA");
+    CHECK(held_len > 0 && ltp_core_input(rx, 0, held, (size_t)held_len, t + 10) == 0, "held packet");
+    CHECK(ltp_core_rx_ready(rx, 0, 9, 0) == 1, "not closed once over its threshold");
+    free(v);
+    ltp_core_free(tx);
+    ltp_core_free(rx);
+}
+
 static void test_reorder_duplicate(void)
 {
     ltp_config_t c = base_cfg();
@@ -525,6 +561,99 @@ static size_t mk_data(uint8_t *b, uint16_t rank, uint32_t session, uint32_t inde
     uint16_t pl = (uint16_t)len;
     memcpy(b + WIRE_DATA_LEN, &pl, 2);
     return LTP_DATA_HDR_BYTES + len;
+}
+
+/* The driver's copy-free paths give the same datagrams and the same messages as the plain ones:
+ * DATA by reference (poll_tx_ref) are byte for byte what poll_tx writes; a receiver reading into
+ * a posted buffer and into guessed places (input_split), with one guess gone wrong the way a
+ * reordered packet makes it, takes exactly the message sent; an unposted buffer is never written
+ * again; the datagram size changes only while nothing is being sent. */
+static void test_copy_free_paths(void)
+{
+    ltp_config_t c = base_cfg();
+    c.max_udp_payload_bytes = 16384;
+    const uint32_t n_floats = 40000;   /* 160,000 bytes: 10 packets of 16,332 */
+    float *v = make_vec(n_floats, 11);
+    ltp_core_t *a = ltp_core_new(&c, 0), *b = ltp_core_new(&c, 0), *rx = ltp_core_new(&c, LTP_RANK_SERVER);
+    ltp_core_add_peer(a, LTP_RANK_SERVER);
+    ltp_core_add_peer(b, LTP_RANK_SERVER);
+    ltp_core_add_peer(rx, 0);
+    CHECK(ltp_core_datagram(a) == 16384, "datagram %u", ltp_core_datagram(a));
+    CHECK(ltp_core_send(a, 0, 3, 0, v, n_floats * 4, 0, 0) == 0 && ltp_core_send(b, 0, 3, 0, v, n_floats * 4, 0, 0) == 0,
+          "send");
+    CHECK(ltp_core_set_datagram(a, 1472) == LTP_EBUSY, "datagram size changed while sending");
+    static uint8_t pa[LTP_MAX_DATAGRAM], pb[LTP_MAX_DATAGRAM], dg[20][LTP_MAX_DATAGRAM];
+    int lens[20], n_dg = 0, slot, same = 1;
+    uint64_t t = 0;
+    while (n_dg < 10) {
+        const uint8_t *pl;
+        uint32_t plen;
+        int na = ltp_core_poll_tx_ref(a, t, pa, sizeof pa, &pl, &plen, &slot);
+        int nb = ltp_core_poll_tx(b, t, pb, sizeof pb, &slot);
+        if (na <= 0 || nb <= 0) { same &= na == nb; t = ltp_core_next_timeout(a, t); continue; }
+        same &= pa[WIRE_TYPE] == LTP_T_DATA && na == (int)LTP_DATA_HDR_BYTES && (uint32_t)nb == na + plen &&
+                memcmp(pa, pb, (size_t)na) == 0 && memcmp(pl, pb + na, plen) == 0;
+        memcpy(dg[n_dg], pb, (size_t)nb);
+        lens[n_dg++] = nb;
+    }
+    CHECK(same, "DATA by reference differ from DATA copied");
+
+    /* Receive into a posted buffer; packet 0 opens the message, 1..9 go through guesses, and the
+     * guess for packet 4 receives packet 5 (reordered) before packet 4 itself arrives. */
+    float *posted = malloc(n_floats * 4), *other = malloc(n_floats * 4);
+    for (uint32_t i = 0; i < n_floats; i++) posted[i] = -1.0f;
+    CHECK(ltp_core_rx_post(rx, 0, 3, 0, posted, n_floats * 4) == 0, "post");
+    CHECK(ltp_core_input(rx, 0, dg[0], (size_t)lens[0], t) == 0, "packet 0");
+    ltp_rx_guess_t g[16];
+    int ng = ltp_core_rx_guess(rx, 0, g, 16);
+    CHECK(ng == 9 && g[0].index == 1 && g[0].dst == (uint8_t *)posted + 16332 && g[8].len == 160000 - 9 * 16332,
+          "guesses %d", ng);
+    int order[9] = {1, 2, 3, 5, 4, 6, 7, 8, 9};   /* arrival order; guesses are 1..9 */
+    uint8_t head[LTP_DATA_HDR_BYTES];
+    for (int k = 0; k < 9; k++) {   /* the driver's scatter read: header apart, payload to guess k */
+        memcpy(head, dg[order[k]], LTP_DATA_HDR_BYTES);
+        memcpy(g[k].dst, dg[order[k]] + LTP_DATA_HDR_BYTES, (size_t)lens[order[k]] - LTP_DATA_HDR_BYTES);
+        memcpy(dg[order[k]] + LTP_DATA_HDR_BYTES, g[k].dst, (size_t)lens[order[k]] - LTP_DATA_HDR_BYTES);
+    }
+    for (int k = 0; k < 9; k++) {   /* misses made whole first (as the driver does), then fed */
+        const uint8_t *d = dg[order[k]];
+        if ((uint32_t)order[k] == g[k].index)
+            CHECK(ltp_core_input_split(rx, 0, d, LTP_DATA_HDR_BYTES, g[k].dst, (size_t)lens[order[k]] - LTP_DATA_HDR_BYTES,
+                                       t, t) == 0, "in place %d", order[k]);
+        else
+            CHECK(ltp_core_input(rx, 0, d, (size_t)lens[order[k]], t) == 0, "whole %d", order[k]);
+    }
+    uint8_t *mask = malloc(n_floats);
+    ltp_msg_stats_t st;
+    CHECK(ltp_core_rx_ready(rx, 0, 3, 0) == 1, "not closed");
+    CHECK(ltp_core_rx_take(rx, 0, 3, 0, posted, n_floats * 4, mask, &st) == 0, "take");
+    CHECK(memcmp(posted, v, n_floats * 4) == 0 && st.packets == 10, "posted buffer holds the wrong message");
+    CHECK(ltp_core_rx_unpost(rx, 0, 3, 0) == 0 && ltp_core_rx_unpost(rx, 0, 3, 0) == LTP_ENOTFOUND, "unpost");
+
+    /* Unposted halfway: the buffer keeps what it had, and the message completes elsewhere. */
+    ltp_core_send_release(b, 0, 3, 0);
+    CHECK(ltp_core_send(b, 0, 4, 0, v, n_floats * 4, 0, t) == 0, "send 4");
+    for (uint32_t i = 0; i < n_floats; i++) posted[i] = -1.0f;
+    CHECK(ltp_core_rx_post(rx, 0, 4, 0, posted, n_floats * 4) == 0, "post 4");
+    int fed = 0;
+    while (fed < 10) {
+        int n = ltp_core_poll_tx(b, t, pb, sizeof pb, &slot);
+        if (n <= 0) { t = ltp_core_next_timeout(b, t); continue; }
+        if (pb[WIRE_TYPE] != LTP_T_DATA) continue;
+        if (fed++ == 5) {
+            CHECK(ltp_core_rx_unpost(rx, 0, 4, 0) == 0, "unpost 4");
+            memcpy(other, posted, n_floats * 4);
+        }
+        ltp_core_input(rx, 0, pb, (size_t)n, t);
+    }
+    CHECK(memcmp(other, posted, n_floats * 4) == 0, "an unposted buffer was written");
+    CHECK(ltp_core_rx_take(rx, 0, 4, 0, other, n_floats * 4, NULL, NULL) == 0 && memcmp(other, v, n_floats * 4) == 0,
+          "message 4 wrong after unposting");
+    ltp_core_send_release(b, 0, 4, 0);
+    CHECK(ltp_core_set_datagram(b, 1472) == 0 && ltp_core_datagram(b) == 1472, "datagram size not set when idle");
+    CHECK(ltp_core_set_datagram(b, 40) == LTP_EINVAL, "datagram of 40 bytes accepted");
+    free(v); free(posted); free(other); free(mask);
+    ltp_core_free(a); ltp_core_free(b); ltp_core_free(rx);
 }
 
 static void test_malformed(void)
@@ -1011,6 +1140,8 @@ int main(void)
     for (int i = 0; i < 4; i++) test_lossy(losses[i]);
     test_fixed_reliable();
     test_no_rtx_after_close();
+    test_wait_below_threshold_no_timer();
+    test_copy_free_paths();
     test_reorder_duplicate();
     test_critical();
     test_segment_policy();

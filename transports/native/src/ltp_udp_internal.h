@@ -1,0 +1,91 @@
+/* ltp_udp_internal.h: what the two files of the UDP driver share: the endpoint's state and the
+ * batched datagram I/O that the event loop calls.
+ *   ltp_udp.c     socket setup, the progress thread and its event loop, the blocking API
+ *   ltp_udp_io.c  moving datagrams: sendmmsg batches (payloads by reference, GSO runs) and
+ *                 recvmmsg batches (GRO runs, payloads read into their guessed places)
+ * Not part of the sans-IO core; nothing here is public API.
+ */
+#ifndef LTP_UDP_INTERNAL_H
+#define LTP_UDP_INTERNAL_H
+
+#include "ltp_internal.h"
+
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#define BATCH 64              /* datagrams (or GRO runs of them) per recvmmsg */
+#define RX_SLOT_BYTES 65536u  /* a datagram or a GRO run of them: at most 64 KiB */
+#define TX_SLOTS 512          /* datagrams in one send batch */
+#define TX_BATCH_BYTES (1u << 20)   /* ... and at most this many bytes */
+#define GSO_MAX_SEGS 64       /* UDP_MAX_SEGMENTS of kernels before 6.10 */
+#define RX_GUESS_MIN_BYTES 4096u   /* payloads this large are read straight into their place */
+#define TX_SLOT_BYTES LTP_ETH_DATAGRAM   /* a DATA header or a control packet (ACK bitmaps fit) */
+#define SOCK_BUF_BYTES (8 << 20)
+#define TIMER_SLACK_NS 1000ul
+#define IDLE_FLOOR_US 50   /* a loop turn that moved nothing never sleeps less than this */
+#define IDLE_MAX_US 1000000u   /* with no timer pending, the thread still wakes once a second */
+
+/* One datagram of the send batch: its first hlen bytes in its txbuf slot (a DATA's header, or a
+ * control packet whole), then plen payload bytes referenced in the message being sent. */
+typedef struct { const uint8_t *payload; uint32_t hlen, plen; int peer; } txdg_t;
+
+struct ltp_udp {
+    ltp_core_t *core;
+    int fd;
+    int path_dgram;           /* datagram size from the path MTU (configured 0) */
+    int gso, gro;             /* UDP GSO writes in use; the socket reads GRO runs */
+    struct sockaddr_in *addrs;
+    int n_peers, max_peers;
+    double drop_frac;
+    uint64_t drop_rng;
+    uint8_t *rxbuf, *txbuf;
+    struct mmsghdr rxm[BATCH];
+    struct iovec rxiov[BATCH];
+    struct sockaddr_in rxaddr[BATCH];
+    struct iovec rxsplit[BATCH][3];   /* a slot read into a guessed place: header, payload, rest */
+    ltp_rx_guess_t guess[BATCH];
+    int guessed[BATCH];               /* slot i reads into guess[i] */
+    int last_data_peer;               /* whose DATA came last: the peer guesses are made for */
+    int large_data;                   /* and it was large enough to read into place */
+    uint64_t guess_hits, guess_misses;
+    /* room for SCM_TIMESTAMPNS and UDP_GRO per received slot (cmsghdr-aligned) */
+    union { struct cmsghdr align;
+            char buf[CMSG_SPACE(sizeof(struct timespec)) + CMSG_SPACE(sizeof(int))]; } rxctl[BATCH];
+    /* the send batch: datagrams polled from the core, and the messages (one datagram, or a GSO
+     * run of them to one peer) that carry them; dg_off and m_off count what already went out */
+    txdg_t txdg[TX_SLOTS];
+    int dg_n, dg_off, m_n, m_off;
+    int m_first[TX_SLOTS];    /* first datagram of each message */
+    struct mmsghdr txm[TX_SLOTS];
+    struct iovec txiov[2 * TX_SLOTS];   /* datagram i: header 2i, payload 2i+1 */
+    struct sockaddr_in txaddr[TX_SLOTS];
+    union { struct cmsghdr align; char buf[CMSG_SPACE(sizeof(uint16_t))]; } txctl[TX_SLOTS];
+    /* progress thread */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;        /* signalled after every loop turn */
+    int efd;                  /* eventfd: API calls kick the thread out of ppoll */
+    int stop;
+    int started;              /* thread, mutex and condition variable exist */
+    int error;                /* last socket error the thread met (LTP_ESYS), 0 if none */
+    int saved_errno;
+    uint64_t hellos_in;       /* HELLO and HELLO_ACK datagrams fed to the core */
+};
+
+static inline uint64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* ltp_udp_io.c; each runs with the endpoint's mutex held. */
+int do_rx(ltp_udp_t *u);   /* drain the socket into the core: slots read, or LTP_ESYS */
+/* send the pending batch, refill it from the core while datagrams are due: datagrams sent,
+ * 1 << 30 if the socket is full (wait for POLLOUT), or LTP_ESYS */
+int do_tx(ltp_udp_t *u);
+void forget_payload(ltp_udp_t *u, const void *data, size_t len);   /* a send is released */
+
+#endif

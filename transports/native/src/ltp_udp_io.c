@@ -1,0 +1,306 @@
+/* ltp_udp_io.c: the UDP driver's datagram I/O, called by the event loop (ltp_udp.c).
+ *
+ * Sending: the core's due datagrams are polled into a batch with their payloads by reference
+ * (ltp_core_poll_tx_ref: a DATA's header in a slot, its payload where the message is), grouped
+ * into messages (a datagram alone, or with GSO a run of full-size DATA to one peer that the kernel
+ * cuts into exactly those datagrams) and written with sendmmsg.
+ * Receiving: recvmmsg into slots, GRO runs split back into datagrams, and large payloads of an
+ * in-order burst read straight into the message they belong to (ltp_core_rx_guess), so the core
+ * copies nothing. docs/ltp-protocol.md §6.
+ */
+#define _GNU_SOURCE
+#include "ltp_udp_internal.h"
+
+#include <errno.h>
+#include <netinet/udp.h>
+#include <string.h>
+
+static uint16_t rd16le(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static uint32_t rd32le(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static int peer_of(const ltp_udp_t *u, const struct sockaddr_in *a)
+{
+    for (int i = 0; i < u->n_peers; i++)
+        if (u->addrs[i].sin_port == a->sin_port && u->addrs[i].sin_addr.s_addr == a->sin_addr.s_addr) return i;
+    return -1;
+}
+
+/* When datagram i of the last recvmmsg reached the host, on the monotonic clock: its kernel
+ * timestamp (realtime) moved by the realtime-to-monotonic offset of this instant. */
+static uint64_t arrival_us(ltp_udp_t *u, int i, uint64_t now, const struct timespec *real)
+{
+    struct msghdr *mh = &u->rxm[i].msg_hdr;
+    if (mh->msg_flags & MSG_CTRUNC) return now;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_TIMESTAMPNS) continue;
+        struct timespec ts;
+        memcpy(&ts, CMSG_DATA(cm), sizeof ts);
+        int64_t age_ns = ((int64_t)real->tv_sec - (int64_t)ts.tv_sec) * 1000000000 + (real->tv_nsec - ts.tv_nsec);
+        /* A clock step or a stale stamp is no measurement: fall back to the read time. */
+        if (age_ns < 0 || age_ns > 1000000000 || (uint64_t)(age_ns / 1000) > now) return now;
+        return now - (uint64_t)(age_ns / 1000);
+    }
+    return now;
+}
+
+/* The datagram size of the GRO run in received slot i, or 0 if it holds one datagram. */
+static size_t gro_segment(ltp_udp_t *u, int i)
+{
+    struct msghdr *mh = &u->rxm[i].msg_hdr;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
+        if (cm->cmsg_level != SOL_UDP || cm->cmsg_type != UDP_GRO) continue;
+        int seg;
+        memcpy(&seg, CMSG_DATA(cm), sizeof seg);
+        return seg > 0 ? (size_t)seg : 0;
+    }
+    return 0;
+}
+
+/* One received datagram of len bytes into the core (or into the drop hook); with payload != NULL
+ * a DATA read into its guessed place, its header alone at b. */
+static void rx_datagram(ltp_udp_t *u, int peer, const uint8_t *b, size_t len, const uint8_t *payload,
+                        uint64_t now, uint64_t at)
+{
+    if (u->drop_frac > 0 && len >= 4 && b[WIRE_TYPE] == LTP_T_DATA && ltp_uniform(&u->drop_rng) < u->drop_frac) {
+        ltp_core__count(u->core, LTP_S_RX_DROPPED_HOOK, 1);
+        return;
+    }
+    if (len > WIRE_TYPE && (b[WIRE_TYPE] == LTP_T_HELLO || b[WIRE_TYPE] == LTP_T_HELLO_ACK)) u->hellos_in++;
+    if (len > WIRE_TYPE && b[WIRE_TYPE] == LTP_T_DATA && peer >= 0) {
+        u->last_data_peer = peer;
+        u->large_data = len >= LTP_DATA_HDR_BYTES + RX_GUESS_MIN_BYTES;
+    }
+    if (payload)
+        ltp_core_input_split(u->core, peer, b, LTP_DATA_HDR_BYTES, payload, len - LTP_DATA_HDR_BYTES, now, at);
+    else
+        ltp_core_input_at(u->core, peer, b, len, now, at);
+}
+
+/* Point receive slots at guessed places: slot i reads a datagram's header into itself and its
+ * payload straight into the i-th guessed part of the message (ltp_core_rx_guess), anything longer
+ * into the rest of the slot. Only for large payloads (a small one costs less to copy than a
+ * guess) and while guesses mostly hit. Returns how many slots the next read may fill: one while
+ * large DATA are expected but nothing can be guessed (a message's first packet: once it opened
+ * the message, the rest of the burst can go into place), else all of them. */
+static int guess_places(ltp_udp_t *u)
+{
+    int n = 0;
+    if (u->last_data_peer >= 0 && u->guess_hits >= u->guess_misses)
+        n = ltp_core_rx_guess(u->core, u->last_data_peer, u->guess, BATCH);
+    if (u->guess_hits < u->guess_misses) u->guess_hits = u->guess_misses = 0;   /* try again next round */
+    for (int i = 0; i < BATCH; i++) {
+        struct msghdr *mh = &u->rxm[i].msg_hdr;
+        uint8_t *slot = u->rxbuf + (size_t)i * RX_SLOT_BYTES;
+        mh->msg_namelen = sizeof(struct sockaddr_in);
+        mh->msg_control = u->rxctl[i].buf;
+        mh->msg_controllen = sizeof u->rxctl[i].buf;
+        mh->msg_iov = &u->rxiov[i];
+        mh->msg_iovlen = 1;
+        u->guessed[i] = i < n && u->guess[i].len >= RX_GUESS_MIN_BYTES;
+        if (!u->guessed[i]) continue;
+        struct iovec *v = u->rxsplit[i];
+        v[0] = (struct iovec){slot, LTP_DATA_HDR_BYTES};
+        v[1] = (struct iovec){u->guess[i].dst, u->guess[i].len};
+        v[2] = (struct iovec){slot + LTP_DATA_HDR_BYTES + u->guess[i].len,
+                              RX_SLOT_BYTES - LTP_DATA_HDR_BYTES - u->guess[i].len};
+        mh->msg_iov = v;
+        mh->msg_iovlen = 3;
+    }
+    return n == 0 && u->large_data ? 1 : BATCH;
+}
+
+/* Slot i was read into a guessed place: 1 if it is that DATA, whose payload is in place; else its
+ * payload is copied back behind its header, so the slot holds the datagram whole. */
+static int guess_hit(ltp_udp_t *u, int i, int peer)
+{
+    const ltp_rx_guess_t *g = &u->guess[i];
+    uint8_t *b = u->rxbuf + (size_t)i * RX_SLOT_BYTES;
+    size_t len = u->rxm[i].msg_len;
+    if (len > LTP_DATA_HDR_BYTES && len - LTP_DATA_HDR_BYTES <= g->len && !gro_segment(u, i) &&
+        peer == u->last_data_peer && b[WIRE_TYPE] == LTP_T_DATA && rd32le(b + WIRE_MSG_ID) == g->msg_id &&
+        rd16le(b + WIRE_SEGMENT) == g->segment && rd32le(b + WIRE_DATA_INDEX) == g->index)
+        return 1;
+    if (len > LTP_DATA_HDR_BYTES) memcpy(b + LTP_DATA_HDR_BYTES, g->dst, MIN(len - LTP_DATA_HDR_BYTES, g->len));
+    return 0;
+}
+
+int do_rx(ltp_udp_t *u)
+{
+    int total = 0;
+    for (int round = 0; round < 16; round++) {   /* bounded so sending is never starved */
+        int vlen = guess_places(u);
+        int n = recvmmsg(u->fd, u->rxm, (unsigned)vlen, MSG_DONTWAIT, NULL);
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
+            if (errno == ECONNREFUSED) continue;   /* ICMP from a peer not up yet */
+            return LTP_ESYS;
+        }
+        uint64_t now = now_us();
+        struct timespec real;
+        clock_gettime(CLOCK_REALTIME, &real);
+        /* Every miss is made whole before any datagram reaches the core, which may store into
+         * a place another slot was read into. */
+        int peers[BATCH], hit[BATCH];
+        for (int i = 0; i < n; i++) {
+            peers[i] = peer_of(u, &u->rxaddr[i]);
+            hit[i] = u->guessed[i] && guess_hit(u, i, peers[i]);
+            if (u->guessed[i]) { if (hit[i]) u->guess_hits++; else u->guess_misses++; }
+            if (u->guess_hits + u->guess_misses > 1024) { u->guess_hits /= 2; u->guess_misses /= 2; }
+        }
+        for (int i = 0; i < n; i++) {
+            const uint8_t *b = u->rxbuf + (size_t)i * RX_SLOT_BYTES;
+            size_t len = u->rxm[i].msg_len, seg = gro_segment(u, i), off = 0;
+            int peer = peers[i];
+            uint64_t at = arrival_us(u, i, now, &real);
+            if (hit[i]) {
+                ltp_core__count(u->core, LTP_S_RX_PLACED, 1);
+                rx_datagram(u, peer, b, len, u->guess[i].dst, now, at);
+                continue;
+            }
+            if (!seg || seg > len) seg = len;
+            if (seg < len) ltp_core__count(u->core, LTP_S_RX_GRO_RUNS, 1);
+            do {   /* a GRO run is datagrams of seg bytes, the last one maybe shorter */
+                rx_datagram(u, peer, b + off, MIN(seg, len - off), NULL, now, at);
+                off += seg;
+            } while (off < len);
+        }
+        total += n;
+        if (n < vlen) break;
+    }
+    return total;
+}
+
+/* Group the batch's unsent datagrams into messages: each datagram alone, or, with GSO, a run of
+ * DATA of one size to one peer (the last may be shorter) as one write that the kernel cuts into
+ * those datagrams, each on the wire exactly as if sent alone. */
+static void build_msgs(ltp_udp_t *u)
+{
+    u->m_n = u->m_off = 0;
+    for (int i = u->dg_off; i < u->dg_n;) {
+        const txdg_t *d = &u->txdg[i];
+        uint32_t seg = d->hlen + d->plen;
+        int j = i + 1;
+        if (u->gso && d->plen) {
+            int most = MIN(GSO_MAX_SEGS, (int)(LTP_MAX_DATAGRAM / seg));
+            while (j < u->dg_n && j - i < most) {
+                const txdg_t *e = &u->txdg[j];
+                uint32_t len = e->hlen + e->plen;
+                if (!e->plen || e->peer != d->peer || len > seg) break;
+                j++;
+                if (len < seg) break;   /* only the last segment may be shorter */
+            }
+        }
+        int m = u->m_n++;
+        struct msghdr *mh = &u->txm[m].msg_hdr;
+        memset(mh, 0, sizeof *mh);
+        u->txaddr[m] = u->addrs[d->peer];
+        mh->msg_name = &u->txaddr[m];
+        mh->msg_namelen = sizeof u->txaddr[m];
+        mh->msg_iov = &u->txiov[2 * i];
+        mh->msg_iovlen = j - i > 1 ? (size_t)(2 * (j - i)) : d->plen ? 2 : 1;
+        if (j - i > 1) {
+            mh->msg_control = u->txctl[m].buf;
+            mh->msg_controllen = sizeof u->txctl[m].buf;
+            struct cmsghdr *cm = CMSG_FIRSTHDR(mh);
+            cm->cmsg_level = SOL_UDP;
+            cm->cmsg_type = UDP_SEGMENT;
+            cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+            uint16_t gso_size = (uint16_t)seg;
+            memcpy(CMSG_DATA(cm), &gso_size, sizeof gso_size);
+        }
+        u->m_first[m] = i;
+        i = j;
+    }
+}
+
+/* Refill the empty batch from the core: every datagram due now, up to TX_SLOTS datagrams and
+ * TX_BATCH_BYTES. Payloads stay in the messages being sent (ltp_core_poll_tx_ref). */
+static void fill_batch(ltp_udp_t *u)
+{
+    u->dg_n = u->dg_off = 0;
+    uint64_t now = now_us(), bytes = 0;
+    while (u->dg_n < TX_SLOTS && bytes < TX_BATCH_BYTES) {
+        int i = u->dg_n, peer = -1;
+        uint8_t *b = u->txbuf + (size_t)i * TX_SLOT_BYTES;
+        const uint8_t *payload;
+        uint32_t plen;
+        int n = ltp_core_poll_tx_ref(u->core, now, b, TX_SLOT_BYTES, &payload, &plen, &peer);
+        if (n <= 0) break;
+        u->txdg[i] = (txdg_t){payload, (uint32_t)n, plen, peer};
+        u->txiov[2 * i] = (struct iovec){b, (size_t)n};
+        u->txiov[2 * i + 1] = (struct iovec){(void *)(uintptr_t)payload, plen};
+        u->dg_n++;
+        bytes += (uint64_t)n + plen;
+    }
+    build_msgs(u);
+}
+
+/* The batch's first unsent datagram once messages [0, m_off) went out. */
+static void msgs_sent(ltp_udp_t *u) { u->dg_off = u->m_off < u->m_n ? u->m_first[u->m_off] : u->dg_n; }
+
+/* Drop unsent DATA whose payload lies in [data, data + len): that send is finished and about to be
+ * released, so its memory may go away (and the receiver needs none of it any more). */
+void forget_payload(ltp_udp_t *u, const void *data, size_t len)
+{
+    const uint8_t *lo = data, *hi = lo + len;
+    int k = u->dg_off;
+    for (int i = u->dg_off; i < u->dg_n; i++) {
+        txdg_t d = u->txdg[i];
+        if (d.plen && d.payload >= lo && d.payload < hi) continue;
+        if (k != i) {
+            uint8_t *to = u->txbuf + (size_t)k * TX_SLOT_BYTES;
+            memcpy(to, u->txbuf + (size_t)i * TX_SLOT_BYTES, d.hlen);
+            u->txdg[k] = d;
+            u->txiov[2 * k] = (struct iovec){to, d.hlen};
+            u->txiov[2 * k + 1] = u->txiov[2 * i + 1];
+        }
+        k++;
+    }
+    if (k == u->dg_n) return;
+    u->dg_n = k;
+    build_msgs(u);
+}
+
+/* Send the pending batch, then refill it from the core while it has datagrams due. Returns the
+ * number of datagrams sent, 1 << 30 if the socket is full (wait for POLLOUT), or LTP_ESYS. */
+int do_tx(ltp_udp_t *u)
+{
+    int sent = 0;
+    for (;;) {
+        if (u->m_off == u->m_n) {
+            fill_batch(u);
+            if (u->dg_n == 0) return sent;
+        }
+        int before = u->dg_off;
+        int n = sendmmsg(u->fd, u->txm + u->m_off, (unsigned)(u->m_n - u->m_off), MSG_DONTWAIT);
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) {
+                ltp_core__count(u->core, LTP_S_TX_EAGAIN, 1);
+                return 1 << 30;
+            }
+            if (errno == EINTR) continue;
+            if (u->gso && u->txm[u->m_off].msg_hdr.msg_controllen &&
+                (errno == EIO || errno == EINVAL || errno == EMSGSIZE)) {
+                /* The kernel or the device refuses GSO here (or a configured size beyond the path
+                 * MTU, which only a lone datagram may exceed, fragmented): datagram by datagram. */
+                u->gso = 0;
+                build_msgs(u);
+                continue;
+            }
+            if (errno == ECONNREFUSED || errno == EHOSTUNREACH || errno == ENETUNREACH) {
+                u->m_off++;   /* the network lost it; the protocol recovers */
+                msgs_sent(u);
+                continue;
+            }
+            return LTP_ESYS;
+        }
+        for (int k = u->m_off; k < u->m_off + n; k++)
+            if (u->txm[k].msg_hdr.msg_controllen) ltp_core__count(u->core, LTP_S_TX_GSO_RUNS, 1);
+        u->m_off += n;
+        msgs_sent(u);
+        sent += u->dg_off - before;
+    }
+}
