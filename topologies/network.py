@@ -270,7 +270,7 @@ class Testbed:
                                       "stats_interval_s": self.stats_interval_s,
                                       "cookie": FLOW_COOKIE, "control_port": control_port,
                                       "events_path": str(self.events_path)}, indent=1))
-        self.control = ControllerClient(control_port)
+        self.control = ControllerClient(control_port, settle=self.ovs.settle_datapath)
         # osken-manager is installed next to the interpreter running the harness (the venv).
         manager = Path(sys.executable).parent / "osken-manager"
         with open(self.controller_log, "ab") as log:

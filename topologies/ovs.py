@@ -57,6 +57,17 @@ class PrivateOVS:
             raise OVSError(f"{' '.join(args)} failed: {proc.stderr.strip()}")
         return proc.stdout
 
+    def settle_datapath(self) -> None:
+        """Return once the datapath forwards by the current flow table.
+
+        A barrier reply means the switch's OpenFlow table has changed; the flows the datapath
+        has cached from the old table are revalidated asynchronously (a few milliseconds
+        later), so a packet sent right after a barrier can still meet an old decision.
+        ``revalidator/wait`` returns after a full revalidation pass. The same command serves
+        the userspace and the kernel datapath.
+        """
+        self._run("ovs-appctl", "--timeout=5", "-t", "ovs-vswitchd", "revalidator/wait")
+
     def start(self) -> None:
         """Create a fresh database and start both daemons (they detach and write pid files)."""
         for tool in ("ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovsdb-tool"):
