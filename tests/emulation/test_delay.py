@@ -133,9 +133,10 @@ class TestDelayLine:
         # it on 2 cores is CPU: userspace OVS forwards every packet, and each helper carries the
         # kernel's receive work for the packets it releases (~30 us of CPU per packet), so the
         # result swings with other load (on a shared 2-vCPU VM: 37-93 Mbit/s with the delay,
-        # 50-86 bare, in nine and five runs). Half the link still fails a helper that stalls,
-        # drops or reorders.
-        assert mbps > 50.0, f"{mbps:.1f} Mbit/s with delay ({bare:.1f} bare)"
+        # 50-86 bare, in nine and five runs), so a fixed floor failed on a busy machine. The
+        # bare flow measured just before on the same machine is the yardstick: half of it still
+        # fails a helper that stalls, drops or reorders (its counters are checked below too).
+        assert mbps > 0.5 * bare, f"{mbps:.1f} Mbit/s with delay, {bare:.1f} bare"
         assert c["ps1"]["packets"] > 20_000
         assert c["ps1"]["missed_ids"] == 0 and c["ps1"]["ring_full"] == 0
         assert c["ps1"]["max_backlog"] < c["ps1"]["maxlen"]
