@@ -4,6 +4,7 @@ The commands are read from the labs' ``sh`` blocks, so the pages and this test c
 apart. Sweeps are written to a temporary folder instead of ``results/``.
 """
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -35,6 +36,33 @@ def smallest(command: str, out: Path) -> str:
     return command
 
 
+def check_lab2(rows: list[dict]) -> None:
+    """Lab 2's "What you should observe", statement by statement, on the data its commands made."""
+    def num(row, column):
+        return float(row[column])
+
+    for row in rows:
+        where = f"{row['scheme']} at {row['loss_pct']} % loss"
+        lossy = num(row, "loss_pct") >= 5
+        if row["scheme"] == "ltp-reliable":  # statement 1
+            assert num(row, "early_closes") == 0 and num(row, "filled_frac_max") == 0, where
+            assert num(row, "min_recv_frac") == 1.0, where
+            assert not lossy or num(row, "retransmits") > 0, where
+        else:
+            floor = json.loads(row["transport_options"])["threshold_min"]
+            assert num(row, "min_recv_frac") >= floor - 1e-9, where  # statement 2
+            assert num(row, "filled_frac_max") <= 1 - floor + 1e-9, where
+            if lossy:  # statement 3
+                assert num(row, "retransmits") > 0, where
+                assert num(row, "filled_frac_mean") < num(row, "loss_pct") / 100, where
+        if num(row, "early_closes") == 0:  # statement 4
+            assert num(row, "filled_frac_max") == 0, where
+
+
+# What each lab page says its commands show, checked on the tables they wrote.
+OBSERVATIONS = {"lab2-tolerating-loss": check_lab2}
+
+
 @pytest.mark.parametrize("page", LABS, ids=lambda p: p.stem)
 def test_lab_commands_run(page, tmp_path, clean_machine):
     for command in lab_commands(page):
@@ -50,3 +78,5 @@ def test_lab_commands_run(page, tmp_path, clean_machine):
                if r["status"] != "ok"]
         assert rows and not bad, f"{runs.parent.name}: runs that did not finish: {bad}"
         assert "Headline numbers" in (runs.parent / "report.md").read_text()
+        if page.stem in OBSERVATIONS:
+            OBSERVATIONS[page.stem](rows)
