@@ -280,8 +280,31 @@ class GilbertElliottTime:
 LossModel = Uniform | GilbertElliott | GilbertElliottTime
 # The models the eBPF program carries.
 CHAINS = (GilbertElliott, GilbertElliottTime)
-_GE_KEYS = {"loss", "burst", "p_gb", "p_bg", "loss_good", "loss_bad"}
-_GET_KEYS = {"loss", "burst_ms", "good_ms", "bad_ms", "loss_good", "loss_bad"}
+@dataclasses.dataclass(frozen=True)
+class _ChainSyntax:
+    """How one Gilbert-Elliott chain is written: ``KIND:LOSS:BURST``, ``KIND:loss=,BURST=`` or
+    every parameter by name (in the constructor's order)."""
+    cls: type
+    burst: str  # the name of the mean burst: burst (packets) or burst_ms
+    burst_what: str
+    full: tuple[str, ...]
+    usage: str
+
+    @property
+    def keys(self) -> set[str]:
+        return {"loss", self.burst, *self.full}
+
+
+_CHAINS = {
+    "ge": _ChainSyntax(GilbertElliott, "burst", "the burst length",
+                       ("p_gb", "p_bg", "loss_good", "loss_bad"),
+                       "write ge:LOSS:BURST, for example ge:5:4 (5 % loss in bursts of 4 packets "
+                       "on average)."),
+    "get": _ChainSyntax(GilbertElliottTime, "burst_ms", "the burst duration",
+                        ("good_ms", "bad_ms", "loss_good", "loss_bad"),
+                        "write get:LOSS:BURST_MS, for example get:5:2 (5 % loss in periods of "
+                        "2 ms on average)."),
+}
 
 
 def _number(text: str, what: str, whole: str) -> float:
@@ -307,10 +330,8 @@ def parse_loss(text: str | float) -> LossModel:
             return Uniform(_number(kind, "a loss rate", whole))
         if kind == "uniform" and sep:
             return Uniform(_number(rest.strip(), "the loss rate", whole))
-        if kind == "ge" and sep:
-            return _parse_ge(rest, whole)
-        if kind == "get" and sep:
-            return _parse_get(rest, whole)
+        if kind in _CHAINS and sep:
+            return _parse_chain(_CHAINS[kind], rest, whole)
     except LossModelError as exc:
         if str(exc).startswith(repr(whole)):
             raise
@@ -332,42 +353,20 @@ def _pairs(rest: str, whole: str, keys: set[str]) -> dict[str, float]:
     return values
 
 
-def _parse_ge(rest: str, whole: str) -> GilbertElliott:
+def _parse_chain(syntax: _ChainSyntax, rest: str, whole: str):
     if "=" not in rest:
         parts = rest.split(":")
         if len(parts) != 2:
-            raise LossModelError(f"{whole!r}: write ge:LOSS:BURST, for example ge:5:4 (5 % loss in "
-                                 "bursts of 4 packets on average).")
-        return GilbertElliott.from_mean(_number(parts[0], "the loss rate", whole),
-                                        _number(parts[1], "the burst length", whole))
-    values = _pairs(rest, whole, _GE_KEYS)
-    if set(values) == {"loss", "burst"}:
-        return GilbertElliott.from_mean(values["loss"], values["burst"])
-    full = {"p_gb", "p_bg", "loss_good", "loss_bad"}
-    if set(values) == full:
-        return GilbertElliott(values["p_gb"], values["p_bg"], values["loss_good"],
-                              values["loss_bad"])
-    raise LossModelError(f"{whole!r}: give either loss and burst, or all of p_gb, p_bg, "
-                         "loss_good and loss_bad.")
-
-
-def _parse_get(rest: str, whole: str) -> GilbertElliottTime:
-    if "=" not in rest:
-        parts = rest.split(":")
-        if len(parts) != 2:
-            raise LossModelError(f"{whole!r}: write get:LOSS:BURST_MS, for example get:5:2 (5 % "
-                                 "loss in periods of 2 ms on average).")
-        return GilbertElliottTime.from_mean(_number(parts[0], "the loss rate", whole),
-                                            _number(parts[1], "the burst duration", whole))
-    values = _pairs(rest, whole, _GET_KEYS)
-    if set(values) == {"loss", "burst_ms"}:
-        return GilbertElliottTime.from_mean(values["loss"], values["burst_ms"])
-    full = {"good_ms", "bad_ms", "loss_good", "loss_bad"}
-    if set(values) == full:
-        return GilbertElliottTime(values["good_ms"], values["bad_ms"], values["loss_good"],
-                                  values["loss_bad"])
-    raise LossModelError(f"{whole!r}: give either loss and burst_ms, or all of good_ms, bad_ms, "
-                         "loss_good and loss_bad.")
+            raise LossModelError(f"{whole!r}: {syntax.usage}")
+        return syntax.cls.from_mean(_number(parts[0], "the loss rate", whole),
+                                    _number(parts[1], syntax.burst_what, whole))
+    values = _pairs(rest, whole, syntax.keys)
+    if set(values) == {"loss", syntax.burst}:
+        return syntax.cls.from_mean(values["loss"], values[syntax.burst])
+    if set(values) == set(syntax.full):
+        return syntax.cls(*(values[k] for k in syntax.full))
+    raise LossModelError(f"{whole!r}: give either loss and {syntax.burst}, or all of "
+                         f"{', '.join(syntax.full[:-1])} and {syntax.full[-1]}.")
 
 
 @dataclasses.dataclass(frozen=True)
