@@ -17,7 +17,9 @@ evidence presets run three seeds per cell. ``docs/running.md`` has the table wit
 - ``converge``: the main schemes at 0, 5, 10 % loss to 1,000 iterations or 10 minutes of
   training: time to accuracy and converged accuracy. Hours.
 - ``incast``, ``edge``, ``bursty``, ``cross``: the regimes where tolerating loss could pay (more
-  workers and shallow queues; 10-50 ms one-way delay; bursty loss; background traffic).
+  workers and shallow queues; 10-50 ms one-way delay; bursty loss; background traffic). The
+  last three compare LTP, LTP reliable, PLOT and the strongest TCP baseline (CUBIC with a 5 ms
+  minimum RTO).
 - ``paper``: every scheme, 100 and 200 Mbit/s, loss up to 20 %, 300 iterations; hours.
 - ``lab1``, ``lab2``, ``lab3``: the teaching labs (``docs/labs/``).
 """
@@ -141,6 +143,10 @@ TCP_VARIANTS = ("tcp-cubic", "tcp-reno", "tcp-bbr")
 MAIN = ("tcp-cubic", "tcp-cubic-lowrto", "ltp", "ltp-reliable", "plot")
 EVERYTHING = ("tcp-cubic", "tcp-reno", "tcp-bbr", "tcp-cubic-lowrto", "ltp", "ltp-reliable",
               "ltp-fixed", "plot", "ltp+filler=zero", "ltp+filler=previous")
+# The regime presets ask whether tolerating loss beats reliable delivery: the three LTP-family
+# schemes and the strongest TCP baseline. TCP CUBIC with its 200 ms RTO is left out there: at 5 %
+# loss it runs into the training-time cap in every cell (the default sweep measures it).
+REGIME = ("tcp-cubic-lowrto", "ltp", "ltp-reliable", "plot")
 SEEDS = (0, 1, 2)
 _INCAST = RunSpec(n_workers=8, queue_pkts=64, model="mlp", eval_every=10)
 
@@ -170,19 +176,19 @@ PRESETS: dict[str, Plan] = {
         base=_INCAST.replace(iterations=30, max_train_s=30.0, timeout_s=900.0)),
     # Regime: edge round-trip times (10-50 ms one way) at 100 Mbit/s.
     "edge": Plan(
-        name="edge", transports=MAIN, loss_pcts=(0.0, 2.0, 10.0), bottleneck_mbps=(100.0,),
+        name="edge", transports=REGIME, loss_pcts=(0.0, 2.0, 10.0), bottleneck_mbps=(100.0,),
         delays_ms=(10.0, 25.0, 50.0), seeds=SEEDS,
         base=_INCAST.replace(iterations=30, max_train_s=60.0, timeout_s=900.0)),
     # Regime: bursty loss: the same 5 % mean, uniform, in per-packet bursts of 4 (like netem's
     # gemodel) and in 2 ms bad periods (time-based).
     "bursty": Plan(
-        name="bursty", transports=MAIN,
+        name="bursty", transports=REGIME,
         loss_pcts=(5.0, "ge:loss=5,burst=4", "get:loss=5,burst_ms=2"),
         bottleneck_mbps=(200.0,), seeds=SEEDS,
         base=_INCAST.replace(iterations=30, max_train_s=30.0, timeout_s=900.0)),
     # Regime: background traffic through the bottleneck: bulk TCP flows and on/off UDP bursts.
     "cross": Plan(
-        name="cross", transports=MAIN, loss_pcts=(0.0, 2.0), bottleneck_mbps=(200.0,),
+        name="cross", transports=REGIME, loss_pcts=(0.0, 2.0), bottleneck_mbps=(200.0,),
         cross=("none", "tcp:2", "udp:2:rate=50,on=50ms,off=150ms"), seeds=SEEDS,
         base=_INCAST.replace(iterations=30, max_train_s=30.0, timeout_s=900.0)),
     # Paper figures: every scheme, both link speeds, loss up to 20 %, three seeds. Hours.
