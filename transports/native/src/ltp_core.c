@@ -22,6 +22,7 @@ ltp_core_t *ltp_core_new(const ltp_config_t *cfg, uint16_t self_rank)
     c->cfg = *cfg;
     c->self_rank = self_rank;
     c->chunk = ltp_chunk_bytes(cfg);
+    c->ring_cap = cfg->closed_ring;
     c->peers = calloc(cfg->max_peers, sizeof *c->peers);
     c->rng = cfg->seed ^ ((uint64_t)self_rank << 48);
     if (!c->peers) { free(c); return NULL; }
@@ -37,7 +38,7 @@ void ltp_core_free(ltp_core_t *c)
         for (uint32_t j = 0; p->rx && j < c->cfg.max_open_per_peer; j++) rx_free(&p->rx[j]);
         free(p->tx); free(p->rx); free(p->ring);
     }
-    free(c->peers); free(c->policy); free(c);
+    free(c->peers); free(c->policy); free(c->expect); free(c);
 }
 
 int ltp_core_add_peer(ltp_core_t *c, uint16_t rank)
@@ -49,12 +50,13 @@ int ltp_core_add_peer(ltp_core_t *c, uint16_t rank)
     memset(p, 0, sizeof *p);
     p->tx = calloc(c->cfg.max_tx_per_peer, sizeof *p->tx);
     p->rx = calloc(c->cfg.max_open_per_peer, sizeof *p->rx);
-    p->ring = calloc(c->cfg.closed_ring, sizeof *p->ring);
+    p->ring = calloc(c->ring_cap, sizeof *p->ring);
     if (!p->tx || !p->rx || !p->ring) {
         free(p->tx); free(p->rx); free(p->ring); memset(p, 0, sizeof *p);
         return LTP_ENOMEM;
     }
     p->rank = rank;
+    if (c->has_key) auth_derive(c->run_key, rank, p->tx_key);
     rate_init_peer(c, p);
     return c->n_peers++;
 }
@@ -81,6 +83,9 @@ int ltp_core_hello(ltp_core_t *c, int peer, uint64_t now)
     p->hello_active = 1;
     p->joined = 0;
     p->hello_next_us = now;
+    /* The PS echoes this in HELLO_ACK: an answer to a HELLO we never sent joins nothing. The
+     * clock is mixed in so that the seed alone does not give it away. */
+    p->hello_nonce = (uint32_t)(ltp_splitmix64(&c->rng) ^ now ^ (now >> 32)) | 1u;
     return LTP_OK;
 }
 
@@ -96,9 +101,10 @@ int ltp_core_peer_greeted(const ltp_core_t *c, int peer)
     return p ? p->greeted : LTP_EINVAL;
 }
 
-static int on_hello_ack(ltp_core_t *c, peer_t *p)
+static int on_hello_ack(ltp_core_t *c, peer_t *p, const hdr_t *h)
 {
     if (!p->hello_active && !p->joined) { c->st[LTP_S_STRAY_CONTROL]++; return LTP_OK; }
+    if (h->msg_id != p->hello_nonce) { c->st[LTP_S_BAD_ECHO]++; return LTP_EREJECTED; }
     p->joined = 1;
     p->hello_active = 0;
     return LTP_OK;
@@ -116,17 +122,24 @@ int ltp_core_input_at(ltp_core_t *c, int peer, const uint8_t *buf, size_t len, u
     hdr_t h;
     c->st[LTP_S_RX_DATAGRAMS]++;
     c->st[LTP_S_RX_BYTES] += len;
-    int rc = wire_parse(&c->cfg, buf, len, &h);
+    /* Every check before any state changes, cheapest first; each refusal is counted once. */
+    if (!wire_plausible(buf, len)) { c->st[LTP_S_MALFORMED]++; return LTP_EMALFORMED; }
+    int n = auth_check(c, buf, len);
+    if (n < 0) { c->st[n == LTP_EAUTH ? LTP_S_BAD_MAC : LTP_S_MALFORMED]++; return n; }
+    int rc = wire_parse(&c->cfg, buf, (size_t)n, &h);
     if (rc) { c->st[LTP_S_MALFORMED]++; return rc; }
     peer_t *p = core_peer(c, peer);
     if (!p || p->rank != h.sender) { c->st[LTP_S_UNKNOWN_PEER]++; return LTP_EPEER; }
     if (h.session != c->cfg.session_id) { c->st[LTP_S_WRONG_SESSION]++; return LTP_ESESSION; }
     switch (h.type) {
-    case LTP_T_DATA: hint_on_data(c, p, &h, len, now, MIN(arrival, now)); return rx_on_data(c, p, &h, now);
+    case LTP_T_DATA:
+        if ((rc = admit_data(c, p, &h)) != LTP_OK) return rc;
+        hint_on_data(c, p, &h, len, now, MIN(arrival, now));
+        return rx_on_data(c, p, &h, now);
     case LTP_T_ACK: return tx_on_ack(c, p, &h, now);
     case LTP_T_CLOSE: return tx_on_close(c, p, &h, now);
-    case LTP_T_HELLO: p->greeted = 1; p->hello_ack_pending = 1; return LTP_OK;
-    case LTP_T_HELLO_ACK: return on_hello_ack(c, p);
+    case LTP_T_HELLO: p->greeted = 1; p->hello_ack_pending = 1; p->hello_echo = h.msg_id; return LTP_OK;
+    case LTP_T_HELLO_ACK: return on_hello_ack(c, p, &h);
     }
     return LTP_EMALFORMED;
 }
@@ -137,6 +150,7 @@ static void tick(ltp_core_t *c, uint64_t now)
 {
     for (int pi = 0; pi < c->n_peers; pi++) {
         peer_t *p = &c->peers[pi];
+        admit_evict_idle(c, p, now);
         for (uint32_t j = 0; j < c->cfg.max_open_per_peer; j++)
             if (p->rx[j].used && !p->rx[j].closed) rx_check_close(c, p, &p->rx[j], now);
         for (uint32_t j = 0; j < c->cfg.max_tx_per_peer; j++) tx_on_timers(c, p, &p->tx[j], now);
@@ -152,12 +166,12 @@ static int poll_control(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, int
         *peer = pi;
         if (p->hello_ack_pending) {
             p->hello_ack_pending = 0;
-            hdr_t h = core_header(c, LTP_T_HELLO_ACK, 0, 0);
+            hdr_t h = core_header(c, LTP_T_HELLO_ACK, p->hello_echo, 0);
             return wire_put_hello(b, &h);
         }
         if (p->hello_active && now >= p->hello_next_us) {
             p->hello_next_us = now + c->cfg.hello_interval_us;
-            hdr_t h = core_header(c, LTP_T_HELLO, 0, 0);
+            hdr_t h = core_header(c, LTP_T_HELLO, p->hello_nonce, 0);
             return wire_put_hello(b, &h);
         }
         int n = rx_poll_control(c, p, now, b, cap);
@@ -170,8 +184,13 @@ int ltp_core_poll_tx(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, int *p
 {
     if (!c || !b || !peer) return LTP_EINVAL;
     tick(c, now);
+    /* With auth on nothing leaves before the key is set, and every datagram has room for its tag. */
+    size_t room = auth_trailer(&c->cfg);
+    if ((room && !c->has_key) || cap < room + LTP_HDR_BYTES) return 0;
+    cap -= room;
     int n = poll_control(c, now, b, cap, peer);
     if (n) {
+        n = auth_seal(c, &c->peers[*peer], b, n);
         if (n > 0) { c->st[LTP_S_TX_DATAGRAMS]++; c->st[LTP_S_TX_BYTES] += (uint64_t)n; }
         return n;
     }
@@ -182,7 +201,9 @@ int ltp_core_poll_tx(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, int *p
         sched_consider(c, &s, (c->rr + k) % c->n_peers, now, 1);
     if (sched_decide(c, &s, now) > now || s.peer < 0) return 0;
     c->rr = (s.peer + 1) % c->n_peers;
-    return sched_emit(c, &s, now, b, cap, peer);
+    n = sched_emit(c, &s, now, b, cap, peer);
+    if (n > 0 && room) { n = auth_seal(c, &c->peers[*peer], b, n); c->st[LTP_S_TX_BYTES] += room; }
+    return n;
 }
 
 uint64_t ltp_core_next_timeout(ltp_core_t *c, uint64_t now)

@@ -423,7 +423,7 @@ int ltp_udp_send(ltp_udp_t *u, ltp_send_req_t *reqs, int n, uint64_t timeout_us)
         ltp_send_req_t *r = &reqs[i];
         if (r->status != 1) { if (!first_err) first_err = r->status; continue; }
         int st = ltp_core_send_status(u->core, r->peer, r->msg_id, (uint16_t)r->segment, &r->stats, now);
-        r->status = st == 1 ? LTP_OK : rc < 0 ? rc : LTP_ETIMEDOUT;
+        r->status = st != 1 ? (rc < 0 ? rc : LTP_ETIMEDOUT) : r->stats.done == LTP_SEND_STALE ? LTP_ESTALE : LTP_OK;
         if (r->status && !first_err) first_err = r->status;
         ltp_core_send_release(u->core, r->peer, r->msg_id, (uint16_t)r->segment);
     }
@@ -497,5 +497,24 @@ int ltp_udp_set_policy(ltp_udp_t *u, uint16_t segment, double lo, double hi)
     pthread_mutex_lock(&u->mu);
     int rc = ltp_core_set_policy(u->core, segment, lo, hi);
     pthread_mutex_unlock(&u->mu);
+    return rc;
+}
+
+int ltp_udp_expect(ltp_udp_t *u, uint16_t segment, uint32_t total_bytes, uint32_t critical_bytes)
+{
+    if (!u) return LTP_EINVAL;
+    pthread_mutex_lock(&u->mu);
+    int rc = ltp_core_expect(u->core, segment, total_bytes, critical_bytes);
+    pthread_mutex_unlock(&u->mu);
+    return rc;
+}
+
+int ltp_udp_set_key(ltp_udp_t *u, const uint8_t *key, size_t len)
+{
+    if (!u) return LTP_EINVAL;
+    pthread_mutex_lock(&u->mu);
+    int rc = ltp_core_set_key(u->core, key, len);
+    pthread_mutex_unlock(&u->mu);
+    kick(u);   /* anything held back for want of the key can go now */
     return rc;
 }
