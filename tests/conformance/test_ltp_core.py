@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from transports import filling, native, registry
-from transports.base import Delivery, Layout, OptionError, TransportError, TransportTimeout
+from transports.base import (Delivery, Layout, OptionError, Session, TransportError,
+                             TransportTimeout)
 
 ltp = pytest.importorskip("transports.ltp")
 try:
@@ -277,25 +278,34 @@ def test_option_tables_come_from_the_core() -> None:
         registry.create("ltp", {"threshold_min": 0.9, "threshold_max": 0.8})
 
 
-def test_timeouts_close_and_wrong_session() -> None:
+@pytest.mark.parametrize("auth", [True, False])
+def test_timeouts_close_and_another_session(auth: bool) -> None:
     layout = Layout.single(1024)
     ps_port, w_port = free_ports(2)
-    ps = registry.create("ltp").serve(("127.0.0.1", ps_port), [("127.0.0.1", w_port)], layout)
+    transport = registry.create("ltp", {"auth": auth})
+    ps = transport.serve(("127.0.0.1", ps_port), [("127.0.0.1", w_port)], layout)
     with pytest.raises(TransportTimeout):
         ps.wait_for_workers(0.05)
     with pytest.raises(TransportTimeout):
         ps.gather(0, 0.05)
-    # A worker of another session is never greeted, and the PS counts its datagrams.
-    other = registry.create("ltp", {"session_id": 2}).connect(
-        0, ("127.0.0.1", w_port), ("127.0.0.1", ps_port), layout)
-    serving = threading.Thread(target=ps.service, args=(0.3,))
-    serving.start()
-    try:
-        with other, pytest.raises(TransportTimeout):
-            other.join(0.1)
-    finally:
-        serving.join()                           # never close a handle another thread is using
-    assert ps.stats()["wrong_session"] >= 1
+    # A worker of another session (same key) and one under another key are never greeted; the
+    # PS counts their datagrams: with auth on every datagram under another key fails its MAC.
+    mine = transport.session
+    others = {"wrong_session": Session((mine.session_id + 1) % 2**32, mine.key),
+              "bad_mac" if auth else "wrong_session": Session.draw()}
+    for counter, session in others.items():
+        other_transport = registry.create("ltp", {"auth": auth})
+        other_transport.use_session(session)
+        other = other_transport.connect(0, ("127.0.0.1", w_port), ("127.0.0.1", ps_port), layout)
+        before = ps.stats()[counter]
+        serving = threading.Thread(target=ps.service, args=(0.3,))
+        serving.start()
+        try:
+            with other, pytest.raises(TransportTimeout):
+                other.join(0.1)
+        finally:
+            serving.join()                       # never close a handle another thread is using
+        assert ps.stats()[counter] > before, counter
     with pytest.raises(TransportError, match="floats"):
         ps.broadcast(0, np.zeros(10, np.float32), 0.05)
     ps.close()
@@ -325,3 +335,57 @@ def test_plot_profiles_snr_in_observe_and_average_has_no_side_effects() -> None:
         ps.observe(2, deliveries)                                   # profiling is over
         assert ps.profiled == 2
         assert "snr:signal.weight" in ps.stats()
+
+
+@pytest.mark.parametrize("slug", ["ltp", "plot"])
+def test_authenticated_job_delivers_whole_and_rejects_nothing(slug: str) -> None:
+    layout = Layout.from_sizes([("w", N_FLOATS - 1000), ("b", 1000)])
+    transport = registry.create(slug, {"auth": True})
+    ports = free_ports(2)
+    ps_addr, w_addr = ("127.0.0.1", ports[0]), ("127.0.0.1", ports[1])
+    errors = []
+
+    def worker() -> None:
+        try:
+            with transport.connect(0, w_addr, ps_addr, layout) as w:
+                w.join(TIMEOUT_S)
+                for it in range(2):
+                    w.push(it, gradient(0, it), TIMEOUT_S)
+                    w.pull(it, TIMEOUT_S)
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=worker, daemon=True)
+    with transport.serve(ps_addr, [w_addr], layout) as ps:
+        thread.start()
+        ps.wait_for_workers(TIMEOUT_S)
+        for it in range(2):
+            (d,) = ps.gather(it, TIMEOUT_S)
+            assert d.received_frac == 1.0 and np.array_equal(d.values, gradient(0, it))
+            ps.broadcast(it, params(it), TIMEOUT_S)
+        thread.join(TIMEOUT_S)
+        stats = ps.stats()
+    assert not errors, errors
+    assert all(stats[name] == 0 for name in native.rejection_stats()), stats
+
+
+def test_a_worker_with_another_layout_is_refused() -> None:
+    """The PS knows the size of every message it receives: a gradient of another size never
+    opens a message, it is counted (bad_shape), and the gather waits for a real one."""
+    ps_port, w_port = free_ports(2)
+    transport = registry.create("ltp")
+    with transport.serve(("127.0.0.1", ps_port), [("127.0.0.1", w_port)],
+                         Layout.single(N_FLOATS)) as ps, \
+            transport.connect(0, ("127.0.0.1", w_port), ("127.0.0.1", ps_port),
+                              Layout.single(N_FLOATS - 4)) as w:
+        serving = threading.Thread(target=ps.service, args=(0.5,))
+        serving.start()
+        try:
+            w.join(TIMEOUT_S)
+            with pytest.raises(TransportTimeout):
+                w.push(0, gradient(0, 0, N_FLOATS - 4), 0.3)
+        finally:
+            serving.join()
+        with pytest.raises(TransportTimeout):
+            ps.gather(0, 0.05)
+        assert ps.stats()["bad_shape"] > 0
