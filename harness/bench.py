@@ -216,7 +216,8 @@ def transport(slugs: tuple[str, ...], losses: tuple[float, ...], bandwidths: tup
     import numpy as np
 
     from harness.runner import apply_host_settings, launched, spawn_forked, wait
-    from harness.runfiles import RunFiles
+    from harness.runfiles import RunFiles, write_session
+    from transports.base import Session
     from harness.zygote import Zygote
     from transports import registry
 
@@ -248,17 +249,22 @@ def transport(slugs: tuple[str, ...], losses: tuple[float, ...], bandwidths: tup
                     # The scheme's own per-host settings (tcp-cubic-lowrto's minimum RTO).
                     apply_host_settings(tb, registry.create(name, options))
                     files = RunFiles(cell)
+                    cell.mkdir(parents=True, exist_ok=True)
+                    write_session(files.session, Session.draw())   # one per cell, as per run
                     base = ["--transport", name, "--options", json.dumps(options), "--workers",
                             "8", "--bytes", str(n_bytes), "--iterations", str(iterations),
-                            "--folder", str(cell)]
+                            "--folder", str(cell), "--session", str(files.session)]
                     commands = {PS_NAME: ("harness.bench_node", base + ["--role", "ps"],
                                           files.log(PS_NAME))}
                     for r in range(8):
                         commands[worker_name(r)] = (
                             "harness.bench_node", base + ["--role", "worker", "--rank", str(r)],
                             files.log(worker_name(r)))
-                    with launched(spawn_forked(tb, zygote), commands) as procs:
-                        status, reason = wait(procs, time.monotonic() + 60 + 30 * iterations)
+                    try:
+                        with launched(spawn_forked(tb, zygote), commands) as procs:
+                            status, reason = wait(procs, time.monotonic() + 60 + 30 * iterations)
+                    finally:
+                        files.session.unlink(missing_ok=True)
                     if status != "ok":
                         print(f"  {bw:>6g} {loss:>6g} {slug:<22} {status}: {reason[:80]}")
                         continue

@@ -1,7 +1,9 @@
 """One run on a live testbed, in three steps: prepare, launch, collect.
 
-- :func:`prepare` writes the run's spec, sets the network's impairments and every host's transport
-  settings for this run, measures the idle RTT and reads the counters;
+- :func:`prepare` writes the run's spec, draws the run's session (a random session id and a
+  secret key, written to the run folder for the hosts and deleted when the run ends), sets the
+  network's impairments and every host's transport settings for this run, measures the idle RTT
+  and reads the counters;
 - :func:`launched` starts the PS and worker processes (or a benchmark's) and kills every one of
   them by process group when its block ends; :func:`wait` waits for them with a deadline;
 - :func:`collect` reads the counters again, writes the run's derived files and returns its rows
@@ -28,12 +30,12 @@ from pathlib import Path
 import pandas as pd
 
 from harness import metrics
-from harness.runfiles import RunFiles, read_jsonl
+from harness.runfiles import RunFiles, read_jsonl, write_session
 from harness.spec import RunSpec
 from harness.zygote import Zygote
 from topologies.incast import PS_NAME, PS_PORT, SUBNET, worker_name, worker_port
 from topologies.network import Testbed
-from transports.base import Transport
+from transports.base import Session, Transport
 
 POLL_S = 0.1
 # Once the PS has finished, every gradient it needed has arrived: a worker still running this long
@@ -146,6 +148,7 @@ class Prepared:
     spec: RunSpec
     files: RunFiles
     transport: Transport
+    session: Session
     started_at: str
     rtt_ms: float
     before: dict
@@ -161,18 +164,22 @@ def prepare(testbed: Testbed, spec: RunSpec, run_dir: Path) -> Prepared:
     files.raw.mkdir(parents=True, exist_ok=True)
     files.spec.write_text(spec.to_json())
     transport = registry.create(spec.transport, spec.options())
+    # Drawn per run, not per spec: the spec (and so the run id) stays reproducible, while no two
+    # runs, not even a re-run of one spec, share an id or a key.
+    session = Session.draw()
+    write_session(files.session, session)
     started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     testbed.set_loss(spec.loss_pct)
     testbed.set_delay(spec.delay_ms)
     apply_host_settings(testbed, transport)
     rtt_ms = testbed.rtt_ms(worker_name(0))
     testbed.controller_errors()  # only what this run causes counts
-    return Prepared(spec, files, transport, started_at, rtt_ms, testbed.snapshot(), t_begin)
+    return Prepared(spec, files, transport, session, started_at, rtt_ms, testbed.snapshot(), t_begin)
 
 
 def node_commands(spec: RunSpec, files: RunFiles) -> dict[str, tuple[str, list[str], Path]]:
     """The PS's and every worker's ``harness.node`` command line."""
-    base = ["--run", str(files.dir)]
+    base = ["--run", str(files.dir), "--session", str(files.session)]
     out = {PS_NAME: ("harness.node", base + ["--role", "ps"], files.log(PS_NAME))}
     for r in range(spec.n_workers):
         out[worker_name(r)] = ("harness.node", base + ["--role", "worker", "--rank", str(r)],
@@ -248,6 +255,7 @@ def collect(testbed: Testbed, prep: Prepared, status: str, reason: str, wall_s: 
             f.write(json.dumps(rec) + "\n")
     host_iterations_table(files, spec).to_csv(files.host_iterations, index=False)
 
+    files.session.unlink(missing_ok=True)   # the key is no use after the run; keep it nowhere
     measured, curves, iterations = metrics.summarize(spec, files)
     deltas = counter_deltas(prep.before, after, spec.n_workers)
     measured["retransmits"] += deltas.pop("tcp_retransmits")
@@ -262,6 +270,7 @@ def collect(testbed: Testbed, prep: Prepared, status: str, reason: str, wall_s: 
         "n_workers": spec.n_workers, "bottleneck_mbps": spec.bottleneck_mbps,
         "worker_link_mbps": spec.network.worker_mbps, "queue_pkts": spec.queue_pkts,
         "loss_pct": spec.loss_pct, "delay_ms": spec.delay_ms, "rtt_ms": prep.rtt_ms,
+        "session_id": prep.session.session_id,
         "model": spec.model, "dataset": spec.dataset,
         "iterations": spec.iterations, "batch_size": spec.batch_size, "lr": spec.lr,
         "eval_every": spec.eval_every, "seed": spec.seed, "stop_at_target": spec.stop_at_target,
@@ -281,6 +290,9 @@ def execute(testbed: Testbed, spec: RunSpec, run_dir: Path, sweep: str,
     """Run ``spec`` on ``testbed``; return its rows for runs.csv, curves.csv and iterations.csv."""
     prep = prepare(testbed, spec, run_dir)
     t0 = time.monotonic()
-    with launched(spawn or spawn_plain(testbed), node_commands(spec, prep.files)) as procs:
-        status, reason = wait(procs, t0 + spec.timeout_s)
+    try:
+        with launched(spawn or spawn_plain(testbed), node_commands(spec, prep.files)) as procs:
+            status, reason = wait(procs, t0 + spec.timeout_s)
+    finally:
+        prep.files.session.unlink(missing_ok=True)
     return collect(testbed, prep, status, reason, time.monotonic() - t0, sweep)

@@ -254,6 +254,11 @@ class ServerEnd(abc.ABC):
         """Cumulative counters of this end (numbers) and settings in effect (strings)."""
         return {}
 
+    def rejections(self) -> dict[str, float]:
+        """The counters of :meth:`stats` that count datagrams this end refused as not from its
+        run's peers or not what it expects (forged, corrupt, stray), by name; none by default."""
+        return {}
+
     @abc.abstractmethod
     def close(self) -> None:
         """Release sockets and native state. Safe to call twice."""
@@ -282,6 +287,11 @@ class WorkerEnd(abc.ABC):
 
     def stats(self) -> dict[str, float | str]:
         """Cumulative counters of this end (numbers) and settings in effect (strings)."""
+        return {}
+
+    def rejections(self) -> dict[str, float]:
+        """The counters of :meth:`stats` that count datagrams this end refused as not from its
+        run's peers or not what it expects (forged, corrupt, stray), by name; none by default."""
         return {}
 
     @abc.abstractmethod

@@ -389,6 +389,10 @@ class LtpServer(ServerEnd):
     def stats(self) -> dict[str, float]:
         return self.end.stats()
 
+    def rejections(self) -> dict[str, float]:
+        stats = self.end.stats()
+        return {name: stats[name] for name in native.rejection_stats() if name in stats}
+
     def close(self) -> None:
         """Linger for ``linger_ms`` answering late data, then release the socket and core.
 
@@ -442,6 +446,10 @@ class LtpWorker(WorkerEnd):
 
     def stats(self) -> dict[str, float]:
         return self.end.stats()
+
+    def rejections(self) -> dict[str, float]:
+        stats = self.end.stats()
+        return {name: stats[name] for name in native.rejection_stats() if name in stats}
 
     def close(self) -> None:
         self.end.close()
