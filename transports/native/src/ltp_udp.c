@@ -14,6 +14,7 @@
  */
 #define _GNU_SOURCE
 #include "ltp_internal.h"
+#include "ltp_udp_internal.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -198,24 +199,33 @@ int ltp_udp_local_port(const ltp_udp_t *u)
     return ntohs(sa.sin_port);
 }
 
-static int peer_of(const ltp_udp_t *u, const struct sockaddr_in *a)
+int ltp_udp__peer_of(const struct sockaddr_in *addrs, int n, const struct sockaddr_in *a, socklen_t alen)
 {
-    for (int i = 0; i < u->n_peers; i++)
-        if (u->addrs[i].sin_port == a->sin_port && u->addrs[i].sin_addr.s_addr == a->sin_addr.s_addr) return i;
+    if (alen != sizeof *a || a->sin_family != AF_INET) return -1;
+    for (int i = 0; i < n; i++)
+        if (addrs[i].sin_port == a->sin_port && addrs[i].sin_addr.s_addr == a->sin_addr.s_addr) return i;
     return -1;
 }
 
 /* Drain the socket into the core. Returns datagrams read, or LTP_ESYS. */
 /* When datagram i of the last recvmmsg reached the host, on the monotonic clock: its kernel
  * timestamp (realtime) moved by the realtime-to-monotonic offset of this instant. */
-static uint64_t arrival_us(ltp_udp_t *u, int i, uint64_t now, const struct timespec *real)
+uint64_t ltp_udp__arrival_us(struct msghdr *mh, uint64_t now, const struct timespec *real)
 {
-    struct msghdr *mh = &u->rxm[i].msg_hdr;
     if (mh->msg_flags & MSG_CTRUNC) return now;
     for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
         if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_TIMESTAMPNS) continue;
+        /* Too short to hold a stamp, or claiming more than the buffer has: no measurement. */
+        const uint8_t *end = (const uint8_t *)mh->msg_control + mh->msg_controllen;
+        if (cm->cmsg_len < CMSG_LEN(sizeof(struct timespec)) ||
+            (const uint8_t *)CMSG_DATA(cm) + sizeof(struct timespec) > end)
+            return now;
         struct timespec ts;
         memcpy(&ts, CMSG_DATA(cm), sizeof ts);
+        /* Only a stamp within a second or two of now is worth the arithmetic (which then cannot
+         * overflow, whatever the buffer held). */
+        if (ts.tv_nsec < 0 || ts.tv_nsec >= 1000000000 || ts.tv_sec > real->tv_sec || ts.tv_sec < real->tv_sec - 2)
+            return now;
         int64_t age_ns = ((int64_t)real->tv_sec - (int64_t)ts.tv_sec) * 1000000000 + (real->tv_nsec - ts.tv_nsec);
         /* A clock step or a stale stamp is no measurement: fall back to the read time. */
         if (age_ns < 0 || age_ns > 1000000000 || (uint64_t)(age_ns / 1000) > now) return now;
@@ -249,7 +259,8 @@ static int do_rx(ltp_udp_t *u)
                 ltp_core__count(u->core, LTP_S_RX_DROPPED_HOOK, 1);
                 continue;
             }
-            ltp_core_input_at(u->core, peer_of(u, &u->rxaddr[i]), b, len, now, arrival_us(u, i, now, &real));
+            int peer = ltp_udp__peer_of(u->addrs, u->n_peers, &u->rxaddr[i], u->rxm[i].msg_hdr.msg_namelen);
+            ltp_core_input_at(u->core, peer, b, len, now, ltp_udp__arrival_us(&u->rxm[i].msg_hdr, now, &real));
         }
         total += n;
         if (n < BATCH) break;
