@@ -8,8 +8,9 @@
  *     rx_msg_window after the last id taken (out_of_window); ids up to the last taken are stale;
  *   - the bytes already stored: a second copy of a packet whose bytes differ disputes it; the
  *     packet is delivered as missing (dup_conflict), never as whichever copy came first;
- *   - time: an open context that heard nothing for rx_idle_evict_us is evicted (rx_evicted),
- *     so contexts nobody completes cannot hold the table.
+ *   - time and order: an open context that heard nothing for rx_idle_evict_us is evicted, and a
+ *     full table gives up its highest id for a lower one (both rx_evicted), so contexts nobody
+ *     completes cannot hold the table, even when kept busy.
  *
  * docs/ltp-protocol.md §11 lists every check with its counter.
  */
@@ -117,6 +118,23 @@ void admit_evict_idle(ltp_core_t *c, peer_t *p, uint64_t now)
             c->st[LTP_S_RX_EVICTED]++;
         }
     }
+}
+
+rxmsg_t *admit_make_room(ltp_core_t *c, peer_t *p, uint32_t msg_id)
+{
+    /* The application takes a peer's messages in id order, so of two messages the lower id is
+     * needed first. A peer that behaves holds at most two ids at once, far below the table's
+     * size; a table full of higher ids than the one arriving is full of messages that someone
+     * forged (kept busy, so they never go idle). */
+    rxmsg_t *top = NULL;
+    for (uint32_t j = 0; j < c->cfg.max_open_per_peer; j++) {
+        rxmsg_t *m = &p->rx[j];
+        if (m->used && (!top || seq_lt(top->msg_id, m->msg_id))) top = m;
+    }
+    if (!top || !seq_lt(msg_id, top->msg_id)) return NULL;
+    rx_free(top);
+    c->st[LTP_S_RX_EVICTED]++;
+    return top;
 }
 
 double admit_peer_srtt(const ltp_core_t *c, uint32_t srtt_us)

@@ -297,6 +297,9 @@ int admit_new_id(ltp_core_t *c, const peer_t *p, uint32_t msg_id);
  * copies are dropped, the packet counts as missing again). */
 int admit_conflict(ltp_core_t *c, rxmsg_t *m, const hdr_t *h);
 void admit_evict_idle(ltp_core_t *c, peer_t *p, uint64_t now);
+/* The table of p is full and a DATA of msg_id wants a context: free the one with the highest id
+ * if msg_id is lower (counted), and return it; NULL if msg_id is no lower than every held one. */
+rxmsg_t *admit_make_room(ltp_core_t *c, peer_t *p, uint32_t msg_id);
 uint64_t admit_evict_deadline(const ltp_core_t *c, const rxmsg_t *m);
 /* The sender's srtt as a DATA states it, within what a receiver will wait for (max_wait). */
 double admit_peer_srtt(const ltp_core_t *c, uint32_t srtt_us);

@@ -188,6 +188,7 @@ static int rx_open(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now, rxmsg
     }
     rxmsg_t *m = NULL;
     for (uint32_t i = 0; i < c->cfg.max_open_per_peer && !m; i++) if (!p->rx[i].used) m = &p->rx[i];
+    if (!m) m = admit_make_room(c, p, h->msg_id);
     if (!m) { c->st[LTP_S_RX_TABLE_FULL]++; return LTP_EDROPPED; }
     m->buf = calloc(1, h->total);
     m->bits = calloc((h->count + 63) / 64, sizeof *m->bits);

@@ -24,7 +24,7 @@ uint64_t ltp_siphash24(const uint8_t key[16], const uint8_t *msg, size_t len);
 #endif
 
 /* Offsets shared by the old and the new wire format (docs/ltp-protocol.md §2). */
-enum { O_TYPE = 3, O_MSG = 12, O_SEG = 16, O_INDEX = 20, O_COUNT = 24, O_TOTAL = 32, O_LEN = 36,
+enum { O_TYPE = 3, O_MSG = 12, O_SEG = 16, O_INDEX = 20, O_COUNT = 24, O_OFFSET = 28, O_TOTAL = 32, O_LEN = 36,
        O_TX_SEQ = 40, O_TS = 44, O_ACK_ECHO_TS = 28, O_ACK_HINT = 44, O_CLOSE_COUNT = 24,
        O_CLOSE_REASON = 28, DATA_HDR = 52 };
 
@@ -357,10 +357,14 @@ static void test_forged_close(void)
 }
 
 /* ------------------------------------------------------------------ 4. the table, the window, age */
-static void table_after_forgery(uint32_t forged_base, const char *what)
+/* Four forged first packets of messages forged_base.. (re-sent before every genuine message when
+ * `refresh`: an attacker who keeps them from ever going idle), then 100 genuine messages. */
+static void table_after_forgery(uint32_t forged_base, int refresh, const char *what)
 {
+    /* Idle contexts go after 0.1 s; kept busy, the default 5 s would never come within a message's
+     * 2 s (what matters then is that a needed id displaces them). */
     const char *names[] = {"rx_idle_evict_us"};
-    double values[] = {100000};
+    double values[] = {refresh ? 5000000 : 100000};
     ltp_config_t cfg = cfg_with(names, values, 1);
     pair_t P;
     pair_init(&P, &cfg);
@@ -370,14 +374,16 @@ static void table_after_forgery(uint32_t forged_base, const char *what)
     ltp_core_send(P.c[WK], 0, 0, 0, v, N * 4, 0, P.now);
     pair_run(&P, 50, NULL, NULL);
     uint8_t f[1600];
-    for (uint32_t k = 0; k < 4; k++) {   /* four forged first packets of messages nobody sends */
-        memcpy(f, P.kept[0], (size_t)P.kept_len[0]);
-        wr32(f + O_MSG, forged_base + k);
-        inject(&P, PS, f, P.kept_len[0]);
-    }
     int delivered = 0;
     for (uint32_t id = 0; id < 100; id++) {
         key_t_ k = {id, 0};
+        for (uint32_t j = 0; j < 4 && (id == 0 || refresh); j++) {   /* messages nobody sends */
+            memcpy(f, P.kept[0], (size_t)P.kept_len[0]);
+            wr32(f + O_MSG, forged_base + j);
+            wr32(f + O_INDEX, id % 30);   /* a packet the context does not have yet */
+            wr32(f + O_OFFSET, id % 30 * 420);
+            inject(&P, PS, f, P.kept_len[0]);
+        }
         if (id) ltp_core_send(P.c[WK], 0, id, 0, v, N * 4, 0, P.now);
         if (pair_run(&P, 2000000, rx_ready, &k) && ltp_core_rx_take(P.c[PS], 0, id, 0, got, N * 4, NULL, NULL) == 0)
             delivered++;
@@ -391,8 +397,10 @@ static void table_after_forgery(uint32_t forged_base, const char *what)
 
 static void test_table(void)
 {
-    table_after_forgery(1000000, "four far-future ids");   /* refused: out of the window */
-    table_after_forgery(40, "four in-window ids");         /* opened, then evicted when idle */
+    table_after_forgery(1000000, 0, "four far-future ids");   /* refused: out of the window */
+    table_after_forgery(40, 0, "four in-window ids");         /* opened, then evicted when idle */
+    /* Kept busy, they never go idle: a lower id evicts the highest instead. */
+    table_after_forgery(40, 1, "four in-window ids kept busy");
 }
 
 /* ------------------------------------------------------------------ 5. the closed ring */
