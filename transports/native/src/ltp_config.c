@@ -69,7 +69,7 @@ static const optdef_t OPTS[] = {
     U32(hint_drain_us, 100, 10e6, 10000, "us", "a standing queue of q us lowers the gain by q / this"),
     U32(hint_sample_pkts, 1, 1e6, 256, "packets", "a capacity sample spans at least this many packets"),
     U32(hint_catchup_us, 0, 1e6, 4000, "us", "a hinted sender's token bucket holds this long at the hint"),
-    BOOL(auth, 0, "authenticate every datagram with a SipHash-2-4 tag under the run's key"),
+    BOOL(auth, 1, "authenticate every datagram with a SipHash-2-4 tag under the run's key"),
     U32(rx_msg_window, 1, 2147483648.0, 64, "messages",
         "new message ids are accepted at most this far past the last one taken"),
     U32(rx_first_msg_id, 0, 4294967295.0, 0, "", "first message id accepted before any message was taken"),
