@@ -187,6 +187,7 @@ enum ltp_stat {
     LTP_S_ACKS_HINTED, LTP_S_HINTS_RECEIVED,
     LTP_S_TX_GSO_RUNS, LTP_S_RX_GRO_RUNS,   /* UDP driver: writes / reads of 2+ datagrams */
     LTP_S_RX_PLACED,                        /* UDP driver: DATA read straight into place */
+    LTP_S_RX_PLACE_LOST,                    /* ... into a place its message no longer had */
     LTP_S_BAD_MAC, LTP_S_BAD_SHAPE, LTP_S_OUT_OF_WINDOW, LTP_S_RX_EVICTED, LTP_S_DUP_CONFLICT,
     LTP_S_BAD_ECHO, LTP_S_BAD_CLOSE, LTP_S_HINTS_CLAMPED, LTP_S_SENDS_STALE, LTP_S_CLOSE_RING_FULL,
     LTP_S__COUNT
@@ -337,8 +338,13 @@ typedef struct ltp_rx_guess {
     uint16_t segment;
     uint8_t *dst;
     uint32_t len;
+    uint64_t context;   /* which opening of the message (a freed and reopened one is another) */
 } ltp_rx_guess_t;
 int ltp_core_rx_guess(ltp_core_t *core, int peer, ltp_rx_guess_t *guesses, int n);
+/* 1 if a guess's place still belongs to its message: taking in one datagram may free another
+ * message's context (a full table makes room for a lower id), and a payload read into its buffer
+ * is then gone; the driver asks before passing each datagram read into place. */
+int ltp_core_rx_guess_holds(const ltp_core_t *core, int peer, const ltp_rx_guess_t *guess);
 /* Received fraction of an open or closed message (for tests), < 0 if unknown. */
 double ltp_core_rx_frac(const ltp_core_t *core, int peer, uint32_t msg_id, uint16_t segment);
 double ltp_core_threshold(const ltp_core_t *core, int peer, uint16_t segment);

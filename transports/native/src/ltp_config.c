@@ -199,7 +199,7 @@ static const char *const STAT_NAMES[] = {
     "stray_control", "close_complete", "close_early", "close_max_wait", "close_stale",
     "sends_closed", "sends_all_acked", "sends_cancelled", "rx_dropped_hook", "tx_eagain",
     "acks_hinted", "hints_received", "tx_gso_runs", "rx_gro_runs",
-    "rx_placed",
+    "rx_placed", "rx_place_lost",
     "bad_mac", "bad_shape", "out_of_window", "rx_evicted", "dup_conflict",
     "bad_echo", "bad_close", "hints_clamped", "sends_stale", "close_ring_full",
 };

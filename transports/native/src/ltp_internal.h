@@ -155,6 +155,7 @@ typedef struct {
     uint16_t segment;
     uint8_t *buf;
     int posted;                      /* buf is the application's (ltp_core_rx_post) */
+    uint64_t context;                /* which opening this is (c->n_opened when it opened) */
     uint64_t *bits;
     uint32_t total, count, chunk, critical;
     uint32_t received, crit_rcvd, first_rcvd, base, max_idx, max_first_seq;
@@ -230,6 +231,7 @@ struct ltp_core {
     uint32_t chunk;
     peer_t *peers;
     int n_peers, rr;
+    uint64_t n_opened;                     /* receive contexts opened so far: the next context */
     uint64_t n_enqueued;                   /* messages queued so far: the next enq_seq */
     policy_t *policy;
     uint32_t n_policy;

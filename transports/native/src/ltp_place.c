@@ -108,7 +108,16 @@ int ltp_core_rx_guess(ltp_core_t *c, int peer, ltp_rx_guess_t *g, int n)
         if (m->bits[i / 64] >> (i % 64) & 1) break;   /* arrived already: the order broke */
         uint32_t off = i * m->chunk;
         g[k] = (ltp_rx_guess_t){m->msg_id, i, m->segment, m->buf + off,
-                                i + 1 < m->count ? m->chunk : m->total - off};
+                                i + 1 < m->count ? m->chunk : m->total - off, m->context};
     }
     return k;
+}
+
+int ltp_core_rx_guess_holds(const ltp_core_t *c, int peer, const ltp_rx_guess_t *g)
+{
+    const peer_t *p = core_peer(c, peer);
+    if (!p || !g) return 0;
+    const rxmsg_t *m = rx_lookup(c, p, g->msg_id, g->segment);
+    return m && m->context == g->context && g->index < m->count &&
+           m->buf + (size_t)g->index * m->chunk == g->dst;
 }

@@ -210,6 +210,7 @@ static int rx_open(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now, rxmsg
     m->bits = calloc((h->count + 63) / 64, sizeof *m->bits);
     if (!m->buf || !m->bits) { rx_free(m); return LTP_ENOMEM; }
     m->used = 1; m->msg_id = h->msg_id; m->segment = h->segment; m->total = h->total;
+    m->context = ++c->n_opened;
     m->count = h->count; m->chunk = data_chunk(h); m->critical = h->critical;
     m->first_us = m->last_us = now;
     *out = m;

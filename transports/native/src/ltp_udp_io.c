@@ -152,6 +152,35 @@ static int guess_hit(ltp_udp_t *u, int i, int peer)
     return 0;
 }
 
+/* A hit whose packet also came in another slot of the batch (a copy, genuine or forged) is passed
+ * whole instead: whichever copy the core stores first must not have been written over in place by
+ * the other before it is compared (admit_conflict). The other slots are misses, rare while
+ * guesses hit, and a GRO run is walked datagram by datagram. */
+static void demote_copies(ltp_udp_t *u, int n, const int *peers, int *hit)
+{
+    for (int j = 0; j < n; j++) {
+        if (hit[j] || peers[j] != u->last_data_peer) continue;
+        const uint8_t *b = u->rxbuf + (size_t)j * RX_SLOT_BYTES;
+        size_t len = u->rxm[j].msg_len, seg = gro_segment(u, j);
+        if (!seg || seg > len) seg = len;
+        for (size_t off = 0; off < len; off += seg) {
+            const uint8_t *d = b + off;
+            if (MIN(seg, len - off) < LTP_DATA_HDR_BYTES || d[WIRE_TYPE] != LTP_T_DATA) continue;
+            for (int i = 0; i < n; i++) {
+                if (!hit[i]) continue;
+                const ltp_rx_guess_t *g = &u->guess[i];
+                if (rd32le(d + WIRE_DATA_INDEX) != g->index || rd32le(d + WIRE_MSG_ID) != g->msg_id ||
+                    rd16le(d + WIRE_SEGMENT) != g->segment)
+                    continue;
+                unguess(u, i);   /* the tag is still after the payload's space (guess_hit copied it) */
+                hit[i] = 0;
+                if (u->guess_hits) u->guess_hits--;
+                u->guess_misses++;
+            }
+        }
+    }
+}
+
 int do_rx(ltp_udp_t *u)
 {
     int total = 0;
@@ -168,19 +197,28 @@ int do_rx(ltp_udp_t *u)
         clock_gettime(CLOCK_REALTIME, &real);
         /* Every miss is made whole before any datagram reaches the core, which may store into
          * a place another slot was read into. */
-        int peers[BATCH], hit[BATCH];
+        int peers[BATCH], hit[BATCH], any_hit = 0, any_miss = 0;
         for (int i = 0; i < n; i++) {
             peers[i] = ltp_udp__peer_of(u->addrs, u->n_peers, &u->rxaddr[i], u->rxm[i].msg_hdr.msg_namelen);
             hit[i] = u->guessed[i] && guess_hit(u, i, peers[i]);
             if (u->guessed[i]) { if (hit[i]) u->guess_hits++; else u->guess_misses++; }
             if (u->guess_hits + u->guess_misses > 1024) { u->guess_hits /= 2; u->guess_misses /= 2; }
+            any_hit |= hit[i];
+            any_miss |= !hit[i];
         }
+        if (any_hit && any_miss) demote_copies(u, n, peers, hit);
         for (int i = 0; i < n; i++) {
             const uint8_t *b = u->rxbuf + (size_t)i * RX_SLOT_BYTES;
             size_t len = u->rxm[i].msg_len, seg = gro_segment(u, i), off = 0;
             int peer = peers[i];
             uint64_t at = ltp_udp__arrival_us(&u->rxm[i].msg_hdr, now, &real);
             if (hit[i]) {
+                /* An earlier datagram of this batch may have freed the message (a full table
+                 * made room for a lower id): its payload went with it. The protocol recovers. */
+                if (!ltp_core_rx_guess_holds(u->core, peer, &u->guess[i])) {
+                    ltp_core__count(u->core, LTP_S_RX_PLACE_LOST, 1);
+                    continue;
+                }
                 ltp_core__count(u->core, LTP_S_RX_PLACED, 1);
                 rx_datagram(u, peer, b, len, u->guess[i].dst, now, at);
                 continue;

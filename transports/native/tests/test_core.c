@@ -749,6 +749,52 @@ static void test_copy_free_auth(void)
     ltp_core_free(a); ltp_core_free(b); ltp_core_free(rx);
 }
 
+/* A guess outlives its message when taking in one datagram frees the context it points into (a
+ * full table gives up its highest id for a lower one, ltp_admit.c): the driver asks
+ * ltp_core_rx_guess_holds before it passes a payload read into place, and it must say no, also
+ * once the same message opened again, and without touching the freed buffer (ASan). */
+static void test_guess_after_room(void)
+{
+    ltp_config_t c = base_cfg();
+    c.max_udp_payload_bytes = 16384;
+    c.max_open_per_peer = 2;
+    const uint32_t n_floats = 40000;
+    float *v = make_vec(n_floats, 13);
+    ltp_core_t *tx = ltp_core_new(&c, 0), *rx = ltp_core_new(&c, LTP_RANK_SERVER);
+    ltp_core_add_peer(tx, LTP_RANK_SERVER);
+    ltp_core_add_peer(rx, 0);
+    static uint8_t first[3][LTP_MAX_DATAGRAM];   /* packet 0 of messages 3, 5 and 10 */
+    int lens[3], slot;
+    const uint32_t ids[3] = {3, 5, 10};
+    uint64_t t = 0;
+    for (int k = 0; k < 3; k++) {
+        CHECK(ltp_core_send(tx, 0, ids[k], 0, v, n_floats * 4, 0, t) == 0, "send %u", ids[k]);
+        lens[k] = 0;
+        while (!lens[k]) {
+            int n = ltp_core_poll_tx(tx, t, first[k], sizeof first[k], &slot);
+            if (n <= 0) { t = ltp_core_next_timeout(tx, t); continue; }
+            if (first[k][WIRE_TYPE] == LTP_T_DATA && le32(first[k] + WIRE_MSG_ID) == ids[k]) lens[k] = n;
+        }
+        ltp_core_send_release(tx, 0, ids[k], 0);
+    }
+    CHECK(ltp_core_input(rx, 0, first[1], (size_t)lens[1], t) == 0, "message 5 opens");
+    CHECK(ltp_core_input(rx, 0, first[2], (size_t)lens[2], t) == 0, "message 10 opens");
+    ltp_rx_guess_t g[4];
+    int ng = ltp_core_rx_guess(rx, 0, g, 4);
+    CHECK(ng == 4 && g[0].msg_id == 10 && ltp_core_rx_guess_holds(rx, 0, &g[0]) == 1, "guesses %d", ng);
+    uint64_t st[LTP_S__COUNT];
+    CHECK(ltp_core_input(rx, 0, first[0], (size_t)lens[0], t) == 0, "message 3 opens");
+    ltp_core_stats(rx, st, LTP_S__COUNT);
+    CHECK(st[LTP_S_RX_EVICTED] == 1 && ltp_core_rx_frac(rx, 0, 10, 0) < 0, "message 10 was not evicted");
+    CHECK(ltp_core_rx_guess_holds(rx, 0, &g[0]) == 0, "a guess into a freed message holds");
+    t += c.rx_idle_evict_us + 1;   /* messages 3 and 5 go idle and make room */
+    while (ltp_core_poll_tx(rx, t, first[1], sizeof first[1], &slot) > 0) {}
+    CHECK(ltp_core_input(rx, 0, first[2], (size_t)lens[2], t) == 0, "message 10 opens again");
+    CHECK(ltp_core_rx_guess_holds(rx, 0, &g[0]) == 0, "a guess into an earlier opening holds");
+    free(v);
+    ltp_core_free(tx); ltp_core_free(rx);
+}
+
 static void test_malformed(void)
 {
     ltp_config_t c = base_cfg();
@@ -1238,6 +1284,7 @@ int main(void)
     test_wait_below_threshold_no_timer();
     test_copy_free_paths();
     test_copy_free_auth();
+    test_guess_after_room();
     test_reorder_duplicate();
     test_critical();
     test_segment_policy();
