@@ -109,7 +109,26 @@ static void poll_core(world_t *w, int k)
     CHECK(n >= 0);
 }
 
-/* Deliver (or drop, duplicate, reorder) up to `count` datagrams of queue k. */
+/* Hand a datagram to core c whole, or (split, a DATA) the way the UDP driver hands one it read
+ * into a guessed place: header and tag in one buffer, the payload in another
+ * (ltp_core_input_split), so the MAC over the two parts is fuzzed too. */
+static void input(ltp_core_t *c, const uint8_t *b, int len, int split, uint64_t now)
+{
+    size_t tag = c->cfg.auth ? LTP_MAC_BYTES : 0;
+    if (!split || len <= (int)(LTP_DATA_HDR_BYTES + tag) || b[WIRE_TYPE] != LTP_T_DATA) {
+        ltp_core_input(c, 0, b, (size_t)len, now);
+        return;
+    }
+    static uint8_t head[LTP_DATA_HDR_BYTES + LTP_MAC_BYTES], payload[LTP_MAX_DATAGRAM];
+    size_t plen = (size_t)len - LTP_DATA_HDR_BYTES - tag;
+    memcpy(head, b, LTP_DATA_HDR_BYTES);
+    memcpy(head + LTP_DATA_HDR_BYTES, b + LTP_DATA_HDR_BYTES + plen, tag);
+    memcpy(payload, b + LTP_DATA_HDR_BYTES, plen);
+    ltp_core_input_split(c, 0, head, LTP_DATA_HDR_BYTES + tag, payload, plen, now, now);
+}
+
+/* Deliver (or drop, duplicate, reorder) up to `count` datagrams of queue k; mode's top bit hands
+ * DATA over split. */
 static void deliver(world_t *w, int k, int count, uint8_t mode)
 {
     queue_t *q = &w->q[k];
@@ -119,8 +138,8 @@ static void deliver(world_t *w, int k, int count, uint8_t mode)
         memmove(&q->d[pick], &q->d[pick + 1], (size_t)(q->n - pick - 1) * sizeof d);
         q->n--;
         if ((mode & 3) == 1) continue;   /* lost */
-        ltp_core_input(w->c[1 - k], 0, d.b, (size_t)d.len, w->now);
-        if ((mode & 3) == 2) ltp_core_input(w->c[1 - k], 0, d.b, (size_t)d.len, w->now);   /* duplicated */
+        input(w->c[1 - k], d.b, d.len, mode & 0x80, w->now);
+        if ((mode & 3) == 2) input(w->c[1 - k], d.b, d.len, mode & 0x40, w->now);   /* duplicated */
     }
 }
 
