@@ -33,6 +33,10 @@
 #define TIMER_SLACK_NS 1000ul
 #define IDLE_FLOOR_US 50   /* a loop turn that moved nothing never sleeps less than this */
 #define IDLE_MAX_US 1000000u   /* with no timer pending, the thread still wakes once a second */
+#define TX_FULL (1 << 30)      /* do_tx: the socket buffer is full, wait for POLLOUT */
+#define TX_REFUSED (1 << 29)   /* do_tx: the local queue refused a datagram, try again shortly */
+#define REFUSED_MIN_US 100     /* first retry after ENOBUFS; doubles up to ... */
+#define REFUSED_MAX_US 2000
 
 struct ltp_udp {
     ltp_core_t *core;
@@ -58,6 +62,8 @@ struct ltp_udp {
     int started;              /* thread, mutex and condition variable exist */
     int error;                /* last socket error the thread met (LTP_ESYS), 0 if none */
     int saved_errno;
+    int errq;                 /* the socket's error queue has ICMP reports to read */
+    uint32_t refused_us;      /* current wait before sending again after ENOBUFS */
 };
 
 static void *progress(void *arg);
@@ -110,6 +116,12 @@ ltp_udp_t *ltp_udp_open(const ltp_config_t *cfg, uint16_t self_rank, const char 
      * not when a busy thread got round to reading them. Without it, read times stand in. */
     int one = 1;
     setsockopt(u->fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one);
+    /* Without IP_RECVERR Linux's UDP reports success for a datagram the host's own queue (a full
+     * qdisc) dropped, and counts it only in UdpSndbufErrors: the protocol would take it for a
+     * network loss and send it again an RTT later. With it, sendmmsg stops at that datagram with
+     * ENOBUFS and do_tx keeps it for a moment later. (ICMP errors then reach the error queue,
+     * which do_rx reads.) */
+    setsockopt(u->fd, IPPROTO_IP, IP_RECVERR, &one, sizeof one);
     if (bind(u->fd, (struct sockaddr *)&sa, sizeof sa) != 0) { e = LTP_ESYS; goto fail; }
     for (int i = 0; i < BATCH; i++) {
         u->rxiov[i] = (struct iovec){u->rxbuf + (size_t)i * LTP_MAX_DATAGRAM, LTP_MAX_DATAGRAM};
@@ -224,9 +236,30 @@ static uint64_t arrival_us(ltp_udp_t *u, int i, uint64_t now, const struct times
     return now;
 }
 
+/* Read the ICMP reports IP_RECVERR queues (a peer's port closed, a host unreachable): counted;
+ * the protocol treats them as the losses they are. */
+static void drain_errqueue(ltp_udp_t *u)
+{
+    char data[64], ctl[512];
+    for (int i = 0; i < 64; i++) {
+        struct iovec iov = {data, sizeof data};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof ctl};
+        if (recvmsg(u->fd, &mh, MSG_ERRQUEUE | MSG_DONTWAIT) < 0) break;
+        ltp_core__count(u->core, LTP_S_ICMP_ERRORS, 1);
+    }
+    u->errq = 0;
+}
+
+/* An ICMP error an earlier datagram caused, reported on this call instead of its own result. */
+static int icmp_errno(int e)
+{
+    return e == ECONNREFUSED || e == EHOSTUNREACH || e == ENETUNREACH || e == EHOSTDOWN;
+}
+
 static int do_rx(ltp_udp_t *u)
 {
     int total = 0;
+    if (u->errq) drain_errqueue(u);
     for (int round = 0; round < 16; round++) {   /* bounded so sending is never starved */
         for (int i = 0; i < BATCH; i++) {
             u->rxm[i].msg_hdr.msg_namelen = sizeof(struct sockaddr_in);
@@ -236,7 +269,10 @@ static int do_rx(ltp_udp_t *u)
         int n = recvmmsg(u->fd, u->rxm, BATCH, MSG_DONTWAIT, NULL);
         if (n < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
-            if (errno == ECONNREFUSED) continue;   /* ICMP from a peer not up yet */
+            if (icmp_errno(errno)) {   /* e.g. a peer not up yet, or gone */
+                drain_errqueue(u);
+                continue;
+            }
             return LTP_ESYS;
         }
         uint64_t now = now_us();
@@ -258,7 +294,8 @@ static int do_rx(ltp_udp_t *u)
 }
 
 /* Send the pending batch, then refill it from the core while it has datagrams due. Returns the
- * number sent, 1 << 30 if the socket is full (wait for POLLOUT), or LTP_ESYS. */
+ * number sent, TX_FULL if the socket is full (wait for POLLOUT), TX_REFUSED if the host's own
+ * queue refused a datagram (send it again after refused_us), or LTP_ESYS. */
 static int do_tx(ltp_udp_t *u)
 {
     int sent = 0;
@@ -279,17 +316,31 @@ static int do_tx(ltp_udp_t *u)
         }
         int n = sendmmsg(u->fd, u->txm + u->tx_off, (unsigned)(u->tx_n - u->tx_off), MSG_DONTWAIT);
         if (n < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
                 ltp_core__count(u->core, LTP_S_TX_EAGAIN, 1);
-                return 1 << 30;
+                return TX_FULL;
+            }
+            if (errno == ENOBUFS) {
+                /* The qdisc of this host's link is full and dropped the datagram: keep it (and the
+                 * rest of the batch) and offer it again once some of the queue has drained. POLLOUT
+                 * would not wait: the dropped datagrams no longer count against the socket. */
+                ltp_core__count(u->core, LTP_S_TX_REFUSED, 1);
+                u->refused_us = u->refused_us ? MIN(2 * u->refused_us, REFUSED_MAX_US) : REFUSED_MIN_US;
+                return TX_REFUSED;
             }
             if (errno == EINTR) continue;
-            if (errno == ECONNREFUSED || errno == EHOSTUNREACH || errno == ENETUNREACH) {
+            if (errno == ECONNREFUSED) {   /* an earlier datagram's ICMP error: this one is unsent */
+                u->errq = 1;
+                continue;
+            }
+            if (errno == EHOSTUNREACH || errno == ENETUNREACH || errno == EHOSTDOWN) {
+                u->errq = 1;
                 u->tx_off++;   /* the network lost it; the protocol recovers */
                 continue;
             }
             return LTP_ESYS;
         }
+        u->refused_us = 0;
         u->tx_off += n;
         sent += n;
     }
@@ -314,9 +365,11 @@ static void *progress(void *arg)
         uint64_t now = now_us();
         short events = POLLIN;
         uint64_t wake;
-        if (sent == 1 << 30) {
+        if (sent == TX_FULL) {
             events |= POLLOUT;
             wake = now + IDLE_MAX_US;
+        } else if (sent == TX_REFUSED) {
+            wake = now + u->refused_us;
         } else {
             wake = ltp_core_next_timeout(u->core, now);
             if (got < 0 || sent < 0 || (wake <= now && got == 0 && sent == 0)) wake = now + IDLE_FLOOR_US;
@@ -332,6 +385,7 @@ static void *progress(void *arg)
             ssize_t n = read(u->efd, &drained, sizeof drained);
             (void)n;
         }
+        if (pfd[0].revents & POLLERR) u->errq = 1;   /* else ppoll would return at once, forever */
         pthread_mutex_lock(&u->mu);
     }
     pthread_mutex_unlock(&u->mu);
@@ -472,6 +526,23 @@ int ltp_udp_service(ltp_udp_t *u, uint64_t timeout_us)
     int rc = wait_for(u, timeout_us, NULL, NULL);
     pthread_mutex_unlock(&u->mu);
     return rc;
+}
+
+int ltp_udp_linger(ltp_udp_t *u, uint64_t max_us)
+{
+    if (!u) return LTP_EINVAL;
+    pthread_mutex_lock(&u->mu);
+    uint64_t end = now_us() + max_us;
+    ltp_core_linger(u->core, now_us());
+    kick(u);   /* the farewell CLOSE copies go out now */
+    for (;;) {
+        uint64_t now = now_us(), until = MIN(ltp_core_linger_until(u->core, now), end);
+        if (now >= until) break;
+        struct timespec abs = {(time_t)(until / 1000000u), (long)(until % 1000000u) * 1000};
+        pthread_cond_timedwait(&u->cv, &u->mu, &abs);   /* re-asked after every loop turn */
+    }
+    pthread_mutex_unlock(&u->mu);
+    return LTP_OK;
 }
 
 void ltp_udp_stats(ltp_udp_t *u, uint64_t *out, int n)
