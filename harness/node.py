@@ -2,10 +2,12 @@
 
 Started by the runner inside a Mininet host (its own network namespace and process group)::
 
-    python -m harness.node --run RUN --role ps
-    python -m harness.node --run RUN --role worker --rank 3
+    python -m harness.node --run RUN --role ps [--session RUN/session.key]
+    python -m harness.node --run RUN --role worker --rank 3 [--session RUN/session.key]
 
-where ``RUN`` is the run folder holding ``spec.json`` (layout: :mod:`harness.runfiles`).
+where ``RUN`` is the run folder holding ``spec.json`` (layout: :mod:`harness.runfiles`) and the
+session file holds the run's session id and key, which the runner drew for this run and gives
+every host (over the shared file system, never the emulated network).
 Bulk-synchronous data-parallel training, one iteration ``t``:
 
 1. the PS broadcasts the parameters (message ``t``) to every worker;
@@ -39,11 +41,11 @@ import torch.nn.functional as F
 
 from harness import datasets, models
 from harness.runfiles import (EvalRecord, HostSummary, PsIteration, Recorder, RunFiles,
-                              WorkerIteration)
+                              WorkerIteration, read_session)
 from harness.spec import RunSpec
 from topologies.incast import PS_IP, PS_NAME, worker_ip, worker_name
 from transports import registry
-from transports.base import Addr
+from transports.base import Addr, Session, Transport
 
 
 def addresses(spec: RunSpec, loopback: bool) -> tuple[Addr, list[Addr]]:
@@ -116,12 +118,21 @@ class _Trainer:
         return ""
 
 
-def run_ps(spec: RunSpec, files: RunFiles, loopback: bool) -> HostSummary:
+def make_transport(spec: RunSpec, session: Session | None) -> Transport:
+    """The run's transport, in the run's session (without one, in a session of its own)."""
+    transport = registry.create(spec.transport, spec.options())
+    if session is not None:
+        transport.use_session(session)
+    return transport
+
+
+def run_ps(spec: RunSpec, files: RunFiles, loopback: bool,
+           session: Session | None = None) -> HostSummary:
     """Serve one training job; return the summary."""
     rec = Recorder(files, PS_NAME)
     trainer = _Trainer(spec, rec)
     layout = models.layout(trainer.model)
-    transport = registry.create(spec.transport, spec.options())
+    transport = make_transport(spec, session)
     ps_addr, worker_addrs = addresses(spec, loopback)
     started = time.monotonic()
     with transport.serve(ps_addr, worker_addrs, layout) as end:
@@ -161,12 +172,14 @@ def run_ps(spec: RunSpec, files: RunFiles, loopback: bool) -> HostSummary:
             cpu_s=cpu_s(), transport_stats=end.stats(), train_s=trainer.train_s,
             train_start_time=train_start_time, train_end_time=train_end_time,
             stopped_by=stopped_by, cpu_busy_frac=cpu_busy, transport=transport.slug,
-            transport_options=transport.options())
+            transport_options=transport.options(), session_id=transport.session.session_id,
+            rejections=end.rejections())
     rec.summary(summary)
     return summary
 
 
-def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool) -> HostSummary:
+def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool,
+               session: Session | None = None) -> HostSummary:
     """Train as worker ``rank``; return the summary."""
     host = worker_name(rank)
     rec = Recorder(files, host)
@@ -176,7 +189,7 @@ def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool) -> Hos
     mine = datasets.shard(len(y_train), rank, spec.n_workers, spec.seed)
     rng = np.random.default_rng(spec.seed * 1000 + rank + 1)
     order, pos = rng.permutation(mine), 0
-    transport = registry.create(spec.transport, spec.options())
+    transport = make_transport(spec, session)
     ps_addr, worker_addrs = addresses(spec, loopback)
     started = time.monotonic()
     done = 0
@@ -208,7 +221,8 @@ def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool) -> Hos
             done = t + 1
         summary = HostSummary(host=host, role="worker", rank=rank, iterations=done,
                               elapsed_s=time.monotonic() - started, cpu_s=cpu_s(),
-                              transport_stats=end.stats())
+                              transport_stats=end.stats(), session_id=transport.session.session_id,
+                              rejections=end.rejections())
     rec.summary(summary)
     return summary
 
@@ -222,15 +236,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rank", type=int, default=0, help="worker rank, 0-based")
     parser.add_argument("--loopback", action="store_true",
                         help="use 127.0.0.1 with one port per host instead of the topology's IPs")
+    parser.add_argument("--session", type=Path, default=None,
+                        help="the run's session file (default: RUN/session.key if it exists; "
+                             "without one the transport opens in a session of its own)")
     args = parser.parse_args(argv)
     # Nine processes share two cores: one thread each keeps them from fighting.
     torch.set_num_threads(1)
     files = RunFiles(args.run)
     spec = RunSpec.from_json(files.spec.read_text())
+    path = args.session or (files.session if files.session.exists() else None)
+    session = read_session(path) if path else None
     if args.role == "ps":
-        run_ps(spec, files, args.loopback)
+        run_ps(spec, files, args.loopback, session)
     else:
-        run_worker(spec, args.rank, files, args.loopback)
+        run_worker(spec, args.rank, files, args.loopback, session)
     return 0
 
 

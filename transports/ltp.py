@@ -13,7 +13,10 @@ help come from the core's option table (``ltp_option`` in ``ltp.h``); the rest (
 critical segments, the pull threshold, the test drop hook) are the binding's own.
 
 Addresses are static: the PS is given every worker's (ip, port) and only accepts datagrams from
-them; a worker binds exactly the address the PS was given. The wire format, state machines and
+them; a worker binds exactly the address the PS was given. Every end opens in the transport's
+:class:`~transports.base.Session` (the harness hands each host of a run the same one): its id is
+the session id on the wire, and with ``auth`` on its key keys the MAC of every datagram. Each end
+tells its core the exact size of every segment it receives, and the core refuses anything else. The wire format, state machines and
 the meaning of every option are in ``docs/ltp-protocol.md``.
 
     >>> from transports import registry
@@ -38,6 +41,7 @@ from transports.base import (
     OptionError,
     SendReport,
     ServerEnd,
+    Session,
     Transport,
     TransportError,
     WorkerEnd,
@@ -104,9 +108,10 @@ def ltp_options() -> tuple[Option, ...]:
         Option("critical_segments", (), "names",
                help="layout segments that must always arrive whole (sent first)"),
         _core_option("ack_every"), _core_option("ack_delay_us"),
-        _core_option("max_open_per_peer"), _core_option("session_id"),
-        Option("linger_ms", 200.0, "float", 0.0, 60_000.0, unit="ms",
-               help="the PS answers late data this long before closing"),
+        _core_option("max_open_per_peer"), _core_option("auth"),
+        Option("linger_ms", 10_000.0, "float", 0.0, 60_000.0, unit="ms",
+               help="longest a closing end (PS or worker) waits for its peers to go quiet "
+                    "(linger_rtts round trips without a datagram)"),
         Option("rx_drop_frac", 0.0, "float", 0.0, 0.99, unit="fraction",
                help="loopback test hook: drop this seeded fraction of received DATA"),
         _core_option("seed"),
@@ -153,14 +158,20 @@ class LtpTransport(Transport):
                 problem = problem.replace(field, option)
             raise OptionError(f"LTP {problem}.")
 
+    def session_settings(self) -> dict[str, float]:
+        """The core fields that come from the run's session rather than from options."""
+        return {"session_id": self.session.session_id}
+
     def serve(self, bind: Addr, workers: Sequence[Addr], layout: Layout) -> LtpServer:
-        settings = self.core_settings(self.receive_thresholds(), {"max_msg_bytes": _msg_bytes(layout)})
-        return LtpServer(self._options, settings, bind, workers, layout)
+        settings = self.core_settings(self.receive_thresholds(), {"max_msg_bytes": _msg_bytes(layout),
+                                                                  **self.session_settings()})
+        return LtpServer(self._options, settings, bind, workers, layout, self.session)
 
     def connect(self, rank: int, bind: Addr, server: Addr, layout: Layout) -> LtpWorker:
         pull = self._options["pull_threshold"]
-        settings = self.core_settings((pull, pull), {"max_msg_bytes": _msg_bytes(layout)})
-        return LtpWorker(self._options, settings, rank, bind, server, layout)
+        settings = self.core_settings((pull, pull), {"max_msg_bytes": _msg_bytes(layout),
+                                                     **self.session_settings()})
+        return LtpWorker(self._options, settings, rank, bind, server, layout, self.session)
 
 
 def _msg_bytes(layout: Layout) -> int:
@@ -215,9 +226,11 @@ def _send_report(nbytes: int, parts: Sequence[Mapping[str, float]]) -> SendRepor
     """One peer's report, summed over its parts (``ltp_send_stats_t`` each)."""
     last = parts[-1]  # rate and RTT estimates are per peer: any part has the latest
     closed = native.send_done().index("closed")
+    stale = native.send_done().index("stale")
     stats = {"acked_packets": sum(s["acked_packets"] for s in parts),
              "count": sum(s["count"] for s in parts),
              "closed_by_peer": float(sum(s["done"] == closed for s in parts)),
+             "refused_stale": float(sum(s["done"] == stale for s in parts)),
              "peer_received": sum(s["peer_received"] for s in parts),
              "elapsed_us": max(s["elapsed_us"] for s in parts), "srtt_us": last["srtt_us"],
              "pacing_rate_mbps": last["pacing_rate_mbps"], "btl_bw_mbps": last["btl_bw_mbps"]}
@@ -233,7 +246,8 @@ def _delivery(layout: Layout, values: np.ndarray, mask: np.ndarray,
     total = sum(s["total_bytes"] for s in got)
     complete = received == total
     stats = {name: float(sum(s[name] for s in got))
-             for name in ("packets", "count", "duplicates", "retransmits", "early_closed")}
+             for name in ("packets", "count", "duplicates", "retransmits", "early_closed",
+                          "conflicts")}
     stats.update(critical_packets=float(sum(s["critical_count"] for s in got)),
                  close_reason=max(s["close_reason"] for s in got),
                  elapsed_us=max(s["elapsed_us"] for s in got),
@@ -268,13 +282,26 @@ def _end_stats(end: native.Endpoint) -> dict[str, float]:
 
 
 class _Messages:
-    """One native endpoint carrying messages of one layout: Deliveries and SendReports."""
+    """One native endpoint carrying messages of one layout: Deliveries and SendReports.
+
+    ``receives`` is every (segment, float count) this end receives; the core is told each one's
+    exact size (segment 0 with the critical span first on the wire) and refuses anything else.
+    """
 
     def __init__(self, settings: Mapping[str, float], rank: int, bind: Addr, layout: Layout,
-                 critical: Sequence[str], rx_drop_frac: float) -> None:
+                 critical: Sequence[str], rx_drop_frac: float, session: Session,
+                 receives: Sequence[tuple[int, int]]) -> None:
         self.layout = layout
         self.wire = _WireOrder(layout, critical)
         self.end = native.Endpoint(settings, rank, bind, rx_drop_frac)
+        try:
+            if settings.get("auth"):
+                self.end.set_key(session.key)
+            for segment, n_floats in receives:
+                self.end.expect(segment, 4 * n_floats, self.wire.critical_bytes if segment == 0 else 0)
+        except BaseException:
+            self.end.close()
+            raise
 
     def send(self, peers: Sequence[int], msg_id: int, values: np.ndarray,
              timeout_s: float) -> list[SendReport]:
@@ -317,6 +344,10 @@ class _Messages:
         items = [native.RecvItem(peer, msg_id, seg, bufs[k][off:off + cnt], masks[k][off:off + cnt])
                  for k, peer in enumerate(peers) for seg, off, cnt in parts]
         got = self.end.recv(items, timeout_s, what=f"receiving message {msg_id}")
+        for s, (seg, _, cnt) in zip(got, parts * len(peers)):
+            if s["total_bytes"] != 4 * cnt:   # the core refuses other shapes; never deliver one
+                raise LtpProtocolError(f"message {msg_id} segment {seg} arrived with "
+                                       f"{s['total_bytes']:.0f} bytes, not {4 * cnt}.", -1)
         per, out = len(parts), []
         for k in range(len(peers)):
             values, mask = bufs[k], masks[k]
@@ -331,6 +362,22 @@ class _Messages:
 
 
 # ---------------------------------------------------------------------------- the two ends
+def _linger(end: native.Endpoint, max_s: float) -> None:
+    """Keep ``end`` running until its peers went quiet (``ltp_udp_linger``), ``max_s`` at most.
+
+    Both ends need it: a peer whose last CLOSE copies were all lost keeps probing, and a gone
+    end answers nothing, so the peer would wait until its own deadline (a PS in its final
+    broadcast, a worker in its final push). The end sends one more CLOSE for each peer's last
+    message and leaves once no peer has sent anything for ``linger_rtts`` round trips.
+    """
+    if end.closed or max_s <= 0:
+        return
+    try:
+        end.linger(max_s)
+    except TransportError:
+        pass  # closing anyway
+
+
 class LtpServer(ServerEnd):
     """The PS end: one socket, one peer slot per worker (slot == rank).
 
@@ -338,13 +385,14 @@ class LtpServer(ServerEnd):
     """
 
     def __init__(self, options: Mapping[str, Any], settings: Mapping[str, float], bind: Addr,
-                 workers: Sequence[Addr], layout: Layout) -> None:
+                 workers: Sequence[Addr], layout: Layout, session: Session) -> None:
         self.layout = layout
         self.n_workers = len(workers)
         self.filler = filling.Filler(options["filler"])
         self.linger_s = options["linger_ms"] / 1000.0
         self.net = _Messages(settings, native.rank_server(), bind, layout,
-                             options.get("critical_segments", ()), options["rx_drop_frac"])
+                             options.get("critical_segments", ()), options["rx_drop_frac"],
+                             session, self.receives())
         self.end = self.net.end
         try:
             for rank, addr in enumerate(workers):
@@ -352,6 +400,10 @@ class LtpServer(ServerEnd):
         except BaseException:
             self.end.close()
             raise
+
+    def receives(self) -> list[tuple[int, int]]:
+        """(segment, float count) of every message this end receives: the whole gradient."""
+        return [(0, self.layout.n_floats)]
 
     def wait_for_workers(self, timeout_s: float) -> None:
         self.end.wait_greeted(timeout_s, what=f"waiting for {self.n_workers} workers to say HELLO")
@@ -379,17 +431,13 @@ class LtpServer(ServerEnd):
     def stats(self) -> dict[str, float]:
         return _end_stats(self.end)
 
-    def close(self) -> None:
-        """Linger for ``linger_ms`` answering late data, then release the socket and core.
+    def rejections(self) -> dict[str, float]:
+        stats = self.end.stats()
+        return {name: stats[name] for name in native.rejection_stats() if name in stats}
 
-        The protocol only runs inside calls: without the linger, a worker whose last CLOSE copies
-        were all lost would retransmit its final gradient to a PS that is gone until it timed out.
-        """
-        if not self.end.closed and self.linger_s > 0:
-            try:
-                self.service(self.linger_s)
-            except TransportError:
-                pass  # closing anyway
+    def close(self) -> None:
+        """Linger until no worker can need this end (:func:`_linger`), then release it."""
+        _linger(self.end, self.linger_s)
         self.end.close()
 
 
@@ -397,7 +445,7 @@ class LtpWorker(WorkerEnd):
     """A worker's end: one socket with the PS as its only peer."""
 
     def __init__(self, options: Mapping[str, Any], settings: Mapping[str, float], rank: int,
-                 bind: Addr, server: Addr, layout: Layout) -> None:
+                 bind: Addr, server: Addr, layout: Layout, session: Session) -> None:
         ps_rank = native.rank_server()
         if not 0 <= rank < ps_rank:
             raise OptionError(f"an LTP worker rank must be from 0 to {ps_rank - 1}, not {rank}.")
@@ -407,8 +455,9 @@ class LtpWorker(WorkerEnd):
         # would wreck the model, and masked-mean needs several senders. (With the default
         # pull_threshold of 1.0 every parameter arrives anyway.)
         self.filler = filling.Filler("previous")
+        self.linger_s = options["linger_ms"] / 1000.0
         self.net = _Messages(settings, rank, bind, layout, options.get("critical_segments", ()),
-                             options["rx_drop_frac"])
+                             options["rx_drop_frac"], session, [(0, layout.n_floats)])
         self.end = self.net.end
         try:
             self.server_peer = self.end.add_peer(ps_rank, server)
@@ -433,5 +482,11 @@ class LtpWorker(WorkerEnd):
     def stats(self) -> dict[str, float]:
         return _end_stats(self.end)
 
+    def rejections(self) -> dict[str, float]:
+        stats = self.end.stats()
+        return {name: stats[name] for name in native.rejection_stats() if name in stats}
+
     def close(self) -> None:
+        """Linger until the PS cannot need this end (:func:`_linger`), then release it."""
+        _linger(self.end, self.linger_s)
         self.end.close()

@@ -35,17 +35,20 @@ static const optdef_t OPTS[] = {
          "first-pass order: index order, seeded shuffle, or index order with only critical retransmissions first"),
     ENUM(peer_schedule, LTP_ENUM_SCHEDULE, LTP_SCHED_SERIAL, LTP_SCHED_SERIAL,
          "one sender's link among peers: round robin, or one message after another in queueing order"),
+    BOOL(shared_link, 1, "with the serial schedule, the sends to all peers share one rate model (one flow over this end's link)"),
     /* The largest double below 2^64, so every accepted value converts to uint64_t. */
     U64(seed, 0, 18446744073709549568.0, 1, "", "seeds the random send order and the bandwidth-probing phase"),
     DBL(threshold_min, 0, 1, 0.80, "fraction", "lowest early-close threshold (received fraction of a message)"),
     DBL(threshold_max, 0, 1, 0.99, "fraction", "highest early-close threshold; equal to threshold_min for a fixed one"),
     DBL(loss_weight, 0, 100, 1.0, "", "weight of the first-pass loss estimate p_hat in the threshold"),
-    DBL(rtt_weight, 0, 1, 0.05, "", "weight of srtt / T_pass in the threshold"),
-    DBL(loss_ewma_gain, 0, 1, 0.25, "", "weight of a new first-pass loss sample in p_hat"),
+    DBL(rtt_weight, 0, 1, 0.0, "", "weight of srtt / T_pass in the threshold"),
+    U32(loss_window, 1, LTP_LOSS_WINDOW_MAX, 8, "messages", "p_hat is the least first-pass loss of this many recent messages of a peer"),
     U32(close_grace_min_us, 0, 60e6, 1000, "us", "least wait after the sender's first pass before an early close"),
     DBL(grace_rtt_mult, 0, 1000, 2.0, "RTTs", "wait after the first pass in sender srtt (at least close_grace_min_us)"),
     U32(max_wait_us, 1, 3600e6, 1000000, "us", "hard cap after the first packet; closes only at threshold_min or above"),
     U32(close_copies, 1, 16, 2, "datagrams", "CLOSE copies sent when a message closes"),
+    U32(linger_rtts, 0, 1000, 8, "RTTs", "a closing end leaves once no peer sent anything for this many round trips"),
+    U32(linger_min_us, 0, 60e6, 100000, "us", "a closing end stays quiet at least this long (see linger_rtts)"),
     U32(ack_every, 1, 1024, 8, "packets", "an ACK at least every this many DATA packets"),
     U32(ack_delay_us, 0, 1e6, 200, "us", "longest an ACK waits for more DATA"),
     U32(reorder_window_min_us, 0, 1e6, 100, "us", "least reordering window of RACK (else min RTT / 4)"),
@@ -61,6 +64,7 @@ static const optdef_t OPTS[] = {
     U32(pacing_quantum_us, 1, 1e6, 500, "us", "burst allowance: this long at the pacing rate"),
     U32(pacing_quantum_min_pkts, 1, 1024, 2, "packets", "smallest burst allowance"),
     U32(pacing_quantum_max_pkts, 1, 1024, 32, "packets", "largest burst allowance"),
+    U32(link_catchup_us, 0, 1e6, 1000, "us", "the serial schedule's link (shared_link) keeps pacing tokens this long: a late thread catches up"),
     U32(bw_window_rounds, 1, 1000, 10, "round trips", "bottleneck bandwidth is the largest sample over this many rounds"),
     U32(min_rtt_window_us, 1000, 3600e6, 10000000, "us", "min RTT is the least sample over this long"),
     BOOL(rate_hint, 1, "receiver-driven fair share on incast: send hints in ACKs and obey received ones"),
@@ -72,6 +76,14 @@ static const optdef_t OPTS[] = {
     U32(hint_drain_us, 100, 10e6, 10000, "us", "a standing queue of q us lowers the gain by q / this"),
     U32(hint_sample_pkts, 1, 1e6, 256, "packets", "a capacity sample spans at least this many packets"),
     U32(hint_catchup_us, 0, 1e6, 4000, "us", "a hinted sender's token bucket holds this long at the hint"),
+    BOOL(auth, 1, "authenticate every datagram with a SipHash-2-4 tag under the run's key"),
+    U32(rx_msg_window, 1, 2147483648.0, 64, "messages",
+        "new message ids are accepted at most this far past the last one taken"),
+    U32(rx_first_msg_id, 0, 4294967295.0, 0, "", "first message id accepted before any message was taken"),
+    U32(rx_idle_evict_us, 1000, 3600e6, 5000000, "us", "an open receive context that heard nothing this long is evicted"),
+    DBL(hint_min_mbps, 0, 1e6, 0.1, "Mbit/s", "a received rate hint below this is raised to it"),
+    DBL(hint_max_mbps, 0.001, 1e9, 10000, "Mbit/s", "a received rate hint above this is lowered to it"),
+    U32(hint_ttl_max_us, 1000, 60e6, 200000, "us", "a received rate hint is obeyed at most this long"),
 };
 #define N_OPTS ((int)(sizeof OPTS / sizeof OPTS[0]))
 
@@ -118,9 +130,11 @@ int ltp_config_set(ltp_config_t *c, const char *name, double v)
 
 uint32_t ltp_chunk_bytes(const ltp_config_t *c)
 {
-    uint32_t d = c->max_udp_payload_bytes ? c->max_udp_payload_bytes : LTP_ETH_DATAGRAM;
-    if (d < LTP_DATA_HDR_BYTES + 4) return 0;
-    return (d - LTP_DATA_HDR_BYTES) & ~3u;
+    /* a configured 0 is the Ethernet datagram until a driver sets it from the path MTU */
+    size_t d = c->max_udp_payload_bytes ? c->max_udp_payload_bytes : LTP_ETH_DATAGRAM;
+    size_t room = LTP_DATA_HDR_BYTES + auth_trailer(c);
+    if (d < room + 4) return 0;
+    return (uint32_t)((d - room) & ~(size_t)3);
 }
 
 /* Why c is not a valid configuration, or NULL: every field within its table range, then the
@@ -142,6 +156,9 @@ static const char *problem(const ltp_config_t *c, char *scratch, size_t n)
     if (c->pacing_quantum_min_pkts > c->pacing_quantum_max_pkts)
         return "pacing_quantum_min_pkts must not exceed pacing_quantum_max_pkts";
     if (c->max_msg_bytes % 4) return "max_msg_bytes must be a multiple of 4";
+    if (c->auth && c->max_udp_payload_bytes && c->max_udp_payload_bytes < LTP_DATA_HDR_BYTES + 4 + LTP_MAC_BYTES)
+        return "max_udp_payload_bytes must be 0 (the path MTU) or leave room for the MAC with auth on (at least 64)";
+    if (c->hint_min_mbps > c->hint_max_mbps) return "hint_min_mbps must not exceed hint_max_mbps";
     return NULL;
 }
 
@@ -173,32 +190,50 @@ const char *ltp_strerror(int code)
     case LTP_ESTALE: return "the message is stale";
     case LTP_EOPTION: return "an option name or value was rejected";
     case LTP_EDROPPED: return "a datagram was dropped";
+    case LTP_EAUTH: return "a datagram failed authentication";
+    case LTP_EREJECTED: return "a datagram was refused as not what this endpoint expects or sent";
     default: return "unknown error code";
     }
 }
 
-static const char *STAT_NAMES[LTP_S__COUNT] = {
+static const char *const STAT_NAMES[] = {
     "rx_datagrams", "tx_datagrams", "rx_bytes", "tx_bytes", "malformed", "unknown_peer",
     "wrong_session", "stale", "rx_table_full", "duplicates", "late_data", "close_resent",
     "data_sent", "retransmits", "probes", "lost_detected", "acks_sent", "acks_received",
     "stray_control", "close_complete", "close_early", "close_max_wait", "close_stale",
     "sends_closed", "sends_all_acked", "sends_cancelled", "rx_dropped_hook", "tx_eagain",
     "acks_hinted", "hints_received", "tx_gso_runs", "rx_gro_runs",
-    "rx_placed",
+    "rx_placed", "rx_place_lost",
+    "bad_mac", "bad_shape", "out_of_window", "rx_evicted", "dup_conflict",
+    "bad_echo", "bad_close", "hints_clamped", "sends_stale", "close_ring_full",
+    "tx_refused", "icmp_errors",
 };
+_Static_assert(sizeof STAT_NAMES / sizeof STAT_NAMES[0] == LTP_S__COUNT, "one name per counter");
 const char *ltp_stat_name(int i) { return (i >= 0 && i < LTP_S__COUNT) ? STAT_NAMES[i] : NULL; }
 int ltp_stat_count(void) { return LTP_S__COUNT; }
+
+int ltp_stat_kind(int i)
+{
+    switch (i) {
+    case LTP_S_MALFORMED: case LTP_S_UNKNOWN_PEER: case LTP_S_WRONG_SESSION: case LTP_S_BAD_MAC:
+    case LTP_S_BAD_SHAPE: case LTP_S_OUT_OF_WINDOW: case LTP_S_RX_EVICTED: case LTP_S_DUP_CONFLICT:
+    case LTP_S_BAD_ECHO: case LTP_S_BAD_CLOSE: case LTP_S_HINTS_CLAMPED:
+        return LTP_STAT_REJECT;
+    default:
+        return (i >= 0 && i < LTP_S__COUNT) ? LTP_STAT_TRAFFIC : -1;
+    }
+}
 
 /* Value names of the exported enums, indexed by value (each enum starts at 0 and has no gaps). */
 static const char *const ORDER_NAMES[] = {"sequential", "random", "priority"};
 static const char *const SCHEDULE_NAMES[] = {"fair", "serial"};
 static const char *const CLOSE_NAMES[] = {"none", "complete", "early", "max_wait", "stale"};
-static const char *const DONE_NAMES[] = {"pending", "closed", "all_acked"};
+static const char *const DONE_NAMES[] = {"pending", "closed", "all_acked", "stale"};
 #define N_NAMES(a) ((int)(sizeof a / sizeof a[0]))
 _Static_assert(N_NAMES(ORDER_NAMES) == LTP_ORDER_PRIORITY + 1, "enum ltp_order names");
 _Static_assert(N_NAMES(SCHEDULE_NAMES) == LTP_SCHED_SERIAL + 1, "enum ltp_schedule names");
 _Static_assert(N_NAMES(CLOSE_NAMES) == LTP_CLOSE_STALE + 1, "enum ltp_close_reason names");
-_Static_assert(N_NAMES(DONE_NAMES) == LTP_SEND_ALL_ACKED + 1, "enum ltp_send_done names");
+_Static_assert(N_NAMES(DONE_NAMES) == LTP_SEND_STALE + 1, "enum ltp_send_done names");
 
 const char *ltp_enum_name(int enum_id, int value)
 {

@@ -9,7 +9,7 @@
 
 void tx_free(txmsg_t *m)
 {
-    free(m->order); free(m->pk); free(m->lost); free(m->seq_idx);
+    free(m->order); free(m->pk); free(m->lost); free(m->seq_idx); free(m->seq_ts);
     memset(m, 0, sizeof *m);
 }
 
@@ -32,7 +32,7 @@ static void tx_finish(ltp_core_t *c, peer_t *p, txmsg_t *m, int reason, uint64_t
 {
     /* Whatever is still in flight will never be acknowledged: stop counting it. */
     for (uint32_t i = 0; i < m->count; i++)
-        if (m->pk[i].state == PK_INFLIGHT) p->inflight_bytes -= wire_len(m, i);
+        if (m->pk[i].state == PK_INFLIGHT) p->fl->inflight_bytes -= wire_len(m, i);
     m->inflight_pkts = 0;
     m->n_lost = 0;
     memset(m->lost, 0, ((m->count + 63) / 64) * sizeof *m->lost);
@@ -42,6 +42,14 @@ static void tx_finish(ltp_core_t *c, peer_t *p, txmsg_t *m, int reason, uint64_t
     m->done_us = now;
     if (reason == LTP_SEND_CLOSED) c->st[LTP_S_SENDS_CLOSED]++;
     if (reason == LTP_SEND_ALL_ACKED) c->st[LTP_S_SENDS_ALL_ACKED]++;
+    if (reason == LTP_SEND_STALE) c->st[LTP_S_SENDS_STALE]++;
+}
+
+/* An ACK or CLOSE echoes the tx_seq and timestamp of a DATA it answers: genuine ones echo a
+ * transmission of ours exactly; a forger who never saw it has to guess both. */
+static int echo_sent(const txmsg_t *m, const hdr_t *h)
+{
+    return h->echo_seq < m->tx_seq_next && m->seq_ts[h->echo_seq] == h->echo_ts;
 }
 
 /* ---------------------------------------------------------------- loss detection */
@@ -50,7 +58,7 @@ static void mark_lost(ltp_core_t *c, peer_t *p, txmsg_t *m, uint32_t i)
     txpkt_t *k = &m->pk[i];
     if (k->state != PK_INFLIGHT) return;
     k->state = PK_LOST;
-    p->inflight_bytes -= wire_len(m, i);
+    p->fl->inflight_bytes -= wire_len(m, i);
     m->inflight_pkts--;
     m->lost[i / 64] |= 1ull << (i % 64);
     m->n_lost++;
@@ -129,7 +137,7 @@ static void ack_pkt(peer_t *p, txmsg_t *m, uint32_t i, const txpkt_t **newest)
     txpkt_t *k = &m->pk[i];
     if (k->state == PK_ACKED || k->state == PK_UNSENT) return;
     if (k->state == PK_INFLIGHT) {
-        p->inflight_bytes -= wire_len(m, i);
+        p->fl->inflight_bytes -= wire_len(m, i);
         m->inflight_pkts--;
     } else {   /* lost, then delivered after all: no retransmission needed */
         m->lost[i / 64] &= ~(1ull << (i % 64));
@@ -137,7 +145,7 @@ static void ack_pkt(peer_t *p, txmsg_t *m, uint32_t i, const txpkt_t **newest)
     }
     k->state = PK_ACKED;
     m->n_acked++;
-    p->bbr.delivered += wire_len(m, i);
+    p->fl->bbr.delivered += wire_len(m, i);
     if (!*newest || k->delivered > (*newest)->delivered ||
         (k->delivered == (*newest)->delivered && k->sent_us > (*newest)->sent_us))
         *newest = k;
@@ -164,11 +172,11 @@ int tx_on_ack(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now)
     c->st[LTP_S_ACKS_RECEIVED]++;
     txmsg_t *m = tx_find(c, p, h->msg_id, h->segment);
     if (!m || m->done) { c->st[LTP_S_STRAY_CONTROL]++; return LTP_OK; }
-    if (h->base > m->count || h->received > m->count || (uint64_t)h->base + h->bits > (uint64_t)m->count + 7 ||
-        h->echo_seq >= m->tx_seq_next) {
+    if (h->base > m->count || h->received > m->count || (uint64_t)h->base + h->bits > (uint64_t)m->count + 7) {
         c->st[LTP_S_MALFORMED]++;
         return LTP_EMALFORMED;
     }
+    if (!echo_sent(m, h)) { c->st[LTP_S_BAD_ECHO]++; return LTP_EREJECTED; }
     rate_on_hint(c, p, h->hint_kbps, now);
     const txpkt_t *newest = NULL;
     uint32_t acked_before = m->n_acked;
@@ -181,7 +189,7 @@ int tx_on_ack(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now)
     }
     ack_rtt(c, p, m, h, now);
     if (newest) {
-        p->bbr.delivered_us = now;
+        p->fl->bbr.delivered_us = now;
         if (c->cfg.cc) bbr_on_ack(c, p, newest, now);
     }
     if (m->n_acked > acked_before) m->pto_count = 0;
@@ -194,8 +202,12 @@ int tx_on_close(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now)
 {
     txmsg_t *m = tx_find(c, p, h->msg_id, h->segment);
     if (!m || m->done) { c->st[LTP_S_STRAY_CONTROL]++; return LTP_OK; }
+    if (!echo_sent(m, h)) { c->st[LTP_S_BAD_ECHO]++; return LTP_EREJECTED; }
+    /* The receiver cannot hold more distinct packets than we sent (m->packets: the first pass
+     * sends each index once), nor count the message differently. */
+    if (h->close_count != m->count || h->received > m->packets) { c->st[LTP_S_BAD_CLOSE]++; return LTP_EREJECTED; }
     m->peer_received = h->received;
-    tx_finish(c, p, m, LTP_SEND_CLOSED, now);
+    tx_finish(c, p, m, h->reason == LTP_CLOSE_STALE ? LTP_SEND_STALE : LTP_SEND_CLOSED, now);
     return LTP_OK;
 }
 
@@ -236,10 +248,14 @@ int ltp_core_send(ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg, const 
     m->lost = calloc((count + 63) / 64, sizeof *m->lost);
     m->seq_cap = count + count / 4 + 16;
     m->seq_idx = malloc((size_t)m->seq_cap * sizeof *m->seq_idx);
+    m->seq_ts = malloc((size_t)m->seq_cap * sizeof *m->seq_ts);
     m->lost_cursor = count;
     m->rack_timer_us = NEVER;
     m->enq_seq = c->n_enqueued++;
-    if (!m->pk || !m->lost || !m->seq_idx || build_order(c, p, m) != LTP_OK) { tx_free(m); return LTP_ENOMEM; }
+    if (!m->pk || !m->lost || !m->seq_idx || !m->seq_ts || build_order(c, p, m) != LTP_OK) {
+        tx_free(m);
+        return LTP_ENOMEM;
+    }
     m->used = 1;
     return LTP_OK;
 }
@@ -258,7 +274,7 @@ int ltp_core_send_status(ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg,
         s->elapsed_us = (m->done ? m->done_us : now) - m->start_us;
         s->srtt_us = p->srtt_us;
         s->pacing_rate_mbps = pacing_rate(c, p, now) * 8.0;
-        s->btl_bw_mbps = p->bbr.btl_bw * 8.0;
+        s->btl_bw_mbps = p->fl->bbr.btl_bw * 8.0;
     }
     return m->done ? 1 : 0;
 }
@@ -322,18 +338,19 @@ static void tx_account(ltp_core_t *c, peer_t *p, txmsg_t *m, uint32_t i, int ret
         m->next_first++;
         m->packets++;
     }
-    if (p->inflight_bytes == 0) p->bbr.first_sent_us = p->bbr.delivered_us = now;
+    if (p->fl->inflight_bytes == 0) p->fl->bbr.first_sent_us = p->fl->bbr.delivered_us = now;
     k->state = PK_INFLIGHT;
     k->tx_seq = m->tx_seq_next;
     k->sent_us = now;
-    k->delivered = p->bbr.delivered;
-    k->delivered_us = p->bbr.delivered_us;
-    k->first_sent_us = p->bbr.first_sent_us;
-    k->app_limited = p->bbr.app_limited_until != 0;
+    k->delivered = p->fl->bbr.delivered;
+    k->delivered_us = p->fl->bbr.delivered_us;
+    k->first_sent_us = p->fl->bbr.first_sent_us;
+    k->app_limited = p->fl->bbr.app_limited_until != 0;
     m->seq_idx[m->tx_seq_next++] = i;
     m->inflight_pkts++;
     m->last_sent_us = now;
-    p->inflight_bytes += wire_len(m, i);
+    p->fl->inflight_bytes += wire_len(m, i);
+    p->fl->bbr.round_max_inflight = MAX(p->fl->bbr.round_max_inflight, p->fl->inflight_bytes);
 }
 
 int tx_build_data(ltp_core_t *c, peer_t *p, txmsg_t *m, uint32_t i, int retrans, int probe,
@@ -346,6 +363,9 @@ int tx_build_data(ltp_core_t *c, peer_t *p, txmsg_t *m, uint32_t i, int retrans,
         uint32_t *n = realloc(m->seq_idx, (size_t)ncap * sizeof *n);
         if (!n) return LTP_ENOMEM;
         m->seq_idx = n;
+        uint32_t *ts = realloc(m->seq_ts, (size_t)ncap * sizeof *ts);
+        if (!ts) return LTP_ENOMEM;
+        m->seq_ts = ts;
         m->seq_cap = ncap;
     }
     tx_account(c, p, m, i, retrans, now);
@@ -355,6 +375,7 @@ int tx_build_data(ltp_core_t *c, peer_t *p, txmsg_t *m, uint32_t i, int retrans,
     h.critical = (uint16_t)m->critical;
     h.index = i; h.count = m->count; h.offset = i * m->chunk; h.total = m->total;
     h.payload_len = (uint16_t)len; h.tx_seq = m->pk[i].tx_seq; h.ts = (uint32_t)now;
+    m->seq_ts[h.tx_seq] = h.ts;
     h.srtt = (uint32_t)MIN(p->has_rtt ? p->srtt_us : 0, 4e9);
     h.payload = m->data + (size_t)i * m->chunk;
     int n = (int)(LTP_DATA_HDR_BYTES + len);
@@ -364,7 +385,7 @@ int tx_build_data(ltp_core_t *c, peer_t *p, txmsg_t *m, uint32_t i, int retrans,
     } else {
         wire_put_data(b, &h);
     }
-    m->wire_bytes += (uint64_t)n;
+    m->wire_bytes += (uint64_t)n + auth_trailer(&c->cfg);
     c->st[LTP_S_DATA_SENT]++;
     return n;
 }
