@@ -24,6 +24,7 @@ the meaning of every option are in ``docs/ltp-protocol.md``.
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -276,23 +277,36 @@ class _Messages:
         self.wire = _WireOrder(layout, critical)
         self.end = native.Endpoint(settings, rank, bind, rx_drop_frac)
 
-    def send(self, peers: Sequence[int], msg_id: int, values: np.ndarray,
-             timeout_s: float) -> list[SendReport]:
-        """Send ``values`` as one message (segment 0) to every peer, in one call into C."""
-        payload = self.wire.to_wire(_float32_payload(values, self.layout))
-        return self.send_parts(peers, msg_id, [(0, payload)], self.wire.critical_bytes, timeout_s)
+    def send(self, peers: Sequence[int], msg_id: int | Sequence[int], values: np.ndarray,
+             timeout_s: float, partial: bool = False) -> list[SendReport | None]:
+        """Send ``values`` as one message (segment 0) to every peer, in one call into C.
 
-    def send_parts(self, peers: Sequence[int], msg_id: int, parts: Sequence[tuple[int, np.ndarray]],
-                   critical_bytes: int, timeout_s: float) -> list[SendReport]:
+        ``msg_id`` is one id for every peer, or one per peer. With ``partial`` a peer whose send
+        did not finish by the deadline gets None (its send cancelled) instead of an error.
+        """
+        payload = self.wire.to_wire(_float32_payload(values, self.layout))
+        return self.send_parts(peers, msg_id, [(0, payload)], self.wire.critical_bytes, timeout_s,
+                               partial)
+
+    def send_parts(self, peers: Sequence[int], msg_id: int | Sequence[int],
+                   parts: Sequence[tuple[int, np.ndarray]], critical_bytes: int,
+                   timeout_s: float, partial: bool = False) -> list[SendReport | None]:
         """Send every (segment, contiguous float32 array) part to every peer, in one call into C.
 
-        Returns one report per peer, summed over its parts.
+        Returns one report per peer, summed over its parts (None for a peer not finished by the
+        deadline, with ``partial``).
         """
-        items = [native.SendItem(peer, msg_id, seg, arr, critical_bytes)
-                 for peer in peers for seg, arr in parts]
-        got = self.end.send(items, timeout_s, what=f"sending message {msg_id}")
+        ids = [msg_id] * len(peers) if isinstance(msg_id, int) else list(msg_id)
+        items = [native.SendItem(peer, mid, seg, arr, critical_bytes)
+                 for peer, mid in zip(peers, ids) for seg, arr in parts]
+        got = self.end.send(items, timeout_s, what=f"sending message {ids[0] if ids else 0}",
+                            partial=partial)
         per, nbytes = len(parts), sum(arr.nbytes for _, arr in parts)
-        return [_send_report(nbytes, got[i * per:(i + 1) * per]) for i in range(len(peers))]
+        out = []
+        for i in range(len(peers)):
+            mine = got[i * per:(i + 1) * per]
+            out.append(None if any(g is None for g in mine) else _send_report(nbytes, mine))
+        return out
 
     def recv(self, peers: Sequence[int], msg_id: int, timeout_s: float) -> list[Delivery]:
         """Receive message ``msg_id`` (segment 0) from every peer, in one call into C."""
@@ -346,6 +360,11 @@ class LtpServer(ServerEnd):
         self.net = _Messages(settings, native.rank_server(), bind, layout,
                              options.get("critical_segments", ()), options["rx_drop_frac"])
         self.end = self.net.end
+        # Parts of a gradient (segment, float offset, float count) and what recv_some has taken
+        # of a message whose other parts had not closed yet: rank -> (msg_id, values, mask,
+        # {part index: its stats}).
+        self.parts = getattr(self, "parts", [(0, 0, layout.n_floats)])
+        self._partial: dict[int, tuple[int, np.ndarray, np.ndarray, dict[int, dict]]] = {}
         try:
             for rank, addr in enumerate(workers):
                 self.end.add_peer(rank, addr)
@@ -362,6 +381,64 @@ class LtpServer(ServerEnd):
 
     def broadcast(self, msg_id: int, values: np.ndarray, timeout_s: float) -> list[SendReport]:
         return self.net.send(range(self.n_workers), msg_id, values, timeout_s)
+
+    def _decorate(self, delivery: Delivery) -> Delivery:
+        """What this transport adds to a gathered message's counters (PLOT: its bounds)."""
+        return delivery
+
+    def _held(self, rank: int, msg_id: int) -> tuple[np.ndarray, np.ndarray, dict[int, dict]]:
+        held = self._partial.get(rank)
+        if held is None or held[0] != msg_id:
+            n = self.layout.n_floats
+            held = (msg_id, np.zeros(n, dtype=np.float32), np.zeros(n, dtype=np.bool_), {})
+            self._partial[rank] = held
+        return held[1], held[2], held[3]
+
+    def recv_some(self, wanted, min_count: int, timeout_s: float) -> dict[int, Delivery]:
+        """Whichever workers deliver first (``ltp_udp_recv_some``): a message that closed is
+        taken, one that did not stays with the core; a message of several parts (PLOT's layers)
+        is handed out once every part closed, the parts taken so far kept here meanwhile."""
+        deadline = time.monotonic() + timeout_s
+        done: dict[int, Delivery] = {}
+        single = len(self.parts) == 1
+        while True:
+            items, where = [], []
+            for rank, mid in wanted.items():
+                if rank in done:
+                    continue
+                values, mask, taken = self._held(rank, mid)
+                for j, (seg, off, cnt) in enumerate(self.parts):
+                    if j not in taken:
+                        items.append(native.RecvItem(rank, mid, seg, values[off:off + cnt],
+                                                     mask[off:off + cnt]))
+                        where.append((rank, j))
+            need = min_count - len(done)
+            if need <= 0 or not items:
+                return done
+            left = deadline - time.monotonic()
+            got = self.end.recv_some(items, need if single else 1, max(left, 1e-6),
+                                     what="receiving gradients")
+            for (rank, j), stats in zip(where, got):
+                if stats is not None:
+                    self._partial[rank][3][j] = stats
+            for rank in {rank for rank, _ in where}:
+                mid, values, mask, taken = self._partial[rank]
+                if len(taken) == len(self.parts):
+                    del self._partial[rank]
+                    if single:
+                        values, mask = self.net.wire.from_wire(values, mask)
+                    d = _delivery(self.layout, values, mask, [taken[j] for j in range(len(taken))],
+                                  [seg for seg, _, _ in self.parts])
+                    done[rank] = self.filler.apply(rank, self._decorate(d))
+            if left <= 0:
+                return done
+
+    def send_some(self, messages, values: np.ndarray, timeout_s: float) -> dict[int, SendReport]:
+        """Send to each named worker its own message id, in one call; a send not finished by the
+        deadline is cancelled (calling again sends it again)."""
+        ranks = list(messages)
+        sent = self.net.send(ranks, [messages[r] for r in ranks], values, timeout_s, partial=True)
+        return {r: rep for r, rep in zip(ranks, sent) if rep is not None}
 
     def average(self, deliveries: Sequence[Delivery]) -> np.ndarray:
         if self.filler.kind == "masked-mean":
