@@ -131,6 +131,7 @@ class FaultInjector:
         self.restart_fn, self.cut_fn, self.restore_fn = restart, cut, restore
         self.applied_at: float | None = None
         self.ended = fault.kind in ("none", "straggler")
+        self.killed: set[str] = set()   # hosts killed on purpose (their exit is no crash)
 
     def _event(self, what: str, t_wall: float | None = None) -> None:
         rec = {"event": what, "host": self.host, "fault": self.fault.text(),
@@ -154,6 +155,7 @@ class FaultInjector:
             self.applied_at = now
             if f.kind in ("kill", "restart"):
                 self.procs[self.host].kill()
+                self.killed.add(self.host)
                 self._event("killed")
                 self.ended = f.kind == "kill"
             elif f.kind == "stall":
@@ -166,6 +168,7 @@ class FaultInjector:
             return
         if f.kind == "restart":
             self.procs[self.host] = self.restart_fn(self.host)
+            self.killed.discard(self.host)
             self._event("restarted")
         elif f.kind == "stall":
             self._signal(signal.SIGCONT)

@@ -374,6 +374,7 @@ class TcpWorker(WorkerEnd):
         self.sock: socket.socket | None = None
         self.cc_effective = ""
         self._rx = _Inbox(layout.n_floats)
+        self._tx: tuple[_Outbox, int, int] | None = None   # a push cut short by its deadline
 
     def join(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -396,16 +397,25 @@ class TcpWorker(WorkerEnd):
         self.sock = sock
 
     def push(self, msg_id: int, values: np.ndarray, timeout_s: float) -> SendReport:
-        payload = memoryview(np.ascontiguousarray(values, dtype=np.float32)).cast("B")
-        before = tcp_counters(self.sock)[0]
-        self.sock.settimeout(timeout_s)
-        try:
-            self.sock.sendmsg([HEADER.pack(MAGIC, self.rank, msg_id, len(payload))])
-            self.sock.sendall(payload)
-        except socket.timeout as exc:
-            raise TransportTimeout("the PS did not take the gradient before the deadline") from exc
+        """Send message ``msg_id``; at the deadline, raise :class:`TransportTimeout` keeping what
+        is left of it, so the next call with the same id goes on where this one stopped."""
+        if self._tx is None or self._tx[0].msg_id != msg_id:
+            payload = memoryview(np.ascontiguousarray(values, dtype=np.float32)).cast("B")
+            header = HEADER.pack(MAGIC, self.rank, msg_id, len(payload))
+            self._tx = (_Outbox(msg_id, header, payload), tcp_counters(self.sock)[0], len(payload))
+        box, before, nbytes = self._tx
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.sock.settimeout(max(deadline - time.monotonic(), 1e-3))
+            try:
+                if box.write(self.sock):
+                    break
+            except socket.timeout as exc:
+                raise TransportTimeout("the PS did not take the gradient before the deadline") \
+                    from exc
+        self._tx = None
         retrans = tcp_counters(self.sock)[0] - before
-        return SendReport(len(payload), len(payload) + HEADER.size, retransmits=retrans)
+        return SendReport(nbytes, nbytes + HEADER.size, retransmits=retrans)
 
     def pull(self, msg_id: int, timeout_s: float) -> Delivery:
         """Receive message ``msg_id``; at the deadline, raise :class:`TransportTimeout` keeping

@@ -50,7 +50,7 @@ def sweep(tmp_path):
                     curves.append({"run_id": r["run_id"], "scheme": scheme, "transport": scheme,
                                    "loss_pct": loss, "delay_ms": 0.0, "seed": seed,
                                    "iteration": 50, "time_s": 12.0, "accuracy": r["final_accuracy"],
-                                   "test_loss": 0.4})
+                                   "test_loss": 0.4, "sync": "bsp", "fault": "none"})
     results.append_rows(tmp_path / "runs.csv", results.RUNS_COLUMNS, rows)
     results.append_rows(tmp_path / "iterations.csv", results.ITERATIONS_COLUMNS, iters)
     results.append_rows(tmp_path / "curves.csv", results.CURVES_COLUMNS, curves)
