@@ -108,6 +108,7 @@ class ParameterServer:
         self.version = 0
         self.turnarounds: list[float] = []
         self.last_retry = 0.0
+        self.backlog: list[tuple[int, Delivery]] = []
 
     # ---- membership ---------------------------------------------------------------------
     def miss_after_s(self) -> float:
@@ -147,6 +148,7 @@ class ParameterServer:
                                   self.trainer.params.numpy(), self.miss_after_s())
         now = self.clock()
         rnd.broadcast_s += now - t0
+        self._check_gone(rnd.t)   # a send that failed because the connection ended: gone
         for r in ranks:
             m = self.members[r]
             if r in sent:
@@ -259,12 +261,18 @@ class ParameterServer:
                        if m.state == "computing"]
             until, need = min(overdue + [now + RETRY_S]), 1
         timeout = max(until - now, 0.0)
+        if self.backlog:   # arrivals beyond the last round's N come first
+            wanted, timeout = {}, 0.0
         got = self.end.recv_some(wanted, need, timeout) if wanted else {}
-        if not wanted:
+        if not wanted and timeout > 0:
             time.sleep(min(timeout, RETRY_S))
         self._check_gone(rnd.t)
-        for r in sorted(got):
-            self._arrived(r, got[r], rnd)
+        arrivals, self.backlog = self.backlog + sorted(got.items()), []
+        for i, (r, d) in enumerate(arrivals):
+            if self.sync.kind != "bsp" and len(rnd.ranks) >= self.n:
+                self.backlog = arrivals[i:]   # this round is full: they open the next one
+                break
+            self._arrived(r, d, rnd)
         now = self.clock()
         if self.sync.kind == "bsp":
             if now >= rnd.deadline:
