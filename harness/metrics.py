@@ -26,6 +26,8 @@ start of training, wall clock: the injector and the PS share the machine's clock
 events), ``iterations_lost`` how many rounds from the fault on closed without that worker's
 gradient, ``rejoin_s`` how long after the fault ended (a link restored, a process continued)
 until the PS had the worker back, and ``fault_iter_max_s`` the slowest round from the fault on.
+``false_alarms`` counts workers the PS counted missing that no fault had hit (a slow worker, a
+TCP flow in a retransmission timeout): the price of a deadline.
 
 **CPU.** The PS reads the machine's ``/proc/stat`` when training starts and ends
 (``cpu_busy_frac``: both cores busy is 1.0), and every host reports its own CPU time, so a run
@@ -108,12 +110,15 @@ def resilience(spec: RunSpec, files: RunFiles, ps: list[PsIteration],
            "staleness_max": int(stale.max()) if stale.size else None,
            "late_gradients": sum(rec.late for rec in ps),
            "fault_t_s": None, "detection_s": None, "detected_as": "", "iterations_lost": None,
-           "rejoin_s": None, "fault_iter_max_s": None}
+           "rejoin_s": None, "fault_iter_max_s": None, "false_alarms": 0}
     fault = parse_fault(spec.fault)
     rank = fault.rank(spec.n_workers)
+    events = files.fault_events()
+    struck = events[0]["mono"] if events else float("inf")
+    out["false_alarms"] = sum(1 for e in files.member_events() if e.event == "missing"
+                              and (e.rank != rank or e.mono < struck or fault.kind == "none"))
     if fault.kind == "straggler":
         out["iterations_lost"] = sum(1 for rec in ps if rec.ranks and rank not in rec.ranks)
-    events = files.fault_events()
     if not events:
         return out
     hit = events[0]

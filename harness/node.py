@@ -55,6 +55,7 @@ from transports import registry
 from transports.base import Addr, TransportError, TransportTimeout
 
 SLICE_S = 1.0   # a worker waits for the PS in slices this long, looking for its end in between
+PS_CLOSE_S = 10.0   # from the PS closing its end (linger included) to its summary
 
 
 def addresses(spec: RunSpec, loopback: bool) -> tuple[Addr, list[Addr]]:
@@ -172,7 +173,11 @@ def _patiently(call, files: RunFiles, timeout_s: float):
             if time.monotonic() >= deadline:
                 raise
         except TransportError:
-            if files.ps_finished():   # the PS closed its end while this worker was away
+            # The PS closed its end while this worker was away; its summary follows the close.
+            until = time.monotonic() + PS_CLOSE_S
+            while not files.ps_finished() and time.monotonic() < until:
+                time.sleep(0.05)
+            if files.ps_finished():
                 return None
             raise
 

@@ -323,17 +323,19 @@ class ParameterServer:
         """Collect gradients still on their way (at most ``END_S``), then send every live worker
         its final parameters; the caller writes the end marker in between (``mark``)."""
         deadline = self.clock() + END_S
-        rnd = _Round(t, self.clock())
         while True:
-            computing = {r: m.msg for r, m in enumerate(self.members) if m.state == "computing"}
+            # A missing worker may only be slow (a TCP flow in its retransmission timeout): its
+            # gradient is waited for too, so that it gets the final parameters rather than a
+            # closed connection.
+            pending = self._wanted()
             left = deadline - self.clock()
-            if not computing or left <= 0:
+            if not pending or left <= 0:
                 break
-            got = self.end.recv_some(computing, len(computing), left)
+            got = self.end.recv_some(pending, len(pending), left)
             self._check_gone(t)
             for r in got:
                 m = self.members[r]
-                m.state, m.msg = "ready", m.msg + 1
+                m.state, m.msg, m.owed = "ready", m.msg + 1, False
         self.rec.end()
         ready = [r for r, m in enumerate(self.members) if m.state == "ready"
                  or (m.state == "missing" and m.owed)]

@@ -157,6 +157,8 @@ RUNS_COLUMNS = (
     Column("rejoin_s", "s", "from the end of the fault (link restored, process continued) until "
                             "the PS had the worker back"),
     Column("fault_iter_max_s", "s", "the slowest round from the fault on"),
+    Column("false_alarms", "events", "workers counted missing that no fault had hit (slow, "
+                                     "e.g. a TCP flow in a retransmission timeout)"),
     Column("ps_cpu_s", "s", "CPU time of the PS process, all its threads"),
     Column("workers_cpu_s", "s", "CPU time of all worker processes together"),
     Column("wall_s", "s", "wall-clock time of the run, process start to exit"),

@@ -413,6 +413,8 @@ class TcpWorker(WorkerEnd):
             except socket.timeout as exc:
                 raise TransportTimeout("the PS did not take the gradient before the deadline") \
                     from exc
+            except OSError as exc:
+                raise TransportError(f"the connection to the PS failed ({exc})") from exc
         self._tx = None
         retrans = tcp_counters(self.sock)[0] - before
         return SendReport(nbytes, nbytes + HEADER.size, retransmits=retrans)
@@ -430,6 +432,8 @@ class TcpWorker(WorkerEnd):
                 alive = self._rx.feed(self.sock, _PS_SENDER, self.layout.n_bytes)
             except socket.timeout as exc:
                 raise TransportTimeout("the PS sent nothing before the deadline") from exc
+            except OSError as exc:   # a reset: the PS's end closed with our data unread
+                raise TransportError(f"the connection to the PS failed ({exc})") from exc
             if not alive:
                 raise TransportError("the PS closed the connection")
 
