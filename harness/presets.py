@@ -219,7 +219,7 @@ PRESETS: dict[str, Plan] = {
         base=_INCAST.replace(iterations=30, timeout_s=600.0)),
     "lab4": Plan(
         name="lab4", transports=("tcp-cubic", "ltp"), loss_pcts=(0.0,), bottleneck_mbps=(100.0,),
-        seeds=(0,), faults=("none", "kill@15", "link@15:2s"),
+        seeds=(0,), workers=(4,), faults=("none", "kill@15", "link@15:2s"),
         base=_INCAST.replace(n_workers=4, iterations=40, eval_every=5, timeout_s=300.0)),
 }
 DEFAULT_PRESET = "default"

@@ -29,7 +29,10 @@ def smallest(command: str, out: Path) -> str:
         preset = re.search(r"--preset (\S+)", command).group(1)
         if "--out" not in command:
             command += f" --out {out / preset}"
-        command += " --iterations 3 --workers 2"
+        if preset == "lab4":   # its faults must strike within the run, and a worker survive
+            command += " --iterations 10 --workers 2 --fault none,kill@4,link@4:1s"
+        else:
+            command += " --iterations 3 --workers 2"
     if " bench-network" in command:
         command += " --seconds 1"
     return command
@@ -50,3 +53,11 @@ def test_lab_commands_run(page, tmp_path, clean_machine):
                if r["status"] != "ok"]
         assert rows and not bad, f"{runs.parent.name}: runs that did not finish: {bad}"
         assert "Headline numbers" in (runs.parent / "report.md").read_text()
+        if runs.parent.name == "lab4":
+            # What students explain: the PS noticed the kill (TCP by the reset, LTP by the
+            # deadline) and trained on.
+            kills = {r["scheme"]: r for r in rows if r["fault"].startswith("kill")}
+            assert kills["tcp-cubic"]["detected_as"] == "gone"
+            assert kills["ltp"]["detected_as"] == "missing"
+            assert all(float(r["detection_s"]) < 2.0 for r in kills.values())
+            assert "Training through failure" in (runs.parent / "report.md").read_text()
