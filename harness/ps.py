@@ -193,9 +193,15 @@ class ParameterServer:
         m = self.members[r]
         if m.state == "missing":
             self._event("back", r, rnd.t)
+            # It rejoins at the pace of the others (our interpretation): under SSP the workers
+            # that went on must not wait for it to redo the gradients it missed.
+            others = [self.members[o].clock for o in self._live() if o != r]
+            m.clock = max([m.clock] + ([min(others) - 1] if others else []))
         self.turnarounds.append(self.clock() - m.sent_at)
         staleness = self.version - m.version
-        m.state, m.msg, m.clock = "ready", m.msg + 1, m.clock + 1
+        m.msg, m.clock = m.msg + 1, m.clock + 1
+        if m.state != "gone":   # a message that was whole before its connection ended
+            m.state = "ready"
         if self.sync.kind == "bsp":
             if r in rnd.participants and staleness == 0:
                 rnd.ranks.append(r)

@@ -166,3 +166,12 @@ def test_a_silent_worker_comes_back():
     assert events[0] == ("missing", 2) and ("back", 2) in events
     assert rec.iterations[-1].ranks == [0, 1, 2]
     assert any(r.ranks == [0, 1] for r in rec.iterations)
+
+
+def test_under_ssp_a_returning_worker_rejoins_at_the_others_pace():
+    t, why, rec, _, _ = _run("ssp:1", rounds=30, silent_until={2: 3.0})
+    assert why == "iterations" and ("back", 2) in [(e.event, e.rank) for e in rec.members]
+    after = [r for r in rec.iterations if r.t_s > 3.5]
+    # Once back, it contributes no more than its share: the others were not held for it.
+    ranks = [x for r in after for x in r.ranks]
+    assert ranks and ranks.count(2) <= ranks.count(0) + 2
