@@ -166,7 +166,16 @@ class ParameterServer:
         self.last_retry = now
         owed = [r for r, m in enumerate(self.members) if m.state == "missing" and m.owed]
         for r in self._send_quiet(owed, rnd):
-            self._event("back", r, rnd.t)
+            self._back(r, rnd.t)
+
+    def _back(self, r: int, t: int) -> None:
+        """Worker ``r`` is reachable again. It rejoins at the pace of the others (our
+        interpretation): under SSP the workers that went on must not wait for it to redo the
+        gradients it missed."""
+        self._event("back", r, t)
+        m = self.members[r]
+        others = [self.members[o].clock for o in self._live() if o != r]
+        m.clock = max([m.clock] + ([min(others) - 1] if others else []))
 
     def _send_quiet(self, ranks: list[int], rnd: _Round) -> list[int]:
         if not ranks:
@@ -192,11 +201,7 @@ class ParameterServer:
     def _arrived(self, r: int, d: Delivery, rnd: _Round) -> None:
         m = self.members[r]
         if m.state == "missing":
-            self._event("back", r, rnd.t)
-            # It rejoins at the pace of the others (our interpretation): under SSP the workers
-            # that went on must not wait for it to redo the gradients it missed.
-            others = [self.members[o].clock for o in self._live() if o != r]
-            m.clock = max([m.clock] + ([min(others) - 1] if others else []))
+            self._back(r, rnd.t)
         self.turnarounds.append(self.clock() - m.sent_at)
         staleness = self.version - m.version
         m.msg, m.clock = m.msg + 1, m.clock + 1
