@@ -135,9 +135,12 @@ def resilience(spec: RunSpec, files: RunFiles, ps: list[PsIteration],
     ended = next((e for e in events[1:] if e["event"] in ("restored", "continued", "restarted")),
                  None)
     if ended is not None:
-        back = next((e for e in members if e.event == "back" and e.mono >= ended["mono"]), None)
+        # From when the harness asked for the link back (packets may pass from the controller's
+        # first flow change on, before its call returns).
+        since = ended.get("called_mono", ended["mono"])
+        back = next((e for e in members if e.event == "back" and e.mono >= since), None)
         if back is not None:
-            out["rejoin_s"] = back.mono - ended["mono"]
+            out["rejoin_s"] = back.mono - since
     return out
 
 
