@@ -46,7 +46,7 @@ import torch.nn.functional as F
 
 from harness import datasets, models
 from harness.faults import parse_fault
-from harness.ps import ParameterServer
+from harness.ps import GEN_SHIFT, ParameterServer
 from harness.runfiles import EvalRecord, HostSummary, Recorder, RunFiles, WorkerIteration
 from harness.spec import RunSpec
 from harness.sync import parse_sync
@@ -182,10 +182,17 @@ def _patiently(call, files: RunFiles, timeout_s: float):
             raise
 
 
-def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool) -> HostSummary:
-    """Train as worker ``rank``; return the summary."""
+def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool,
+               generation: int = 0) -> HostSummary:
+    """Train as worker ``rank``; return the summary.
+
+    ``generation`` > 0: this process replaces one that was killed (``restart@K:Ts``). Its
+    message ids start at ``generation << GEN_SHIFT``, and it first pushes a join message with
+    that id (zeros), which the PS answers with the current parameters; its records are
+    ``<host>.g<generation>.*``.
+    """
     host = worker_name(rank)
-    rec = Recorder(files, host)
+    rec = Recorder(files, host if not generation else f"{host}.g{generation}")
     model = models.build(spec.model, spec.seed)
     layout = models.layout(model)
     x_train, y_train = datasets.load(spec.dataset, "train")
@@ -200,8 +207,12 @@ def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool) -> Hos
     done = 0
     with transport.connect(rank, worker_addrs[rank], ps_addr, layout) as end:
         end.join(spec.timeout_s)
-        k = 0
-        while True:
+        k, joined = generation << GEN_SHIFT, True
+        if generation:
+            zeros = np.zeros(layout.n_floats, dtype=np.float32)
+            joined = _patiently(lambda s: end.push(k, zeros, s), files, spec.timeout_s) is not None
+            k += 1
+        while joined:
             t0 = time.monotonic()
             params = _patiently(lambda s: end.pull(k, s), files, spec.timeout_s)
             t1 = time.monotonic()
@@ -229,7 +240,7 @@ def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool) -> Hos
                 train_loss=loss.item(), grad_bytes=sent.payload_bytes, wire_bytes=sent.wire_bytes,
                 packets=sent.packets, retransmits=sent.retransmits))
             k += 1
-            done = k
+            done += 1
         summary = HostSummary(host=host, role="worker", rank=rank, iterations=done,
                               elapsed_s=time.monotonic() - started, cpu_s=cpu_s(),
                               transport_stats=end.stats())
@@ -244,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the run folder, holding spec.json; records go to its raw/")
     parser.add_argument("--role", choices=("ps", "worker"), required=True)
     parser.add_argument("--rank", type=int, default=0, help="worker rank, 0-based")
+    parser.add_argument("--rejoin", type=int, default=0, metavar="GENERATION",
+                        help="this worker replaces a killed one (its restart count)")
     parser.add_argument("--loopback", action="store_true",
                         help="use 127.0.0.1 with one port per host instead of the topology's IPs")
     args = parser.parse_args(argv)
@@ -254,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.role == "ps":
         run_ps(spec, files, args.loopback)
     else:
-        run_worker(spec, args.rank, files, args.loopback)
+        run_worker(spec, args.rank, files, args.loopback, args.rejoin)
     return 0
 
 

@@ -60,6 +60,7 @@ from transports.base import Delivery, ServerEnd
 MISS_FLOOR_S = 1.0
 MISS_FACTOR = 4.0
 MISS_WINDOW = 10
+GEN_SHIFT = 24       # a restarted worker's message ids start at generation << GEN_SHIFT
 RETRY_S = 0.5        # how often parameters a worker did not get are sent again
 RETRY_SEND_S = 0.1   # how long such a send may take before it is left for the next try
 END_S = 5.0          # the longest the PS waits at the end for gradients still on their way
@@ -73,6 +74,7 @@ class Member:
     sent_at: float = 0.0
     clock: int = 0           # gradients of this worker the PS took
     owed: bool = False       # missing because parameters did not reach it (not a gradient)
+    gen: int = 0             # how often its process was restarted (its ids start at gen << 24)
 
 
 @dataclasses.dataclass
@@ -188,9 +190,19 @@ class ParameterServer:
         return list(sent)
 
     # ---- gradients ----------------------------------------------------------------------
-    def _wanted(self) -> dict[int, int]:
-        return {r: m.msg for r, m in enumerate(self.members)
-                if m.state == "computing" or (m.state == "missing" and not m.owed)}
+    def _wanted(self) -> dict[int, int | tuple[int, ...]]:
+        """Per worker, the gradient the PS waits for; a missing or gone worker may also answer
+        as a restarted process, with the first id of its next generation (its join message)."""
+        out: dict[int, int | tuple[int, ...]] = {}
+        for r, m in enumerate(self.members):
+            rejoin = (m.gen + 1) << GEN_SHIFT
+            if m.state == "computing":
+                out[r] = m.msg
+            elif m.state == "missing" and not m.owed:
+                out[r] = (m.msg, rejoin)
+            elif m.state in ("missing", "gone"):
+                out[r] = (rejoin,)
+        return out
 
     def _apply(self, grads: list[Delivery], lr: float, rnd: _Round) -> None:
         t0 = self.clock()
@@ -200,6 +212,12 @@ class ParameterServer:
 
     def _arrived(self, r: int, d: Delivery, rnd: _Round) -> None:
         m = self.members[r]
+        mid = int(d.stats.get("msg_id", m.msg))
+        if mid >> GEN_SHIFT > m.gen:
+            # A restarted process's join message: take it back with the current parameters.
+            m.gen, m.msg, m.state, m.owed = mid >> GEN_SHIFT, mid + 1, "ready", False
+            self._back(r, rnd.t)
+            return
         if m.state == "missing":
             self._back(r, rnd.t)
         self.turnarounds.append(self.clock() - m.sent_at)

@@ -208,7 +208,7 @@ def injector_for(testbed: Testbed, spec: RunSpec, files: RunFiles, procs: dict, 
 
     def restart(name: str):
         module, args, log_path = commands[name]
-        return spawn(name, module, args + ["--rejoin"], log_path.with_suffix(".rejoin.log"))
+        return spawn(name, module, args + ["--rejoin", "1"], log_path.with_suffix(".g1.log"))
 
     control = testbed.control
     return FaultInjector(fault, host, files.ps_progress, procs, files.faults, restart=restart,

@@ -158,9 +158,6 @@ class RunSpec:
             check_fault(parse_fault(self.fault), self.n_workers, self.iterations)
         except FaultError as exc:
             raise SpecError(str(exc)) from None
-        if parse_fault(self.fault).kind == "restart":
-            raise SpecError(f"fault {self.fault} cannot run yet: a restarted worker cannot rejoin "
-                            "the PS (kill, stall, link and straggler can).")
         if self.max_train_s is not None and not (isinstance(self.max_train_s, float)
                                                  and self.max_train_s > 0):
             raise SpecError(f"max_train_s must be above 0 seconds (or none), "

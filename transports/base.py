@@ -216,7 +216,9 @@ class ServerEnd(abc.ABC):
     def recv_some(self, wanted: Mapping[int, int], min_count: int,
                   timeout_s: float) -> dict[int, Delivery]:
         """Receive message ``wanted[rank]`` from each worker named in ``wanted``, whichever
-        deliver first.
+        deliver first. ``wanted[rank]`` may also be a tuple of message ids: whichever of them
+        arrives (a worker that may have been restarted answers with a new sequence); the
+        Delivery's ``stats["msg_id"]`` says which.
 
         Returns once ``min_count`` of them have arrived, or at the deadline, with every one that
         has arrived by then, by rank: perhaps fewer than ``min_count``, perhaps none (the deadline
@@ -230,7 +232,7 @@ class ServerEnd(abc.ABC):
         id, all of them (bulk-synchronous training without faults).
         """
         ids = set(wanted.values())
-        if len(ids) != 1 or min_count != len(wanted):
+        if len(ids) != 1 or min_count != len(wanted) or isinstance(next(iter(ids)), tuple):
             raise TransportError(f"{type(self).__name__} can only gather one message from every "
                                  "worker; it has no recv_some for SSP, asynchronous training or "
                                  "faults.")

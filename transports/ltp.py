@@ -364,7 +364,8 @@ class LtpServer(ServerEnd):
         # of a message whose other parts had not closed yet: rank -> (msg_id, values, mask,
         # {part index: its stats}).
         self.parts = getattr(self, "parts", [(0, 0, layout.n_floats)])
-        self._partial: dict[int, tuple[int, np.ndarray, np.ndarray, dict[int, dict]]] = {}
+        self._partial: dict[tuple[int, int],
+                            tuple[int, np.ndarray, np.ndarray, dict[int, dict]]] = {}
         try:
             for rank, addr in enumerate(workers):
                 self.end.add_peer(rank, addr)
@@ -387,11 +388,11 @@ class LtpServer(ServerEnd):
         return delivery
 
     def _held(self, rank: int, msg_id: int) -> tuple[np.ndarray, np.ndarray, dict[int, dict]]:
-        held = self._partial.get(rank)
-        if held is None or held[0] != msg_id:
+        held = self._partial.get((rank, msg_id))
+        if held is None:
             n = self.layout.n_floats
             held = (msg_id, np.zeros(n, dtype=np.float32), np.zeros(n, dtype=np.bool_), {})
-            self._partial[rank] = held
+            self._partial[(rank, msg_id)] = held
         return held[1], held[2], held[3]
 
     def recv_some(self, wanted, min_count: int, timeout_s: float) -> dict[int, Delivery]:
@@ -403,32 +404,37 @@ class LtpServer(ServerEnd):
         single = len(self.parts) == 1
         while True:
             items, where = [], []
-            for rank, mid in wanted.items():
+            for rank, ids in wanted.items():
                 if rank in done:
                     continue
-                values, mask, taken = self._held(rank, mid)
-                for j, (seg, off, cnt) in enumerate(self.parts):
-                    if j not in taken:
-                        items.append(native.RecvItem(rank, mid, seg, values[off:off + cnt],
-                                                     mask[off:off + cnt]))
-                        where.append((rank, j))
+                for mid in (ids,) if isinstance(ids, int) else ids:
+                    values, mask, taken = self._held(rank, mid)
+                    for j, (seg, off, cnt) in enumerate(self.parts):
+                        if j not in taken:
+                            items.append(native.RecvItem(rank, mid, seg, values[off:off + cnt],
+                                                         mask[off:off + cnt]))
+                            where.append((rank, mid, j))
             need = min_count - len(done)
             if need <= 0 or not items:
                 return done
             left = deadline - time.monotonic()
             got = self.end.recv_some(items, need if single else 1, max(left, 1e-6),
                                      what="receiving gradients")
-            for (rank, j), stats in zip(where, got):
+            for (rank, mid, j), stats in zip(where, got):
                 if stats is not None:
-                    self._partial[rank][3][j] = stats
-            for rank in {rank for rank, _ in where}:
-                mid, values, mask, taken = self._partial[rank]
+                    self._partial[(rank, mid)][3][j] = stats
+            for rank, mid in sorted({(rank, mid) for rank, mid, _ in where}):
+                if rank in done:
+                    continue
+                _, values, mask, taken = self._partial[(rank, mid)]
                 if len(taken) == len(self.parts):
-                    del self._partial[rank]
+                    for key in [k for k in self._partial if k[0] == rank]:
+                        del self._partial[key]
                     if single:
                         values, mask = self.net.wire.from_wire(values, mask)
                     d = _delivery(self.layout, values, mask, [taken[j] for j in range(len(taken))],
                                   [seg for seg, _, _ in self.parts])
+                    d.stats["msg_id"] = float(mid)
                     done[rank] = self.filler.apply(rank, self._decorate(d))
             if left <= 0:
                 return done

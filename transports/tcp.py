@@ -164,14 +164,16 @@ class _Inbox:
             self.body, self.view, self.got = None, memoryview(self.header), 0
         return True
 
-    def take(self, msg_id: int) -> np.ndarray | None:
-        """Message ``msg_id`` if it is whole; older ones the PS no longer wants are dropped."""
-        while self.done and self.done[0][0] < msg_id:
+    def take(self, msg_id: int | tuple[int, ...]) -> tuple[int, np.ndarray] | None:
+        """(id, values) of the first whole message among ``msg_id`` (one id or several); older
+        ones the PS no longer wants are dropped."""
+        ids = (msg_id,) if isinstance(msg_id, int) else tuple(msg_id)
+        while self.done and self.done[0][0] < min(ids):
             self.done.pop(0)
-        if self.done and self.done[0][0] == msg_id:
-            return self.done.pop(0)[1]
+        if self.done and self.done[0][0] in ids:
+            return self.done.pop(0)
         if self.done:
-            raise TransportError(f"a worker sent message {self.done[0][0]} while {msg_id} was "
+            raise TransportError(f"a worker sent message {self.done[0][0]} while {ids} was "
                                  "expected")
         return None
 
@@ -251,6 +253,33 @@ class TcpServer(ServerEnd):
             conn.setblocking(False)
             self.socks[rank] = conn
 
+    def _accept_again(self, deadline: float) -> None:
+        """A connection after the start: a restarted worker. It replaces the rank's old one."""
+        try:
+            conn, (peer_ip, _) = self.listener.accept()
+        except (BlockingIOError, socket.timeout):
+            return
+        hello = bytearray(HELLO.size)
+        try:
+            _recv_exact(conn, memoryview(hello), min(deadline, time.monotonic() + 1.0))
+        except TransportError:
+            conn.close()
+            self.rejected_peers += 1
+            return
+        magic, rank = HELLO.unpack(hello)
+        if magic != MAGIC or rank >= len(self.socks) or self.worker_ips[rank] != peer_ip:
+            conn.close()
+            self.rejected_peers += 1
+            return
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        _set_cc(conn, self.cc)
+        conn.setblocking(False)
+        if self.socks[rank] is not None:
+            self.socks[rank].close()
+        self.socks[rank], self.outbox[rank] = conn, None
+        self.inbox[rank].reset()
+        self._gone.discard(rank)
+
     def _lose(self, rank: int) -> None:
         sock = self.socks[rank]
         if sock is not None:
@@ -265,10 +294,12 @@ class TcpServer(ServerEnd):
             live_r = [r for r in readers if self.socks[r] is not None]
             live_w = [r for r, box in enumerate(self.outbox)
                       if box is not None and self.socks[r] is not None]
-            if until() or not (live_r or live_w):
+            if until():
                 return
             sel = selectors.DefaultSelector()
             try:
+                # A worker whose process was restarted connects again: take it back.
+                sel.register(self.listener, selectors.EVENT_READ, None)
                 for r in set(live_r) | set(live_w):
                     events = ((selectors.EVENT_READ if r in live_r else 0)
                               | (selectors.EVENT_WRITE if r in live_w else 0))
@@ -276,6 +307,9 @@ class TcpServer(ServerEnd):
                 left = deadline - time.monotonic()
                 for key, events in sel.select(max(left, 0.0)):
                     rank = key.data
+                    if rank is None:
+                        self._accept_again(deadline)
+                        continue
                     try:
                         if events & selectors.EVENT_READ:
                             if not self.inbox[rank].feed(self.socks[rank], rank,
@@ -299,12 +333,12 @@ class TcpServer(ServerEnd):
         def enough() -> bool:
             for rank, mid in wanted.items():
                 if rank not in got:
-                    body = self.inbox[rank].take(mid)
-                    if body is not None:
-                        got[rank] = Delivery.whole(body, self.layout)
+                    whole = self.inbox[rank].take(mid)
+                    if whole is not None:
+                        got[rank] = Delivery.whole(whole[1], self.layout, msg_id=whole[0])
             return len(got) >= min_count
 
-        self._pump(deadline, {r for r in wanted if r not in self._gone}, enough)
+        self._pump(deadline, set(wanted), enough)
         enough()
         return got
 
@@ -424,9 +458,9 @@ class TcpWorker(WorkerEnd):
         what arrived, so the next call goes on where this one stopped."""
         deadline = time.monotonic() + timeout_s
         while True:
-            body = self._rx.take(msg_id)
-            if body is not None:
-                return Delivery.whole(body, self.layout)
+            got = self._rx.take(msg_id)
+            if got is not None:
+                return Delivery.whole(got[1], self.layout)
             self.sock.settimeout(max(deadline - time.monotonic(), 1e-3))
             try:
                 alive = self._rx.feed(self.sock, _PS_SENDER, self.layout.n_bytes)

@@ -88,3 +88,16 @@ def clean_bed(bed):
     yield
     tb, _ = bed
     assert tb.rtt_ms("w1") > 0 and tb.rtt_ms(f"w{N_WORKERS}") > 0
+
+
+@pytest.mark.parametrize("transport", ["tcp-cubic", "ltp"])
+def test_a_restarted_worker_rejoins_with_the_current_parameters(bed, tmp_path, transport,
+                                                                clean_bed):
+    row, files, iters = _run(bed, tmp_path, iterations=40, transport=transport,
+                             fault="restart@3:1s")
+    assert [e["event"] for e in files.fault_events()] == ["killed", "restarted"]
+    assert row["detection_s"] is not None and row["detection_s"] < DETECT_BOUND_S
+    assert row["rejoin_s"] is not None and row["rejoin_s"] < 5.0
+    assert iters[-1]["contributors"] == N_WORKERS
+    # The new process pushed a join message first, then trained on the PS's parameters.
+    assert files.host_summary(f"w{N_WORKERS}.g1").iterations > 0

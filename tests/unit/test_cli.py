@@ -54,7 +54,7 @@ SWEEP_CASES = [
     (["--sync", "bsp,bsp"], "syncs lists 'bsp' more than once"),
     (["--fault", "explode@3"], "is not a fault"),
     (["--fault", "kill@500", "--iterations", "40"], "never reaches"),
-    (["--fault", "restart@5:1s"], "cannot run yet"),
+    (["--fault", "restart@5"], "needs a duration"),
     (["--out", "/proc/version"], "is a file"),
     (["--out", "/proc/sys/none/sweep"], "is not writable"),
 ]

@@ -27,8 +27,10 @@ class FakeEnd:
     of all ``r + 1``; ``dead`` ranks never answer (``gone`` too if ``tcp``); ``silent_until[r]``
     delays everything from r until then."""
 
-    def __init__(self, clock, n, delay=None, dead=(), tcp=False, silent_until=None):
+    def __init__(self, clock, n, delay=None, dead=(), tcp=False, silent_until=None,
+                 restart_at=None):
         self.clock, self.n = clock, n
+        self.restart_at = restart_at or {}   # rank -> when a fresh process sends its join
         self.delay = delay or [0.1] * n
         self.dead, self.tcp = set(dead), tcp
         self.silent_until = silent_until or {}
@@ -51,8 +53,18 @@ class FakeEnd:
 
     def recv_some(self, wanted, min_count, timeout_s):
         deadline = self.clock.now + timeout_s
+        for r, at in list(self.restart_at.items()):
+            ids = wanted.get(r, ())
+            if isinstance(ids, tuple) and (1 << ps.GEN_SHIFT) in ids and at <= deadline:
+                del self.restart_at[r]
+                self.dead.discard(r)
+                self.clock.now = max(self.clock.now, at)
+                d = Delivery.whole(np.zeros(N_FLOATS, np.float32), LAYOUT,
+                                   msg_id=float(1 << ps.GEN_SHIFT))
+                return {r: d}
         ready = sorted((at, r) for r, (k, at) in self.inflight.items()
-                       if r in wanted and wanted[r] == k and r not in self.dead
+                       if r in wanted and k in (wanted[r] if isinstance(wanted[r], tuple)
+                                                else (wanted[r],)) and r not in self.dead
                        and max(at, self.silent_until.get(r, 0)) <= deadline)
         ready = [(max(at, self.silent_until.get(r, 0)), r) for at, r in ready]
         ready.sort()
@@ -63,8 +75,9 @@ class FakeEnd:
         got = {}
         for at, r in ready:
             if at <= self.clock.now:
-                del self.inflight[r]
-                got[r] = Delivery.whole(np.full(N_FLOATS, r + 1, np.float32), LAYOUT)
+                k = self.inflight.pop(r)[0]
+                got[r] = Delivery.whole(np.full(N_FLOATS, r + 1, np.float32), LAYOUT,
+                                        msg_id=float(k))
         return got
 
     def gone(self):
@@ -175,3 +188,14 @@ def test_under_ssp_a_returning_worker_rejoins_at_the_others_pace():
     # Once back, it contributes no more than its share: the others were not held for it.
     ranks = [x for r in after for x in r.ranks]
     assert ranks and ranks.count(2) <= ranks.count(0) + 2
+
+
+@pytest.mark.parametrize("tcp", [False, True])
+def test_a_restarted_worker_joins_with_its_new_ids_and_trains_again(tcp):
+    t, why, rec, _, end = _run("bsp", rounds=40, dead=(2,), tcp=tcp, restart_at={2: 2.5})
+    assert why == "iterations"
+    events = [(e.event, e.rank) for e in rec.members]
+    assert events[0] == ("gone" if tcp else "missing", 2) and ("back", 2) in events
+    assert rec.iterations[-1].ranks == [0, 1, 2]
+    # Its parameters went out under the new generation's ids.
+    assert any(m.get(2, 0) >= (1 << ps.GEN_SHIFT) + 1 for m in end.sent_log)
