@@ -170,7 +170,12 @@ def figures(c, sweep):
             print(path)
 
 
-@task(help={"seconds": "how long libFuzzer runs (default 60)"})
-def fuzz(c, seconds=60):
-    """Fuzz the native LTP packet parser under AddressSanitizer (libFuzzer)."""
-    c.run(f"make -C {PROJECT / 'transports' / 'native'} fuzz FUZZ_SECONDS={int(seconds)}", pty=False)
+@task(help={"seconds": "how long libFuzzer drives the stateful core target (default 60)",
+            "udp_seconds": "how long it then fuzzes the UDP driver's parsing (default 10)"})
+def fuzz(c, seconds=60, udp_seconds=10):
+    """Fuzz the LTP core's state machine and the driver's parsing (libFuzzer, ASan), then print
+    the coverage of the receive functions over the corpus."""
+    native = PROJECT / "transports" / "native"
+    c.run(f"make -C {native} fuzz FUZZ_SECONDS={int(seconds)} FUZZ_UDP_SECONDS={int(udp_seconds)}",
+          pty=False)
+    c.run(f"make -s -C {native} fuzz-cov", pty=False)

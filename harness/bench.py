@@ -225,23 +225,30 @@ def run_cell(tb: Testbed, zygote, cell: Path, slug: str, iterations: int,
     e.g. the congestion control and RTO of a TCP worker's socket.
     """
     from harness.runner import apply_host_settings, launched, spawn_forked, wait
-    from harness.runfiles import RunFiles
+    from harness.runfiles import RunFiles, write_session
     from transports import registry
+    from transports.base import Session
 
     name, options = parse_scheme(slug)
     # The scheme's own per-host settings (tcp-cubic-lowrto's minimum RTO).
     apply_host_settings(tb, registry.create(name, options))
     before = _routes(tb)
     files = RunFiles(cell)
+    cell.mkdir(parents=True, exist_ok=True)
+    write_session(files.session, Session.draw())   # one per cell, as per run
     base = ["--transport", name, "--options", json.dumps(options), "--workers", "8", "--bytes",
-            str(n_bytes), "--iterations", str(iterations), "--folder", str(cell)]
+            str(n_bytes), "--iterations", str(iterations), "--folder", str(cell),
+            "--session", str(files.session)]
     commands = {PS_NAME: ("harness.bench_node", base + ["--role", "ps"], files.log(PS_NAME))}
     for r in range(8):
         commands[worker_name(r)] = ("harness.bench_node",
                                     base + ["--role", "worker", "--rank", str(r)],
                                     files.log(worker_name(r)))
-    with launched(spawn_forked(tb, zygote), commands) as procs:
-        status, reason = wait(procs, time.monotonic() + 60 + 30 * iterations)
+    try:
+        with launched(spawn_forked(tb, zygote), commands) as procs:
+            status, reason = wait(procs, time.monotonic() + 60 + 30 * iterations)
+    finally:
+        files.session.unlink(missing_ok=True)
     after = _routes(tb)
     if status != "ok":
         return Cell(status, reason, [], [], before, after)

@@ -9,7 +9,7 @@ files in the run folder, polled every 0.2 ms), so it costs the data plane nothin
 ``time.monotonic()``, shared by every namespace of the machine.
 
     python -m harness.bench_node --role ps --transport ltp --workers 8 --bytes 437544 \
-        --iterations 30 --folder RUN --port 5000 [--options JSON]
+        --iterations 30 --folder RUN --port 5000 [--options JSON] [--session RUN/session.key]
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.runfiles import HostSummary, Recorder, RunFiles
+from harness.runfiles import HostSummary, Recorder, RunFiles, read_session
 from topologies.incast import PS_IP, PS_NAME, worker_ip, worker_name
 from transports import registry
 from transports.base import Layout
@@ -50,9 +50,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iterations", type=int, required=True)
     p.add_argument("--folder", type=Path, required=True)
     p.add_argument("--port", type=int, default=5000)
+    p.add_argument("--session", type=Path, default=None,
+                   help="the cell's session file, shared by every host of the cell")
     args = p.parse_args(argv)
     layout = Layout.single(args.bytes // 4)
     transport = registry.create(args.transport, json.loads(args.options))
+    if args.session:
+        transport.use_session(read_session(args.session))
     ps_addr = (PS_IP, args.port)
     workers = [(worker_ip(r), args.port) for r in range(args.workers)]
     payload = np.random.default_rng(args.rank).standard_normal(layout.n_floats).astype(np.float32)

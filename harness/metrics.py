@@ -29,6 +29,12 @@ until the PS had the worker back, and ``fault_iter_max_s`` the slowest round fro
 ``false_alarms`` counts workers the PS counted missing that no fault had hit (a slow worker, a
 TCP flow in a retransmission timeout): the price of a deadline.
 
+**Rejections.** Every host reports the datagrams its transport refused as not from its run's
+peers or not what it expected (forged, corrupt or stray ones: LTP's ``malformed``, ``bad_mac``,
+``bad_shape``, ... counters, ``docs/ltp-protocol.md`` §11); their sum over hosts is the run's
+``rejected_datagrams`` and the sum per counter its ``rejections``. A run that heard only its own
+peers has none.
+
 **CPU.** The PS reads the machine's ``/proc/stat`` when training starts and ends
 (``cpu_busy_frac``: both cores busy is 1.0), and every host reports its own CPU time, so a run
 shows when the CPU rather than the network set its pace.
@@ -165,6 +171,11 @@ def summarize(spec: RunSpec, files: RunFiles) -> tuple[dict, list[dict], list[di
     retrans = sum(s.transport_stats.get("retransmits", 0) for s in summaries.values() if s)
     n = len(ps)
     fracs = [f for r in ps for f in r.recv_frac]
+    rejections: dict[str, float] = {}
+    for s in summaries.values():
+        for name, count in (s.rejections if s else {}).items():
+            if count:
+                rejections[name] = rejections.get(name, 0) + count
     metrics = {
         "iterations_done": n,
         "stopped_by": ps_summary.stopped_by if ps_summary else "",
@@ -192,6 +203,8 @@ def summarize(spec: RunSpec, files: RunFiles) -> tuple[dict, list[dict], list[di
         "grad_payload_bytes": sum(rec.grad_bytes for w in workers for rec in w),
         "grad_wire_bytes": sum(rec.wire_bytes for w in workers for rec in w),
         "retransmits": retrans,
+        "rejected_datagrams": int(sum(rejections.values())),
+        "rejections": rejections,
         "cpu_busy_frac": ps_summary.cpu_busy_frac if ps_summary else None,
         "ps_cpu_s": ps_summary.cpu_s if ps_summary else None,
         "workers_cpu_s": sum(s.cpu_s for h, s in summaries.items() if s and h != PS_NAME),

@@ -2,10 +2,12 @@
 
 Started by the runner inside a Mininet host (its own network namespace and process group)::
 
-    python -m harness.node --run RUN --role ps
-    python -m harness.node --run RUN --role worker --rank 3
+    python -m harness.node --run RUN --role ps [--session RUN/session.key]
+    python -m harness.node --run RUN --role worker --rank 3 [--session RUN/session.key]
 
-where ``RUN`` is the run folder holding ``spec.json`` (layout: :mod:`harness.runfiles`).
+where ``RUN`` is the run folder holding ``spec.json`` (layout: :mod:`harness.runfiles`) and the
+session file holds the run's session id and key, which the runner drew for this run and gives
+every host (over the shared file system, never the emulated network).
 Data-parallel training; in bulk-synchronous mode (``bsp``), one iteration ``t``:
 
 1. the PS broadcasts the parameters (message ``t``) to every worker;
@@ -47,12 +49,13 @@ import torch.nn.functional as F
 from harness import datasets, models
 from harness.faults import parse_fault
 from harness.ps import GEN_SHIFT, ParameterServer
-from harness.runfiles import EvalRecord, HostSummary, Recorder, RunFiles, WorkerIteration
+from harness.runfiles import (EvalRecord, HostSummary, Recorder, RunFiles, WorkerIteration,
+                              read_session)
 from harness.spec import RunSpec
 from harness.sync import parse_sync
 from topologies.incast import PS_IP, PS_NAME, worker_ip, worker_name
 from transports import registry
-from transports.base import Addr, TransportError, TransportTimeout
+from transports.base import Addr, Session, Transport, TransportError, TransportTimeout
 
 SLICE_S = 1.0   # a worker waits for the PS in slices this long, looking for its end in between
 PS_CLOSE_S = 10.0   # from the PS closing its end (linger included) to its summary
@@ -128,12 +131,21 @@ class _Trainer:
         return ""
 
 
-def run_ps(spec: RunSpec, files: RunFiles, loopback: bool) -> HostSummary:
+def make_transport(spec: RunSpec, session: Session | None) -> Transport:
+    """The run's transport, in the run's session (without one, in a session of its own)."""
+    transport = registry.create(spec.transport, spec.options())
+    if session is not None:
+        transport.use_session(session)
+    return transport
+
+
+def run_ps(spec: RunSpec, files: RunFiles, loopback: bool,
+           session: Session | None = None) -> HostSummary:
     """Serve one training job; return the summary."""
     rec = Recorder(files, PS_NAME)
     trainer = _Trainer(spec, rec)
     layout = models.layout(trainer.model)
-    transport = registry.create(spec.transport, spec.options())
+    transport = make_transport(spec, session)
     ps_addr, worker_addrs = addresses(spec, loopback)
     started = time.monotonic()
     with transport.serve(ps_addr, worker_addrs, layout) as end:
@@ -154,7 +166,8 @@ def run_ps(spec: RunSpec, files: RunFiles, loopback: bool) -> HostSummary:
             cpu_s=cpu_s(), transport_stats=end.stats(), train_s=trainer.train_s,
             train_start_time=train_start_time, train_end_time=train_end_time,
             stopped_by=stopped_by, cpu_busy_frac=cpu_busy, transport=transport.slug,
-            transport_options=transport.options())
+            transport_options=transport.options(), session_id=transport.session.session_id,
+            rejections=end.rejections())
     rec.summary(summary)
     return summary
 
@@ -183,7 +196,7 @@ def _patiently(call, files: RunFiles, timeout_s: float):
 
 
 def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool,
-               generation: int = 0) -> HostSummary:
+               session: Session | None = None, generation: int = 0) -> HostSummary:
     """Train as worker ``rank``; return the summary.
 
     ``generation`` > 0: this process replaces one that was killed (``restart@K:Ts``). Its
@@ -201,7 +214,7 @@ def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool,
     order, pos = rng.permutation(mine), 0
     fault = parse_fault(spec.fault)
     slow = fault.factor if fault.kind == "straggler" and fault.rank(spec.n_workers) == rank else 1
-    transport = registry.create(spec.transport, spec.options())
+    transport = make_transport(spec, session)
     ps_addr, worker_addrs = addresses(spec, loopback)
     started = time.monotonic()
     done = 0
@@ -243,7 +256,8 @@ def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool,
             done += 1
         summary = HostSummary(host=host, role="worker", rank=rank, iterations=done,
                               elapsed_s=time.monotonic() - started, cpu_s=cpu_s(),
-                              transport_stats=end.stats())
+                              transport_stats=end.stats(), session_id=transport.session.session_id,
+                              rejections=end.rejections())
     rec.summary(summary)
     return summary
 
@@ -259,15 +273,20 @@ def main(argv: list[str] | None = None) -> int:
                         help="this worker replaces a killed one (its restart count)")
     parser.add_argument("--loopback", action="store_true",
                         help="use 127.0.0.1 with one port per host instead of the topology's IPs")
+    parser.add_argument("--session", type=Path, default=None,
+                        help="the run's session file (default: RUN/session.key if it exists; "
+                             "without one the transport opens in a session of its own)")
     args = parser.parse_args(argv)
     # Nine processes share two cores: one thread each keeps them from fighting.
     torch.set_num_threads(1)
     files = RunFiles(args.run)
     spec = RunSpec.from_json(files.spec.read_text())
+    path = args.session or (files.session if files.session.exists() else None)
+    session = read_session(path) if path else None
     if args.role == "ps":
-        run_ps(spec, files, args.loopback)
+        run_ps(spec, files, args.loopback, session)
     else:
-        run_worker(spec, args.rank, files, args.loopback, args.rejoin)
+        run_worker(spec, args.rank, files, args.loopback, session, args.rejoin)
     return 0
 
 

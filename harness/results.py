@@ -63,6 +63,7 @@ RUNS_COLUMNS = (
                         "straggler:Fx, ... (:wN: which worker; default the last)"),
     Column("rtt_ms", "ms", "measured round-trip time w1 -> ps1 on the idle network before the run "
                           "(median of 5 pings timed in user space)"),
+    Column("session_id", "", "the run's random session id (its key is never recorded)"),
     Column("model", "", "model name (harness/models.py)"),
     Column("dataset", "", "data set name (harness/datasets.py)"),
     Column("iterations", "iterations", "BSP iterations asked for"),
@@ -139,6 +140,10 @@ RUNS_COLUMNS = (
     Column("grad_wire_bytes", "bytes", "what the transports sent for it (headers and "
                                        "retransmissions included, where the transport knows)"),
     Column("retransmits", "packets", "retransmitted segments or packets, all hosts"),
+    Column("rejected_datagrams", "datagrams", "datagrams (or fields of them) the transports refused "
+                                              "as forged, corrupt or stray, all hosts (LTP: "
+                                              "docs/ltp-protocol.md §11); 0 in an unattacked run"),
+    Column("rejections", "JSON", "those by counter, summed over hosts (non-zero ones only)"),
     Column("cpu_busy_frac", "fraction", "the machine's busy fraction, all cores, while the PS "
                                         "trained (/proc/stat): near 1.0 the CPU sets the pace"),
     Column("staleness_mean", "updates", "mean staleness of the applied gradients: PS updates "

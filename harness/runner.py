@@ -1,7 +1,9 @@
 """One run on a live testbed, in three steps: prepare, launch, collect.
 
-- :func:`prepare` writes the run's spec, sets the network's impairments (loss model, delay) and
-  every training host's transport settings for this run, and measures the idle RTT;
+- :func:`prepare` writes the run's spec, draws the run's session (a random session id and a
+  secret key, written to the run folder for the hosts and deleted when the run ends), sets the
+  network's impairments (loss model, delay) and every training host's transport settings for this
+  run, and measures the idle RTT;
 - :func:`launched` starts the PS and worker processes (or a benchmark's) and kills every one of
   them by process group when its block ends; :func:`wait` waits for them with a deadline; the
   run's cross traffic (:mod:`topologies.cross`) runs around them, between the two counter
@@ -31,7 +33,7 @@ import pandas as pd
 
 from harness import metrics
 from harness.faults import FaultInjector, parse_fault
-from harness.runfiles import RunFiles, read_jsonl
+from harness.runfiles import RunFiles, read_jsonl, write_session
 from harness.spec import RunSpec
 from harness.zygote import Zygote
 from topologies.counters import Snapshot
@@ -39,7 +41,7 @@ from topologies.cross import CrossSpec, CrossTraffic
 from topologies.impair import Impairment
 from topologies.incast import PS_NAME, PS_PORT, SUBNET, intf, worker_name
 from topologies.network import Testbed
-from transports.base import Transport
+from transports.base import Session, Transport
 
 POLL_S = 0.1
 # Once the PS has finished, every gradient it needed has arrived: a worker still running this long
@@ -161,6 +163,7 @@ class Prepared:
     spec: RunSpec
     files: RunFiles
     transport: Transport
+    session: Session
     started_at: str
     rtt_ms: float
     t_begin: float
@@ -180,17 +183,21 @@ def prepare(testbed: Testbed, spec: RunSpec, run_dir: Path,
     files.raw.mkdir(parents=True, exist_ok=True)
     files.spec.write_text(spec.to_json())
     transport = registry.create(spec.transport, spec.options())
+    # Drawn per run, not per spec: the spec (and so the run id) stays reproducible, while no two
+    # runs, not even a re-run of one spec, share an id or a key.
+    session = Session.draw()
+    write_session(files.session, session)
     started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     testbed.configure(impairment or Impairment(spec.loss_text, spec.delay_ms, seed=spec.seed))
     apply_host_settings(testbed, transport)
     rtt_ms = testbed.rtt_ms(worker_name(0))
     testbed.controller_errors()  # only what this run causes counts
-    return Prepared(spec, files, transport, started_at, rtt_ms, t_begin)
+    return Prepared(spec, files, transport, session, started_at, rtt_ms, t_begin)
 
 
 def node_commands(spec: RunSpec, files: RunFiles) -> dict[str, tuple[str, list[str], Path]]:
     """The PS's and every worker's ``harness.node`` command line."""
-    base = ["--run", str(files.dir)]
+    base = ["--run", str(files.dir), "--session", str(files.session)]
     out = {PS_NAME: ("harness.node", base + ["--role", "ps"], files.log(PS_NAME))}
     for r in range(spec.n_workers):
         out[worker_name(r)] = ("harness.node", base + ["--role", "worker", "--rank", str(r)],
@@ -267,6 +274,7 @@ def collect(testbed: Testbed, prep: Prepared, before: Snapshot, after: Snapshot,
             f.write(json.dumps(rec) + "\n")
     host_iterations_table(files, spec).to_csv(files.host_iterations, index=False)
 
+    files.session.unlink(missing_ok=True)   # the key is no use after the run; keep it nowhere
     measured, curves, iterations = metrics.summarize(spec, files)
     measured["retransmits"] += deltas.pop("tcp_retransmits")
     ps = files.host_summary(PS_NAME)
@@ -280,7 +288,7 @@ def collect(testbed: Testbed, prep: Prepared, before: Snapshot, after: Snapshot,
         "n_workers": spec.n_workers, "bottleneck_mbps": spec.bottleneck_mbps,
         "worker_link_mbps": spec.network.worker_mbps, "queue_pkts": spec.queue_pkts,
         "loss_pct": spec.loss_pct, "loss_model": spec.loss_text, "delay_ms": spec.delay_ms,
-        "cross": spec.cross, "rtt_ms": prep.rtt_ms,
+        "cross": spec.cross, "rtt_ms": prep.rtt_ms, "session_id": prep.session.session_id,
         "model": spec.model, "dataset": spec.dataset,
         "iterations": spec.iterations, "batch_size": spec.batch_size, "lr": spec.lr,
         "eval_every": spec.eval_every, "seed": spec.seed, "stop_at_target": spec.stop_at_target,
@@ -305,17 +313,20 @@ def execute(testbed: Testbed, spec: RunSpec, run_dir: Path, sweep: str,
     """
     prep = prepare(testbed, spec, run_dir, impairment)
     spawn = spawn or spawn_plain(testbed)
-    with CrossTraffic(testbed, cross or spec.cross, prep.files.raw / "cross", seed=spec.seed):
-        before = testbed.snapshot()
-        t0 = time.monotonic()
-        commands = node_commands(spec, prep.files)
-        with launched(spawn, commands) as procs:
-            injector = injector_for(testbed, spec, prep.files, procs, spawn, commands)
-            try:
-                status, reason = wait(procs, t0 + spec.timeout_s, tick=injector.tick,
-                                      killed=lambda: injector.killed)
-            finally:
-                injector.finish()
-        wall_s = time.monotonic() - t0
-        after = testbed.snapshot()
+    try:
+        with CrossTraffic(testbed, cross or spec.cross, prep.files.raw / "cross", seed=spec.seed):
+            before = testbed.snapshot()
+            t0 = time.monotonic()
+            commands = node_commands(spec, prep.files)
+            with launched(spawn, commands) as procs:
+                injector = injector_for(testbed, spec, prep.files, procs, spawn, commands)
+                try:
+                    status, reason = wait(procs, t0 + spec.timeout_s, tick=injector.tick,
+                                          killed=lambda: injector.killed)
+                finally:
+                    injector.finish()
+            wall_s = time.monotonic() - t0
+            after = testbed.snapshot()
+    finally:
+        prep.files.session.unlink(missing_ok=True)   # the key is no use after the run; keep it nowhere
     return collect(testbed, prep, before, after, status, reason, wall_s, sweep)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from harness import results
 from harness.presets import Plan
+from harness.runfiles import RunFiles
 from harness.runner import execute, git_state, spawn_forked
 from harness.spec import RunSpec
 from harness.zygote import Zygote
@@ -151,6 +152,7 @@ def run_plan(plan: Plan, folder: Path, progress: Callable[[str], None] = print) 
                 if run_dir.exists():
                     # An earlier attempt was interrupted: keep its files aside, never overwrite.
                     stamp = time.strftime("%Y%m%dT%H%M%S")
+                    RunFiles(run_dir).session.unlink(missing_ok=True)   # a dead run's key: gone
                     shutil.move(run_dir, run_dir.with_name(f"{spec.run_id}.interrupted-{stamp}"))
                 for table in ("curves.csv", "iterations.csv"):
                     results.drop_rows(folder / table, spec.run_id)

@@ -15,7 +15,9 @@ Bubble Filling strategy, and says exactly what it filled.
 
 A transport is created from its registry slug and a mapping of options
 (:func:`transports.registry.create`); it never reads the run spec itself, so the harness does not
-change when a new transport is added. Each transport declares its options once, as a table of
+change when a new transport is added. What the hosts of one run share besides the options is a
+:class:`Session` (a random session id and a secret key), which the harness draws per run and
+hands to every host outside the emulated network (:meth:`Transport.use_session`). Each transport declares its options once, as a table of
 :class:`Option` rows that validation, ``invoke transports`` and the generated docs all read.
 See ``docs/adding-a-transport.md``.
 """
@@ -25,6 +27,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import inspect
+import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -53,6 +56,29 @@ def _is_number(v: Any) -> bool:
 def _num(x: float) -> str:
     """A bound as a person writes it: 60000000, not 6e+07 or 60000000.0."""
     return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+
+@dataclasses.dataclass(frozen=True)
+class Session:
+    """What every host of one run shares and nobody on the network should learn: a random
+    session id (datagrams of another run are refused) and a secret key (a transport that
+    authenticates its datagrams derives its MAC key from it). ``repr`` leaves the key out."""
+
+    session_id: int
+    key: bytes = dataclasses.field(repr=False)
+
+    KEY_BYTES = 32   # a transport takes the bytes its MAC needs from the front (LTP: 16)
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.session_id, int) and 0 <= self.session_id < 2**32):
+            raise ValueError(f"a session id is a 32-bit unsigned number, not {self.session_id!r}.")
+        if not isinstance(self.key, bytes) or len(self.key) != self.KEY_BYTES:
+            raise ValueError(f"a session key is {self.KEY_BYTES} bytes.")
+
+    @classmethod
+    def draw(cls) -> Session:
+        """A fresh session from the operating system's secure random source."""
+        return cls(secrets.randbits(32), secrets.token_bytes(cls.KEY_BYTES))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -283,6 +309,11 @@ class ServerEnd(abc.ABC):
         """Cumulative counters of this end (numbers) and settings in effect (strings)."""
         return {}
 
+    def rejections(self) -> dict[str, float]:
+        """The counters of :meth:`stats` that count datagrams this end refused as not from its
+        run's peers or not what it expects (forged, corrupt, stray), by name; none by default."""
+        return {}
+
     @abc.abstractmethod
     def close(self) -> None:
         """Release sockets and native state. Safe to call twice."""
@@ -311,6 +342,11 @@ class WorkerEnd(abc.ABC):
 
     def stats(self) -> dict[str, float | str]:
         """Cumulative counters of this end (numbers) and settings in effect (strings)."""
+        return {}
+
+    def rejections(self) -> dict[str, float]:
+        """The counters of :meth:`stats` that count datagrams this end refused as not from its
+        run's peers or not what it expects (forged, corrupt, stray), by name; none by default."""
         return {}
 
     @abc.abstractmethod
@@ -352,6 +388,7 @@ class Transport(abc.ABC):
         self._options = {**{n: o.default for n, o in table.items()}, **given}
         for name, row in table.items():
             row.check(self._options[name], self.LABEL or slug)
+        self._session: Session | None = None
         self.validate()
 
     @classmethod
@@ -373,6 +410,19 @@ class Transport(abc.ABC):
     def options(self) -> dict[str, Any]:
         """The effective options (defaults merged with what was given)."""
         return dict(self._options)
+
+    def use_session(self, session: Session) -> None:
+        """Open every later end in ``session``: the harness gives each host of a run the same one."""
+        self._session = session
+
+    @property
+    def session(self) -> Session:
+        """The session the ends open in. Without :meth:`use_session` one is drawn the first time
+        it is needed, so the ends of one transport object (a loopback test, one process) share it,
+        and ends in different processes that were not given the same one cannot talk."""
+        if self._session is None:
+            self._session = Session.draw()
+        return self._session
 
     def host_commands(self, intf: str, subnet: str) -> list[str]:
         """Shell commands to run on every emulated host before the job starts.

@@ -13,7 +13,10 @@ help come from the core's option table (``ltp_option`` in ``ltp.h``); the rest (
 critical segments, the pull threshold, the test drop hook) are the binding's own.
 
 Addresses are static: the PS is given every worker's (ip, port) and only accepts datagrams from
-them; a worker binds exactly the address the PS was given. The wire format, state machines and
+them; a worker binds exactly the address the PS was given. Every end opens in the transport's
+:class:`~transports.base.Session` (the harness hands each host of a run the same one): its id is
+the session id on the wire, and with ``auth`` on its key keys the MAC of every datagram. Each end
+tells its core the exact size of every segment it receives, and the core refuses anything else. The wire format, state machines and
 the meaning of every option are in ``docs/ltp-protocol.md``.
 
     >>> from transports import registry
@@ -39,6 +42,7 @@ from transports.base import (
     OptionError,
     SendReport,
     ServerEnd,
+    Session,
     Transport,
     TransportError,
     WorkerEnd,
@@ -105,7 +109,7 @@ def ltp_options() -> tuple[Option, ...]:
         Option("critical_segments", (), "names",
                help="layout segments that must always arrive whole (sent first)"),
         _core_option("ack_every"), _core_option("ack_delay_us"),
-        _core_option("max_open_per_peer"), _core_option("session_id"),
+        _core_option("max_open_per_peer"), _core_option("auth"),
         Option("linger_ms", 200.0, "float", 0.0, 60_000.0, unit="ms",
                help="the PS answers late data this long before closing"),
         Option("rx_drop_frac", 0.0, "float", 0.0, 0.99, unit="fraction",
@@ -154,194 +158,37 @@ class LtpTransport(Transport):
                 problem = problem.replace(field, option)
             raise OptionError(f"LTP {problem}.")
 
+    def session_settings(self) -> dict[str, float]:
+        """The core fields that come from the run's session rather than from options."""
+        return {"session_id": self.session.session_id}
+
     def serve(self, bind: Addr, workers: Sequence[Addr], layout: Layout) -> LtpServer:
-        settings = self.core_settings(self.receive_thresholds(), {"max_msg_bytes": _msg_bytes(layout)})
-        return LtpServer(self._options, settings, bind, workers, layout)
+        settings = self.core_settings(self.receive_thresholds(), {"max_msg_bytes": _msg_bytes(layout),
+                                                                  **self.session_settings()})
+        return LtpServer(self._options, settings, bind, workers, layout, self.session)
 
     def connect(self, rank: int, bind: Addr, server: Addr, layout: Layout) -> LtpWorker:
         pull = self._options["pull_threshold"]
-        settings = self.core_settings((pull, pull), {"max_msg_bytes": _msg_bytes(layout)})
-        return LtpWorker(self._options, settings, rank, bind, server, layout)
+        settings = self.core_settings((pull, pull), {"max_msg_bytes": _msg_bytes(layout),
+                                                     **self.session_settings()})
+        return LtpWorker(self._options, settings, rank, bind, server, layout, self.session)
 
 
 def _msg_bytes(layout: Layout) -> int:
     return max(4, layout.n_bytes)
 
 
-# ---------------------------------------------------------------------------- shared machinery
-class _WireOrder:
-    """Puts critical segments first on the wire, so "critical" is a packet-index prefix."""
-
-    def __init__(self, layout: Layout, critical: Sequence[str]) -> None:
-        names = {s.name for s in layout.segments}
-        unknown = sorted(set(critical) - names)
-        if unknown:
-            raise OptionError(f"LTP critical segment {unknown[0]!r} is not in the model layout.")
-        crit = [s for s in layout.segments if s.name in set(critical)]
-        self.critical_bytes = 4 * sum(s.length for s in crit)
-        rest = [s for s in layout.segments if s.name not in set(critical)]
-        if crit and crit != list(layout.segments[: len(crit)]):
-            self.perm: np.ndarray | None = np.concatenate(
-                [np.arange(s.offset, s.offset + s.length) for s in crit + rest])
-        else:
-            self.perm = None   # already a prefix: no copy needed
-
-    def to_wire(self, values: np.ndarray) -> np.ndarray:
-        return values if self.perm is None else values[self.perm]
-
-    def from_wire(self, values: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if self.perm is None:
-            return values, mask
-        out_v, out_m = np.empty_like(values), np.empty_like(mask)
-        out_v[self.perm], out_m[self.perm] = values, mask
-        return out_v, out_m
-
-
-def _segment_fracs(layout: Layout, mask: np.ndarray | None) -> tuple[float, ...]:
-    if mask is None:
-        return tuple(1.0 for _ in layout.segments)
-    csum = np.concatenate(([0], np.cumsum(mask, dtype=np.int64)))
-    return tuple(float(csum[s.offset + s.length] - csum[s.offset]) / s.length if s.length else 1.0
-                 for s in layout.segments)
-
-
-def _float32_payload(values: np.ndarray, layout: Layout) -> np.ndarray:
-    arr = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
-    if arr.size != layout.n_floats:
-        raise TransportError(f"the message has {arr.size} floats but the layout has {layout.n_floats}.")
-    return arr
-
-
-def _send_report(nbytes: int, parts: Sequence[Mapping[str, float]]) -> SendReport:
-    """One peer's report, summed over its parts (``ltp_send_stats_t`` each)."""
-    last = parts[-1]  # rate and RTT estimates are per peer: any part has the latest
-    closed = native.send_done().index("closed")
-    stats = {"acked_packets": sum(s["acked_packets"] for s in parts),
-             "count": sum(s["count"] for s in parts),
-             "closed_by_peer": float(sum(s["done"] == closed for s in parts)),
-             "peer_received": sum(s["peer_received"] for s in parts),
-             "elapsed_us": max(s["elapsed_us"] for s in parts), "srtt_us": last["srtt_us"],
-             "pacing_rate_mbps": last["pacing_rate_mbps"], "btl_bw_mbps": last["btl_bw_mbps"]}
-    return SendReport(nbytes, int(sum(s["wire_bytes"] for s in parts)),
-                      packets=int(sum(s["packets"] + s["retransmits"] for s in parts)),
-                      retransmits=int(sum(s["retransmits"] for s in parts)), stats=stats)
-
-
-def _delivery(layout: Layout, values: np.ndarray, mask: np.ndarray,
-              got: Sequence[Mapping[str, float]], segments: Sequence[int]) -> Delivery:
-    """One peer's Delivery from its parts' ``ltp_msg_stats_t``."""
-    received = sum(s["received_bytes"] for s in got)
-    total = sum(s["total_bytes"] for s in got)
-    complete = received == total
-    stats = {name: float(sum(s[name] for s in got))
-             for name in ("packets", "count", "duplicates", "retransmits", "early_closed")}
-    stats.update(critical_packets=float(sum(s["critical_count"] for s in got)),
-                 close_reason=max(s["close_reason"] for s in got),
-                 elapsed_us=max(s["elapsed_us"] for s in got),
-                 pass_us=max(s["pass_us"] for s in got),
-                 threshold_frac=min(s["threshold_frac"] for s in got),
-                 peer_srtt_us=got[-1]["peer_srtt_us"])
-    if len(got) > 1:
-        stats.update({f"threshold_{seg}": s["threshold_frac"] for seg, s in zip(segments, got)})
-    frac = 1.0 if complete else float(received) / float(total)
-    m = None if complete else mask
-    return Delivery(values, m, frac, _segment_fracs(layout, m), stats)
-
-
-def _tiles(parts: Sequence[tuple[int, int, int]], n: int) -> bool:
-    """True if the (segment, float offset, float count) parts cover [0, n) without overlap."""
-    end = 0
-    for _, off, cnt in sorted(parts, key=lambda part: part[1]):
-        if off != end:
-            return False
-        end = off + cnt
-    return end == n
-
-
-def _end_stats(end: native.Endpoint) -> dict[str, float]:
-    """An end's counters, and the datagram size and offloads it runs with (none once closed)."""
-    stats = end.stats()
-    if not end.closed:
-        offload = end.offload
-        stats.update(datagram_bytes=float(end.datagram_bytes), udp_gso=float(offload["gso"]),
-                     udp_gro=float(offload["gro"]))
-    return stats
-
-
-class _Messages:
-    """One native endpoint carrying messages of one layout: Deliveries and SendReports."""
-
-    def __init__(self, settings: Mapping[str, float], rank: int, bind: Addr, layout: Layout,
-                 critical: Sequence[str], rx_drop_frac: float) -> None:
-        self.layout = layout
-        self.wire = _WireOrder(layout, critical)
-        self.end = native.Endpoint(settings, rank, bind, rx_drop_frac)
-
-    def send(self, peers: Sequence[int], msg_id: int | Sequence[int], values: np.ndarray,
-             timeout_s: float, partial: bool = False) -> list[SendReport | None]:
-        """Send ``values`` as one message (segment 0) to every peer, in one call into C.
-
-        ``msg_id`` is one id for every peer, or one per peer. With ``partial`` a peer whose send
-        did not finish by the deadline gets None (its send cancelled) instead of an error.
-        """
-        payload = self.wire.to_wire(_float32_payload(values, self.layout))
-        return self.send_parts(peers, msg_id, [(0, payload)], self.wire.critical_bytes, timeout_s,
-                               partial)
-
-    def send_parts(self, peers: Sequence[int], msg_id: int | Sequence[int],
-                   parts: Sequence[tuple[int, np.ndarray]], critical_bytes: int,
-                   timeout_s: float, partial: bool = False) -> list[SendReport | None]:
-        """Send every (segment, contiguous float32 array) part to every peer, in one call into C.
-
-        Returns one report per peer, summed over its parts (None for a peer not finished by the
-        deadline, with ``partial``).
-        """
-        ids = [msg_id] * len(peers) if isinstance(msg_id, int) else list(msg_id)
-        items = [native.SendItem(peer, mid, seg, arr, critical_bytes)
-                 for peer, mid in zip(peers, ids) for seg, arr in parts]
-        got = self.end.send(items, timeout_s, what=f"sending message {ids[0] if ids else 0}",
-                            partial=partial)
-        per, nbytes = len(parts), sum(arr.nbytes for _, arr in parts)
-        out = []
-        for i in range(len(peers)):
-            mine = got[i * per:(i + 1) * per]
-            out.append(None if any(g is None for g in mine) else _send_report(nbytes, mine))
-        return out
-
-    def recv(self, peers: Sequence[int], msg_id: int, timeout_s: float) -> list[Delivery]:
-        """Receive message ``msg_id`` (segment 0) from every peer, in one call into C."""
-        return self.recv_parts(peers, msg_id, [(0, 0, self.layout.n_floats)], timeout_s,
-                               unwire=True)
-
-    def recv_parts(self, peers: Sequence[int], msg_id: int,
-                   parts: Sequence[tuple[int, int, int]], timeout_s: float,
-                   unwire: bool = False) -> list[Delivery]:
-        """Receive every (segment, float offset, float count) part from every peer, in one call.
-
-        A peer's parts land in one full-length vector and mask; the Delivery's counters are summed
-        over the parts, and with several parts each part's close threshold is reported as
-        ``threshold_<segment>``. ``unwire`` undoes the critical-first wire order (one part only).
-        """
-        n = self.layout.n_floats
-        # C writes every value and mask byte of each part (zeros where nothing arrived), so parts
-        # that tile the vector need no zeroing first: for a 4 MB message that saved a pass over it.
-        alloc = np.empty if _tiles(parts, n) else np.zeros
-        bufs = [alloc(n, dtype=np.float32) for _ in peers]
-        masks = [alloc(n, dtype=np.bool_) for _ in peers]
-        items = [native.RecvItem(peer, msg_id, seg, bufs[k][off:off + cnt], masks[k][off:off + cnt])
-                 for k, peer in enumerate(peers) for seg, off, cnt in parts]
-        got = self.end.recv(items, timeout_s, what=f"receiving message {msg_id}")
-        per, out = len(parts), []
-        for k in range(len(peers)):
-            values, mask = bufs[k], masks[k]
-            if unwire:
-                values, mask = self.wire.from_wire(values, mask)
-            out.append(_delivery(self.layout, values, mask, got[k * per:(k + 1) * per],
-                                 [seg for seg, _, _ in parts]))
-        return out
-
-    def close(self) -> None:
-        self.end.close()
+# The messages' machinery lives in ltp_messages; these names stay importable from here.
+from transports.ltp_messages import (  # noqa: E402
+    _delivery,
+    _float32_payload,
+    _Messages,
+    _segment_fracs,
+    _send_report,
+    _tiles,
+    _WireOrder,
+    _end_stats,
+)
 
 
 # ---------------------------------------------------------------------------- the two ends
@@ -352,13 +199,14 @@ class LtpServer(ServerEnd):
     """
 
     def __init__(self, options: Mapping[str, Any], settings: Mapping[str, float], bind: Addr,
-                 workers: Sequence[Addr], layout: Layout) -> None:
+                 workers: Sequence[Addr], layout: Layout, session: Session) -> None:
         self.layout = layout
         self.n_workers = len(workers)
         self.filler = filling.Filler(options["filler"])
         self.linger_s = options["linger_ms"] / 1000.0
         self.net = _Messages(settings, native.rank_server(), bind, layout,
-                             options.get("critical_segments", ()), options["rx_drop_frac"])
+                             options.get("critical_segments", ()), options["rx_drop_frac"],
+                             session, self.receives())
         self.end = self.net.end
         # Parts of a gradient (segment, float offset, float count) and what recv_some has taken
         # of a message whose other parts had not closed yet: rank -> (msg_id, values, mask,
@@ -372,6 +220,10 @@ class LtpServer(ServerEnd):
         except BaseException:
             self.end.close()
             raise
+
+    def receives(self) -> list[tuple[int, int]]:
+        """(segment, float count) of every message this end receives: the whole gradient."""
+        return [(0, self.layout.n_floats)]
 
     def wait_for_workers(self, timeout_s: float) -> None:
         self.end.wait_greeted(timeout_s, what=f"waiting for {self.n_workers} workers to say HELLO")
@@ -422,6 +274,11 @@ class LtpServer(ServerEnd):
                                      what="receiving gradients")
             for (rank, mid, j), stats in zip(where, got):
                 if stats is not None:
+                    cnt = self.parts[j][2]
+                    if stats["total_bytes"] != 4 * cnt:   # the core refuses other shapes
+                        raise LtpProtocolError(f"message {mid} from worker {rank} arrived with "
+                                               f"{stats['total_bytes']:.0f} bytes, not {4 * cnt}.",
+                                               -1)
                     self._partial[(rank, mid)][3][j] = stats
             for rank, mid in sorted({(rank, mid) for rank, mid, _ in where}):
                 if rank in done:
@@ -462,6 +319,10 @@ class LtpServer(ServerEnd):
     def stats(self) -> dict[str, float]:
         return _end_stats(self.end)
 
+    def rejections(self) -> dict[str, float]:
+        stats = self.end.stats()
+        return {name: stats[name] for name in native.rejection_stats() if name in stats}
+
     def close(self) -> None:
         """Linger for ``linger_ms`` answering late data, then release the socket and core.
 
@@ -480,7 +341,7 @@ class LtpWorker(WorkerEnd):
     """A worker's end: one socket with the PS as its only peer."""
 
     def __init__(self, options: Mapping[str, Any], settings: Mapping[str, float], rank: int,
-                 bind: Addr, server: Addr, layout: Layout) -> None:
+                 bind: Addr, server: Addr, layout: Layout, session: Session) -> None:
         ps_rank = native.rank_server()
         if not 0 <= rank < ps_rank:
             raise OptionError(f"an LTP worker rank must be from 0 to {ps_rank - 1}, not {rank}.")
@@ -491,7 +352,7 @@ class LtpWorker(WorkerEnd):
         # pull_threshold of 1.0 every parameter arrives anyway.)
         self.filler = filling.Filler("previous")
         self.net = _Messages(settings, rank, bind, layout, options.get("critical_segments", ()),
-                             options["rx_drop_frac"])
+                             options["rx_drop_frac"], session, [(0, layout.n_floats)])
         self.end = self.net.end
         try:
             self.server_peer = self.end.add_peer(ps_rank, server)
@@ -515,6 +376,10 @@ class LtpWorker(WorkerEnd):
 
     def stats(self) -> dict[str, float]:
         return _end_stats(self.end)
+
+    def rejections(self) -> dict[str, float]:
+        stats = self.end.stats()
+        return {name: stats[name] for name in native.rejection_stats() if name in stats}
 
     def close(self) -> None:
         self.end.close()

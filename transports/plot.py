@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from transports.base import Addr, Delivery, Layout, Option, OptionError, SendReport
+from transports.base import Addr, Delivery, Layout, Option, OptionError, SendReport, Session
 from transports.ltp import (LtpServer, LtpTransport, LtpWorker, _float32_payload, _msg_bytes,
                             _threshold_option, ltp_options)
 
@@ -106,13 +106,15 @@ class PlotTransport(LtpTransport):
                 "max_tx_per_peer": max(4, 2 * n), "max_open_per_peer": max(4, 4 * n)}
 
     def serve(self, bind: Addr, workers: Sequence[Addr], layout: Layout) -> PlotServer:
-        settings = self.core_settings(self.receive_thresholds(), self._layer_settings(layout))
-        return PlotServer(self._options, settings, bind, workers, layout)
+        settings = self.core_settings(self.receive_thresholds(),
+                                      {**self._layer_settings(layout), **self.session_settings()})
+        return PlotServer(self._options, settings, bind, workers, layout, self.session)
 
     def connect(self, rank: int, bind: Addr, server: Addr, layout: Layout) -> PlotWorker:
         pull = self._options["pull_threshold"]
-        settings = self.core_settings((pull, pull), self._layer_settings(layout))
-        return PlotWorker(self._options, settings, rank, bind, server, layout)
+        settings = self.core_settings((pull, pull),
+                                      {**self._layer_settings(layout), **self.session_settings()})
+        return PlotWorker(self._options, settings, rank, bind, server, layout, self.session)
 
 
 def bounds_by_size(layout: Layout, lo: float, hi: float, reliable_below: int) -> list[float]:
@@ -156,14 +158,14 @@ class PlotServer(LtpServer):
     """The PS end: per-layer receive policies, set by the bound rule."""
 
     def __init__(self, options: Mapping[str, Any], settings: Mapping[str, float], bind: Addr,
-                 workers: Sequence[Addr], layout: Layout) -> None:
+                 workers: Sequence[Addr], layout: Layout, session: Session) -> None:
         self.options = dict(options)
         # Segment 0 (parameters, which the PS only sends) keeps the configured thresholds; each
         # layer is segment 1 + its index, with its own policy.
         self.parts = [(1 + i, s.offset, s.length) for i, s in enumerate(layout.segments)]
         self.snr_sum = np.zeros(len(layout.segments))
         self.profiled = 0
-        super().__init__(options, settings, bind, workers, layout)
+        super().__init__(options, settings, bind, workers, layout, session)
         try:
             self._set_bounds(self._initial_bounds())
         except BaseException:
@@ -185,6 +187,10 @@ class PlotServer(LtpServer):
             return bounds_by_snr([float("inf")] * len(layout.segments), layout,
                                  o["bound_min"], o["bound_max"], small)
         return [1.0] * len(layout.segments)   # profiling: everything whole
+
+    def receives(self) -> list[tuple[int, int]]:
+        """Every layer, as its own segment (1 + its index)."""
+        return [(seg, n) for seg, _, n in self.parts]
 
     def _set_bounds(self, bounds: Sequence[float]) -> None:
         self.bounds = [float(b) for b in bounds]

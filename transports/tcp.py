@@ -329,6 +329,7 @@ class TcpServer(ServerEnd):
     def recv_some(self, wanted, min_count: int, timeout_s: float) -> dict[int, Delivery]:
         deadline = time.monotonic() + timeout_s
         got: dict[int, Delivery] = {}
+        lost_before = len(self._gone)
 
         def enough() -> bool:
             for rank, mid in wanted.items():
@@ -336,7 +337,9 @@ class TcpServer(ServerEnd):
                     whole = self.inbox[rank].take(mid)
                     if whole is not None:
                         got[rank] = Delivery.whole(whole[1], self.layout, msg_id=whole[0])
-            return len(got) >= min_count
+            # A connection that ended returns at once too: the caller learns it now, not at the
+            # deadline (a worker that is gone will not deliver).
+            return len(got) >= min_count or len(self._gone) > lost_before
 
         self._pump(deadline, set(wanted), enough)
         enough()

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Callable
 
 import numpy as np
 import pytest
 
 from transports import filling, native, registry
-from transports.base import Delivery, Layout, OptionError, TransportError, TransportTimeout
+from transports.base import (Delivery, Layout, OptionError, Session, TransportError,
+                             TransportTimeout)
 
 ltp = pytest.importorskip("transports.ltp")
 try:
@@ -310,25 +312,34 @@ def test_option_tables_come_from_the_core() -> None:
         registry.create("ltp", {"threshold_min": 0.9, "threshold_max": 0.8})
 
 
-def test_timeouts_close_and_wrong_session() -> None:
+@pytest.mark.parametrize("auth", [True, False])
+def test_timeouts_close_and_another_session(auth: bool) -> None:
     layout = Layout.single(1024)
     ps_port, w_port = free_ports(2)
-    ps = registry.create("ltp").serve(("127.0.0.1", ps_port), [("127.0.0.1", w_port)], layout)
+    transport = registry.create("ltp", {"auth": auth})
+    ps = transport.serve(("127.0.0.1", ps_port), [("127.0.0.1", w_port)], layout)
     with pytest.raises(TransportTimeout):
         ps.wait_for_workers(0.05)
     with pytest.raises(TransportTimeout):
         ps.gather(0, 0.05)
-    # A worker of another session is never greeted, and the PS counts its datagrams.
-    other = registry.create("ltp", {"session_id": 2}).connect(
-        0, ("127.0.0.1", w_port), ("127.0.0.1", ps_port), layout)
-    serving = threading.Thread(target=ps.service, args=(0.3,))
-    serving.start()
-    try:
-        with other, pytest.raises(TransportTimeout):
-            other.join(0.1)
-    finally:
-        serving.join()                           # never close a handle another thread is using
-    assert ps.stats()["wrong_session"] >= 1
+    # A worker of another session (same key) and one under another key are never greeted; the
+    # PS counts their datagrams: with auth on every datagram under another key fails its MAC.
+    mine = transport.session
+    others = {"wrong_session": Session((mine.session_id + 1) % 2**32, mine.key),
+              "bad_mac" if auth else "wrong_session": Session.draw()}
+    for counter, session in others.items():
+        other_transport = registry.create("ltp", {"auth": auth})
+        other_transport.use_session(session)
+        other = other_transport.connect(0, ("127.0.0.1", w_port), ("127.0.0.1", ps_port), layout)
+        before = ps.stats()[counter]
+        serving = threading.Thread(target=ps.service, args=(0.3,))
+        serving.start()
+        try:
+            with other, pytest.raises(TransportTimeout):
+                other.join(0.1)
+        finally:
+            serving.join()                       # never close a handle another thread is using
+        assert ps.stats()[counter] > before, counter
     with pytest.raises(TransportError, match="floats"):
         ps.broadcast(0, np.zeros(10, np.float32), 0.05)
     ps.close()
@@ -358,3 +369,162 @@ def test_plot_profiles_snr_in_observe_and_average_has_no_side_effects() -> None:
         ps.observe(2, deliveries)                                   # profiling is over
         assert ps.profiled == 2
         assert "snr:signal.weight" in ps.stats()
+
+
+@pytest.mark.parametrize("slug", ["ltp", "plot"])
+def test_authenticated_job_delivers_whole_and_rejects_nothing(slug: str) -> None:
+    layout = Layout.from_sizes([("w", N_FLOATS - 1000), ("b", 1000)])
+    transport = registry.create(slug, {"auth": True})
+    ports = free_ports(2)
+    ps_addr, w_addr = ("127.0.0.1", ports[0]), ("127.0.0.1", ports[1])
+    errors = []
+
+    def worker() -> None:
+        try:
+            with transport.connect(0, w_addr, ps_addr, layout) as w:
+                w.join(TIMEOUT_S)
+                for it in range(2):
+                    w.push(it, gradient(0, it), TIMEOUT_S)
+                    w.pull(it, TIMEOUT_S)
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=worker, daemon=True)
+    with transport.serve(ps_addr, [w_addr], layout) as ps:
+        thread.start()
+        ps.wait_for_workers(TIMEOUT_S)
+        for it in range(2):
+            (d,) = ps.gather(it, TIMEOUT_S)
+            assert d.received_frac == 1.0 and np.array_equal(d.values, gradient(0, it))
+            ps.broadcast(it, params(it), TIMEOUT_S)
+        thread.join(TIMEOUT_S)
+        stats = ps.stats()
+    assert not errors, errors
+    assert all(stats[name] == 0 for name in native.rejection_stats()), stats
+
+
+def test_a_worker_with_another_layout_is_refused() -> None:
+    """The PS knows the size of every message it receives: a gradient of another size never
+    opens a message, it is counted (bad_shape), and the gather waits for a real one."""
+    ps_port, w_port = free_ports(2)
+    transport = registry.create("ltp")
+    with transport.serve(("127.0.0.1", ps_port), [("127.0.0.1", w_port)],
+                         Layout.single(N_FLOATS)) as ps, \
+            transport.connect(0, ("127.0.0.1", w_port), ("127.0.0.1", ps_port),
+                              Layout.single(N_FLOATS - 4)) as w:
+        serving = threading.Thread(target=ps.service, args=(0.5,))
+        serving.start()
+        try:
+            w.join(TIMEOUT_S)
+            with pytest.raises(TransportTimeout):
+                w.push(0, gradient(0, 0, N_FLOATS - 4), 0.3)
+        finally:
+            serving.join()
+        with pytest.raises(TransportTimeout):
+            ps.gather(0, 0.05)
+        assert ps.stats()["bad_shape"] > 0
+
+
+class _SealingSender:
+    """A worker's core driven by hand (sans-IO, through the binding's C functions) behind a plain
+    UDP socket: its datagrams are genuine and sealed, and the test decides what goes out, altered
+    or not, one at a time or as one GSO write."""
+
+    def __init__(self, session: Session, settings: dict, addr: tuple[str, int]) -> None:
+        self.ffi, self.lib = native._core()
+        cfg = native._config({**settings, "session_id": session.session_id, "cc": 0})
+        self.core = self.lib.ltp_core_new(cfg, 0)
+        self.lib.ltp_core_add_peer(self.core, native.rank_server())
+        key = session.key[:native.key_bytes()]
+        self.lib.ltp_core_set_key(self.core, key, len(key))
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(addr)
+        self.now = 1_000_000
+
+    def message(self, msg_id: int, values: np.ndarray) -> list[bytes]:
+        """The DATA datagrams of one message, in order (cc off: all due at once)."""
+        buf, slot = self.ffi.new("uint8_t[]", 65536), self.ffi.new("int *")
+        self.lib.ltp_core_send(self.core, 0, msg_id, 0, self.ffi.from_buffer(values), values.nbytes,
+                               0, self.now)
+        out = []
+        while (n := self.lib.ltp_core_poll_tx(self.core, self.now, buf, 65536, slot)) > 0:
+            if buf[3] == 1:   # docs/ltp-protocol.md §2: the type byte; 1 is DATA
+                out.append(bytes(self.ffi.buffer(buf, n)))
+        self.lib.ltp_core_send_release(self.core, 0, msg_id, 0)
+        return out
+
+    def close(self) -> None:
+        self.sock.close()
+        self.lib.ltp_core_free(self.core)
+
+
+def _wait_for(end: native.Endpoint, name: str, at_least: float) -> dict[str, float]:
+    deadline = time.monotonic() + TIMEOUT_S
+    while (stats := end.stats())[name] < at_least:
+        assert time.monotonic() < deadline, f"{name} stayed at {stats[name]:g}"
+        time.sleep(0.001)
+    return stats
+
+
+def _flip_payload_byte(datagram: bytes, at: int) -> bytes:
+    payload_at = 52   # LTP_DATA_HDR_BYTES; the tag is the last 8 bytes
+    b = bytearray(datagram)
+    b[payload_at + at] ^= 0x01
+    return bytes(b)
+
+
+def test_mac_covers_payloads_read_into_place_and_gro_runs() -> None:
+    """With auth on, one flipped payload byte is refused as bad_mac on the receive paths that do
+    not hand the core a datagram in one piece: a DATA read straight into its guessed place (split
+    from its header and tag), and a datagram inside a GRO run. The genuine copies that follow
+    complete the message exactly."""
+    session = Session.draw()
+    settings = {"auth": 1, "max_udp_payload_bytes": 16384, "max_msg_bytes": 1 << 22}
+    chunk = 16384 - 52 - 8
+    ps_port, w_port = free_ports(2)
+    sender = _SealingSender(session, settings, ("127.0.0.1", w_port))
+    n_floats = 10 * chunk // 4
+    with native.Endpoint({**settings, "session_id": session.session_id}, native.rank_server(),
+                         ("127.0.0.1", ps_port)) as end:
+        end.set_key(session.key)
+        end.expect(0, 4 * n_floats)
+        end.add_peer(0, ("127.0.0.1", w_port))
+        dest = ("127.0.0.1", ps_port)
+
+        # 1. Read into place: packet 0 opens the message, so the driver reads the next DATA's
+        # payload straight into the place of packet 1.
+        v1 = gradient(0, 1, n_floats)
+        dg = sender.message(1, v1)
+        assert len(dg) == 10 and all(len(d) == 16384 for d in dg)
+        sender.sock.sendto(dg[0], dest)
+        _wait_for(end, "rx_datagrams", 1)
+        sender.sock.sendto(_flip_payload_byte(dg[1], 4000), dest)
+        stats = _wait_for(end, "bad_mac", 1)
+        assert stats["rx_placed"] == 1, "the altered datagram did not take the read-into-place path"
+        for d in dg[1:]:
+            sender.sock.sendto(d, dest)
+        values, mask = np.zeros(n_floats, np.float32), np.zeros(n_floats, bool)
+        end.recv([native.RecvItem(0, 1, 0, values, mask)], TIMEOUT_S)
+        assert np.array_equal(values.view(np.uint32), v1.view(np.uint32)) and mask.all()
+        stats = end.stats()
+        assert stats["rx_placed"] >= 2 and stats["bad_mac"] == 1 and stats["dup_conflict"] == 0
+
+        # 2. A GRO run: three datagrams as one GSO write (loopback hands it to a UDP_GRO socket
+        # whole), the second altered.
+        if not end.offload["gro"]:
+            pytest.skip("this kernel gives the socket no GRO runs")
+        v2 = gradient(0, 2, n_floats)
+        dg = sender.message(2, v2)
+        sender.sock.setsockopt(socket.SOL_UDP, 103, 16384)   # UDP_SEGMENT
+        run = dg[0] + _flip_payload_byte(dg[1], 9) + dg[2]
+        sender.sock.sendto(run, dest)
+        stats = _wait_for(end, "bad_mac", 2)
+        assert stats["rx_gro_runs"] >= 1, "the run was not read as one"
+        sender.sock.setsockopt(socket.SOL_UDP, 103, 0)
+        for d in dg[1:]:
+            sender.sock.sendto(d, dest)
+        values, mask = np.zeros(n_floats, np.float32), np.zeros(n_floats, bool)
+        end.recv([native.RecvItem(0, 2, 0, values, mask)], TIMEOUT_S)
+        assert np.array_equal(values.view(np.uint32), v2.view(np.uint32)) and mask.all()
+        assert end.stats()["bad_mac"] == 2
+    sender.close()

@@ -1,6 +1,9 @@
 """Builds and runs the native LTP core's own checks: C unit tests (core and UDP driver), sanitizers, a short fuzz run.
 
-Runs ``make -C transports/native test test-asan`` and ``make ... fuzz FUZZ_SECONDS=10`` into
+Runs ``make -C transports/native test test-asan`` (the core's tests, the forged-datagram
+reproductions of ``tests/test_trust.c`` and the driver's receive batches of
+``tests/test_udp_io.c``) and a 10-second ``make ... fuzz`` (the stateful core
+target, then the driver's parsing) into
 ``transports/native/build/`` and asserts that each succeeds. Skipped when make or a compiler is
 missing (the fuzz run needs clang with libFuzzer).
 
@@ -29,11 +32,12 @@ def test_c_unit_tests_plain_and_sanitized() -> None:
     proc = _make("test", "test-asan", timeout_s=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     summaries = [line for line in proc.stdout.splitlines() if line.endswith(" failed")]
-    assert len(summaries) == 4 and all(line.endswith(", 0 failed") for line in summaries), summaries
+    # test_core, test_trust, test_udp_io and test_udp, each plain and sanitized
+    assert len(summaries) == 8 and all(line.endswith(", 0 failed") for line in summaries), summaries
 
 
 @pytest.mark.skipif(shutil.which("clang") is None, reason="clang with libFuzzer is needed")
-def test_fuzz_input_path_briefly() -> None:
-    proc = _make("fuzz", "FUZZ_SECONDS=10", timeout_s=600)
+def test_fuzz_state_machine_and_driver_briefly() -> None:
+    proc = _make("fuzz", "FUZZ_SECONDS=8", "FUZZ_UDP_SECONDS=2", timeout_s=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    assert "Done" in proc.stderr and "ERROR" not in proc.stderr
+    assert proc.stderr.count("Done") == 2 and "ERROR" not in proc.stderr

@@ -24,7 +24,7 @@ from harness.runfiles import RunFiles
 from harness.zygote import Zygote
 from topologies.incast import PS_NAME, IncastParams, worker_name
 from topologies.network import Testbed
-from transports import registry
+from transports import native, registry
 
 # The lowered RTO first: the cells after it must find the kernel's own route again.
 SCHEMES = ("tcp-cubic-lowrto", "tcp-cubic", "tcp-reno", "tcp-bbr", "ltp")
@@ -118,13 +118,17 @@ def test_scheme_settings_are_in_force_during_its_cell(cells, slug):
 def test_ltp_datagrams_on_the_wire_are_single_packets(cells):
     cell, files = cells["ltp"]
     assert cell.status == "ok", cell.reason
+    lib = native._core()[1]
     n = 0
     for frame_bytes, ltp, length in _udp_payloads(files.dir.parent / "ltp.pcap"):
         n += 1
         assert frame_bytes <= 1514 and length <= 1472
-        assert ltp[:3] == b"\x4c\x50\x02" and 1 <= ltp[3] <= 5, ltp[:4]   # magic, version, type
+        # magic, version, type; byte 5 says the datagram ends in a MAC tag (auth is on by default)
+        assert ltp[:3] == b"\x4c\x50" + bytes([lib.LTP_VERSION]) and 1 <= ltp[3] <= 5, ltp[:4]
+        assert ltp[5] != 0, "a datagram without its MAC tag"
         if ltp[3] == 1:   # DATA: its payload length field accounts for the whole datagram
-            assert struct.unpack("<H", ltp[36:38])[0] == length - 52
+            assert (struct.unpack("<H", ltp[36:38])[0]
+                    == length - lib.LTP_DATA_HDR_BYTES - lib.LTP_MAC_BYTES)
     assert n >= 2 * 8 * 300, "the capture missed the pushes"   # 2 pushes of ~300 DATA per worker
     workers = [files.host_summary(worker_name(r)).transport_stats for r in range(8)]
     assert all(w["udp_gso"] == 1.0 for w in workers), "a worker gave up GSO"

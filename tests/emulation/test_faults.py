@@ -50,6 +50,8 @@ def test_a_killed_worker_is_dropped_and_training_goes_on(bed, tmp_path, transpor
     assert [e["event"] for e in files.fault_events()] == ["killed"]
     assert row["detection_s"] is not None and 0 <= row["detection_s"] < DETECT_BOUND_S
     assert row["detected_as"] == ("gone" if transport.startswith("tcp") else "missing")
+    if transport.startswith("tcp"):   # the kernel's reset or end of stream, not the deadline
+        assert row["detection_s"] < 0.5
     # Every round after the kill averaged over the two others.
     assert row["iterations_lost"] >= ITERATIONS - 5
     assert [r["contributors"] for r in iters][-3:] == [N_WORKERS - 1] * 3

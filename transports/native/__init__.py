@@ -140,6 +140,20 @@ def stat_names() -> tuple[str, ...]:
     return tuple(_text(lib.ltp_stat_name(i)) for i in range(lib.ltp_stat_count()))
 
 
+@functools.cache
+def rejection_stats() -> tuple[str, ...]:
+    """The counters of datagrams (or fields of them) that validation refused or clamped
+    (``LTP_STAT_REJECT``): zero on an endpoint that hears only its own run's peers."""
+    _, lib = _core()
+    return tuple(name for i, name in enumerate(stat_names())
+                 if lib.ltp_stat_kind(i) == lib.LTP_STAT_REJECT)
+
+
+def key_bytes() -> int:
+    """Bytes of the run's key the MAC uses (``LTP_KEY_BYTES``)."""
+    return int(_core()[1].LTP_KEY_BYTES)
+
+
 @dataclasses.dataclass(frozen=True)
 class CoreOption:
     """One row of the core's option table: one ``ltp_config_t`` field."""
@@ -298,6 +312,16 @@ class Endpoint:
         """Run the protocol for ``duration_s`` without a request (answers late data, repeats CLOSE)."""
         check(_core()[1].ltp_udp_service(self._live(), _timeout_us(duration_s)), "servicing LTP")
 
+    def expect(self, segment: int, total_bytes: int, critical_bytes: int = 0) -> None:
+        """Receive only this shape for ``segment`` (and, once one is given, no other segment)."""
+        check(_core()[1].ltp_udp_expect(self._live(), segment, total_bytes, critical_bytes),
+              f"expecting segment {segment} of {total_bytes} bytes")
+
+    def set_key(self, key: bytes) -> None:
+        """The run's MAC key (its first :func:`key_bytes` bytes are used)."""
+        key = bytes(key[:key_bytes()])
+        check(_core()[1].ltp_udp_set_key(self._live(), key, len(key)), "setting the LTP key")
+
     def set_policy(self, segment: int, threshold_min: float, threshold_max: float) -> None:
         """Close messages of ``segment`` between these thresholds instead of the configured ones."""
         check(_core()[1].ltp_udp_set_policy(self._live(), segment, threshold_min, threshold_max),
@@ -311,8 +335,10 @@ class Endpoint:
              what: str = "sending", partial: bool = False) -> list[dict[str, float] | None]:
         """Send every item concurrently; one ``ltp_send_stats_t`` (as a dict) per item.
 
-        With ``partial``, an item not finished by the deadline comes back as None (its send
-        cancelled) instead of raising :class:`LtpTimeout` for all of them.
+        A message the receiver refused as stale (it had moved past it) is not an error of the
+        call: its stats say so (``done`` is ``send_done().index("stale")``). With ``partial``, an
+        item not finished by the deadline comes back as None (its send cancelled) instead of
+        raising :class:`LtpTimeout` for all of them.
         """
         ffi, lib = _core()
         reqs = ffi.new("ltp_send_req_t[]", len(items))
@@ -321,10 +347,17 @@ class Endpoint:
             r.peer, r.msg_id, r.segment = it.peer, it.msg_id & 0xFFFFFFFF, it.segment
             r.len_bytes, r.data, r.critical_bytes = it.payload.nbytes, buf, it.critical_bytes
         rc = lib.ltp_udp_send(self._live(), reqs, len(items), _timeout_us(timeout_s))
-        if rc < 0 and not (partial and rc == lib.LTP_ETIMEDOUT):
-            failed = sorted({it.peer for it, r in zip(items, reqs) if r.status < 0})
-            check(rc, f"{what} (peers {failed} did not finish)")
-        return [_as_dict(r.stats, "ltp_send_stats_t") if r.status == 0 else None for r in reqs]
+        unfinished = partial and (rc == lib.LTP_ETIMEDOUT or any(
+            r.status == lib.LTP_ETIMEDOUT for r in reqs))
+        failed = [(it.peer, r.status) for it, r in zip(items, reqs)
+                  if r.status < 0 and r.status != lib.LTP_ESTALE
+                  and not (partial and r.status == lib.LTP_ETIMEDOUT)]
+        if failed:
+            check(failed[0][1], f"{what} (peers {sorted({p for p, _ in failed})} did not finish)")
+        elif rc < 0 and rc != lib.LTP_ESTALE and not unfinished:
+            check(rc, what)
+        return [None if partial and r.status == lib.LTP_ETIMEDOUT
+                else _as_dict(r.stats, "ltp_send_stats_t") for r in reqs]
 
     def _recv_reqs(self, items: Sequence[RecvItem]) -> tuple[Any, list]:
         ffi, _ = _core()

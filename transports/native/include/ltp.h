@@ -22,12 +22,14 @@
 extern "C" {
 #endif
 
-#define LTP_VERSION 2               /* 2: ACKs carry a fair-share rate hint */
+#define LTP_VERSION 3               /* 2: ACKs carry a rate hint; 3: MAC trailer, CLOSE echo, HELLO nonce */
 #define LTP_MAGIC 0x504Cu           /* "LP" in little-endian byte order */
 #define LTP_HDR_BYTES 20u           /* common header of every packet */
 #define LTP_DATA_HDR_BYTES 52u      /* common header + DATA fields */
 #define LTP_ACK_HDR_BYTES 48u       /* common header + ACK fields, bitmap follows */
-#define LTP_CLOSE_BYTES 32u
+#define LTP_CLOSE_BYTES 40u         /* 3: carries the echo of the DATA it answers */
+#define LTP_MAC_BYTES 8u            /* SipHash-2-4 tag at the end of every datagram with auth on */
+#define LTP_KEY_BYTES 16u           /* the run's MAC key */
 #define LTP_RANK_SERVER 0xFFFFu     /* the parameter server's rank on the wire */
 #define LTP_MAX_DATAGRAM 65507u     /* largest UDP payload over IPv4 */
 #define LTP_ETH_DATAGRAM 1472u      /* a 1500-byte MTU minus IPv4 and UDP headers */
@@ -53,14 +55,18 @@ enum ltp_err {
     LTP_ESTALE = -11,      /* the datagram belongs to a message the application discarded */
     LTP_EOPTION = -12,     /* unknown configuration name or value out of range */
     LTP_EDROPPED = -13,    /* valid but dropped (receive table full, duplicate control) */
+    LTP_EAUTH = -14,       /* the datagram's MAC is missing or wrong */
+    LTP_EREJECTED = -15,   /* well-formed but refused: not what this endpoint expects or sent */
 };
 
 /* Why a receive context closed (also reported to the sender in CLOSE). */
 enum ltp_close_reason { LTP_CLOSE_NONE = 0, LTP_CLOSE_COMPLETE = 1, LTP_CLOSE_EARLY = 2,
                         LTP_CLOSE_MAX_WAIT = 3, LTP_CLOSE_STALE = 4 };
 
-/* How a send completed. */
-enum ltp_send_done { LTP_SEND_PENDING = 0, LTP_SEND_CLOSED = 1, LTP_SEND_ALL_ACKED = 2 };
+/* How a send completed. STALE: the receiver refused it (it had moved past the message); not a
+ * success, ltp_udp_send reports LTP_ESTALE for it. */
+enum ltp_send_done { LTP_SEND_PENDING = 0, LTP_SEND_CLOSED = 1, LTP_SEND_ALL_ACKED = 2,
+                     LTP_SEND_STALE = 3 };
 
 enum ltp_order { LTP_ORDER_SEQUENTIAL = 0, LTP_ORDER_RANDOM = 1, LTP_ORDER_PRIORITY = 2 };
 
@@ -125,6 +131,14 @@ typedef struct ltp_config {
     uint32_t hint_drain_us;           /* a standing queue of q us lowers the gain by q / this */
     uint32_t hint_sample_pkts;        /* a capacity sample spans at least this many packets */
     uint32_t hint_catchup_us;         /* a hinted sender's token bucket holds this long at the hint */
+    /* trusting nothing on the wire (docs/ltp-protocol.md §11) */
+    uint32_t auth;                    /* 1: every datagram carries a SipHash-2-4 tag (ltp_core_set_key) */
+    uint32_t rx_msg_window;           /* new message ids accepted this far past the last taken one */
+    uint32_t rx_first_msg_id;         /* where that window starts before any message was taken */
+    uint32_t rx_idle_evict_us;        /* an open receive context that heard nothing this long is evicted */
+    double hint_min_mbps;             /* a received hint below this is raised to it */
+    double hint_max_mbps;             /* a received hint above this is lowered to it */
+    uint32_t hint_ttl_max_us;         /* a received hint is obeyed at most this long */
 } ltp_config_t;
 
 /* Per-message receive statistics, filled by ltp_core_rx_take. */
@@ -142,6 +156,7 @@ typedef struct ltp_msg_stats {
     uint64_t pass_us;          /* first packet to end of the sender's first pass (0: unseen) */
     double threshold_frac;     /* threshold in force when it closed */
     double peer_srtt_us;
+    uint64_t conflicts;        /* packets whose copies disagreed: delivered as missing */
 } ltp_msg_stats_t;
 
 /* Per-message send statistics. */
@@ -172,8 +187,16 @@ enum ltp_stat {
     LTP_S_ACKS_HINTED, LTP_S_HINTS_RECEIVED,
     LTP_S_TX_GSO_RUNS, LTP_S_RX_GRO_RUNS,   /* UDP driver: writes / reads of 2+ datagrams */
     LTP_S_RX_PLACED,                        /* UDP driver: DATA read straight into place */
+    LTP_S_RX_PLACE_LOST,                    /* ... into a place its message no longer had */
+    LTP_S_BAD_MAC, LTP_S_BAD_SHAPE, LTP_S_OUT_OF_WINDOW, LTP_S_RX_EVICTED, LTP_S_DUP_CONFLICT,
+    LTP_S_BAD_ECHO, LTP_S_BAD_CLOSE, LTP_S_HINTS_CLAMPED, LTP_S_SENDS_STALE, LTP_S_CLOSE_RING_FULL,
     LTP_S__COUNT
 };
+
+/* What a counter counts (ltp_stat_kind). REJECT: datagrams, or fields of them, that validation
+ * refused or clamped; an endpoint that only ever hears its own run's peers keeps these at 0
+ * (stragglers of an earlier session aside), so any other value is noise or an attack. */
+enum ltp_stat_kind { LTP_STAT_TRAFFIC = 0, LTP_STAT_REJECT = 1 };
 
 typedef struct ltp_core ltp_core_t;
 typedef struct ltp_udp ltp_udp_t;
@@ -192,6 +215,7 @@ uint32_t ltp_chunk_bytes(const ltp_config_t *cfg);
 const char *ltp_strerror(int code);
 const char *ltp_stat_name(int index);
 int ltp_stat_count(void);
+int ltp_stat_kind(int index);                         /* enum ltp_stat_kind, -1 if out of range */
 
 /* ---- the option table: every ltp_config_t field, for bindings and documentation ----
  * ltp_config_default sets every field to its default_value; ltp_config_set and
@@ -228,6 +252,17 @@ int ltp_core_set_policy(ltp_core_t *core, uint16_t segment, double threshold_min
  * sends: LTP_EBUSY while a send is in progress, LTP_EINVAL outside 56..LTP_MAX_DATAGRAM. */
 int ltp_core_set_datagram(ltp_core_t *core, uint32_t bytes);
 uint32_t ltp_core_datagram(const ltp_core_t *core);
+/* The receive side's layout: DATA of `segment` must describe a message of exactly total_bytes
+ * with ceil(critical_bytes / chunk) critical packets, cut into this endpoint's chunk size. Once
+ * one segment is expected, DATA of any other segment or shape is refused (counted bad_shape);
+ * with none, any shape the parser accepts opens a context. Each expected segment also reserves
+ * room in every peer's ring of closed keys (at least 4 per segment). */
+int ltp_core_expect(ltp_core_t *core, uint16_t segment, uint32_t total_bytes, uint32_t critical_bytes);
+/* The run's MAC key (LTP_KEY_BYTES); required before anything is sent or accepted with auth on.
+ * Each direction uses a key derived from it and the receiver's rank. */
+int ltp_core_set_key(ltp_core_t *core, const uint8_t *key, size_t len);
+/* SipHash-2-4 of msg under a 16-byte key (the construction of the MAC; exported for tests). */
+uint64_t ltp_siphash24(const uint8_t key[16], const uint8_t *msg, size_t len);
 
 /* Feed one datagram; peer is the slot the source address maps to, or -1 if it maps to none.
  * Returns 0 if accepted, or the reason it was dropped (also counted). */
@@ -238,9 +273,11 @@ int ltp_core_input(ltp_core_t *core, int peer, const uint8_t *buf, size_t len, u
 int ltp_core_input_at(ltp_core_t *core, int peer, const uint8_t *buf, size_t len, uint64_t now_us,
                       uint64_t arrival_us);
 /* The same for a DATA read in two parts, as a scatter read into a guessed place leaves it: its
- * 52-byte header at head (head_len), its payload at payload (payload_len). A payload that is
- * already where the message keeps it is not copied. With payload_len 0, head is a whole datagram;
- * anything else but a DATA split after its header is LTP_EINVAL. */
+ * 52-byte header at head, then (auth on) the LTP_MAC_BYTES tag the datagram ends with, head_len
+ * bytes in all; its payload at payload (payload_len). The MAC covers header and payload as if
+ * they were one datagram, and is checked before anything is taken in. A payload that is already
+ * where the message keeps it is not copied. With payload_len 0, head is a whole datagram;
+ * anything else but a DATA split after its header (and tag) is LTP_EINVAL. */
 int ltp_core_input_split(ltp_core_t *core, int peer, const uint8_t *head, size_t head_len,
                          const uint8_t *payload, size_t payload_len, uint64_t now_us,
                          uint64_t arrival_us);
@@ -251,7 +288,8 @@ int ltp_core_poll_tx(ltp_core_t *core, uint64_t now_us, uint8_t *buf, size_t cap
  * return value: a DATA's header, or any other packet whole) and *payload, *payload_len the rest,
  * a span of the message being sent that stays valid until its send is released (NULL and 0 for
  * packets other than DATA). The datagram is buf[0..n) followed by the payload, for a gather
- * write (sendmsg with two iovecs). */
+ * write (sendmsg with two iovecs); with auth on a DATA's MAC tag is written to buf[n..n + 8)
+ * and goes on the wire after the payload (a third iovec). */
 int ltp_core_poll_tx_ref(ltp_core_t *core, uint64_t now_us, uint8_t *buf, size_t cap,
                          const uint8_t **payload, uint32_t *payload_len, int *peer);
 /* Absolute time at which the core next needs attention (UINT64_MAX: only input can wake it). */
@@ -274,8 +312,9 @@ int ltp_core_send_release(ltp_core_t *core, int peer, uint32_t msg_id, uint16_t 
 /* 1 if the message is closed and ready to take, 0 if open or not seen yet. */
 int ltp_core_rx_ready(const ltp_core_t *core, int peer, uint32_t msg_id, uint16_t segment);
 /* Copy a closed message out (missing bytes are zero) and free it. mask, if non-NULL, gets one
- * byte per 4-byte word: 1 received, 0 missing. Messages of this peer older than msg_id become
- * stale. */
+ * byte per 4-byte word: 1 received, 0 missing. Messages of this peer up to msg_id that have no
+ * context left become stale (late data for them is answered with CLOSE stale), and the window of
+ * acceptable new message ids moves to start after msg_id. */
 int ltp_core_rx_take(ltp_core_t *core, int peer, uint32_t msg_id, uint16_t segment, void *out,
                      uint32_t cap_bytes, uint8_t *mask, ltp_msg_stats_t *stats);
 /* Receive a message straight into the application's buffer (cap bytes, at least the message's
@@ -299,8 +338,13 @@ typedef struct ltp_rx_guess {
     uint16_t segment;
     uint8_t *dst;
     uint32_t len;
+    uint64_t context;   /* which opening of the message (a freed and reopened one is another) */
 } ltp_rx_guess_t;
 int ltp_core_rx_guess(ltp_core_t *core, int peer, ltp_rx_guess_t *guesses, int n);
+/* 1 if a guess's place still belongs to its message: taking in one datagram may free another
+ * message's context (a full table makes room for a lower id), and a payload read into its buffer
+ * is then gone; the driver asks before passing each datagram read into place. */
+int ltp_core_rx_guess_holds(const ltp_core_t *core, int peer, const ltp_rx_guess_t *guess);
 /* Received fraction of an open or closed message (for tests), < 0 if unknown. */
 double ltp_core_rx_frac(const ltp_core_t *core, int peer, uint32_t msg_id, uint16_t segment);
 double ltp_core_threshold(const ltp_core_t *core, int peer, uint16_t segment);
@@ -351,7 +395,8 @@ int ltp_udp_offload(ltp_udp_t *udp);
 int ltp_udp_join(ltp_udp_t *udp, int peer, uint64_t timeout_us);
 int ltp_udp_wait_greeted(ltp_udp_t *udp, uint64_t timeout_us);  /* every peer said HELLO */
 /* Send n messages concurrently; returns when all are done or the deadline passed (then the
- * unfinished ones are cancelled and have status LTP_ETIMEDOUT). */
+ * unfinished ones are cancelled and have status LTP_ETIMEDOUT). A send the receiver refused as
+ * stale has status LTP_ESTALE. */
 int ltp_udp_send(ltp_udp_t *udp, ltp_send_req_t *reqs, int n, uint64_t timeout_us);
 /* Wait for n messages to close and take them. */
 int ltp_udp_recv(ltp_udp_t *udp, ltp_recv_req_t *reqs, int n, uint64_t timeout_us);
@@ -370,6 +415,8 @@ void ltp_udp_stats(ltp_udp_t *udp, uint64_t *out, int n);
 double ltp_udp_threshold(ltp_udp_t *udp, int peer, uint16_t segment);
 int ltp_udp_set_policy(ltp_udp_t *udp, uint16_t segment, double threshold_min,
                        double threshold_max);
+int ltp_udp_expect(ltp_udp_t *udp, uint16_t segment, uint32_t total_bytes, uint32_t critical_bytes);
+int ltp_udp_set_key(ltp_udp_t *udp, const uint8_t *key, size_t len);
 
 #ifdef __cplusplus
 }

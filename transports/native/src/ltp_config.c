@@ -72,6 +72,14 @@ static const optdef_t OPTS[] = {
     U32(hint_drain_us, 100, 10e6, 10000, "us", "a standing queue of q us lowers the gain by q / this"),
     U32(hint_sample_pkts, 1, 1e6, 256, "packets", "a capacity sample spans at least this many packets"),
     U32(hint_catchup_us, 0, 1e6, 4000, "us", "a hinted sender's token bucket holds this long at the hint"),
+    BOOL(auth, 1, "authenticate every datagram with a SipHash-2-4 tag under the run's key"),
+    U32(rx_msg_window, 1, 2147483648.0, 64, "messages",
+        "new message ids are accepted at most this far past the last one taken"),
+    U32(rx_first_msg_id, 0, 4294967295.0, 0, "", "first message id accepted before any message was taken"),
+    U32(rx_idle_evict_us, 1000, 3600e6, 5000000, "us", "an open receive context that heard nothing this long is evicted"),
+    DBL(hint_min_mbps, 0, 1e6, 0.1, "Mbit/s", "a received rate hint below this is raised to it"),
+    DBL(hint_max_mbps, 0.001, 1e9, 10000, "Mbit/s", "a received rate hint above this is lowered to it"),
+    U32(hint_ttl_max_us, 1000, 60e6, 200000, "us", "a received rate hint is obeyed at most this long"),
 };
 #define N_OPTS ((int)(sizeof OPTS / sizeof OPTS[0]))
 
@@ -118,9 +126,11 @@ int ltp_config_set(ltp_config_t *c, const char *name, double v)
 
 uint32_t ltp_chunk_bytes(const ltp_config_t *c)
 {
-    uint32_t d = c->max_udp_payload_bytes ? c->max_udp_payload_bytes : LTP_ETH_DATAGRAM;
-    if (d < LTP_DATA_HDR_BYTES + 4) return 0;
-    return (d - LTP_DATA_HDR_BYTES) & ~3u;
+    /* a configured 0 is the Ethernet datagram until a driver sets it from the path MTU */
+    size_t d = c->max_udp_payload_bytes ? c->max_udp_payload_bytes : LTP_ETH_DATAGRAM;
+    size_t room = LTP_DATA_HDR_BYTES + auth_trailer(c);
+    if (d < room + 4) return 0;
+    return (uint32_t)((d - room) & ~(size_t)3);
 }
 
 /* Why c is not a valid configuration, or NULL: every field within its table range, then the
@@ -142,6 +152,9 @@ static const char *problem(const ltp_config_t *c, char *scratch, size_t n)
     if (c->pacing_quantum_min_pkts > c->pacing_quantum_max_pkts)
         return "pacing_quantum_min_pkts must not exceed pacing_quantum_max_pkts";
     if (c->max_msg_bytes % 4) return "max_msg_bytes must be a multiple of 4";
+    if (c->auth && c->max_udp_payload_bytes && c->max_udp_payload_bytes < LTP_DATA_HDR_BYTES + 4 + LTP_MAC_BYTES)
+        return "max_udp_payload_bytes must be 0 (the path MTU) or leave room for the MAC with auth on (at least 64)";
+    if (c->hint_min_mbps > c->hint_max_mbps) return "hint_min_mbps must not exceed hint_max_mbps";
     return NULL;
 }
 
@@ -173,32 +186,49 @@ const char *ltp_strerror(int code)
     case LTP_ESTALE: return "the message is stale";
     case LTP_EOPTION: return "an option name or value was rejected";
     case LTP_EDROPPED: return "a datagram was dropped";
+    case LTP_EAUTH: return "a datagram failed authentication";
+    case LTP_EREJECTED: return "a datagram was refused as not what this endpoint expects or sent";
     default: return "unknown error code";
     }
 }
 
-static const char *STAT_NAMES[LTP_S__COUNT] = {
+static const char *const STAT_NAMES[] = {
     "rx_datagrams", "tx_datagrams", "rx_bytes", "tx_bytes", "malformed", "unknown_peer",
     "wrong_session", "stale", "rx_table_full", "duplicates", "late_data", "close_resent",
     "data_sent", "retransmits", "probes", "lost_detected", "acks_sent", "acks_received",
     "stray_control", "close_complete", "close_early", "close_max_wait", "close_stale",
     "sends_closed", "sends_all_acked", "sends_cancelled", "rx_dropped_hook", "tx_eagain",
     "acks_hinted", "hints_received", "tx_gso_runs", "rx_gro_runs",
-    "rx_placed",
+    "rx_placed", "rx_place_lost",
+    "bad_mac", "bad_shape", "out_of_window", "rx_evicted", "dup_conflict",
+    "bad_echo", "bad_close", "hints_clamped", "sends_stale", "close_ring_full",
 };
+_Static_assert(sizeof STAT_NAMES / sizeof STAT_NAMES[0] == LTP_S__COUNT, "one name per counter");
 const char *ltp_stat_name(int i) { return (i >= 0 && i < LTP_S__COUNT) ? STAT_NAMES[i] : NULL; }
 int ltp_stat_count(void) { return LTP_S__COUNT; }
+
+int ltp_stat_kind(int i)
+{
+    switch (i) {
+    case LTP_S_MALFORMED: case LTP_S_UNKNOWN_PEER: case LTP_S_WRONG_SESSION: case LTP_S_BAD_MAC:
+    case LTP_S_BAD_SHAPE: case LTP_S_OUT_OF_WINDOW: case LTP_S_RX_EVICTED: case LTP_S_DUP_CONFLICT:
+    case LTP_S_BAD_ECHO: case LTP_S_BAD_CLOSE: case LTP_S_HINTS_CLAMPED:
+        return LTP_STAT_REJECT;
+    default:
+        return (i >= 0 && i < LTP_S__COUNT) ? LTP_STAT_TRAFFIC : -1;
+    }
+}
 
 /* Value names of the exported enums, indexed by value (each enum starts at 0 and has no gaps). */
 static const char *const ORDER_NAMES[] = {"sequential", "random", "priority"};
 static const char *const SCHEDULE_NAMES[] = {"fair", "serial"};
 static const char *const CLOSE_NAMES[] = {"none", "complete", "early", "max_wait", "stale"};
-static const char *const DONE_NAMES[] = {"pending", "closed", "all_acked"};
+static const char *const DONE_NAMES[] = {"pending", "closed", "all_acked", "stale"};
 #define N_NAMES(a) ((int)(sizeof a / sizeof a[0]))
 _Static_assert(N_NAMES(ORDER_NAMES) == LTP_ORDER_PRIORITY + 1, "enum ltp_order names");
 _Static_assert(N_NAMES(SCHEDULE_NAMES) == LTP_SCHED_SERIAL + 1, "enum ltp_schedule names");
 _Static_assert(N_NAMES(CLOSE_NAMES) == LTP_CLOSE_STALE + 1, "enum ltp_close_reason names");
-_Static_assert(N_NAMES(DONE_NAMES) == LTP_SEND_ALL_ACKED + 1, "enum ltp_send_done names");
+_Static_assert(N_NAMES(DONE_NAMES) == LTP_SEND_STALE + 1, "enum ltp_send_done names");
 
 const char *ltp_enum_name(int enum_id, int value)
 {

@@ -23,6 +23,7 @@ ltp_core_t *ltp_core_new(const ltp_config_t *cfg, uint16_t self_rank)
     if (!c->cfg.max_udp_payload_bytes) c->cfg.max_udp_payload_bytes = LTP_ETH_DATAGRAM;   /* until set */
     c->self_rank = self_rank;
     c->chunk = ltp_chunk_bytes(&c->cfg);
+    c->ring_cap = cfg->closed_ring;
     c->peers = calloc(cfg->max_peers, sizeof *c->peers);
     c->rng = cfg->seed ^ ((uint64_t)self_rank << 48);
     if (!c->peers) { free(c); return NULL; }
@@ -38,7 +39,7 @@ void ltp_core_free(ltp_core_t *c)
         for (uint32_t j = 0; p->rx && j < c->cfg.max_open_per_peer; j++) rx_free(&p->rx[j]);
         free(p->tx); free(p->rx); free(p->ring);
     }
-    free(c->peers); free(c->policy); free(c->posts); free(c);
+    free(c->peers); free(c->policy); free(c->posts); free(c->expect); free(c);
 }
 
 int ltp_core_add_peer(ltp_core_t *c, uint16_t rank)
@@ -50,24 +51,26 @@ int ltp_core_add_peer(ltp_core_t *c, uint16_t rank)
     memset(p, 0, sizeof *p);
     p->tx = calloc(c->cfg.max_tx_per_peer, sizeof *p->tx);
     p->rx = calloc(c->cfg.max_open_per_peer, sizeof *p->rx);
-    p->ring = calloc(c->cfg.closed_ring, sizeof *p->ring);
+    p->ring = calloc(c->ring_cap, sizeof *p->ring);
     if (!p->tx || !p->rx || !p->ring) {
         free(p->tx); free(p->rx); free(p->ring); memset(p, 0, sizeof *p);
         return LTP_ENOMEM;
     }
     p->rank = rank;
+    if (c->has_key) auth_derive(c->run_key, rank, p->tx_key);
     rate_init_peer(c, p);
     return c->n_peers++;
 }
 
 int ltp_core_set_datagram(ltp_core_t *c, uint32_t bytes)
 {
-    if (!c || bytes < LTP_DATA_HDR_BYTES + 4 || bytes > LTP_MAX_DATAGRAM) return LTP_EINVAL;
+    if (!c || bytes < LTP_DATA_HDR_BYTES + 4 + auth_trailer(&c->cfg) || bytes > LTP_MAX_DATAGRAM) return LTP_EINVAL;
     for (int i = 0; i < c->n_peers; i++)
         for (uint32_t j = 0; j < c->cfg.max_tx_per_peer; j++)
             if (c->peers[i].tx[j].used) return LTP_EBUSY;
     c->cfg.max_udp_payload_bytes = bytes;
     c->chunk = ltp_chunk_bytes(&c->cfg);
+    admit_reshape(c);   /* expected segments are cut into the new chunk */
     /* Windows and bursts are counted in packets of this size: a path not measured yet starts
      * from the initial rate of the new size. */
     for (int i = 0; i < c->n_peers; i++) if (!c->peers[i].bbr.has_bw) rate_init_peer(c, &c->peers[i]);
@@ -100,6 +103,9 @@ int ltp_core_hello(ltp_core_t *c, int peer, uint64_t now)
     p->hello_active = 1;
     p->joined = 0;
     p->hello_next_us = now;
+    /* The PS echoes this in HELLO_ACK: an answer to a HELLO we never sent joins nothing. The
+     * clock is mixed in so that the seed alone does not give it away. */
+    p->hello_nonce = (uint32_t)(ltp_splitmix64(&c->rng) ^ now ^ (now >> 32)) | 1u;
     return LTP_OK;
 }
 
@@ -115,9 +121,10 @@ int ltp_core_peer_greeted(const ltp_core_t *c, int peer)
     return p ? p->greeted : LTP_EINVAL;
 }
 
-static int on_hello_ack(ltp_core_t *c, peer_t *p)
+static int on_hello_ack(ltp_core_t *c, peer_t *p, const hdr_t *h)
 {
     if (!p->hello_active && !p->joined) { c->st[LTP_S_STRAY_CONTROL]++; return LTP_OK; }
+    if (h->msg_id != p->hello_nonce) { c->st[LTP_S_BAD_ECHO]++; return LTP_EREJECTED; }
     p->joined = 1;
     p->hello_active = 0;
     return LTP_OK;
@@ -130,25 +137,32 @@ int ltp_core_input(ltp_core_t *c, int peer, const uint8_t *buf, size_t len, uint
 }
 
 /* One datagram of len bytes at buf; with payload != NULL a DATA whose payload is there instead
- * of after its header (buf then holds the header alone). */
+ * of after its header (buf then holds the header and, auth on, the tag the datagram ends with). */
 static int input(ltp_core_t *c, int peer, const uint8_t *buf, size_t len, const uint8_t *payload,
                  uint64_t now, uint64_t arrival)
 {
     hdr_t h;
     c->st[LTP_S_RX_DATAGRAMS]++;
     c->st[LTP_S_RX_BYTES] += len;
-    int rc = wire_parse(&c->cfg, buf, len, &h);
+    /* Every check before any state changes, cheapest first; each refusal is counted once. */
+    if (!wire_plausible(buf, len)) { c->st[LTP_S_MALFORMED]++; return LTP_EMALFORMED; }
+    int n = auth_check(c, buf, len, payload);
+    if (n < 0) { c->st[n == LTP_EAUTH ? LTP_S_BAD_MAC : LTP_S_MALFORMED]++; return n; }
+    int rc = wire_parse(&c->cfg, buf, (size_t)n, &h);
     if (rc) { c->st[LTP_S_MALFORMED]++; return rc; }
     if (payload) h.payload = payload;
     peer_t *p = core_peer(c, peer);
     if (!p || p->rank != h.sender) { c->st[LTP_S_UNKNOWN_PEER]++; return LTP_EPEER; }
     if (h.session != c->cfg.session_id) { c->st[LTP_S_WRONG_SESSION]++; return LTP_ESESSION; }
     switch (h.type) {
-    case LTP_T_DATA: hint_on_data(c, p, &h, len, now, MIN(arrival, now)); return rx_on_data(c, p, &h, now);
+    case LTP_T_DATA:
+        if ((rc = admit_data(c, p, &h)) != LTP_OK) return rc;
+        hint_on_data(c, p, &h, len, now, MIN(arrival, now));
+        return rx_on_data(c, p, &h, now);
     case LTP_T_ACK: return tx_on_ack(c, p, &h, now);
     case LTP_T_CLOSE: return tx_on_close(c, p, &h, now);
-    case LTP_T_HELLO: p->greeted = 1; p->hello_ack_pending = 1; return LTP_OK;
-    case LTP_T_HELLO_ACK: return on_hello_ack(c, p);
+    case LTP_T_HELLO: p->greeted = 1; p->hello_ack_pending = 1; p->hello_echo = h.msg_id; return LTP_OK;
+    case LTP_T_HELLO_ACK: return on_hello_ack(c, p, &h);
     }
     return LTP_EMALFORMED;
 }
@@ -164,8 +178,10 @@ int ltp_core_input_split(ltp_core_t *c, int peer, const uint8_t *head, size_t he
 {
     if (!c || !head) return LTP_EINVAL;
     if (!payload_len) return input(c, peer, head, head_len, NULL, now, arrival);
-    /* The parser reads a DATA's header only, so it can judge the datagram by its length. */
-    if (!payload || head_len != LTP_DATA_HDR_BYTES || head[WIRE_TYPE] != LTP_T_DATA) return LTP_EINVAL;
+    /* The parser reads a DATA's header only, so it can judge the datagram by its length; the MAC
+     * (auth_check) covers header and payload as the one datagram they were. */
+    if (!payload || head_len != LTP_DATA_HDR_BYTES + auth_trailer(&c->cfg) || head[WIRE_TYPE] != LTP_T_DATA)
+        return LTP_EINVAL;
     return input(c, peer, head, head_len + payload_len, payload, now, arrival);
 }
 
@@ -175,6 +191,7 @@ static void tick(ltp_core_t *c, uint64_t now)
 {
     for (int pi = 0; pi < c->n_peers; pi++) {
         peer_t *p = &c->peers[pi];
+        admit_evict_idle(c, p, now);
         for (uint32_t j = 0; j < c->cfg.max_open_per_peer; j++)
             if (p->rx[j].used && !p->rx[j].closed) rx_check_close(c, p, &p->rx[j], now);
         for (uint32_t j = 0; j < c->cfg.max_tx_per_peer; j++) tx_on_timers(c, p, &p->tx[j], now);
@@ -190,12 +207,12 @@ static int poll_control(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, int
         *peer = pi;
         if (p->hello_ack_pending) {
             p->hello_ack_pending = 0;
-            hdr_t h = core_header(c, LTP_T_HELLO_ACK, 0, 0);
+            hdr_t h = core_header(c, LTP_T_HELLO_ACK, p->hello_echo, 0);
             return wire_put_hello(b, &h);
         }
         if (p->hello_active && now >= p->hello_next_us) {
             p->hello_next_us = now + c->cfg.hello_interval_us;
-            hdr_t h = core_header(c, LTP_T_HELLO, 0, 0);
+            hdr_t h = core_header(c, LTP_T_HELLO, p->hello_nonce, 0);
             return wire_put_hello(b, &h);
         }
         int n = rx_poll_control(c, p, now, b, cap);
@@ -209,8 +226,13 @@ static int poll_control(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, int
 static int poll_tx(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, int *peer, const uint8_t **payload)
 {
     tick(c, now);
+    /* With auth on nothing leaves before the key is set, and every datagram has room for its tag. */
+    size_t room = auth_trailer(&c->cfg);
+    if ((room && !c->has_key) || cap < room + LTP_HDR_BYTES) return 0;
+    cap -= room;
     int n = poll_control(c, now, b, cap, peer);
     if (n) {
+        n = auth_seal(c, &c->peers[*peer], b, n, NULL);
         if (n > 0) { c->st[LTP_S_TX_DATAGRAMS]++; c->st[LTP_S_TX_BYTES] += (uint64_t)n; }
         return n;
     }
@@ -221,7 +243,12 @@ static int poll_tx(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, int *pee
         sched_consider(c, &s, (c->rr + k) % c->n_peers, now, 1);
     if (sched_decide(c, &s, now) > now || s.peer < 0) return 0;
     c->rr = (s.peer + 1) % c->n_peers;
-    return sched_emit(c, &s, now, b, cap, peer, payload);
+    n = sched_emit(c, &s, now, b, cap, peer, payload);
+    if (n > 0 && room) {
+        n = auth_seal(c, &c->peers[*peer], b, n, payload ? *payload : NULL);
+        c->st[LTP_S_TX_BYTES] += room;
+    }
+    return n;
 }
 
 int ltp_core_poll_tx(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, int *peer)
@@ -237,8 +264,8 @@ int ltp_core_poll_tx_ref(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, co
     *payload = NULL;
     *payload_len = 0;
     int n = poll_tx(c, now, b, cap, peer, payload);
-    if (n > 0 && *payload) {
-        *payload_len = (uint32_t)n - LTP_DATA_HDR_BYTES;
+    if (n > 0 && *payload) {   /* the header in b, then (auth on) its tag; the payload apart */
+        *payload_len = (uint32_t)((size_t)n - LTP_DATA_HDR_BYTES - auth_trailer(&c->cfg));
         n = (int)LTP_DATA_HDR_BYTES;
     }
     return n;

@@ -8,6 +8,9 @@
  *   ltp_hint.c    receiver side of the rate hint: capacity and standing-queue estimates, the share
  *   ltp_recv.c    receive contexts: early close, adaptive threshold, ACKs, taking messages
  *   ltp_place.c   where received payloads land: posted application buffers, guessed places
+ *   ltp_admit.c   what the receive side lets in: the expected layout, the message-id window,
+ *                 duplicates that disagree, evicting idle contexts
+ *   ltp_auth.c    SipHash-2-4, the per-direction keys and the MAC trailer of every datagram
  *   ltp_send.c    send contexts: transmission order, RACK and PTO loss recovery, ACK and CLOSE
  *   ltp_sched.c   which peer's message sends the next DATA packet, and when
  *   ltp_core.c    the endpoint: peers, datagram dispatch, timers, poll_tx and next_timeout
@@ -54,7 +57,7 @@ enum {
     WIRE_VERSION = 2,           /* u8 LTP_VERSION */
     WIRE_TYPE = 3,              /* u8 enum ltp_type */
     WIRE_FLAGS = 4,             /* u8 enum ltp_flag, DATA only */
-    WIRE_RESERVED = 5,          /* u8, zero */
+    WIRE_MAC = 5,               /* u8 LTP_MAC_*: what trails the datagram */
     WIRE_SENDER = 6,            /* u16 sender rank */
     WIRE_SESSION = 8,           /* u32 */
     WIRE_MSG_ID = 12,           /* u32 */
@@ -84,11 +87,14 @@ enum {
     WIRE_CLOSE_COUNT = 24,      /* u32 packets in the message */
     WIRE_CLOSE_REASON = 28,     /* u8 enum ltp_close_reason */
     WIRE_CLOSE_PAD = 29,        /* 3 bytes, zero */
+    WIRE_CLOSE_ECHO_TS = 32,    /* u32 ts of the DATA it answers (as in an ACK) */
+    WIRE_CLOSE_ECHO_SEQ = 36,   /* u32 tx_seq of that DATA */
 };
+enum { LTP_MAC_NONE = 0, LTP_MAC_SIPHASH24 = 1 };
 _Static_assert(WIRE_CRITICAL + 2 == LTP_HDR_BYTES, "common header size");
 _Static_assert(WIRE_DATA_SRTT + 4 == LTP_DATA_HDR_BYTES, "DATA header size");
 _Static_assert(WIRE_ACK_HINT + 4 == LTP_ACK_HDR_BYTES, "ACK header size");
-_Static_assert(WIRE_CLOSE_PAD + 3 == LTP_CLOSE_BYTES, "CLOSE size");
+_Static_assert(WIRE_CLOSE_ECHO_SEQ + 4 == LTP_CLOSE_BYTES, "CLOSE size");
 
 /* One packet's header fields, as parsed or as to be written. */
 typedef struct {
@@ -131,6 +137,7 @@ typedef struct {
     uint64_t *lost;                  /* bitmap of packets waiting for retransmission */
     uint32_t n_lost, lost_cursor, ack_floor;
     uint32_t *seq_idx, seq_cap;      /* packet index of every transmission, by tx_seq */
+    uint32_t *seq_ts;                /* its timestamp on the wire: what a genuine echo carries */
     uint32_t tx_seq_next, scan_seq;
     int rack_valid;
     uint32_t rack_seq;
@@ -148,6 +155,7 @@ typedef struct {
     uint16_t segment;
     uint8_t *buf;
     int posted;                      /* buf is the application's (ltp_core_rx_post) */
+    uint64_t context;                /* which opening this is (c->n_opened when it opened) */
     uint64_t *bits;
     uint32_t total, count, chunk, critical;
     uint32_t received, crit_rcvd, first_rcvd, base, max_idx, max_first_seq;
@@ -156,6 +164,9 @@ typedef struct {
     uint64_t checked_us;             /* the close rule was last evaluated then (rx_check_close) */
     uint32_t ack_pending, echo_ts, echo_seq;
     uint64_t ack_due_us, echo_arrival_us;
+    uint64_t last_us;                /* last DATA that changed it (idle contexts are evicted) */
+    uint64_t *disputed;              /* packets whose copies disagreed (NULL until one did) */
+    uint64_t conflicts;
     double threshold;
     int reason;
 } rxmsg_t;
@@ -163,6 +174,7 @@ typedef struct {
 typedef struct {
     int used;
     uint32_t msg_id, received, count;
+    uint32_t echo_ts, echo_seq;            /* the DATA the CLOSE answers */
     uint16_t segment;
     uint8_t reason, close_pending;
 } closed_t;
@@ -178,6 +190,8 @@ typedef struct {
 typedef struct {
     uint16_t rank;
     int greeted, joined, hello_active, hello_ack_pending;
+    uint32_t hello_nonce, hello_echo;      /* ours in HELLO; the peer's, echoed in HELLO_ACK */
+    uint8_t tx_key[LTP_KEY_BYTES];         /* MAC key of datagrams to this peer */
     uint64_t hello_next_us;
     int has_rtt;
     double srtt_us, rttvar_us, min_rtt_us, peer_srtt_us;
@@ -205,6 +219,8 @@ typedef struct {
 } peer_t;
 
 typedef struct { float lo, hi; uint8_t set; } policy_t;
+/* One expected segment: the exact shape its DATA must have (ltp_core_expect). */
+typedef struct { uint32_t total, critical_bytes, count, critical; uint8_t set; } expect_t;
 
 /* A buffer the application posted for a message (ltp_core_rx_post). */
 typedef struct { int peer; uint32_t msg_id, cap; uint16_t segment; uint8_t *buf; } post_t;
@@ -215,9 +231,16 @@ struct ltp_core {
     uint32_t chunk;
     peer_t *peers;
     int n_peers, rr;
+    uint64_t n_opened;                     /* receive contexts opened so far: the next context */
     uint64_t n_enqueued;                   /* messages queued so far: the next enq_seq */
     policy_t *policy;
     uint32_t n_policy;
+    expect_t *expect;                      /* by segment; none set: any parsable shape */
+    uint32_t n_expect_slots, n_expected;
+    uint32_t ring_cap;                     /* closed keys per peer: closed_ring, more per segment */
+    int has_key;
+    uint8_t run_key[LTP_KEY_BYTES];        /* the run's key, for peers added after it was set */
+    uint8_t rx_key[LTP_KEY_BYTES];         /* MAC key of datagrams to this endpoint */
     uint64_t rng;
     /* Receiver side of the rate hint: aggregate DATA arrivals, see hint_on_data. */
     int est_open;                          /* arrivals are close enough together to measure */
@@ -243,7 +266,21 @@ hdr_t core_header(const ltp_core_t *c, uint8_t type, uint32_t msg_id, uint16_t s
 /* Driver hook: the driver counts its own events in the core's table so stats stay in one place. */
 void ltp_core__count(ltp_core_t *c, int stat, uint64_t n);
 
+/* ltp_auth.c */
+/* Bytes a datagram of this endpoint gives to its trailer (LTP_MAC_BYTES with auth on, else 0). */
+size_t auth_trailer(const ltp_config_t *cfg);
+void auth_derive(const uint8_t key[LTP_KEY_BYTES], uint16_t rank, uint8_t out[LTP_KEY_BYTES]);
+/* Check and strip the trailer of an incoming datagram of len bytes: its length without it, or
+ * LTP_EAUTH. With payload != NULL a DATA read apart (ltp_core_input_split): b holds its header
+ * and then its tag, payload the len - 60 bytes between them. */
+int auth_check(const ltp_core_t *c, const uint8_t *b, size_t len, const uint8_t *payload);
+/* Mark an outgoing datagram of n bytes and append its tag (cap has room); returns the new length.
+ * With payload != NULL a DATA sent by reference: b holds its header, payload the n - 52 bytes
+ * after it, and the tag goes to b + LTP_DATA_HDR_BYTES (it is sent after the payload). */
+int auth_seal(const ltp_core_t *c, const peer_t *p, uint8_t *b, int n, const uint8_t *payload);
+
 /* ltp_wire.c */
+int wire_plausible(const uint8_t *b, size_t len);
 int wire_parse(const ltp_config_t *cfg, const uint8_t *b, size_t len, hdr_t *h);
 int wire_put_data(uint8_t *b, const hdr_t *h);                /* header and payload */
 int wire_put_data_hdr(uint8_t *b, const hdr_t *h);            /* header only: 52 bytes */
@@ -268,9 +305,32 @@ uint64_t pacing_due(const ltp_core_t *c, peer_t *p, uint64_t now);
 void hint_on_data(ltp_core_t *c, peer_t *p, const hdr_t *h, size_t len, uint64_t now, uint64_t at);
 uint32_t hint_kbps(ltp_core_t *c, uint64_t now);
 
+/* ltp_admit.c */
+/* DATA this endpoint can take at all: its segment and shape are expected (counted if not). */
+int admit_shape(ltp_core_t *c, const hdr_t *h);
+/* admit_shape, and a key with no context must be one admit_new_id lets open (or stale). */
+int admit_data(ltp_core_t *c, const peer_t *p, const hdr_t *h);
+/* A DATA for a key with no context and not in the ring: 0 if its id may open one, LTP_ESTALE if
+ * the application moved past it, LTP_EREJECTED (counted) if it is too far ahead. */
+int admit_new_id(ltp_core_t *c, const peer_t *p, uint32_t msg_id);
+/* DATA for a packet already stored: 1 if its bytes differ from the stored ones (counted; both
+ * copies are dropped, the packet counts as missing again). */
+int admit_conflict(ltp_core_t *c, rxmsg_t *m, const hdr_t *h);
+void admit_evict_idle(ltp_core_t *c, peer_t *p, uint64_t now);
+/* The table of p is full and a DATA of msg_id wants a context: free the one with the highest id
+ * if msg_id is lower (counted), and return it; NULL if msg_id is no lower than every held one. */
+rxmsg_t *admit_make_room(ltp_core_t *c, peer_t *p, uint32_t msg_id);
+uint64_t admit_evict_deadline(const ltp_core_t *c, const rxmsg_t *m);
+/* The sender's srtt as a DATA states it, within what a receiver will wait for (max_wait). */
+double admit_peer_srtt(const ltp_core_t *c, uint32_t srtt_us);
+int admit_ring_grow(ltp_core_t *c, uint32_t cap);
+/* Cut every expected segment into the endpoint's chunk size again (after it changed). */
+void admit_reshape(ltp_core_t *c);
+
 /* ltp_recv.c */
 void rx_free(rxmsg_t *m);
-rxmsg_t *rx_find(const ltp_core_t *c, const peer_t *p, uint32_t msg_id, uint16_t seg);
+rxmsg_t *rx_lookup(const ltp_core_t *c, const peer_t *p, uint32_t msg_id, uint16_t segment);
+closed_t *ring_lookup(const ltp_core_t *c, const peer_t *p, uint32_t msg_id, uint16_t segment);
 void rx_check_close(ltp_core_t *c, peer_t *p, rxmsg_t *m, uint64_t now);
 uint64_t rx_deadline(const ltp_core_t *c, const peer_t *p, const rxmsg_t *m);
 int rx_on_data(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now);

@@ -66,7 +66,7 @@ int ltp_core_rx_post(ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg, voi
         q = &c->posts[c->n_posts++];
     }
     *q = (post_t){peer, msg_id, cap, seg, buf};
-    rxmsg_t *m = rx_find(c, p, msg_id, seg);
+    rxmsg_t *m = rx_lookup(c, p, msg_id, seg);
     if (m && m->buf != buf) {   /* already open: what arrived moves over */
         if (cap < m->total) return own_buffer(m);
         memcpy(buf, m->buf, m->total);
@@ -84,7 +84,7 @@ int ltp_core_rx_unpost(ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg)
     post_t *q = post_find(c, peer, msg_id, seg);
     if (!q) return LTP_ENOTFOUND;
     *q = c->posts[--c->n_posts];
-    rxmsg_t *m = rx_find(c, p, msg_id, seg);
+    rxmsg_t *m = rx_lookup(c, p, msg_id, seg);
     return m ? own_buffer(m) : LTP_OK;
 }
 
@@ -101,14 +101,23 @@ int ltp_core_rx_guess(ltp_core_t *c, int peer, ltp_rx_guess_t *g, int n)
     peer_t *p = core_peer(c, peer);
     if (!p || !g || n < 0) return LTP_EINVAL;
     if (!p->has_last) return 0;
-    const rxmsg_t *m = rx_find(c, p, p->last_msg_id, p->last_seg);
+    const rxmsg_t *m = rx_lookup(c, p, p->last_msg_id, p->last_seg);
     if (!m || m->closed) return 0;
     int k = 0;
     for (uint32_t i = p->last_idx + 1; k < n && i < m->count; i++, k++) {
         if (m->bits[i / 64] >> (i % 64) & 1) break;   /* arrived already: the order broke */
         uint32_t off = i * m->chunk;
         g[k] = (ltp_rx_guess_t){m->msg_id, i, m->segment, m->buf + off,
-                                i + 1 < m->count ? m->chunk : m->total - off};
+                                i + 1 < m->count ? m->chunk : m->total - off, m->context};
     }
     return k;
+}
+
+int ltp_core_rx_guess_holds(const ltp_core_t *c, int peer, const ltp_rx_guess_t *g)
+{
+    const peer_t *p = core_peer(c, peer);
+    if (!p || !g) return 0;
+    const rxmsg_t *m = rx_lookup(c, p, g->msg_id, g->segment);
+    return m && m->context == g->context && g->index < m->count &&
+           m->buf + (size_t)g->index * m->chunk == g->dst;
 }

@@ -91,8 +91,15 @@ void rate_on_hint(ltp_core_t *c, peer_t *p, uint32_t kbps, uint64_t now)
 {
     if (!c->cfg.rate_hint || !c->cfg.cc) return;
     if (!kbps) { p->hint_until_us = 0; return; }   /* no incast at the receiver: BBR governs */
-    p->hint_rate = kbps / 8000.0;
-    p->hint_until_us = now + hint_ttl_us(c, p, p->hint_rate);
+    /* Clamped, and obeyed for a bounded time: one hint, genuine or not, can slow the sender
+     * only so far and only so long. */
+    double mbps = kbps / 1000.0;
+    if (mbps < c->cfg.hint_min_mbps || mbps > c->cfg.hint_max_mbps) {
+        mbps = mbps < c->cfg.hint_min_mbps ? c->cfg.hint_min_mbps : c->cfg.hint_max_mbps;
+        c->st[LTP_S_HINTS_CLAMPED]++;
+    }
+    p->hint_rate = mbps / 8.0;
+    p->hint_until_us = now + MIN(hint_ttl_us(c, p, p->hint_rate), (uint64_t)c->cfg.hint_ttl_max_us);
     c->st[LTP_S_HINTS_RECEIVED]++;
 }
 

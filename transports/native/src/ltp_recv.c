@@ -12,6 +12,7 @@ void rx_free(rxmsg_t *m)
 {
     if (!m->posted) free(m->buf);   /* a posted buffer is the application's */
     free(m->bits);
+    free(m->disputed);
     memset(m, 0, sizeof *m);
 }
 
@@ -71,9 +72,9 @@ static uint64_t grace_us(const ltp_core_t *c, const peer_t *p)
 }
 
 /* ---------------------------------------------------------------- closed messages */
-static closed_t *ring_find(const ltp_core_t *c, peer_t *p, uint32_t msg_id, uint16_t seg)
+closed_t *ring_lookup(const ltp_core_t *c, const peer_t *p, uint32_t msg_id, uint16_t seg)
 {
-    for (uint32_t i = 0; i < c->cfg.closed_ring; i++)
+    for (uint32_t i = 0; i < c->ring_cap; i++)
         if (p->ring[i].used && p->ring[i].msg_id == msg_id && p->ring[i].segment == seg) return &p->ring[i];
     return NULL;
 }
@@ -88,17 +89,24 @@ static void set_close_pending(peer_t *p, closed_t *e, uint32_t copies)
 
 static closed_t *ring_push(ltp_core_t *c, peer_t *p, uint32_t msg_id, uint16_t seg)
 {
-    closed_t *e = &p->ring[p->ring_head];
-    p->ring_head = (p->ring_head + 1) % c->cfg.closed_ring;
+    /* The oldest entry whose CLOSE copies have all gone out; only a ring full of pending ones
+     * (not sized for this many segments) loses copies, and that is counted. */
+    uint32_t k = 0;
+    while (k < c->ring_cap && p->ring[(p->ring_head + k) % c->ring_cap].close_pending) k++;
+    if (k == c->ring_cap) { k = 0; c->st[LTP_S_CLOSE_RING_FULL]++; }
+    closed_t *e = &p->ring[(p->ring_head + k) % c->ring_cap];
+    p->ring_head = (p->ring_head + k + 1) % c->ring_cap;
     set_close_pending(p, e, 0);
     memset(e, 0, sizeof *e);
     e->used = 1; e->msg_id = msg_id; e->segment = seg;
     return e;
 }
 
-/* Late data for a closed message: the sender missed our CLOSE, repeat it (once per burst). */
-static void late_data(ltp_core_t *c, peer_t *p, closed_t *e)
+/* Late data for a closed message: the sender missed our CLOSE, repeat it (once per burst),
+ * echoing this DATA so the sender can tell our CLOSE from a forged one. */
+static void late_data(ltp_core_t *c, peer_t *p, closed_t *e, const hdr_t *h)
 {
+    if (e) { e->echo_ts = h->ts; e->echo_seq = h->tx_seq; }
     if (e && !e->close_pending) { set_close_pending(p, e, 1); c->st[LTP_S_CLOSE_RESENT]++; }
     c->st[LTP_S_LATE_DATA]++;
 }
@@ -123,9 +131,10 @@ static void rx_close(ltp_core_t *c, peer_t *p, rxmsg_t *m, int reason, uint64_t 
         p->t_pass_us = p->has_tpass ? 0.75 * p->t_pass_us + 0.25 * t : t;
         p->has_tpass = 1;
     }
-    closed_t *e = ring_find(c, p, m->msg_id, m->segment);
+    closed_t *e = ring_lookup(c, p, m->msg_id, m->segment);
     if (!e) e = ring_push(c, p, m->msg_id, m->segment);
     e->received = m->received; e->count = m->count; e->reason = (uint8_t)reason;
+    e->echo_ts = m->echo_ts; e->echo_seq = m->echo_seq;
     set_close_pending(p, e, c->cfg.close_copies);
     c->st[reason == LTP_CLOSE_COMPLETE ? LTP_S_CLOSE_COMPLETE
           : reason == LTP_CLOSE_EARLY ? LTP_S_CLOSE_EARLY : LTP_S_CLOSE_MAX_WAIT]++;
@@ -158,11 +167,11 @@ uint64_t rx_deadline(const ltp_core_t *c, const peer_t *p, const rxmsg_t *m)
     if (m->pass_end_us && m->pass_end_us + grace_us(c, p) > m->checked_us)
         t = MIN(t, m->pass_end_us + grace_us(c, p));
     if (m->ack_pending) t = MIN(t, m->ack_due_us);
-    return t;
+    return MIN(t, admit_evict_deadline(c, m));
 }
 
 /* ---------------------------------------------------------------- DATA */
-rxmsg_t *rx_find(const ltp_core_t *c, const peer_t *p, uint32_t msg_id, uint16_t seg)
+rxmsg_t *rx_lookup(const ltp_core_t *c, const peer_t *p, uint32_t msg_id, uint16_t seg)
 {
     for (uint32_t i = 0; i < c->cfg.max_open_per_peer; i++)
         if (p->rx[i].used && p->rx[i].msg_id == msg_id && p->rx[i].segment == seg) return &p->rx[i];
@@ -178,17 +187,21 @@ static uint32_t data_chunk(const hdr_t *h)
 /* A DATA for no open context: answer late data, refuse stale data, or open a context. */
 static int rx_open(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now, rxmsg_t **out)
 {
-    closed_t *e = ring_find(c, p, h->msg_id, h->segment);
-    if (e) { late_data(c, p, e); return LTP_OK; }
-    if (p->floor_valid && seq_lt(h->msg_id, p->floor)) {
+    closed_t *e = ring_lookup(c, p, h->msg_id, h->segment);
+    if (e) { late_data(c, p, e, h); return LTP_OK; }
+    int rc = admit_new_id(c, p, h->msg_id);
+    if (rc == LTP_EREJECTED) return rc;
+    if (rc == LTP_ESTALE) {
         e = ring_push(c, p, h->msg_id, h->segment);
         e->count = h->count; e->reason = LTP_CLOSE_STALE;
+        e->echo_ts = h->ts; e->echo_seq = h->tx_seq;
         set_close_pending(p, e, 1);
         c->st[LTP_S_STALE]++; c->st[LTP_S_CLOSE_STALE]++;
         return LTP_ESTALE;
     }
     rxmsg_t *m = NULL;
     for (uint32_t i = 0; i < c->cfg.max_open_per_peer && !m; i++) if (!p->rx[i].used) m = &p->rx[i];
+    if (!m) m = admit_make_room(c, p, h->msg_id);
     if (!m) { c->st[LTP_S_RX_TABLE_FULL]++; return LTP_EDROPPED; }
     /* Not zeroed: taking a message zeroes what never arrived. */
     m->buf = rx_posted(c, core_peer_slot(c, p), h->msg_id, h->segment, h->total);
@@ -197,7 +210,9 @@ static int rx_open(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now, rxmsg
     m->bits = calloc((h->count + 63) / 64, sizeof *m->bits);
     if (!m->buf || !m->bits) { rx_free(m); return LTP_ENOMEM; }
     m->used = 1; m->msg_id = h->msg_id; m->segment = h->segment; m->total = h->total;
-    m->count = h->count; m->chunk = data_chunk(h); m->critical = h->critical; m->first_us = now;
+    m->context = ++c->n_opened;
+    m->count = h->count; m->chunk = data_chunk(h); m->critical = h->critical;
+    m->first_us = m->last_us = now;
     *out = m;
     return LTP_OK;
 }
@@ -210,9 +225,9 @@ static void rx_store(ltp_core_t *c, rxmsg_t *m, const hdr_t *h, uint64_t now)
     int retrans = (h->flags & LTP_F_RETRANSMIT) != 0;
     if (retrans) m->retransmits++;
     if (*w & bit) {
-        m->duplicates++;
-        c->st[LTP_S_DUPLICATES]++;
+        if (!admit_conflict(c, m, h)) { m->duplicates++; c->st[LTP_S_DUPLICATES]++; }
     } else {
+        m->last_us = now;
         *w |= bit;
         if (h->payload != m->buf + h->offset)   /* else the driver read it into place */
             memcpy(m->buf + h->offset, h->payload, h->payload_len);
@@ -234,8 +249,8 @@ static void rx_store(ltp_core_t *c, rxmsg_t *m, const hdr_t *h, uint64_t now)
 
 int rx_on_data(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now)
 {
-    if (h->srtt) p->peer_srtt_us = h->srtt;
-    rxmsg_t *m = rx_find(c, p, h->msg_id, h->segment);
+    if (h->srtt) p->peer_srtt_us = admit_peer_srtt(c, h->srtt);
+    rxmsg_t *m = rx_lookup(c, p, h->msg_id, h->segment);
     if (!m) {
         rxmsg_t *opened = NULL;
         int rc = rx_open(c, p, h, now, &opened);
@@ -246,7 +261,12 @@ int rx_on_data(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now)
         c->st[LTP_S_MALFORMED]++;
         return LTP_EMALFORMED;
     }
-    if (m->closed) { late_data(c, p, ring_find(c, p, m->msg_id, m->segment)); return LTP_OK; }
+    if (m->closed) {
+        /* Closed, not yet taken: a copy that disagrees with what is stored still disputes it. */
+        if (m->bits[h->index / 64] >> (h->index % 64) & 1) admit_conflict(c, m, h);
+        late_data(c, p, ring_lookup(c, p, m->msg_id, m->segment), h);
+        return LTP_OK;
+    }
     rx_store(c, m, h, now);
     rx_note_stored(p, m, h->index);
     rx_check_close(c, p, m, now);
@@ -256,7 +276,7 @@ int rx_on_data(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now)
 /* ---------------------------------------------------------------- control out */
 static int build_ack(ltp_core_t *c, rxmsg_t *m, uint64_t now, uint8_t *b, size_t cap)
 {
-    uint32_t max_bits = (uint32_t)MIN((size_t)c->cfg.max_udp_payload_bytes, cap);
+    uint32_t max_bits = (uint32_t)MIN((size_t)c->cfg.max_udp_payload_bytes - auth_trailer(&c->cfg), cap);
     if (max_bits < LTP_ACK_HDR_BYTES) return LTP_EINVAL;
     max_bits = MIN((max_bits - LTP_ACK_HDR_BYTES) * 8u, 0xFFF8u);
     uint32_t bits = 0;
@@ -283,12 +303,13 @@ static int build_ack(ltp_core_t *c, rxmsg_t *m, uint64_t now, uint8_t *b, size_t
 /* The next CLOSE copy or due ACK toward peer p, written to b; 0 if none. */
 int rx_poll_control(ltp_core_t *c, peer_t *p, uint64_t now, uint8_t *b, size_t cap)
 {
-    for (uint32_t j = 0; p->n_close_pending && j < c->cfg.closed_ring; j++) {
+    for (uint32_t j = 0; p->n_close_pending && j < c->ring_cap; j++) {
         closed_t *e = &p->ring[j];
         if (!e->used || !e->close_pending) continue;
         set_close_pending(p, e, e->close_pending - 1u);
         hdr_t h = core_header(c, LTP_T_CLOSE, e->msg_id, e->segment);
         h.received = e->received; h.close_count = e->count; h.reason = e->reason;
+        h.echo_ts = e->echo_ts; h.echo_seq = e->echo_seq;
         return wire_put_close(b, &h);
     }
     for (uint32_t j = 0; j < c->cfg.max_open_per_peer; j++) {
@@ -306,14 +327,14 @@ int ltp_core_rx_ready(const ltp_core_t *c, int peer, uint32_t msg_id, uint16_t s
 {
     const peer_t *p = core_peer(c, peer);
     if (!p) return LTP_EINVAL;
-    const rxmsg_t *m = rx_find(c, p, msg_id, seg);
+    const rxmsg_t *m = rx_lookup(c, p, msg_id, seg);
     return m && m->closed;
 }
 
 double ltp_core_rx_frac(const ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg)
 {
     const peer_t *p = core_peer(c, peer);
-    const rxmsg_t *m = p ? rx_find(c, p, msg_id, seg) : NULL;
+    const rxmsg_t *m = p ? rx_lookup(c, p, msg_id, seg) : NULL;
     return m ? (double)m->received_bytes / m->total : -1.0;
 }
 
@@ -326,6 +347,7 @@ static void fill_stats(const peer_t *p, const rxmsg_t *m, ltp_msg_stats_t *s)
     s->elapsed_us = m->close_us - m->first_us;
     s->pass_us = m->pass_end_us ? m->pass_end_us - m->first_us : 0;
     s->threshold_frac = m->threshold; s->peer_srtt_us = p->peer_srtt_us;
+    s->conflicts = m->conflicts;
 }
 
 int ltp_core_rx_take(ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg, void *out, uint32_t cap,
@@ -333,15 +355,17 @@ int ltp_core_rx_take(ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg, voi
 {
     peer_t *p = core_peer(c, peer);
     if (!p) return LTP_EINVAL;
-    rxmsg_t *m = rx_find(c, p, msg_id, seg);
+    rxmsg_t *m = rx_lookup(c, p, msg_id, seg);
     if (!m || !m->closed) return LTP_ENOTFOUND;
     if (!out || cap < m->total) return LTP_EINVAL;
     if (out != m->buf) memcpy(out, m->buf, m->total);   /* else it arrived in place (posted) */
-    int whole = m->received == m->count;
+    /* Whole: every packet arrived and none is disputed (admit_conflict zeroed those already). */
+    int whole = m->received == m->count && !m->conflicts;
     for (uint32_t i = 0; !whole && i < m->count; i++) {
         uint32_t start = i * m->chunk, len = i + 1 < m->count ? m->chunk : m->total - start;
         int got = (int)(m->bits[i / 64] >> (i % 64) & 1);
         if (!got) memset((uint8_t *)out + start, 0, len);
+        if (m->disputed && (m->disputed[i / 64] >> (i % 64) & 1)) got = 0;
         if (mask) memset(mask + start / 4, got, len / 4);
     }
     if (whole && mask) memset(mask, 1, m->total / 4);

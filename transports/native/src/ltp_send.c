@@ -9,7 +9,7 @@
 
 void tx_free(txmsg_t *m)
 {
-    free(m->order); free(m->pk); free(m->lost); free(m->seq_idx);
+    free(m->order); free(m->pk); free(m->lost); free(m->seq_idx); free(m->seq_ts);
     memset(m, 0, sizeof *m);
 }
 
@@ -42,6 +42,14 @@ static void tx_finish(ltp_core_t *c, peer_t *p, txmsg_t *m, int reason, uint64_t
     m->done_us = now;
     if (reason == LTP_SEND_CLOSED) c->st[LTP_S_SENDS_CLOSED]++;
     if (reason == LTP_SEND_ALL_ACKED) c->st[LTP_S_SENDS_ALL_ACKED]++;
+    if (reason == LTP_SEND_STALE) c->st[LTP_S_SENDS_STALE]++;
+}
+
+/* An ACK or CLOSE echoes the tx_seq and timestamp of a DATA it answers: genuine ones echo a
+ * transmission of ours exactly; a forger who never saw it has to guess both. */
+static int echo_sent(const txmsg_t *m, const hdr_t *h)
+{
+    return h->echo_seq < m->tx_seq_next && m->seq_ts[h->echo_seq] == h->echo_ts;
 }
 
 /* ---------------------------------------------------------------- loss detection */
@@ -164,11 +172,11 @@ int tx_on_ack(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now)
     c->st[LTP_S_ACKS_RECEIVED]++;
     txmsg_t *m = tx_find(c, p, h->msg_id, h->segment);
     if (!m || m->done) { c->st[LTP_S_STRAY_CONTROL]++; return LTP_OK; }
-    if (h->base > m->count || h->received > m->count || (uint64_t)h->base + h->bits > (uint64_t)m->count + 7 ||
-        h->echo_seq >= m->tx_seq_next) {
+    if (h->base > m->count || h->received > m->count || (uint64_t)h->base + h->bits > (uint64_t)m->count + 7) {
         c->st[LTP_S_MALFORMED]++;
         return LTP_EMALFORMED;
     }
+    if (!echo_sent(m, h)) { c->st[LTP_S_BAD_ECHO]++; return LTP_EREJECTED; }
     rate_on_hint(c, p, h->hint_kbps, now);
     const txpkt_t *newest = NULL;
     uint32_t acked_before = m->n_acked;
@@ -194,8 +202,12 @@ int tx_on_close(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now)
 {
     txmsg_t *m = tx_find(c, p, h->msg_id, h->segment);
     if (!m || m->done) { c->st[LTP_S_STRAY_CONTROL]++; return LTP_OK; }
+    if (!echo_sent(m, h)) { c->st[LTP_S_BAD_ECHO]++; return LTP_EREJECTED; }
+    /* The receiver cannot hold more distinct packets than we sent (m->packets: the first pass
+     * sends each index once), nor count the message differently. */
+    if (h->close_count != m->count || h->received > m->packets) { c->st[LTP_S_BAD_CLOSE]++; return LTP_EREJECTED; }
     m->peer_received = h->received;
-    tx_finish(c, p, m, LTP_SEND_CLOSED, now);
+    tx_finish(c, p, m, h->reason == LTP_CLOSE_STALE ? LTP_SEND_STALE : LTP_SEND_CLOSED, now);
     return LTP_OK;
 }
 
@@ -236,10 +248,14 @@ int ltp_core_send(ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg, const 
     m->lost = calloc((count + 63) / 64, sizeof *m->lost);
     m->seq_cap = count + count / 4 + 16;
     m->seq_idx = malloc((size_t)m->seq_cap * sizeof *m->seq_idx);
+    m->seq_ts = malloc((size_t)m->seq_cap * sizeof *m->seq_ts);
     m->lost_cursor = count;
     m->rack_timer_us = NEVER;
     m->enq_seq = c->n_enqueued++;
-    if (!m->pk || !m->lost || !m->seq_idx || build_order(c, p, m) != LTP_OK) { tx_free(m); return LTP_ENOMEM; }
+    if (!m->pk || !m->lost || !m->seq_idx || !m->seq_ts || build_order(c, p, m) != LTP_OK) {
+        tx_free(m);
+        return LTP_ENOMEM;
+    }
     m->used = 1;
     return LTP_OK;
 }
@@ -346,6 +362,9 @@ int tx_build_data(ltp_core_t *c, peer_t *p, txmsg_t *m, uint32_t i, int retrans,
         uint32_t *n = realloc(m->seq_idx, (size_t)ncap * sizeof *n);
         if (!n) return LTP_ENOMEM;
         m->seq_idx = n;
+        uint32_t *ts = realloc(m->seq_ts, (size_t)ncap * sizeof *ts);
+        if (!ts) return LTP_ENOMEM;
+        m->seq_ts = ts;
         m->seq_cap = ncap;
     }
     tx_account(c, p, m, i, retrans, now);
@@ -355,6 +374,7 @@ int tx_build_data(ltp_core_t *c, peer_t *p, txmsg_t *m, uint32_t i, int retrans,
     h.critical = (uint16_t)m->critical;
     h.index = i; h.count = m->count; h.offset = i * m->chunk; h.total = m->total;
     h.payload_len = (uint16_t)len; h.tx_seq = m->pk[i].tx_seq; h.ts = (uint32_t)now;
+    m->seq_ts[h.tx_seq] = h.ts;
     h.srtt = (uint32_t)MIN(p->has_rtt ? p->srtt_us : 0, 4e9);
     h.payload = m->data + (size_t)i * m->chunk;
     int n = (int)(LTP_DATA_HDR_BYTES + len);
@@ -364,7 +384,7 @@ int tx_build_data(ltp_core_t *c, peer_t *p, txmsg_t *m, uint32_t i, int retrans,
     } else {
         wire_put_data(b, &h);
     }
-    m->wire_bytes += (uint64_t)n;
+    m->wire_bytes += (uint64_t)n + auth_trailer(&c->cfg);
     c->st[LTP_S_DATA_SENT]++;
     return n;
 }

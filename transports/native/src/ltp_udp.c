@@ -60,6 +60,7 @@ ltp_udp_t *ltp_udp_open(const ltp_config_t *cfg, uint16_t self_rank, const char 
     u->efd = -1;
     u->path_dgram = cfg->max_udp_payload_bytes == 0;
     u->gso = cfg->udp_gso != 0;
+    u->tag_bytes = (uint32_t)auth_trailer(cfg);
     u->last_data_peer = -1;
     u->max_peers = (int)cfg->max_peers;
     u->drop_frac = rx_drop_frac;
@@ -207,13 +208,13 @@ int ltp_udp_local_port(const ltp_udp_t *u)
 typedef int (*done_fn)(ltp_udp_t *u, void *arg);
 
 /* A count that changes whenever something a blocking call waits for happens: a message closed
- * (ltp_udp_recv), a send completed (ltp_udp_send), a HELLO or HELLO_ACK arrived (wait_greeted,
+ * (ltp_udp_recv), a send completed or found stale (ltp_udp_send), a HELLO or HELLO_ACK arrived (wait_greeted,
  * join). The core counts the first two anyway. */
 static uint64_t app_events(const ltp_udp_t *u)
 {
     const uint64_t *st = u->core->st;
     return st[LTP_S_CLOSE_COMPLETE] + st[LTP_S_CLOSE_EARLY] + st[LTP_S_CLOSE_MAX_WAIT] +
-           st[LTP_S_SENDS_CLOSED] + st[LTP_S_SENDS_ALL_ACKED] + u->hellos_in;
+           st[LTP_S_SENDS_CLOSED] + st[LTP_S_SENDS_ALL_ACKED] + st[LTP_S_SENDS_STALE] + u->hellos_in;
 }
 
 /* The progress thread: the event loop, for as long as the endpoint is open. */
@@ -343,7 +344,7 @@ int ltp_udp_send(ltp_udp_t *u, ltp_send_req_t *reqs, int n, uint64_t timeout_us)
         ltp_send_req_t *r = &reqs[i];
         if (r->status != 1) { if (!first_err) first_err = r->status; continue; }
         int st = ltp_core_send_status(u->core, r->peer, r->msg_id, (uint16_t)r->segment, &r->stats, now);
-        r->status = st == 1 ? LTP_OK : rc < 0 ? rc : LTP_ETIMEDOUT;
+        r->status = st != 1 ? (rc < 0 ? rc : LTP_ETIMEDOUT) : r->stats.done == LTP_SEND_STALE ? LTP_ESTALE : LTP_OK;
         if (r->status && !first_err) first_err = r->status;
         forget_payload(u, r->data, r->len_bytes);   /* the caller may free it once we return */
         ltp_core_send_release(u->core, r->peer, r->msg_id, (uint16_t)r->segment);
@@ -452,5 +453,24 @@ int ltp_udp_set_policy(ltp_udp_t *u, uint16_t segment, double lo, double hi)
     pthread_mutex_lock(&u->mu);
     int rc = ltp_core_set_policy(u->core, segment, lo, hi);
     pthread_mutex_unlock(&u->mu);
+    return rc;
+}
+
+int ltp_udp_expect(ltp_udp_t *u, uint16_t segment, uint32_t total_bytes, uint32_t critical_bytes)
+{
+    if (!u) return LTP_EINVAL;
+    pthread_mutex_lock(&u->mu);
+    int rc = ltp_core_expect(u->core, segment, total_bytes, critical_bytes);
+    pthread_mutex_unlock(&u->mu);
+    return rc;
+}
+
+int ltp_udp_set_key(ltp_udp_t *u, const uint8_t *key, size_t len)
+{
+    if (!u) return LTP_EINVAL;
+    pthread_mutex_lock(&u->mu);
+    int rc = ltp_core_set_key(u->core, key, len);
+    pthread_mutex_unlock(&u->mu);
+    kick(u);   /* anything held back for want of the key can go now */
     return rc;
 }

@@ -28,14 +28,16 @@
 #define IDLE_MAX_US 1000000u   /* with no timer pending, the thread still wakes once a second */
 
 /* One datagram of the send batch: its first hlen bytes in its txbuf slot (a DATA's header, or a
- * control packet whole), then plen payload bytes referenced in the message being sent. */
-typedef struct { const uint8_t *payload; uint32_t hlen, plen; int peer; } txdg_t;
+ * control packet whole), then plen payload bytes referenced in the message being sent, then a
+ * DATA's tlen-byte MAC tag (auth on), which the slot holds right after the header. */
+typedef struct { const uint8_t *payload; uint32_t hlen, plen, tlen; int peer; } txdg_t;
 
 struct ltp_udp {
     ltp_core_t *core;
     int fd;
     int path_dgram;           /* datagram size from the path MTU (configured 0) */
     int gso, gro;             /* UDP GSO writes in use; the socket reads GRO runs */
+    uint32_t tag_bytes;       /* the MAC tag every datagram ends with (auth on), else 0 */
     struct sockaddr_in *addrs;
     int n_peers, max_peers;
     double drop_frac;
@@ -59,7 +61,7 @@ struct ltp_udp {
     int dg_n, dg_off, m_n, m_off;
     int m_first[TX_SLOTS];    /* first datagram of each message */
     struct mmsghdr txm[TX_SLOTS];
-    struct iovec txiov[2 * TX_SLOTS];   /* datagram i: header 2i, payload 2i+1 */
+    struct iovec txiov[3 * TX_SLOTS];   /* datagram i: header 3i, payload 3i+1, tag 3i+2 */
     struct sockaddr_in txaddr[TX_SLOTS];
     union { struct cmsghdr align; char buf[CMSG_SPACE(sizeof(uint16_t))]; } txctl[TX_SLOTS];
     /* progress thread */
@@ -80,6 +82,15 @@ static inline uint64_t now_us(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
+
+/* ltp_udp_io.c: parsing what the kernel hands the driver, exported so that the fuzzer
+ * (fuzz/fuzz_udp.c) can drive it with arbitrary input. */
+/* The peer slot of a datagram's source address (alen bytes of it), or -1 if it is none of the n. */
+int ltp_udp__peer_of(const struct sockaddr_in *addrs, int n, const struct sockaddr_in *a, socklen_t alen);
+/* When the datagram described by mh reached the host: its kernel timestamp (SCM_TIMESTAMPNS,
+ * realtime) moved onto the monotonic clock by real, the realtime reading taken with now; now
+ * itself when there is no usable stamp. */
+uint64_t ltp_udp__arrival_us(struct msghdr *mh, uint64_t now, const struct timespec *real);
 
 /* ltp_udp_io.c; each runs with the endpoint's mutex held. */
 int do_rx(ltp_udp_t *u);   /* drain the socket into the core: slots read, or LTP_ESYS */

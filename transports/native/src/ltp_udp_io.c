@@ -21,23 +21,31 @@ static uint32_t rd32le(const uint8_t *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-static int peer_of(const ltp_udp_t *u, const struct sockaddr_in *a)
+int ltp_udp__peer_of(const struct sockaddr_in *addrs, int n, const struct sockaddr_in *a, socklen_t alen)
 {
-    for (int i = 0; i < u->n_peers; i++)
-        if (u->addrs[i].sin_port == a->sin_port && u->addrs[i].sin_addr.s_addr == a->sin_addr.s_addr) return i;
+    if (alen != sizeof *a || a->sin_family != AF_INET) return -1;
+    for (int i = 0; i < n; i++)
+        if (addrs[i].sin_port == a->sin_port && addrs[i].sin_addr.s_addr == a->sin_addr.s_addr) return i;
     return -1;
 }
 
-/* When datagram i of the last recvmmsg reached the host, on the monotonic clock: its kernel
- * timestamp (realtime) moved by the realtime-to-monotonic offset of this instant. */
-static uint64_t arrival_us(ltp_udp_t *u, int i, uint64_t now, const struct timespec *real)
+/* The kernel timestamp (realtime) moved by the realtime-to-monotonic offset of this instant. */
+uint64_t ltp_udp__arrival_us(struct msghdr *mh, uint64_t now, const struct timespec *real)
 {
-    struct msghdr *mh = &u->rxm[i].msg_hdr;
     if (mh->msg_flags & MSG_CTRUNC) return now;
     for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
         if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_TIMESTAMPNS) continue;
+        /* Too short to hold a stamp, or claiming more than the buffer has: no measurement. */
+        const uint8_t *end = (const uint8_t *)mh->msg_control + mh->msg_controllen;
+        if (cm->cmsg_len < CMSG_LEN(sizeof(struct timespec)) ||
+            (const uint8_t *)CMSG_DATA(cm) + sizeof(struct timespec) > end)
+            return now;
         struct timespec ts;
         memcpy(&ts, CMSG_DATA(cm), sizeof ts);
+        /* Only a stamp within a second or two of now is worth the arithmetic (which then cannot
+         * overflow, whatever the buffer held). */
+        if (ts.tv_nsec < 0 || ts.tv_nsec >= 1000000000 || ts.tv_sec > real->tv_sec || ts.tv_sec < real->tv_sec - 2)
+            return now;
         int64_t age_ns = ((int64_t)real->tv_sec - (int64_t)ts.tv_sec) * 1000000000 + (real->tv_nsec - ts.tv_nsec);
         /* A clock step or a stale stamp is no measurement: fall back to the read time. */
         if (age_ns < 0 || age_ns > 1000000000 || (uint64_t)(age_ns / 1000) > now) return now;
@@ -52,6 +60,7 @@ static size_t gro_segment(ltp_udp_t *u, int i)
     struct msghdr *mh = &u->rxm[i].msg_hdr;
     for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
         if (cm->cmsg_level != SOL_UDP || cm->cmsg_type != UDP_GRO) continue;
+        if (cm->cmsg_len < CMSG_LEN(sizeof(int))) return 0;
         int seg;
         memcpy(&seg, CMSG_DATA(cm), sizeof seg);
         return seg > 0 ? (size_t)seg : 0;
@@ -60,7 +69,7 @@ static size_t gro_segment(ltp_udp_t *u, int i)
 }
 
 /* One received datagram of len bytes into the core (or into the drop hook); with payload != NULL
- * a DATA read into its guessed place, its header alone at b. */
+ * a DATA read into its guessed place, its header at b followed by its MAC tag (auth on). */
 static void rx_datagram(ltp_udp_t *u, int peer, const uint8_t *b, size_t len, const uint8_t *payload,
                         uint64_t now, uint64_t at)
 {
@@ -73,8 +82,10 @@ static void rx_datagram(ltp_udp_t *u, int peer, const uint8_t *b, size_t len, co
         u->last_data_peer = peer;
         u->large_data = len >= LTP_DATA_HDR_BYTES + RX_GUESS_MIN_BYTES;
     }
-    if (payload)
-        ltp_core_input_split(u->core, peer, b, LTP_DATA_HDR_BYTES, payload, len - LTP_DATA_HDR_BYTES, now, at);
+    if (payload) {
+        size_t head = LTP_DATA_HDR_BYTES + u->tag_bytes;
+        ltp_core_input_split(u->core, peer, b, head, payload, len - head, now, at);
+    }
     else
         ltp_core_input_at(u->core, peer, b, len, now, at);
 }
@@ -112,19 +123,62 @@ static int guess_places(ltp_udp_t *u)
     return n == 0 && u->large_data ? 1 : BATCH;
 }
 
-/* Slot i was read into a guessed place: 1 if it is that DATA, whose payload is in place; else its
+/* Slot i read into its guessed place is to be passed whole: its payload back behind its header
+ * (what it left in the place is in a part that has not arrived). */
+static void unguess(ltp_udp_t *u, int i)
+{
+    const ltp_rx_guess_t *g = &u->guess[i];
+    uint8_t *b = u->rxbuf + (size_t)i * RX_SLOT_BYTES;
+    size_t len = u->rxm[i].msg_len;
+    if (len > LTP_DATA_HDR_BYTES) memcpy(b + LTP_DATA_HDR_BYTES, g->dst, MIN(len - LTP_DATA_HDR_BYTES, g->len));
+}
+
+/* Slot i was read into a guessed place: 1 if it is that DATA, whose payload (exactly the guessed
+ * length) is in place, and its MAC tag (auth on) is moved to just behind its header; else its
  * payload is copied back behind its header, so the slot holds the datagram whole. */
 static int guess_hit(ltp_udp_t *u, int i, int peer)
 {
     const ltp_rx_guess_t *g = &u->guess[i];
     uint8_t *b = u->rxbuf + (size_t)i * RX_SLOT_BYTES;
     size_t len = u->rxm[i].msg_len;
-    if (len > LTP_DATA_HDR_BYTES && len - LTP_DATA_HDR_BYTES <= g->len && !gro_segment(u, i) &&
+    if (len == LTP_DATA_HDR_BYTES + g->len + u->tag_bytes && !gro_segment(u, i) &&
         peer == u->last_data_peer && b[WIRE_TYPE] == LTP_T_DATA && rd32le(b + WIRE_MSG_ID) == g->msg_id &&
-        rd16le(b + WIRE_SEGMENT) == g->segment && rd32le(b + WIRE_DATA_INDEX) == g->index)
+        rd16le(b + WIRE_SEGMENT) == g->segment && rd32le(b + WIRE_DATA_INDEX) == g->index) {
+        /* the tag was read into the rest of the slot, after the space the payload skipped */
+        if (u->tag_bytes) memcpy(b + LTP_DATA_HDR_BYTES, b + LTP_DATA_HDR_BYTES + g->len, u->tag_bytes);
         return 1;
-    if (len > LTP_DATA_HDR_BYTES) memcpy(b + LTP_DATA_HDR_BYTES, g->dst, MIN(len - LTP_DATA_HDR_BYTES, g->len));
+    }
+    unguess(u, i);
     return 0;
+}
+
+/* A hit whose packet also came in another slot of the batch (a copy, genuine or forged) is passed
+ * whole instead: whichever copy the core stores first must not have been written over in place by
+ * the other before it is compared (admit_conflict). The other slots are misses, rare while
+ * guesses hit, and a GRO run is walked datagram by datagram. */
+static void demote_copies(ltp_udp_t *u, int n, const int *peers, int *hit)
+{
+    for (int j = 0; j < n; j++) {
+        if (hit[j] || peers[j] != u->last_data_peer) continue;
+        const uint8_t *b = u->rxbuf + (size_t)j * RX_SLOT_BYTES;
+        size_t len = u->rxm[j].msg_len, seg = gro_segment(u, j);
+        if (!seg || seg > len) seg = len;
+        for (size_t off = 0; off < len; off += seg) {
+            const uint8_t *d = b + off;
+            if (MIN(seg, len - off) < LTP_DATA_HDR_BYTES || d[WIRE_TYPE] != LTP_T_DATA) continue;
+            for (int i = 0; i < n; i++) {
+                if (!hit[i]) continue;
+                const ltp_rx_guess_t *g = &u->guess[i];
+                if (rd32le(d + WIRE_DATA_INDEX) != g->index || rd32le(d + WIRE_MSG_ID) != g->msg_id ||
+                    rd16le(d + WIRE_SEGMENT) != g->segment)
+                    continue;
+                unguess(u, i);   /* the tag is still after the payload's space (guess_hit copied it) */
+                hit[i] = 0;
+                if (u->guess_hits) u->guess_hits--;
+                u->guess_misses++;
+            }
+        }
+    }
 }
 
 int do_rx(ltp_udp_t *u)
@@ -143,19 +197,28 @@ int do_rx(ltp_udp_t *u)
         clock_gettime(CLOCK_REALTIME, &real);
         /* Every miss is made whole before any datagram reaches the core, which may store into
          * a place another slot was read into. */
-        int peers[BATCH], hit[BATCH];
+        int peers[BATCH], hit[BATCH], any_hit = 0, any_miss = 0;
         for (int i = 0; i < n; i++) {
-            peers[i] = peer_of(u, &u->rxaddr[i]);
+            peers[i] = ltp_udp__peer_of(u->addrs, u->n_peers, &u->rxaddr[i], u->rxm[i].msg_hdr.msg_namelen);
             hit[i] = u->guessed[i] && guess_hit(u, i, peers[i]);
             if (u->guessed[i]) { if (hit[i]) u->guess_hits++; else u->guess_misses++; }
             if (u->guess_hits + u->guess_misses > 1024) { u->guess_hits /= 2; u->guess_misses /= 2; }
+            any_hit |= hit[i];
+            any_miss |= !hit[i];
         }
+        if (any_hit && any_miss) demote_copies(u, n, peers, hit);
         for (int i = 0; i < n; i++) {
             const uint8_t *b = u->rxbuf + (size_t)i * RX_SLOT_BYTES;
             size_t len = u->rxm[i].msg_len, seg = gro_segment(u, i), off = 0;
             int peer = peers[i];
-            uint64_t at = arrival_us(u, i, now, &real);
+            uint64_t at = ltp_udp__arrival_us(&u->rxm[i].msg_hdr, now, &real);
             if (hit[i]) {
+                /* An earlier datagram of this batch may have freed the message (a full table
+                 * made room for a lower id): its payload went with it. The protocol recovers. */
+                if (!ltp_core_rx_guess_holds(u->core, peer, &u->guess[i])) {
+                    ltp_core__count(u->core, LTP_S_RX_PLACE_LOST, 1);
+                    continue;
+                }
                 ltp_core__count(u->core, LTP_S_RX_PLACED, 1);
                 rx_datagram(u, peer, b, len, u->guess[i].dst, now, at);
                 continue;
@@ -181,13 +244,13 @@ static void build_msgs(ltp_udp_t *u)
     u->m_n = u->m_off = 0;
     for (int i = u->dg_off; i < u->dg_n;) {
         const txdg_t *d = &u->txdg[i];
-        uint32_t seg = d->hlen + d->plen;
+        uint32_t seg = d->hlen + d->plen + d->tlen;
         int j = i + 1;
         if (u->gso && d->plen) {
             int most = MIN(GSO_MAX_SEGS, (int)(LTP_MAX_DATAGRAM / seg));
             while (j < u->dg_n && j - i < most) {
                 const txdg_t *e = &u->txdg[j];
-                uint32_t len = e->hlen + e->plen;
+                uint32_t len = e->hlen + e->plen + e->tlen;
                 if (!e->plen || e->peer != d->peer || len > seg) break;
                 j++;
                 if (len < seg) break;   /* only the last segment may be shorter */
@@ -199,8 +262,8 @@ static void build_msgs(ltp_udp_t *u)
         u->txaddr[m] = u->addrs[d->peer];
         mh->msg_name = &u->txaddr[m];
         mh->msg_namelen = sizeof u->txaddr[m];
-        mh->msg_iov = &u->txiov[2 * i];
-        mh->msg_iovlen = j - i > 1 ? (size_t)(2 * (j - i)) : d->plen ? 2 : 1;
+        mh->msg_iov = &u->txiov[3 * i];
+        mh->msg_iovlen = d->plen ? (size_t)(3 * (j - i)) : 1;
         if (j - i > 1) {
             mh->msg_control = u->txctl[m].buf;
             mh->msg_controllen = sizeof u->txctl[m].buf;
@@ -217,7 +280,8 @@ static void build_msgs(ltp_udp_t *u)
 }
 
 /* Refill the empty batch from the core: every datagram due now, up to TX_SLOTS datagrams and
- * TX_BATCH_BYTES. Payloads stay in the messages being sent (ltp_core_poll_tx_ref). */
+ * TX_BATCH_BYTES. Payloads stay in the messages being sent (ltp_core_poll_tx_ref); with auth on a
+ * DATA's tag, which the core writes behind its header, is sent after the payload. */
 static void fill_batch(ltp_udp_t *u)
 {
     u->dg_n = u->dg_off = 0;
@@ -229,11 +293,13 @@ static void fill_batch(ltp_udp_t *u)
         uint32_t plen;
         int n = ltp_core_poll_tx_ref(u->core, now, b, TX_SLOT_BYTES, &payload, &plen, &peer);
         if (n <= 0) break;
-        u->txdg[i] = (txdg_t){payload, (uint32_t)n, plen, peer};
-        u->txiov[2 * i] = (struct iovec){b, (size_t)n};
-        u->txiov[2 * i + 1] = (struct iovec){(void *)(uintptr_t)payload, plen};
+        uint32_t tlen = payload ? u->tag_bytes : 0;
+        u->txdg[i] = (txdg_t){payload, (uint32_t)n, plen, tlen, peer};
+        u->txiov[3 * i] = (struct iovec){b, (size_t)n};
+        u->txiov[3 * i + 1] = (struct iovec){(void *)(uintptr_t)payload, plen};
+        u->txiov[3 * i + 2] = (struct iovec){b + n, tlen};
         u->dg_n++;
-        bytes += (uint64_t)n + plen;
+        bytes += (uint64_t)n + plen + tlen;
     }
     build_msgs(u);
 }
@@ -252,10 +318,11 @@ void forget_payload(ltp_udp_t *u, const void *data, size_t len)
         if (d.plen && d.payload >= lo && d.payload < hi) continue;
         if (k != i) {
             uint8_t *to = u->txbuf + (size_t)k * TX_SLOT_BYTES;
-            memcpy(to, u->txbuf + (size_t)i * TX_SLOT_BYTES, d.hlen);
+            memcpy(to, u->txbuf + (size_t)i * TX_SLOT_BYTES, d.hlen + d.tlen);
             u->txdg[k] = d;
-            u->txiov[2 * k] = (struct iovec){to, d.hlen};
-            u->txiov[2 * k + 1] = u->txiov[2 * i + 1];
+            u->txiov[3 * k] = (struct iovec){to, d.hlen};
+            u->txiov[3 * k + 1] = u->txiov[3 * i + 1];
+            u->txiov[3 * k + 2] = (struct iovec){to + d.hlen, d.tlen};
         }
         k++;
     }

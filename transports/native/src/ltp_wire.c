@@ -67,6 +67,7 @@ static int parse_close(const uint8_t *b, size_t len, hdr_t *h)
     if (len != LTP_CLOSE_BYTES) return LTP_EMALFORMED;
     h->received = rd32(b + WIRE_CLOSE_RECEIVED); h->close_count = rd32(b + WIRE_CLOSE_COUNT);
     h->reason = b[WIRE_CLOSE_REASON];
+    h->echo_ts = rd32(b + WIRE_CLOSE_ECHO_TS); h->echo_seq = rd32(b + WIRE_CLOSE_ECHO_SEQ);
     const uint8_t *pad = b + WIRE_CLOSE_PAD;
     if (pad[0] || pad[1] || pad[2] || h->reason < LTP_CLOSE_COMPLETE || h->reason > LTP_CLOSE_STALE ||
         h->received > h->close_count)
@@ -74,10 +75,18 @@ static int parse_close(const uint8_t *b, size_t len, hdr_t *h)
     return LTP_OK;
 }
 
+/* Worth authenticating: long enough for a header, ours by magic and version. */
+int wire_plausible(const uint8_t *b, size_t len)
+{
+    return b && len >= LTP_HDR_BYTES && len <= LTP_MAX_DATAGRAM && rd16(b + WIRE_MAGIC) == LTP_MAGIC &&
+           b[WIRE_VERSION] == LTP_VERSION;
+}
+
+/* b holds len bytes without the MAC trailer (auth_check stripped and checked it). */
 int wire_parse(const ltp_config_t *cfg, const uint8_t *b, size_t len, hdr_t *h)
 {
     if (!b || len < LTP_HDR_BYTES || len > LTP_MAX_DATAGRAM) return LTP_EMALFORMED;
-    if (rd16(b + WIRE_MAGIC) != LTP_MAGIC || b[WIRE_VERSION] != LTP_VERSION || b[WIRE_RESERVED] != 0)
+    if (rd16(b + WIRE_MAGIC) != LTP_MAGIC || b[WIRE_VERSION] != LTP_VERSION || b[WIRE_MAC] > LTP_MAC_SIPHASH24)
         return LTP_EMALFORMED;
     memset(h, 0, sizeof *h);
     h->type = b[WIRE_TYPE]; h->flags = b[WIRE_FLAGS]; h->sender = rd16(b + WIRE_SENDER);
@@ -100,7 +109,7 @@ int wire_parse(const ltp_config_t *cfg, const uint8_t *b, size_t len, hdr_t *h)
 static void put_common(uint8_t *b, const hdr_t *h)
 {
     wr16(b + WIRE_MAGIC, LTP_MAGIC); b[WIRE_VERSION] = LTP_VERSION; b[WIRE_TYPE] = h->type;
-    b[WIRE_FLAGS] = h->flags; b[WIRE_RESERVED] = 0;
+    b[WIRE_FLAGS] = h->flags; b[WIRE_MAC] = LTP_MAC_NONE;   /* auth_seal marks and tags it */
     wr16(b + WIRE_SENDER, h->sender); wr32(b + WIRE_SESSION, h->session);
     wr32(b + WIRE_MSG_ID, h->msg_id); wr16(b + WIRE_SEGMENT, h->segment);
     wr16(b + WIRE_CRITICAL, h->critical);
@@ -140,6 +149,7 @@ int wire_put_close(uint8_t *b, const hdr_t *h)
     wr32(b + WIRE_CLOSE_RECEIVED, h->received); wr32(b + WIRE_CLOSE_COUNT, h->close_count);
     b[WIRE_CLOSE_REASON] = h->reason;
     memset(b + WIRE_CLOSE_PAD, 0, 3);
+    wr32(b + WIRE_CLOSE_ECHO_TS, h->echo_ts); wr32(b + WIRE_CLOSE_ECHO_SEQ, h->echo_seq);
     return (int)LTP_CLOSE_BYTES;
 }
 

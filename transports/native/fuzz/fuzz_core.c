@@ -1,0 +1,352 @@
+/* fuzz_core.c: a structure-aware, stateful libFuzzer target for the LTP core.
+ *
+ * Build and run with `make -C transports/native fuzz` (`invoke fuzz` also reports coverage). The
+ * input is a program: a configuration byte and a size byte, then operations, each an opcode byte
+ * and its arguments. A worker core and a PS core talk through two queues the program controls
+ * (deliver, drop, duplicate, reorder, corrupt), while the program also starts and takes messages
+ * in both directions, moves time (small steps and jumps past the 32-bit microsecond wrap), and
+ * injects forged DATA, ACK, CLOSE, HELLO and HELLO_ACK built from the genuine datagrams seen so
+ * far, with fields replaced by the input, sealed with the right key or not. Message ids can start
+ * just below 2^32 so they wrap during a run.
+ *
+ * After every operation the harness checks invariants over the cores' internals (ltp_internal.h):
+ * bytes and packets in flight equal what the per-packet states add up to, lost counts match their
+ * bitmaps, a finished send holds nothing in flight, receive bitmaps match their counts and bases,
+ * pending CLOSE counts match the ring, no timer lies in the past, no DATA ever leaves for a send
+ * that is done, and a taken message's mask covers exactly the bytes its stats say arrived, with
+ * zeros where it is 0. A violation aborts (a crash to libFuzzer).
+ */
+#include "ltp_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define CHECK(c) do { if (!(c)) abort(); } while (0)
+enum { W = 0, S = 1, QMAX = 64, DG = 600, MAXF = 4096 };
+
+typedef struct { int len; uint8_t b[DG]; } dgram_t;
+typedef struct { dgram_t d[QMAX]; int n; } queue_t;
+
+typedef struct {
+    const uint8_t *p;
+    size_t n;
+} input_t;
+
+static uint8_t u8(input_t *in) { if (!in->n) return 0; in->n--; return *in->p++; }
+static uint32_t u32(input_t *in) { uint32_t v = u8(in); v |= (uint32_t)u8(in) << 8; v |= (uint32_t)u8(in) << 16; return v | (uint32_t)u8(in) << 24; }
+static void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+
+typedef struct {
+    ltp_core_t *c[2];
+    uint64_t now;
+    queue_t q[2];                 /* q[k]: datagrams from core k to the other */
+    dgram_t last[2][6];           /* the last genuine datagram of each type from each core */
+    uint8_t key[LTP_KEY_BYTES];
+    uint32_t base_id, next_send[2], n_floats;
+    uint16_t segs;                /* segments per message: 1, or several (PLOT-like) */
+    float payload[MAXF];
+} world_t;
+
+/* ------------------------------------------------------------------ invariants */
+static void check_core(const ltp_core_t *c, uint64_t now)
+{
+    CHECK(ltp_core_next_timeout((ltp_core_t *)c, now) >= now);
+    for (int pi = 0; pi < c->n_peers; pi++) {
+        const peer_t *p = &c->peers[pi];
+        uint64_t inflight = 0;
+        for (uint32_t j = 0; j < c->cfg.max_tx_per_peer; j++) {
+            const txmsg_t *m = &p->tx[j];
+            if (!m->used) continue;
+            uint32_t pk = 0, lost = 0;
+            for (uint32_t i = 0; i < m->count; i++) {
+                /* A finished send stops counting what it had in flight (it will never be acked). */
+                if (m->pk[i].state == PK_INFLIGHT && !m->done) { pk++; inflight += tx_pkt_len(m, i) + LTP_DATA_HDR_BYTES; }
+                lost += (m->lost[i / 64] >> (i % 64)) & 1;
+                if ((m->lost[i / 64] >> (i % 64)) & 1) CHECK(m->pk[i].state == PK_LOST);
+            }
+            CHECK(pk == m->inflight_pkts && lost == m->n_lost && m->n_acked <= m->count);
+            if (m->done) CHECK(m->inflight_pkts == 0 && lost == 0 && m->next_first == m->count);
+        }
+        CHECK(inflight == p->inflight_bytes);
+        for (uint32_t j = 0; j < c->cfg.max_open_per_peer; j++) {
+            const rxmsg_t *m = &p->rx[j];
+            if (!m->used) continue;
+            uint32_t got = 0;
+            for (uint32_t w = 0; w < (m->count + 63) / 64; w++) got += (uint32_t)__builtin_popcountll(m->bits[w]);
+            CHECK(got == m->received && got <= m->count && m->crit_rcvd <= m->critical);
+            CHECK(m->received_bytes <= m->total && m->base <= m->count);
+            for (uint32_t i = 0; i < m->base; i++) CHECK((m->bits[i / 64] >> (i % 64)) & 1);
+        }
+        uint32_t pending = 0;
+        for (uint32_t j = 0; j < c->ring_cap; j++) pending += p->ring[j].close_pending != 0;
+        CHECK(pending == p->n_close_pending);
+    }
+}
+
+/* ------------------------------------------------------------------ moving datagrams */
+static void poll_core(world_t *w, int k)
+{
+    uint8_t b[DG];
+    int slot, n;
+    for (int guard = 0; guard < 512 && (n = ltp_core_poll_tx(w->c[k], w->now, b, sizeof b, &slot)) > 0; guard++) {
+        CHECK(n <= (int)sizeof b && slot == 0);
+        int type = b[WIRE_TYPE];
+        if (type == LTP_T_DATA) {   /* never a DATA for a send that is over */
+            uint32_t id; uint16_t seg;
+            memcpy(&id, b + WIRE_MSG_ID, 4); memcpy(&seg, b + WIRE_SEGMENT, 2);
+            const peer_t *p = &w->c[k]->peers[0];
+            int live = 0;
+            for (uint32_t j = 0; j < w->c[k]->cfg.max_tx_per_peer; j++)
+                live |= p->tx[j].used && !p->tx[j].done && p->tx[j].msg_id == id && p->tx[j].segment == seg;
+            CHECK(live);
+        }
+        if (type >= 1 && type <= 5) { w->last[k][type].len = n; memcpy(w->last[k][type].b, b, (size_t)n); }
+        queue_t *q = &w->q[k];
+        if (q->n < QMAX) { q->d[q->n].len = n; memcpy(q->d[q->n].b, b, (size_t)n); q->n++; }
+    }
+    CHECK(n >= 0);
+}
+
+/* Hand a datagram to core c whole, or (split, a DATA) the way the UDP driver hands one it read
+ * into a guessed place: header and tag in one buffer, the payload in another
+ * (ltp_core_input_split), so the MAC over the two parts is fuzzed too. */
+static void input(ltp_core_t *c, const uint8_t *b, int len, int split, uint64_t now)
+{
+    size_t tag = c->cfg.auth ? LTP_MAC_BYTES : 0;
+    if (!split || len <= (int)(LTP_DATA_HDR_BYTES + tag) || b[WIRE_TYPE] != LTP_T_DATA) {
+        ltp_core_input(c, 0, b, (size_t)len, now);
+        return;
+    }
+    static uint8_t head[LTP_DATA_HDR_BYTES + LTP_MAC_BYTES], payload[LTP_MAX_DATAGRAM];
+    size_t plen = (size_t)len - LTP_DATA_HDR_BYTES - tag;
+    memcpy(head, b, LTP_DATA_HDR_BYTES);
+    memcpy(head + LTP_DATA_HDR_BYTES, b + LTP_DATA_HDR_BYTES + plen, tag);
+    memcpy(payload, b + LTP_DATA_HDR_BYTES, plen);
+    ltp_core_input_split(c, 0, head, LTP_DATA_HDR_BYTES + tag, payload, plen, now, now);
+}
+
+/* Deliver (or drop, duplicate, reorder) up to `count` datagrams of queue k; mode's top bit hands
+ * DATA over split. */
+static void deliver(world_t *w, int k, int count, uint8_t mode)
+{
+    queue_t *q = &w->q[k];
+    for (int i = 0; i < count && q->n; i++) {
+        int pick = (mode & 3) == 3 ? (int)(mode >> 2) % q->n : 0;   /* 3: out of order */
+        dgram_t d = q->d[pick];
+        memmove(&q->d[pick], &q->d[pick + 1], (size_t)(q->n - pick - 1) * sizeof d);
+        q->n--;
+        if ((mode & 3) == 1) continue;   /* lost */
+        input(w->c[1 - k], d.b, d.len, mode & 0x80, w->now);
+        if ((mode & 3) == 2) input(w->c[1 - k], d.b, d.len, mode & 0x40, w->now);   /* duplicated */
+    }
+}
+
+/* Seal a forged datagram the way core `to` would accept it (the forger knows the key), or not. */
+static int seal(world_t *w, int to, uint8_t *b, int n, int with_key)
+{
+    if (!w->c[to]->cfg.auth) return n;
+    uint8_t k[LTP_KEY_BYTES];
+    auth_derive(with_key ? w->key : (const uint8_t *)"not the key.....", w->c[to]->self_rank, k);
+    b[WIRE_MAC] = LTP_MAC_SIPHASH24;
+    uint64_t tag = ltp_siphash24(k, b, (size_t)n);
+    for (int i = 0; i < 8; i++) b[n + i] = (uint8_t)(tag >> (8 * i));
+    return n + 8;
+}
+
+/* A forged datagram to core `to`: the last genuine one of `type` toward it (or a bare header),
+ * its fields overwritten from the input, then sealed or not. */
+static void forge(world_t *w, int to, int type, input_t *in)
+{
+    uint8_t b[DG + 8];
+    const dgram_t *t = &w->last[1 - to][type];
+    size_t tag = w->c[to]->cfg.auth ? LTP_MAC_BYTES : 0;
+    int n = t->len > (int)tag ? t->len - (int)tag : 0;
+    if (n) memcpy(b, t->b, (size_t)n);
+    else {
+        n = type == LTP_T_DATA ? (int)LTP_DATA_HDR_BYTES + 4 : type == LTP_T_ACK ? (int)LTP_ACK_HDR_BYTES
+            : type == LTP_T_CLOSE ? (int)LTP_CLOSE_BYTES : (int)LTP_HDR_BYTES;
+        memset(b, 0, (size_t)n);
+        hdr_t h = core_header(w->c[1 - to], (uint8_t)type, w->base_id, 0);
+        if (type == LTP_T_CLOSE) wire_put_close(b, &h);
+        else if (type == LTP_T_ACK) wire_put_ack(b, &h);
+        else wire_put_hello(b, &h);
+        if (type == LTP_T_DATA) { b[WIRE_TYPE] = LTP_T_DATA; put32(b + WIRE_DATA_COUNT, 1); put32(b + WIRE_DATA_TOTAL, 4); b[WIRE_DATA_LEN] = 4; }
+    }
+    uint8_t what = u8(in);
+    /* Each set bit of `what` replaces one field of the type (offsets from ltp_internal.h). */
+    static const uint8_t data_f[8] = {WIRE_MSG_ID, WIRE_SEGMENT, WIRE_DATA_INDEX, WIRE_DATA_COUNT, WIRE_DATA_TOTAL,
+                                      WIRE_DATA_TX_SEQ, WIRE_DATA_TS, WIRE_DATA_SRTT};
+    static const uint8_t ack_f[8] = {WIRE_MSG_ID, WIRE_ACK_RECEIVED, WIRE_ACK_BASE, WIRE_ACK_ECHO_TS, WIRE_ACK_DELAY,
+                                     WIRE_ACK_ECHO_SEQ, WIRE_ACK_HINT, WIRE_SEGMENT};
+    static const uint8_t close_f[8] = {WIRE_MSG_ID, WIRE_CLOSE_RECEIVED, WIRE_CLOSE_COUNT, WIRE_CLOSE_ECHO_TS,
+                                       WIRE_CLOSE_ECHO_SEQ, WIRE_SEGMENT, WIRE_CLOSE_REASON, WIRE_SESSION};
+    const uint8_t *f = type == LTP_T_DATA ? data_f : type == LTP_T_ACK ? ack_f : close_f;
+    for (int i = 0; i < 8; i++) {
+        if (!(what >> i & 1)) continue;
+        uint32_t v = u32(in);
+        int off = type >= LTP_T_HELLO ? WIRE_MSG_ID : f[i];
+        if (off == WIRE_SEGMENT) { b[off] = (uint8_t)v; b[off + 1] = (uint8_t)(v >> 8); }
+        else if (off == WIRE_CLOSE_REASON && type == LTP_T_CLOSE) b[off] = (uint8_t)(v % 6);
+        else if (off + 4 <= n) put32(b + off, type == LTP_T_DATA && off == WIRE_MSG_ID ? w->base_id + v % 96 - 16 : v);
+    }
+    if (type == LTP_T_DATA && (u8(in) & 1)) {   /* a payload of the input's choosing */
+        int len = 4 * (1 + u8(in) % 64);
+        if (LTP_DATA_HDR_BYTES + len <= DG) {
+            for (int i = 0; i < len; i++) b[LTP_DATA_HDR_BYTES + i] = u8(in);
+            b[WIRE_DATA_LEN] = (uint8_t)len; b[WIRE_DATA_LEN + 1] = 0;
+            n = (int)LTP_DATA_HDR_BYTES + len;
+        }
+    }
+    if (type == LTP_T_DATA) b[WIRE_FLAGS] = u8(in) & 0x0F;
+    if (type == LTP_T_ACK && n >= (int)LTP_ACK_HDR_BYTES) {   /* a bitmap of the input's choosing */
+        int bits = 8 * (u8(in) % 9);
+        b[WIRE_ACK_BITS] = (uint8_t)bits; b[WIRE_ACK_BITS + 1] = 0;
+        for (int i = 0; i < bits / 8; i++) b[LTP_ACK_HDR_BYTES + i] = u8(in);
+        n = (int)LTP_ACK_HDR_BYTES + bits / 8;
+    }
+    n = seal(w, to, b, n, u8(in) & 1);
+    ltp_core_input(w->c[to], 0, b, (size_t)n, w->now);
+}
+
+/* ------------------------------------------------------------------ the applications */
+static void app_send(world_t *w, int k)
+{
+    uint32_t id = w->next_send[k]++;
+    uint16_t segs = k == W ? w->segs : 1;
+    uint32_t per = w->n_floats / segs;
+    for (uint16_t s = 0; s < segs; s++) {
+        uint16_t seg = segs > 1 ? (uint16_t)(s + 1) : 0;
+        ltp_core_send(w->c[k], 0, id, seg, w->payload + s * per, per * 4, 0, w->now);
+    }
+}
+
+/* Take whatever is ready from the other side (ids around what was sent), checking the mask. */
+static void app_take(world_t *w, int k)
+{
+    static float out[MAXF];
+    static uint8_t mask[MAXF];
+    int from = 1 - k;
+    uint16_t segs = from == W ? w->segs : 1;
+    uint32_t per = w->n_floats / segs;
+    for (uint32_t d = 0; d < 8; d++) {
+        uint32_t id = w->next_send[from] - 1 - d;
+        for (uint16_t s = 0; s < segs; s++) {
+            uint16_t seg = segs > 1 ? (uint16_t)(s + 1) : 0;
+            if (ltp_core_rx_ready(w->c[k], 0, id, seg) != 1) continue;
+            ltp_msg_stats_t st;
+            memset(mask, 0xAA, sizeof mask);
+            int rc = ltp_core_rx_take(w->c[k], 0, id, seg, out, sizeof out, mask, &st);
+            if (rc) continue;
+            uint64_t ones = 0;
+            for (uint32_t i = 0; i < st.total_bytes / 4; i++) {
+                CHECK(mask[i] <= 1);
+                ones += mask[i];
+                if (!mask[i]) CHECK(out[i] == 0.0f);
+            }
+            CHECK(ones * 4 == st.received_bytes && st.packets <= st.count);
+            CHECK(!w->c[k]->n_expected || st.total_bytes == per * 4);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ the program */
+static void setup(world_t *w, uint8_t flags, uint8_t size)
+{
+    memset(w, 0, sizeof *w);
+    ltp_config_t cfg;
+    ltp_config_default(&cfg);
+    cfg.auth = flags & 1;
+    cfg.cc = !(flags & 4);
+    cfg.send_order = flags & 8 ? LTP_ORDER_RANDOM : LTP_ORDER_PRIORITY;
+    cfg.peer_schedule = flags & 16 ? LTP_SCHED_FAIR : LTP_SCHED_SERIAL;
+    cfg.closed_ring = flags & 128 ? 2 : 8;
+    cfg.max_udp_payload_bytes = 160 + 8 * (size % 48);         /* 92..476-byte chunks: <= 45 packets */
+    cfg.max_msg_bytes = MAXF * 4;
+    cfg.max_peers = 2;
+    cfg.max_open_per_peer = 4;
+    cfg.max_tx_per_peer = 4;
+    cfg.rx_msg_window = 16;
+    cfg.rx_idle_evict_us = 200000;
+    cfg.max_wait_us = 100000;
+    w->base_id = flags & 32 ? 0xFFFFFFF0u : 0;                  /* ids wrap after 16 messages */
+    cfg.rx_first_msg_id = w->base_id;
+    w->next_send[W] = w->next_send[S] = w->base_id;
+    w->now = flags & 64 ? 0xFFFFFFFFull - 20000 : 1000;         /* the 32-bit us clock wraps soon */
+    w->n_floats = 4 * (1 + (size >> 2) % 64) * (1 + (size & 3)); /* up to 1024 floats */
+    w->segs = (flags & 2) ? (uint16_t)(1 + size % 4) : 1;
+    for (uint32_t i = 0; i < MAXF; i++) w->payload[i] = (float)i * 0.25f - 7.0f;
+    w->c[W] = ltp_core_new(&cfg, 0);
+    w->c[S] = ltp_core_new(&cfg, LTP_RANK_SERVER);
+    CHECK(w->c[W] && w->c[S]);
+    ltp_core_add_peer(w->c[W], LTP_RANK_SERVER);
+    ltp_core_add_peer(w->c[S], 0);
+    for (int i = 0; i < LTP_KEY_BYTES; i++) w->key[i] = (uint8_t)(i * 7 + size);
+    ltp_core_set_key(w->c[W], w->key, sizeof w->key);
+    ltp_core_set_key(w->c[S], w->key, sizeof w->key);
+    if (flags & 2) {   /* strict: each side knows what it receives */
+        uint32_t per = w->n_floats / w->segs;
+        for (uint16_t s = 0; s < w->segs; s++)
+            ltp_core_expect(w->c[S], w->segs > 1 ? (uint16_t)(s + 1) : 0, per * 4, 0);
+        ltp_core_expect(w->c[W], 0, w->n_floats * 4, 0);
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static world_t w;
+    input_t in = {data, size};
+    setup(&w, u8(&in), u8(&in));
+    for (int steps = 0; in.n && steps < 200; steps++) {
+        uint8_t op = u8(&in);
+        int k = op >> 7;   /* which core the operation is about */
+        switch (op & 15) {
+        case 0: w.now += 1 + 7u * u8(&in); break;
+        case 1: w.now += u32(&in); break;   /* up to 71 minutes: past the 32-bit wrap */
+        case 2: poll_core(&w, k); break;
+        case 3: deliver(&w, k, 1 + u8(&in) % 16, u8(&in)); break;
+        case 4: app_send(&w, k); break;
+        case 5: app_take(&w, k); break;
+        case 6: forge(&w, S, LTP_T_DATA, &in); break;
+        case 7: forge(&w, W, LTP_T_ACK, &in); break;
+        case 8: forge(&w, W, LTP_T_CLOSE, &in); break;
+        case 9: forge(&w, k ? S : W, u8(&in) & 1 ? LTP_T_HELLO : LTP_T_HELLO_ACK, &in); break;
+        case 10: ltp_core_hello(w.c[W], 0, w.now); break;
+        case 11: {   /* a raw datagram, no structure at all */
+            uint8_t b[DG];
+            size_t n = u8(&in) % 128;
+            for (size_t i = 0; i < n; i++) b[i] = u8(&in);
+            ltp_core_input(w.c[k], (int)(u8(&in) % 3) - 1, b, n, w.now);
+            break;
+        }
+        case 12: {   /* corrupt one byte of a queued datagram */
+            queue_t *q = &w.q[k];
+            if (q->n) { dgram_t *d = &q->d[u8(&in) % q->n]; d->b[u8(&in) % d->len] ^= (uint8_t)(1 + u8(&in)); }
+            break;
+        }
+        case 13: {   /* release the sends that are done */
+            for (uint32_t d = 0; d < 8; d++)
+                for (uint16_t s = 0; s <= w.segs; s++)
+                    if (ltp_core_send_status(w.c[k], 0, w.next_send[k] - 1 - d, s, NULL, w.now) == 1)
+                        ltp_core_send_release(w.c[k], 0, w.next_send[k] - 1 - d, s);
+            break;
+        }
+        default: {   /* let the protocol run: both cores, lossless, to the next timer */
+            for (int r = 0; r < 1 + (op >> 4 & 7) * 3; r++) {
+                poll_core(&w, W); poll_core(&w, S);
+                int moved = w.q[W].n + w.q[S].n;
+                deliver(&w, W, QMAX, 0); deliver(&w, S, QMAX, 0);
+                uint64_t t = MIN(ltp_core_next_timeout(w.c[W], w.now), ltp_core_next_timeout(w.c[S], w.now));
+                if (t == NEVER && !moved) break;   /* nothing left to do */
+                w.now = t == NEVER ? w.now + 1000 : MAX(t, w.now + 1);
+            }
+        }
+        }
+        check_core(w.c[W], w.now);
+        check_core(w.c[S], w.now);
+    }
+    ltp_core_free(w.c[W]);
+    ltp_core_free(w.c[S]);
+    return 0;
+}
