@@ -158,6 +158,11 @@ class RunSpec:
             check_fault(parse_fault(self.fault), self.n_workers, self.iterations)
         except FaultError as exc:
             raise SpecError(str(exc)) from None
+        transport = registry.create(self.transport, dict(self.transport_options))
+        if parse_fault(self.fault).kind == "restart" and not transport.REJOIN:
+            raise SpecError(f"fault {self.fault} needs a transport a restarted worker can rejoin "
+                            f"(TCP); {self.transport}'s receive window refuses the new process's "
+                            "message ids.")
         if self.max_train_s is not None and not (isinstance(self.max_train_s, float)
                                                  and self.max_train_s > 0):
             raise SpecError(f"max_train_s must be above 0 seconds (or none), "

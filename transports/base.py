@@ -372,6 +372,9 @@ class Transport(abc.ABC):
     """
 
     LABEL = ""                       # how messages name the transport ("LTP"); default: the slug
+    # A restarted worker process can rejoin a running job (ServerEnd.recv_some with a new
+    # generation's ids): TCP takes its new connection; LTP's receive window refuses its ids.
+    REJOIN = False
     OPTIONS: Sequence[Option] = ()
     DEFAULTS = _DefaultsFromTable()
 

@@ -98,6 +98,7 @@ class TcpTransport(Transport):
     """Plain TCP with a per-socket congestion control."""
 
     LABEL = "TCP"
+    REJOIN = True
     OPTIONS = (
         Option("cc", "cubic", "choice", choices=CC_CHOICES,
                help="congestion control, set on every socket with TCP_CONGESTION and read back"),
@@ -366,12 +367,16 @@ class TcpServer(ServerEnd):
 
     def gather(self, msg_id: int, timeout_s: float) -> list[Delivery]:
         n = len(self.socks)
-        got = self.recv_some({r: msg_id for r in range(n)}, n, timeout_s)
-        lost = sorted(self._gone - set(got))
-        if lost:
-            raise TransportError(f"worker {lost[0]} closed its connection")
-        if len(got) < n:
-            raise TransportTimeout("a peer did not answer before the deadline")
+        deadline = time.monotonic() + timeout_s
+        got: dict[int, Delivery] = {}
+        while len(got) < n:
+            left = {r: msg_id for r in range(n) if r not in got}
+            got.update(self.recv_some(left, len(left), max(deadline - time.monotonic(), 0.0)))
+            lost = sorted(self._gone - set(got))
+            if lost:
+                raise TransportError(f"worker {lost[0]} closed its connection")
+            if len(got) < n and time.monotonic() >= deadline:
+                raise TransportTimeout("a peer did not answer before the deadline")
         return [got[r] for r in range(n)]
 
     def broadcast(self, msg_id: int, values: np.ndarray, timeout_s: float) -> list[SendReport]:

@@ -92,7 +92,7 @@ def clean_bed(bed):
     assert tb.rtt_ms("w1") > 0 and tb.rtt_ms(f"w{N_WORKERS}") > 0
 
 
-@pytest.mark.parametrize("transport", ["tcp-cubic", "ltp"])
+@pytest.mark.parametrize("transport", ["tcp-cubic"])
 def test_a_restarted_worker_rejoins_with_the_current_parameters(bed, tmp_path, transport,
                                                                 clean_bed):
     row, files, iters = _run(bed, tmp_path, iterations=40, transport=transport,

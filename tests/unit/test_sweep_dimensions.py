@@ -84,6 +84,7 @@ def test_sync_modes_and_faults_are_dimensions_with_canonical_texts():
     ({"fault": "kill@100", "iterations": 50}, "never reaches"),
     ({"fault": "stall@5:2s:w9", "n_workers": 4}, "has only 4 workers"),
     ({"fault": "restart@5:1s:w5", "n_workers": 4}, "has only 4 workers"),
+    ({"fault": "restart@5:1s", "transport": "ltp"}, "receive window refuses"),
 ])
 def test_bad_sync_and_fault_are_spec_errors(changes, words):
     with pytest.raises(SpecError, match=words):

@@ -43,6 +43,9 @@ typedef struct {
     float data[N_WORKERS][N_FLOATS];
 } job_t;
 
+/* Every end of a job shares the run's key (auth is on by default). */
+static const uint8_t KEY[LTP_KEY_BYTES] = "test_udp: a key";
+
 static int open_job(job_t *j)
 {
     ltp_config_t cfg;
@@ -53,10 +56,12 @@ static int open_job(job_t *j)
     int err = 0;
     j->ps = ltp_udp_open(&cfg, LTP_RANK_SERVER, "127.0.0.1", 0, 0.0, &err);
     if (!j->ps) return err ? err : -1;
+    if (ltp_udp_set_key(j->ps, KEY, sizeof KEY) < 0) return -1;
     int ps_port = ltp_udp_local_port(j->ps);
     for (int r = 0; r < N_WORKERS; r++) {
         j->w[r] = ltp_udp_open(&cfg, (uint16_t)r, "127.0.0.1", 0, 0.0, &err);
         if (!j->w[r]) return err ? err : -1;
+        if (ltp_udp_set_key(j->w[r], KEY, sizeof KEY) < 0) return -1;
         int rc = ltp_udp_add_peer(j->ps, (uint16_t)r, "127.0.0.1", (uint16_t)ltp_udp_local_port(j->w[r]));
         if (rc != r) return rc < 0 ? rc : -1;
         rc = ltp_udp_add_peer(j->w[r], LTP_RANK_SERVER, "127.0.0.1", (uint16_t)ps_port);
@@ -99,7 +104,8 @@ static void test_recv_any(void)
     static float out[N_WORKERS][N_FLOATS];
     ltp_recv_req_t q[N_WORKERS];
     uint32_t ids[N_WORKERS] = {7, 3, 5};   /* every peer has its own message sequence */
-    CHECK(open_job(&j) == 0, "opening the job");
+    int rc_open = open_job(&j);
+    CHECK(rc_open == 0, "opening the job: %d", rc_open);
     CHECK(push(&j, 1, 3) == 0, "worker 1 push");
     reqs_for(q, out, ids);
     double t0 = now_s();
@@ -143,7 +149,8 @@ static void test_left_message_is_kept(void)
     static float out[N_WORKERS][N_FLOATS];
     ltp_recv_req_t q[N_WORKERS];
     uint32_t ids[N_WORKERS] = {1, 1, 1};
-    CHECK(open_job(&j) == 0, "opening the job");
+    int rc_open = open_job(&j);
+    CHECK(rc_open == 0, "opening the job: %d", rc_open);
     reqs_for(q, out, ids);
     CHECK(ltp_udp_recv_some(j.ps, q, N_WORKERS, 1, 1000) == 0, "took something before any push");
     CHECK(push(&j, 0, 1) == 0, "worker 0 push");   /* arrives while nobody asks */
