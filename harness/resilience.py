@@ -3,8 +3,11 @@
 Drawn when a sweep varies the synchronisation mode or the fault (``invoke run-sweep --sync
 bsp,ssp:2,async --fault none,kill@20,...``; the ``faults`` preset):
 
-- ``faults_tta``: time to the target accuracy and final accuracy per fault, one line per
-  transport, one column per sync mode (medians with 95 % intervals over seeds);
+- ``faults_tta``: time to ``TTA_LEVEL`` test accuracy (from ``curves.csv``: the training time
+  of the first evaluation at or above it) and final accuracy per fault, one line per transport,
+  one column per sync mode (medians with 95 % intervals over seeds). ``TTA_LEVEL`` (0.70) is
+  lower than the model's target (0.80) on purpose: short fault runs reach it, so faults and
+  modes can be told apart by it; runs that never reach it are counted in the report;
 - ``faults_cdf``: the distribution of round time around a failure, rounds ``K`` to ``K + 10``
   of a fault at iteration ``K``, all seeds pooled, against the same rounds of the runs without a
   fault (dotted), one column per fault, one row per sync mode.
@@ -28,6 +31,17 @@ from harness import stats
 from harness.analysis import Sweep
 
 WINDOW = 10   # rounds after the fault that "around the failure" covers
+TTA_LEVEL = 0.70   # the accuracy whose time the fault figures and tables compare
+
+
+def with_tta(sw: Sweep) -> pd.DataFrame:
+    """The ok runs with ``tta_s``: training time to ``TTA_LEVEL`` from their curves (NaN if never)."""
+    curves = sw.curves
+    if curves.empty or "accuracy" not in curves:
+        return sw.ok.assign(tta_s=np.nan)
+    hit = curves[(curves.accuracy >= TTA_LEVEL) & (curves.iteration > 0)]
+    first = hit.sort_values("time_s").groupby("run_id").time_s.first().rename("tta_s")
+    return sw.ok.join(first, on="run_id")
 
 
 def applies(sw: Sweep) -> bool:
@@ -53,13 +67,13 @@ def _syncs(sw: Sweep) -> list[str]:
 
 def _tta(sw: Sweep, folder: Path, save) -> list[Path]:
     faults, syncs = _faults(sw), _syncs(sw)
-    target = sw.ok.target_accuracy.median()
+    ok = with_tta(sw)
     fig, axes = plt.subplots(2, len(syncs), squeeze=False, sharey="row", layout="constrained",
                              figsize=(1.2 + 0.9 * len(faults) * len(syncs), 6.0))
     xs = np.arange(len(faults))
     for j, sync in enumerate(syncs):
-        d = sw.ok[sw.ok.sync == sync]
-        for i, (col, label) in enumerate((("time_to_target_s", f"time to {target:.0%} (s)"),
+        d = ok[ok.sync == sync]
+        for i, (col, label) in enumerate((("tta_s", f"time to {TTA_LEVEL:.0%} accuracy (s)"),
                                           ("final_accuracy", "final test accuracy"))):
             ax = axes[i][j]
             for k, scheme in enumerate(sw.order):
@@ -130,7 +144,7 @@ def section(sw: Sweep) -> list[str]:
     """The report's section on faults and staleness (empty if the sweep has neither)."""
     if not applies(sw):
         return []
-    target = sw.ok.target_accuracy.median()
+    ok = with_tta(sw)
     lines = ["## Training through failure and staleness", "",
              "How the PS detects a worker it lost, and what it does then, is described in "
              "`docs/faults.md`: a worker is *missing* once its gradient (or its parameters) "
@@ -139,21 +153,25 @@ def section(sw: Sweep) -> list[str]:
              "lost are rounds from the fault on without the worker's gradient; rejoin is from "
              "the end of the fault (link restored, process continued) until the PS had the "
              "worker back; false alarms are workers counted missing that no fault had hit.", "",
+             f"Time to accuracy is to {TTA_LEVEL:.0%} (`harness.resilience.TTA_LEVEL`), from the "
+             "evaluations in `curves.csv`; `(n not)` counts runs that never reached it.", "",
              "| sync | fault | transport | runs | final acc. | time to "
-             f"{target:.0%} (s) | detection s | seen as | iterations lost | rejoin s | "
+             f"{TTA_LEVEL:.0%} (s) | detection s | seen as | iterations lost | rejoin s | "
              "slowest round after s | false alarms | staleness mean / max |",
              "|" + "---|" * 13]
     for sync in _syncs(sw):
         for fault in _faults(sw):
-            d = sw.ok[(sw.ok.sync == sync) & (sw.ok.fault == fault)]
+            d = ok[(ok.sync == sync) & (ok.fault == fault)]
             for scheme in sw.order:
                 mine = d[d.scheme == scheme]
                 if mine.empty:
                     continue
                 est = lambda col, spec=".2f": sw.estimate(d, scheme, col).fmt(spec)  # noqa: E731
+                missed = int(mine.tta_s.isna().sum())
                 lines.append("| " + " | ".join([
                     sync, fault, sw.names[scheme], str(len(mine)), est("final_accuracy", ".3f"),
-                    est("time_to_target_s", ".1f"), est("detection_s"),
+                    est("tta_s", ".1f") + (f" ({missed} not)" if missed else ""),
+                    est("detection_s"),
                     _mode(mine.detected_as), est("iterations_lost", ".0f"), est("rejoin_s"),
                     est("fault_iter_max_s"), f"{mine.false_alarms.sum():.0f}",
                     f"{mine.staleness_mean.median():.2f} / {mine.staleness_max.max():.0f}"])

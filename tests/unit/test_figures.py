@@ -131,12 +131,17 @@ def test_faults_figures_and_report_section(tmp_path):
                             "n_workers": 8, "seed": seed, "iteration": t, "sync": sync,
                             "fault": fault,
                             "iter_s": 1.2 if faulted and t == 20 else 0.25})
+    curves = [{"run_id": r["run_id"], "scheme": r["scheme"], "transport": r["scheme"],
+               "loss_pct": 0.0, "delay_ms": 0.0, "seed": r["seed"], "sync": r["sync"],
+               "fault": r["fault"], "iteration": it, "time_s": it * 0.25, "accuracy": acc,
+               "test_loss": 0.5} for r in rows for it, acc in ((0, 0.1), (20, 0.72), (40, 0.75))]
     results.append_rows(tmp_path / "runs.csv", results.RUNS_COLUMNS, rows)
     results.append_rows(tmp_path / "iterations.csv", results.ITERATIONS_COLUMNS, iters)
+    results.append_rows(tmp_path / "curves.csv", results.CURVES_COLUMNS, curves)
     names = {p.name for p in figures.make(tmp_path)}
     assert {"faults_tta.png", "faults_cdf.png", "report.md"} <= names
     text = (tmp_path / "report.md").read_text()
     assert "## Training through failure and staleness" in text
-    assert "| async | kill@20 | LTP | 3 |" in text
+    assert "| async | kill@20 | LTP | 3 | 0.750 [0.750, 0.750] | 5.0 [5.0, 5.0] |" in text
     line = next(ln for ln in text.splitlines() if ln.startswith("- bsp, kill@20:"))
     assert "beats" in line and line.index("TCP CUBIC") < line.index("beats")
