@@ -180,10 +180,12 @@ class ParameterServer:
         m.clock = max([m.clock] + ([min(others) - 1] if others else []))
 
     def _send_quiet(self, ranks: list[int], rnd: _Round) -> list[int]:
-        if not ranks:
-            return []
-        sent = self.end.send_some({r: self.members[r].msg for r in ranks},
-                                  self.trainer.params.numpy(), RETRY_SEND_S)
+        # One worker at a time: LTP's sends to all peers share one window (shared_link), which a
+        # worker that is really gone would fill for the others.
+        sent = {}
+        for r in ranks:
+            sent.update(self.end.send_some({r: self.members[r].msg},
+                                           self.trainer.params.numpy(), RETRY_SEND_S))
         for r in sent:
             m = self.members[r]
             m.state, m.version, m.sent_at, m.owed = "computing", self.version, self.clock(), False

@@ -110,8 +110,9 @@ def ltp_options() -> tuple[Option, ...]:
                help="layout segments that must always arrive whole (sent first)"),
         _core_option("ack_every"), _core_option("ack_delay_us"),
         _core_option("max_open_per_peer"), _core_option("auth"),
-        Option("linger_ms", 200.0, "float", 0.0, 60_000.0, unit="ms",
-               help="the PS answers late data this long before closing"),
+        Option("linger_ms", 10_000.0, "float", 0.0, 60_000.0, unit="ms",
+               help="longest a closing end (PS or worker) waits for its peers to go quiet "
+                    "(linger_rtts round trips without a datagram)"),
         Option("rx_drop_frac", 0.0, "float", 0.0, 0.99, unit="fraction",
                help="loopback test hook: drop this seeded fraction of received DATA"),
         _core_option("seed"),
@@ -192,6 +193,22 @@ from transports.ltp_messages import (  # noqa: E402
 
 
 # ---------------------------------------------------------------------------- the two ends
+def _linger(end: native.Endpoint, max_s: float) -> None:
+    """Keep ``end`` running until its peers went quiet (``ltp_udp_linger``), ``max_s`` at most.
+
+    Both ends need it: a peer whose last CLOSE copies were all lost keeps probing, and a gone
+    end answers nothing, so the peer would wait until its own deadline (a PS in its final
+    broadcast, a worker in its final push). The end sends one more CLOSE for each peer's last
+    message and leaves once no peer has sent anything for ``linger_rtts`` round trips.
+    """
+    if end.closed or max_s <= 0:
+        return
+    try:
+        end.linger(max_s)
+    except TransportError:
+        pass  # closing anyway
+
+
 class LtpServer(ServerEnd):
     """The PS end: one socket, one peer slot per worker (slot == rank).
 
@@ -324,16 +341,8 @@ class LtpServer(ServerEnd):
         return {name: stats[name] for name in native.rejection_stats() if name in stats}
 
     def close(self) -> None:
-        """Linger for ``linger_ms`` answering late data, then release the socket and core.
-
-        The protocol only runs inside calls: without the linger, a worker whose last CLOSE copies
-        were all lost would retransmit its final gradient to a PS that is gone until it timed out.
-        """
-        if not self.end.closed and self.linger_s > 0:
-            try:
-                self.service(self.linger_s)
-            except TransportError:
-                pass  # closing anyway
+        """Linger until no worker can need this end (:func:`_linger`), then release it."""
+        _linger(self.end, self.linger_s)
         self.end.close()
 
 
@@ -351,6 +360,7 @@ class LtpWorker(WorkerEnd):
         # would wreck the model, and masked-mean needs several senders. (With the default
         # pull_threshold of 1.0 every parameter arrives anyway.)
         self.filler = filling.Filler("previous")
+        self.linger_s = options["linger_ms"] / 1000.0
         self.net = _Messages(settings, rank, bind, layout, options.get("critical_segments", ()),
                              options["rx_drop_frac"], session, [(0, layout.n_floats)])
         self.end = self.net.end
@@ -382,4 +392,6 @@ class LtpWorker(WorkerEnd):
         return {name: stats[name] for name in native.rejection_stats() if name in stats}
 
     def close(self) -> None:
+        """Linger until the PS cannot need this end (:func:`_linger`), then release it."""
+        _linger(self.end, self.linger_s)
         self.end.close()

@@ -322,6 +322,10 @@ class Endpoint:
         key = bytes(key[:key_bytes()])
         check(_core()[1].ltp_udp_set_key(self._live(), key, len(key)), "setting the LTP key")
 
+    def linger(self, max_s: float) -> None:
+        """Stay until no peer can need this end any more (``ltp_udp_linger``), ``max_s`` at most."""
+        check(_core()[1].ltp_udp_linger(self._live(), _timeout_us(max_s)), "lingering before closing")
+
     def set_policy(self, segment: int, threshold_min: float, threshold_max: float) -> None:
         """Close messages of ``segment`` between these thresholds instead of the configured ones."""
         check(_core()[1].ltp_udp_set_policy(self._live(), segment, threshold_min, threshold_max),

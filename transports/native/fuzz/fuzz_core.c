@@ -53,6 +53,8 @@ typedef struct {
 static void check_core(const ltp_core_t *c, uint64_t now)
 {
     CHECK(ltp_core_next_timeout((ltp_core_t *)c, now) >= now);
+    uint64_t shared = 0;   /* in flight on the serial schedule's shared flow (shared_link) */
+    int any_shared = 0;
     for (int pi = 0; pi < c->n_peers; pi++) {
         const peer_t *p = &c->peers[pi];
         uint64_t inflight = 0;
@@ -69,7 +71,9 @@ static void check_core(const ltp_core_t *c, uint64_t now)
             CHECK(pk == m->inflight_pkts && lost == m->n_lost && m->n_acked <= m->count);
             if (m->done) CHECK(m->inflight_pkts == 0 && lost == 0 && m->next_first == m->count);
         }
-        CHECK(inflight == p->inflight_bytes);
+        /* A peer's flow is its own, or the one every peer shares (shared_link, serial). */
+        if (p->fl == &p->own) CHECK(inflight == p->own.inflight_bytes);
+        else { CHECK(p->fl == &c->shared); shared += inflight; any_shared = 1; }
         for (uint32_t j = 0; j < c->cfg.max_open_per_peer; j++) {
             const rxmsg_t *m = &p->rx[j];
             if (!m->used) continue;
@@ -83,6 +87,7 @@ static void check_core(const ltp_core_t *c, uint64_t now)
         for (uint32_t j = 0; j < c->ring_cap; j++) pending += p->ring[j].close_pending != 0;
         CHECK(pending == p->n_close_pending);
     }
+    if (any_shared) CHECK(shared == c->shared.inflight_bytes);
 }
 
 /* ------------------------------------------------------------------ moving datagrams */

@@ -33,6 +33,7 @@ extern "C" {
 #define LTP_RANK_SERVER 0xFFFFu     /* the parameter server's rank on the wire */
 #define LTP_MAX_DATAGRAM 65507u     /* largest UDP payload over IPv4 */
 #define LTP_ETH_DATAGRAM 1472u      /* a 1500-byte MTU minus IPv4 and UDP headers */
+#define LTP_LOSS_WINDOW_MAX 64      /* largest loss_window */
 
 enum ltp_type { LTP_T_DATA = 1, LTP_T_ACK = 2, LTP_T_CLOSE = 3, LTP_T_HELLO = 4,
                 LTP_T_HELLO_ACK = 5 };
@@ -90,17 +91,20 @@ typedef struct ltp_config {
     uint32_t closed_ring;             /* recently closed keys remembered per peer */
     uint32_t send_order;              /* enum ltp_order */
     uint32_t peer_schedule;           /* enum ltp_schedule */
+    uint32_t shared_link;             /* serial: one rate model for the sends to every peer */
     uint64_t seed;
     /* early close */
     double threshold_min;
     double threshold_max;
     double loss_weight;
     double rtt_weight;
-    double loss_ewma_gain;            /* weight of a new first-pass loss sample in p_hat */
+    uint32_t loss_window;             /* p_hat: least first-pass loss of this many recent messages */
     uint32_t close_grace_min_us;
     double grace_rtt_mult;
     uint32_t max_wait_us;
     uint32_t close_copies;            /* CLOSE datagrams sent when a message closes */
+    uint32_t linger_rtts;             /* closing: quiet this many RTTs before leaving ... */
+    uint32_t linger_min_us;           /* ... and at least this long */
     /* acknowledgements */
     uint32_t ack_every;
     uint32_t ack_delay_us;
@@ -119,6 +123,7 @@ typedef struct ltp_config {
     uint32_t pacing_quantum_us;       /* burst allowance: this many microseconds at pacing rate */
     uint32_t pacing_quantum_min_pkts;
     uint32_t pacing_quantum_max_pkts;
+    uint32_t link_catchup_us;         /* the serial schedule's link: tokens for this long */
     uint32_t bw_window_rounds;
     uint32_t min_rtt_window_us;
     /* receiver-driven fair-share rate hint (incast); rate_hint = 0 is the plain BBR-like CC */
@@ -190,6 +195,7 @@ enum ltp_stat {
     LTP_S_RX_PLACE_LOST,                    /* ... into a place its message no longer had */
     LTP_S_BAD_MAC, LTP_S_BAD_SHAPE, LTP_S_OUT_OF_WINDOW, LTP_S_RX_EVICTED, LTP_S_DUP_CONFLICT,
     LTP_S_BAD_ECHO, LTP_S_BAD_CLOSE, LTP_S_HINTS_CLAMPED, LTP_S_SENDS_STALE, LTP_S_CLOSE_RING_FULL,
+    LTP_S_TX_REFUSED, LTP_S_ICMP_ERRORS,
     LTP_S__COUNT
 };
 
@@ -352,6 +358,13 @@ void ltp_core_stats(const ltp_core_t *core, uint64_t *out, int n);
 /* The rate hint's view of the path toward this endpoint: capacity estimate in Mbit/s of
  * datagram bytes (0 before the first sample) and the standing queueing delay in microseconds. */
 double ltp_core_rx_capacity_mbps(const ltp_core_t *core, double *standing_queue_us);
+/* Closing: a peer may still need this end after its last message (a sender whose CLOSE copies
+ * were all lost keeps probing until one arrives). ltp_core_linger sends one more CLOSE for each
+ * peer's newest closed message; ltp_core_linger_until then says when the end may go: once no
+ * CLOSE copy is pending and no peer has sent anything for linger_rtts round trips (the largest
+ * smoothed RTT either way, at least linger_min_us). UINT64_MAX while CLOSE copies are pending. */
+int ltp_core_linger(ltp_core_t *core, uint64_t now_us);
+uint64_t ltp_core_linger_until(const ltp_core_t *core, uint64_t now_us);
 
 /* ---- UDP driver ---- */
 typedef struct ltp_send_req {
@@ -411,6 +424,9 @@ int ltp_udp_recv_some(ltp_udp_t *udp, ltp_recv_req_t *reqs, int n, int min_done,
 /* Wait timeout_us while the progress thread runs (it answers late data with CLOSE, acks, probes);
  * useful before closing, since closing stops the thread. */
 int ltp_udp_service(ltp_udp_t *udp, uint64_t timeout_us);
+/* Linger before closing (ltp_core_linger): returns when the core says no peer can need this end
+ * any more, or after max_us at the latest. */
+int ltp_udp_linger(ltp_udp_t *udp, uint64_t max_us);
 void ltp_udp_stats(ltp_udp_t *udp, uint64_t *out, int n);
 double ltp_udp_threshold(ltp_udp_t *udp, int peer, uint16_t segment);
 int ltp_udp_set_policy(ltp_udp_t *udp, uint16_t segment, double threshold_min,

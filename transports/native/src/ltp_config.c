@@ -35,17 +35,20 @@ static const optdef_t OPTS[] = {
          "first-pass order: index order, seeded shuffle, or index order with only critical retransmissions first"),
     ENUM(peer_schedule, LTP_ENUM_SCHEDULE, LTP_SCHED_SERIAL, LTP_SCHED_SERIAL,
          "one sender's link among peers: round robin, or one message after another in queueing order"),
+    BOOL(shared_link, 1, "with the serial schedule, the sends to all peers share one rate model (one flow over this end's link)"),
     /* The largest double below 2^64, so every accepted value converts to uint64_t. */
     U64(seed, 0, 18446744073709549568.0, 1, "", "seeds the random send order and the bandwidth-probing phase"),
     DBL(threshold_min, 0, 1, 0.80, "fraction", "lowest early-close threshold (received fraction of a message)"),
     DBL(threshold_max, 0, 1, 0.99, "fraction", "highest early-close threshold; equal to threshold_min for a fixed one"),
     DBL(loss_weight, 0, 100, 1.0, "", "weight of the first-pass loss estimate p_hat in the threshold"),
-    DBL(rtt_weight, 0, 1, 0.05, "", "weight of srtt / T_pass in the threshold"),
-    DBL(loss_ewma_gain, 0, 1, 0.25, "", "weight of a new first-pass loss sample in p_hat"),
+    DBL(rtt_weight, 0, 1, 0.0, "", "weight of srtt / T_pass in the threshold"),
+    U32(loss_window, 1, LTP_LOSS_WINDOW_MAX, 8, "messages", "p_hat is the least first-pass loss of this many recent messages of a peer"),
     U32(close_grace_min_us, 0, 60e6, 1000, "us", "least wait after the sender's first pass before an early close"),
     DBL(grace_rtt_mult, 0, 1000, 2.0, "RTTs", "wait after the first pass in sender srtt (at least close_grace_min_us)"),
     U32(max_wait_us, 1, 3600e6, 1000000, "us", "hard cap after the first packet; closes only at threshold_min or above"),
     U32(close_copies, 1, 16, 2, "datagrams", "CLOSE copies sent when a message closes"),
+    U32(linger_rtts, 0, 1000, 8, "RTTs", "a closing end leaves once no peer sent anything for this many round trips"),
+    U32(linger_min_us, 0, 60e6, 100000, "us", "a closing end stays quiet at least this long (see linger_rtts)"),
     U32(ack_every, 1, 1024, 8, "packets", "an ACK at least every this many DATA packets"),
     U32(ack_delay_us, 0, 1e6, 200, "us", "longest an ACK waits for more DATA"),
     U32(reorder_window_min_us, 0, 1e6, 100, "us", "least reordering window of RACK (else min RTT / 4)"),
@@ -61,6 +64,7 @@ static const optdef_t OPTS[] = {
     U32(pacing_quantum_us, 1, 1e6, 500, "us", "burst allowance: this long at the pacing rate"),
     U32(pacing_quantum_min_pkts, 1, 1024, 2, "packets", "smallest burst allowance"),
     U32(pacing_quantum_max_pkts, 1, 1024, 32, "packets", "largest burst allowance"),
+    U32(link_catchup_us, 0, 1e6, 1000, "us", "the serial schedule's link (shared_link) keeps pacing tokens this long: a late thread catches up"),
     U32(bw_window_rounds, 1, 1000, 10, "round trips", "bottleneck bandwidth is the largest sample over this many rounds"),
     U32(min_rtt_window_us, 1000, 3600e6, 10000000, "us", "min RTT is the least sample over this long"),
     BOOL(rate_hint, 1, "receiver-driven fair share on incast: send hints in ACKs and obey received ones"),
@@ -202,6 +206,7 @@ static const char *const STAT_NAMES[] = {
     "rx_placed", "rx_place_lost",
     "bad_mac", "bad_shape", "out_of_window", "rx_evicted", "dup_conflict",
     "bad_echo", "bad_close", "hints_clamped", "sends_stale", "close_ring_full",
+    "tx_refused", "icmp_errors",
 };
 _Static_assert(sizeof STAT_NAMES / sizeof STAT_NAMES[0] == LTP_S__COUNT, "one name per counter");
 const char *ltp_stat_name(int i) { return (i >= 0 && i < LTP_S__COUNT) ? STAT_NAMES[i] : NULL; }

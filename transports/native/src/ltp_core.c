@@ -27,6 +27,7 @@ ltp_core_t *ltp_core_new(const ltp_config_t *cfg, uint16_t self_rank)
     c->peers = calloc(cfg->max_peers, sizeof *c->peers);
     c->rng = cfg->seed ^ ((uint64_t)self_rank << 48);
     if (!c->peers) { free(c); return NULL; }
+    rate_init_flow(c, &c->shared);
     return c;
 }
 
@@ -58,7 +59,8 @@ int ltp_core_add_peer(ltp_core_t *c, uint16_t rank)
     }
     p->rank = rank;
     if (c->has_key) auth_derive(c->run_key, rank, p->tx_key);
-    rate_init_peer(c, p);
+    rate_init_flow(c, &p->own);
+    p->fl = rate_shared(c) ? &c->shared : &p->own;
     return c->n_peers++;
 }
 
@@ -73,7 +75,8 @@ int ltp_core_set_datagram(ltp_core_t *c, uint32_t bytes)
     admit_reshape(c);   /* expected segments are cut into the new chunk */
     /* Windows and bursts are counted in packets of this size: a path not measured yet starts
      * from the initial rate of the new size. */
-    for (int i = 0; i < c->n_peers; i++) if (!c->peers[i].bbr.has_bw) rate_init_peer(c, &c->peers[i]);
+    for (int i = 0; i < c->n_peers; i++) if (!c->peers[i].own.bbr.has_bw) rate_init_flow(c, &c->peers[i].own);
+    if (!c->shared.bbr.has_bw) rate_init_flow(c, &c->shared);
     return LTP_OK;
 }
 
@@ -154,6 +157,7 @@ static int input(ltp_core_t *c, int peer, const uint8_t *buf, size_t len, const 
     peer_t *p = core_peer(c, peer);
     if (!p || p->rank != h.sender) { c->st[LTP_S_UNKNOWN_PEER]++; return LTP_EPEER; }
     if (h.session != c->cfg.session_id) { c->st[LTP_S_WRONG_SESSION]++; return LTP_ESESSION; }
+    c->last_rx_us = MAX(c->last_rx_us, now);
     switch (h.type) {
     case LTP_T_DATA:
         if ((rc = admit_data(c, p, &h)) != LTP_OK) return rc;
@@ -241,6 +245,7 @@ static int poll_tx(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, int *pee
     sched_begin(&s);
     for (int k = 0; k < c->n_peers && s.due > now; k++)
         sched_consider(c, &s, (c->rr + k) % c->n_peers, now, 1);
+    if (s.peer < 0 && rate_shared(c)) sched_mark_idle(&c->shared);
     if (sched_decide(c, &s, now) > now || s.peer < 0) return 0;
     c->rr = (s.peer + 1) % c->n_peers;
     n = sched_emit(c, &s, now, b, cap, peer, payload);
@@ -288,6 +293,31 @@ uint64_t ltp_core_next_timeout(ltp_core_t *c, uint64_t now)
     }
     t = MIN(t, sched_decide(c, &s, now));
     return t < now ? now : t;
+}
+
+/* ---------------------------------------------------------------- closing */
+int ltp_core_linger(ltp_core_t *c, uint64_t now)
+{
+    if (!c) return LTP_EINVAL;
+    c->linger_from_us = MAX(now, 1);
+    for (int pi = 0; pi < c->n_peers; pi++) rx_farewell(c, &c->peers[pi]);
+    return LTP_OK;
+}
+
+uint64_t ltp_core_linger_until(const ltp_core_t *c, uint64_t now)
+{
+    if (!c) return now;
+    double rtt = 0;
+    for (int pi = 0; pi < c->n_peers; pi++) {
+        const peer_t *p = &c->peers[pi];
+        if (p->n_close_pending) return NEVER;
+        rtt = MAX(rtt, MAX(p->has_rtt ? p->srtt_us : 0, p->peer_srtt_us));
+    }
+    /* A peer waiting for a CLOSE probes after its probe timeout, which doubles each time one goes
+     * unanswered: stay until it had several round trips to ask again. */
+    double quiet = MAX((double)c->cfg.linger_min_us, c->cfg.linger_rtts * rtt);
+    (void)now;
+    return MAX(c->last_rx_us, c->linger_from_us) + (uint64_t)quiet;
 }
 
 /* ---------------------------------------------------------------- counters */

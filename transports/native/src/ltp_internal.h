@@ -185,7 +185,17 @@ typedef struct {
     double btl_bw, full_bw, pacing_gain, cwnd_gain, pacing_rate;
     uint64_t round_count, next_round_delivered, cycle_stamp_us;
     uint64_t delivered, delivered_us, first_sent_us, app_limited_until;
+    uint64_t round_max_inflight;           /* most bytes in flight since the round started */
 } bbr_t;
+
+/* The rate model of one flow (ltp_rate.c): a peer's path, or, with shared_link under the serial
+ * schedule, the sends to every peer together, as one flow over this endpoint's own link. */
+typedef struct {
+    bbr_t bbr;
+    int rtt_seen;                          /* pacing was set from a measured RTT */
+    double tokens, min_rtt_us;
+    uint64_t tokens_us, inflight_bytes, min_rtt_stamp_us;
+} flow_t;
 
 typedef struct {
     uint16_t rank;
@@ -196,9 +206,8 @@ typedef struct {
     int has_rtt;
     double srtt_us, rttvar_us, min_rtt_us, peer_srtt_us;
     uint64_t min_rtt_stamp_us;
-    bbr_t bbr;
-    double tokens;
-    uint64_t tokens_us, inflight_bytes;
+    flow_t own;                            /* this path's rate model ... */
+    flow_t *fl;                            /* ... or the endpoint's shared one (shared_link) */
     uint32_t probe_credit;
     double hint_rate;                      /* fair-share rate the receiver asked for, bytes/us */
     uint64_t hint_until_us;                /* obeyed until then; 0: no hint */
@@ -213,8 +222,10 @@ typedef struct {
     int has_last;                          /* the last DATA stored: its key and index */
     uint32_t last_msg_id, last_idx;        /* (where the next one probably goes, ltp_place.c) */
     uint16_t last_seg;
-    int has_p, has_tpass, floor_valid;
-    double p_hat, t_pass_us;
+    int has_tpass, floor_valid;
+    uint32_t n_loss;                       /* first-pass loss samples taken (ring below) */
+    float loss_ring[LTP_LOSS_WINDOW_MAX];
+    double t_pass_us;
     uint32_t floor;
 } peer_t;
 
@@ -233,6 +244,7 @@ struct ltp_core {
     int n_peers, rr;
     uint64_t n_opened;                     /* receive contexts opened so far: the next context */
     uint64_t n_enqueued;                   /* messages queued so far: the next enq_seq */
+    flow_t shared;                         /* every peer's flow with shared_link (serial) */
     policy_t *policy;
     uint32_t n_policy;
     expect_t *expect;                      /* by segment; none set: any parsable shape */
@@ -241,6 +253,8 @@ struct ltp_core {
     int has_key;
     uint8_t run_key[LTP_KEY_BYTES];        /* the run's key, for peers added after it was set */
     uint8_t rx_key[LTP_KEY_BYTES];         /* MAC key of datagrams to this endpoint */
+    uint64_t last_rx_us;                   /* last valid datagram from any peer (linger) */
+    uint64_t linger_from_us;               /* ltp_core_linger was called then (0: not closing) */
     uint64_t rng;
     /* Receiver side of the rate hint: aggregate DATA arrivals, see hint_on_data. */
     int est_open;                          /* arrivals are close enough together to measure */
@@ -291,7 +305,8 @@ int wire_put_hello(uint8_t *b, const hdr_t *h);               /* HELLO and HELLO
 /* ltp_rate.c */
 double minmax_running_max(minmax_t *m, uint64_t win, uint64_t t, double v);
 double pkt_wire(const ltp_core_t *c);
-void rate_init_peer(const ltp_core_t *c, peer_t *p);
+void rate_init_flow(const ltp_core_t *c, flow_t *f);
+int rate_shared(const ltp_core_t *c);
 void rtt_sample(ltp_core_t *c, peer_t *p, double rtt, uint64_t now);
 double srtt_or_initial(const ltp_core_t *c, const peer_t *p);
 double cwnd_bytes(const ltp_core_t *c, const peer_t *p, uint64_t now);
@@ -335,6 +350,7 @@ void rx_check_close(ltp_core_t *c, peer_t *p, rxmsg_t *m, uint64_t now);
 uint64_t rx_deadline(const ltp_core_t *c, const peer_t *p, const rxmsg_t *m);
 int rx_on_data(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now);
 int rx_poll_control(ltp_core_t *c, peer_t *p, uint64_t now, uint8_t *b, size_t cap);
+void rx_farewell(ltp_core_t *c, peer_t *p);   /* one more CLOSE for p's newest closed message */
 
 /* ltp_place.c */
 uint8_t *rx_posted(const ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg, uint32_t total);
@@ -365,6 +381,7 @@ typedef struct {
 } sched_t;
 
 void sched_begin(sched_t *s);
+void sched_mark_idle(flow_t *f);   /* nothing to send: rate samples until delivered are app-limited */
 void sched_consider(ltp_core_t *c, sched_t *s, int pi, uint64_t now, int mark_idle);
 uint64_t sched_decide(ltp_core_t *c, sched_t *s, uint64_t now);
 int sched_emit(ltp_core_t *c, const sched_t *s, uint64_t now, uint8_t *b, size_t cap, int *peer,

@@ -42,11 +42,20 @@ static double initial_rate(const ltp_core_t *c)   /* bytes per microsecond */
     return STARTUP_GAIN * c->cfg.init_cwnd_pkts * pkt_wire(c) / c->cfg.initial_rtt_us;
 }
 
-void rate_init_peer(const ltp_core_t *c, peer_t *p)
+void rate_init_flow(const ltp_core_t *c, flow_t *f)
 {
-    p->bbr.pacing_gain = STARTUP_GAIN;
-    p->bbr.cwnd_gain = STARTUP_GAIN;
-    p->bbr.pacing_rate = initial_rate(c);
+    f->bbr.pacing_gain = STARTUP_GAIN;
+    f->bbr.cwnd_gain = STARTUP_GAIN;
+    f->bbr.pacing_rate = initial_rate(c);
+}
+
+/* The serial schedule sends one copy after another through this end's own link: with
+ * shared_link the copies are one flow to the rate model, which then measures that link whole
+ * (a single copy may be shorter than the path's bandwidth-delay product, and a per-peer model
+ * then never sees the link's rate) and paces the copies together at it. */
+int rate_shared(const ltp_core_t *c)
+{
+    return c->cfg.shared_link && c->cfg.peer_schedule == LTP_SCHED_SERIAL;
 }
 
 void rtt_sample(ltp_core_t *c, peer_t *p, double rtt, uint64_t now)
@@ -62,6 +71,18 @@ void rtt_sample(ltp_core_t *c, peer_t *p, double rtt, uint64_t now)
         p->min_rtt_us = rtt;
         p->min_rtt_stamp_us = now;
     }
+    flow_t *f = p->fl;
+    if (f->min_rtt_us == 0 || rtt <= f->min_rtt_us || now - f->min_rtt_stamp_us > c->cfg.min_rtt_window_us) {
+        f->min_rtt_us = rtt;
+        f->min_rtt_stamp_us = now;
+    }
+    if (!f->rtt_seen) {
+        /* The initial rate assumed initial_rtt_us; with a real RTT, start from the initial window
+         * per that RTT instead (Linux's BBR does the same), so a long path is not paced at a rate
+         * only a sub-millisecond one could carry. */
+        f->rtt_seen = 1;
+        if (c->cfg.cc && !f->bbr.has_bw) f->bbr.pacing_rate = STARTUP_GAIN * c->cfg.init_cwnd_pkts * pkt_wire(c) / rtt;
+    }
 }
 
 double srtt_or_initial(const ltp_core_t *c, const peer_t *p)
@@ -69,11 +90,14 @@ double srtt_or_initial(const ltp_core_t *c, const peer_t *p)
     return p->has_rtt ? p->srtt_us : (double)c->cfg.initial_rtt_us;
 }
 
-static double bdp_bytes(const ltp_core_t *c, const peer_t *p)
+static double bdp_bytes(const ltp_core_t *c, const flow_t *f)
 {
-    double rtt = p->min_rtt_us > 0 ? p->min_rtt_us : c->cfg.initial_rtt_us;
-    return p->bbr.btl_bw * rtt;
+    double rtt = f->min_rtt_us > 0 ? f->min_rtt_us : c->cfg.initial_rtt_us;
+    return f->bbr.btl_bw * rtt;
 }
+
+/* p's sends are the serial schedule's copies to several peers, one flow over this end's link. */
+static int own_link(const ltp_core_t *c, const peer_t *p) { return p->fl == &c->shared && c->n_peers > 1; }
 
 /* ---------------------------------------------------------------- the receiver's rate hint */
 /* How long a hint stays in force without a fresh ACK. */
@@ -87,10 +111,18 @@ static uint64_t hint_ttl_us(const ltp_core_t *c, const peer_t *p, double rate)
 /* The receiver's fair-share hint is in force (only ever set with cc and rate_hint on). */
 static int hint_active(const peer_t *p, uint64_t now) { return p->hint_until_us > now; }
 
+/* A hint is one receiver's view of its own link. The serial schedule's shared flow carries the
+ * copies to several receivers through this end's link, which its own model measures whole: it
+ * obeys none of them. */
+static int hint_applies(const ltp_core_t *c, const peer_t *p)
+{
+    return c->cfg.rate_hint && c->cfg.cc && !own_link(c, p);
+}
+
 void rate_on_hint(ltp_core_t *c, peer_t *p, uint32_t kbps, uint64_t now)
 {
-    if (!c->cfg.rate_hint || !c->cfg.cc) return;
-    if (!kbps) { p->hint_until_us = 0; return; }   /* no incast at the receiver: BBR governs */
+    if (!hint_applies(c, p)) return;
+    if (!kbps) { p->hint_until_us = 0; return; }   /* the receiver has no estimate: BBR governs */
     /* Clamped, and obeyed for a bounded time: one hint, genuine or not, can slow the sender
      * only so far and only so long. */
     double mbps = kbps / 1000.0;
@@ -107,15 +139,24 @@ void rate_on_hint(ltp_core_t *c, peer_t *p, uint32_t kbps, uint64_t now)
 double pacing_rate(const ltp_core_t *c, const peer_t *p, uint64_t now)
 {
     if (!c->cfg.cc) return c->cfg.fixed_rate_mbps / 8.0;
-    return hint_active(p, now) ? p->hint_rate : p->bbr.pacing_rate;
+    return hint_active(p, now) ? p->hint_rate : p->fl->bbr.pacing_rate;
 }
 
 static double quantum_bytes(const ltp_core_t *c, const peer_t *p, uint64_t now)
 {
-    double q = pacing_rate(c, p, now) * c->cfg.pacing_quantum_us;
-    /* A hinted sender is one of many sharing a link exactly: when its thread wakes late (a busy
-     * machine), it catches up on what it missed instead of losing its share. */
-    if (hint_active(p, now)) q = MAX(q, p->hint_rate * c->cfg.hint_catchup_us);
+    double rate = pacing_rate(c, p, now), q = rate * c->cfg.pacing_quantum_us;
+    /* When its thread wakes late (a busy machine), a flow catches up on what it missed instead of
+     * losing it: a hinted sender is one of many sharing a link exactly (hint_catchup_us), and the
+     * serial schedule's copies go into this end's own queue first (link_catchup_us). Lost tokens
+     * do not only slow the link: its delivery rate measures what was sent, so the bandwidth
+     * estimate, and the pacing rate with it, follow the thread's lateness down (simulated: a
+     * 200 Mbit/s broadcast at a third of the link with threads waking 1 ms late; measured at
+     * 25 ms one way: 96 Mbit/s fell to 27 over 30 broadcasts). A longer allowance on the link
+     * lets bursts after a full window inflate the estimate instead (4 ms: 1.2x the link and a
+     * 10 ms standing queue in front of the PS). BBR flows of an incast get none: their bursts
+     * would meet in the bottleneck's queue. */
+    if (hint_active(p, now)) q = MAX(q, rate * c->cfg.hint_catchup_us);
+    else if (own_link(c, p)) q = MAX(q, rate * c->cfg.link_catchup_us);
     double lo = c->cfg.pacing_quantum_min_pkts * pkt_wire(c), hi = c->cfg.pacing_quantum_max_pkts * pkt_wire(c);
     return q < lo ? lo : q > hi ? hi : q;
 }
@@ -123,19 +164,20 @@ static double quantum_bytes(const ltp_core_t *c, const peer_t *p, uint64_t now)
 double cwnd_bytes(const ltp_core_t *c, const peer_t *p, uint64_t now)
 {
     if (!c->cfg.cc) return 1e18;
+    const bbr_t *b = &p->fl->bbr;
     double floor_b = c->cfg.min_cwnd_pkts * pkt_wire(c), w;
-    if (!p->bbr.has_bw || !p->bbr.filled_pipe) {
+    if (!b->has_bw || !b->filled_pipe) {
         /* Until the pipe is known to be full, never clamp below the initial window. */
         double init = c->cfg.init_cwnd_pkts * pkt_wire(c);
-        w = MAX(init, p->bbr.has_bw ? p->bbr.cwnd_gain * bdp_bytes(c, p) : 0);
+        w = MAX(init, b->has_bw ? b->cwnd_gain * bdp_bytes(c, p->fl) : 0);
     } else {
         /* Room for two pacing bursts keeps the pipe full despite delayed and batched ACKs. */
-        w = MAX(floor_b, p->bbr.cwnd_gain * bdp_bytes(c, p) + 2 * quantum_bytes(c, p, now));
+        w = MAX(floor_b, b->cwnd_gain * bdp_bytes(c, p->fl) + 2 * quantum_bytes(c, p, now));
         /* ACKs come back later than min RTT (batched, or from a busy userspace switch): the
          * window also covers cwnd_ack_extra_us at the estimated rate, so a lone flow is held
          * by its pacing, not by waiting for ACKs. A fixed allowance, not srtt, which the
          * queue this allows would inflate in turn. */
-        w += p->bbr.btl_bw * c->cfg.cwnd_ack_extra_us;
+        w += b->btl_bw * c->cfg.cwnd_ack_extra_us;
     }
     /* Paced at a hint, the window must not be what blocks: two round trips at that rate, and
      * the hint's whole lifetime, which a few lost ACKs in a row can take. */
@@ -150,10 +192,11 @@ int rate_paced(const ltp_core_t *c) { return c->cfg.cc || c->cfg.fixed_rate_mbps
 
 static void refill(const ltp_core_t *c, peer_t *p, uint64_t now)
 {
+    flow_t *f = p->fl;
     double rate = pacing_rate(c, p, now);
     double q = quantum_bytes(c, p, now);
-    if (now > p->tokens_us) p->tokens = MIN(q, p->tokens + rate * (double)(now - p->tokens_us));
-    p->tokens_us = now;
+    if (now > f->tokens_us) f->tokens = MIN(q, f->tokens + rate * (double)(now - f->tokens_us));
+    f->tokens_us = now;
 }
 
 /* When peer p, whose window is open, may send: now, or once its pacing tokens have refilled. */
@@ -161,14 +204,14 @@ uint64_t pacing_due(const ltp_core_t *c, peer_t *p, uint64_t now)
 {
     if (!rate_paced(c)) return now;
     refill(c, p, now);
-    if (p->tokens > 0) return now;
-    return now + (uint64_t)ceil((1.0 - p->tokens) / pacing_rate(c, p, now));
+    if (p->fl->tokens > 0) return now;
+    return now + (uint64_t)ceil((1.0 - p->fl->tokens) / pacing_rate(c, p, now));
 }
 
 /* ---------------------------------------------------------------- BBR-like model */
-static void bbr_set_pacing(peer_t *p)
+static void bbr_set_pacing(flow_t *f)
 {
-    bbr_t *b = &p->bbr;
+    bbr_t *b = &f->bbr;
     if (!b->has_bw) return;
     double rate = b->pacing_gain * b->btl_bw;
     /* In startup the rate only grows: one slow sample must not stall the ramp. */
@@ -176,9 +219,9 @@ static void bbr_set_pacing(peer_t *p)
 }
 
 /* Take the delivery-rate sample of one ACK; returns 1 if it starts a new round trip. */
-static int bbr_sample(ltp_core_t *c, peer_t *p, const txpkt_t *pk)
+static int bbr_sample(ltp_core_t *c, flow_t *f, const txpkt_t *pk)
 {
-    bbr_t *b = &p->bbr;
+    bbr_t *b = &f->bbr;
     if (b->app_limited_until && b->delivered > b->app_limited_until) b->app_limited_until = 0;
     int round_start = 0;
     if (pk->delivered >= b->next_round_delivered) {
@@ -191,7 +234,7 @@ static int bbr_sample(ltp_core_t *c, peer_t *p, const txpkt_t *pk)
     b->first_sent_us = pk->sent_us;
     double rate = -1;
     /* Intervals shorter than min RTT come from ACK compression and overstate the rate. */
-    if (interval > 0 && !(p->min_rtt_us > 0 && (double)interval < p->min_rtt_us))
+    if (interval > 0 && !(f->min_rtt_us > 0 && (double)interval < f->min_rtt_us))
         rate = (double)(b->delivered - pk->delivered) / (double)interval;
     if (rate > 0 && (!pk->app_limited || rate >= b->btl_bw)) {
         b->btl_bw = minmax_running_max(&b->bw_filter, c->cfg.bw_window_rounds, b->round_count, rate);
@@ -203,9 +246,15 @@ static int bbr_sample(ltp_core_t *c, peer_t *p, const txpkt_t *pk)
 /* One ACK's worth of model update. `pk` is the newest packet it acked. */
 void bbr_on_ack(ltp_core_t *c, peer_t *p, const txpkt_t *pk, uint64_t now)
 {
-    bbr_t *b = &p->bbr;
-    int round_start = bbr_sample(c, p, pk);
-    if (round_start && !b->filled_pipe && !pk->app_limited && b->has_bw) {
+    flow_t *f = p->fl;
+    bbr_t *b = &f->bbr;
+    int round_start = bbr_sample(c, f, pk);
+    /* A round tests the pipe if its samples are not app-limited, or if it had a bandwidth-delay
+     * product in flight anyway: message traffic (a broadcast that is all in flight before its
+     * first ACK) is app-limited at every round start, and would otherwise never leave STARTUP. */
+    int tested = !pk->app_limited || (double)b->round_max_inflight >= bdp_bytes(c, f);
+    if (round_start) b->round_max_inflight = f->inflight_bytes;
+    if (round_start && !b->filled_pipe && tested && b->has_bw) {
         if (b->btl_bw >= b->full_bw * 1.25) { b->full_bw = b->btl_bw; b->full_bw_cnt = 0; }
         else if (++b->full_bw_cnt >= 3) b->filled_pipe = 1;
     }
@@ -214,7 +263,7 @@ void bbr_on_ack(ltp_core_t *c, peer_t *p, const txpkt_t *pk, uint64_t now)
         b->pacing_gain = 1.0 / STARTUP_GAIN;
         b->cwnd_gain = STARTUP_GAIN;
     }
-    if (b->mode == BBR_DRAIN && (double)p->inflight_bytes <= bdp_bytes(c, p)) {
+    if (b->mode == BBR_DRAIN && (double)f->inflight_bytes <= bdp_bytes(c, f)) {
         b->mode = BBR_PROBE_BW;
         b->cwnd_gain = 2.0;
         b->cycle_idx = 2 + (int)(ltp_splitmix64(&c->rng) % 6);   /* never start in the drain phase */
@@ -222,12 +271,12 @@ void bbr_on_ack(ltp_core_t *c, peer_t *p, const txpkt_t *pk, uint64_t now)
         b->pacing_gain = CYCLE_GAINS[b->cycle_idx];
     }
     if (b->mode == BBR_PROBE_BW) {
-        double mr = p->min_rtt_us > 0 ? p->min_rtt_us : c->cfg.initial_rtt_us;
+        double mr = f->min_rtt_us > 0 ? f->min_rtt_us : c->cfg.initial_rtt_us;
         if ((double)(now - b->cycle_stamp_us) > mr) {
             b->cycle_idx = (b->cycle_idx + 1) % 8;
             b->cycle_stamp_us = now;
             b->pacing_gain = CYCLE_GAINS[b->cycle_idx];
         }
     }
-    bbr_set_pacing(p);
+    bbr_set_pacing(f);
 }

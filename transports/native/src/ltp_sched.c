@@ -37,7 +37,7 @@ static txmsg_t *peer_pick(const ltp_core_t *c, peer_t *p, uint32_t *idx, int *re
 static int window_open(const ltp_core_t *c, const peer_t *p, const txmsg_t *m, uint32_t idx, uint64_t now)
 {
     return p->probe_credit > 0 ||
-           (double)(p->inflight_bytes + LTP_DATA_HDR_BYTES + tx_pkt_len(m, idx)) <= cwnd_bytes(c, p, now);
+           (double)(p->fl->inflight_bytes + LTP_DATA_HDR_BYTES + tx_pkt_len(m, idx)) <= cwnd_bytes(c, p, now);
 }
 
 /* When the candidate may send: NEVER while its window is closed, else its pacing time. (This
@@ -47,6 +47,8 @@ static uint64_t due(ltp_core_t *c, const sched_t *s, uint64_t now)
     peer_t *p = &c->peers[s->peer];
     return window_open(c, p, s->m, s->idx, now) ? pacing_due(c, p, now) : NEVER;
 }
+
+void sched_mark_idle(flow_t *f) { f->bbr.app_limited_until = MAX(f->bbr.delivered + f->inflight_bytes, 1); }
 
 void sched_begin(sched_t *s) { *s = (sched_t){.peer = -1, .due = NEVER}; }
 
@@ -58,7 +60,8 @@ void sched_consider(ltp_core_t *c, sched_t *s, int pi, uint64_t now, int mark_id
     sched_t cand = {.peer = pi, .due = NEVER};
     cand.m = peer_pick(c, p, &cand.idx, &cand.retrans);
     if (!cand.m) {
-        if (mark_idle) p->bbr.app_limited_until = MAX(p->bbr.delivered + p->inflight_bytes, 1);
+        /* A shared flow is idle only when no peer has anything: ltp_core_poll_tx marks it. */
+        if (mark_idle && p->fl == &p->own) sched_mark_idle(p->fl);
         return;
     }
     if (c->cfg.peer_schedule == LTP_SCHED_SERIAL) {   /* the head is timed in sched_decide */
@@ -90,7 +93,7 @@ int sched_emit(ltp_core_t *c, const sched_t *s, uint64_t now, uint8_t *b, size_t
     int n = tx_build_data(c, p, s->m, s->idx, s->retrans, probe, now, b, cap, payload);
     if (n < 0) return n;
     if (probe) p->probe_credit--;
-    if (rate_paced(c)) p->tokens -= n;
+    if (rate_paced(c)) p->fl->tokens -= n;
     *peer = s->peer;
     c->st[LTP_S_TX_DATAGRAMS]++;
     c->st[LTP_S_TX_BYTES] += (uint64_t)n;

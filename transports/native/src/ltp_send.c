@@ -32,7 +32,7 @@ static void tx_finish(ltp_core_t *c, peer_t *p, txmsg_t *m, int reason, uint64_t
 {
     /* Whatever is still in flight will never be acknowledged: stop counting it. */
     for (uint32_t i = 0; i < m->count; i++)
-        if (m->pk[i].state == PK_INFLIGHT) p->inflight_bytes -= wire_len(m, i);
+        if (m->pk[i].state == PK_INFLIGHT) p->fl->inflight_bytes -= wire_len(m, i);
     m->inflight_pkts = 0;
     m->n_lost = 0;
     memset(m->lost, 0, ((m->count + 63) / 64) * sizeof *m->lost);
@@ -58,7 +58,7 @@ static void mark_lost(ltp_core_t *c, peer_t *p, txmsg_t *m, uint32_t i)
     txpkt_t *k = &m->pk[i];
     if (k->state != PK_INFLIGHT) return;
     k->state = PK_LOST;
-    p->inflight_bytes -= wire_len(m, i);
+    p->fl->inflight_bytes -= wire_len(m, i);
     m->inflight_pkts--;
     m->lost[i / 64] |= 1ull << (i % 64);
     m->n_lost++;
@@ -137,7 +137,7 @@ static void ack_pkt(peer_t *p, txmsg_t *m, uint32_t i, const txpkt_t **newest)
     txpkt_t *k = &m->pk[i];
     if (k->state == PK_ACKED || k->state == PK_UNSENT) return;
     if (k->state == PK_INFLIGHT) {
-        p->inflight_bytes -= wire_len(m, i);
+        p->fl->inflight_bytes -= wire_len(m, i);
         m->inflight_pkts--;
     } else {   /* lost, then delivered after all: no retransmission needed */
         m->lost[i / 64] &= ~(1ull << (i % 64));
@@ -145,7 +145,7 @@ static void ack_pkt(peer_t *p, txmsg_t *m, uint32_t i, const txpkt_t **newest)
     }
     k->state = PK_ACKED;
     m->n_acked++;
-    p->bbr.delivered += wire_len(m, i);
+    p->fl->bbr.delivered += wire_len(m, i);
     if (!*newest || k->delivered > (*newest)->delivered ||
         (k->delivered == (*newest)->delivered && k->sent_us > (*newest)->sent_us))
         *newest = k;
@@ -189,7 +189,7 @@ int tx_on_ack(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now)
     }
     ack_rtt(c, p, m, h, now);
     if (newest) {
-        p->bbr.delivered_us = now;
+        p->fl->bbr.delivered_us = now;
         if (c->cfg.cc) bbr_on_ack(c, p, newest, now);
     }
     if (m->n_acked > acked_before) m->pto_count = 0;
@@ -274,7 +274,7 @@ int ltp_core_send_status(ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg,
         s->elapsed_us = (m->done ? m->done_us : now) - m->start_us;
         s->srtt_us = p->srtt_us;
         s->pacing_rate_mbps = pacing_rate(c, p, now) * 8.0;
-        s->btl_bw_mbps = p->bbr.btl_bw * 8.0;
+        s->btl_bw_mbps = p->fl->bbr.btl_bw * 8.0;
     }
     return m->done ? 1 : 0;
 }
@@ -338,18 +338,19 @@ static void tx_account(ltp_core_t *c, peer_t *p, txmsg_t *m, uint32_t i, int ret
         m->next_first++;
         m->packets++;
     }
-    if (p->inflight_bytes == 0) p->bbr.first_sent_us = p->bbr.delivered_us = now;
+    if (p->fl->inflight_bytes == 0) p->fl->bbr.first_sent_us = p->fl->bbr.delivered_us = now;
     k->state = PK_INFLIGHT;
     k->tx_seq = m->tx_seq_next;
     k->sent_us = now;
-    k->delivered = p->bbr.delivered;
-    k->delivered_us = p->bbr.delivered_us;
-    k->first_sent_us = p->bbr.first_sent_us;
-    k->app_limited = p->bbr.app_limited_until != 0;
+    k->delivered = p->fl->bbr.delivered;
+    k->delivered_us = p->fl->bbr.delivered_us;
+    k->first_sent_us = p->fl->bbr.first_sent_us;
+    k->app_limited = p->fl->bbr.app_limited_until != 0;
     m->seq_idx[m->tx_seq_next++] = i;
     m->inflight_pkts++;
     m->last_sent_us = now;
-    p->inflight_bytes += wire_len(m, i);
+    p->fl->inflight_bytes += wire_len(m, i);
+    p->fl->bbr.round_max_inflight = MAX(p->fl->bbr.round_max_inflight, p->fl->inflight_bytes);
 }
 
 int tx_build_data(ltp_core_t *c, peer_t *p, txmsg_t *m, uint32_t i, int retrans, int probe,

@@ -82,6 +82,12 @@ ltp_udp_t *ltp_udp_open(const ltp_config_t *cfg, uint16_t self_rank, const char 
     /* GRO: the kernel may hand over a run of equal datagrams from one sender as one read (a GSO
      * write that crossed loopback whole, or packets a NIC or veth coalesced); do_rx splits it. */
     u->gro = cfg->udp_gso && setsockopt(u->fd, IPPROTO_UDP, UDP_GRO, &one, sizeof one) == 0;
+    /* Without IP_RECVERR Linux's UDP reports success for a datagram the host's own queue (a full
+     * qdisc) dropped, and counts it only in UdpSndbufErrors: the protocol would take it for a
+     * network loss and send it again an RTT later. With it, sendmmsg stops at that datagram with
+     * ENOBUFS and do_tx keeps it for a moment later. (ICMP errors then reach the error queue,
+     * which do_rx reads.) */
+    setsockopt(u->fd, IPPROTO_IP, IP_RECVERR, &one, sizeof one);
     if (bind(u->fd, (struct sockaddr *)&sa, sizeof sa) != 0) { e = LTP_ESYS; goto fail; }
     for (int i = 0; i < BATCH; i++) {
         u->rxiov[i] = (struct iovec){u->rxbuf + (size_t)i * RX_SLOT_BYTES, RX_SLOT_BYTES};
@@ -235,9 +241,11 @@ static void *progress(void *arg)
         uint64_t now = now_us();
         short events = POLLIN;
         uint64_t wake;
-        if (sent == 1 << 30) {
+        if (sent == TX_FULL) {
             events |= POLLOUT;
             wake = now + IDLE_MAX_US;
+        } else if (sent == TX_REFUSED) {
+            wake = now + u->refused_us;
         } else {
             wake = ltp_core_next_timeout(u->core, now);
             if (got < 0 || sent < 0 || (wake <= now && got == 0 && sent == 0)) wake = now + IDLE_FLOOR_US;
@@ -253,6 +261,7 @@ static void *progress(void *arg)
             ssize_t n = read(u->efd, &drained, sizeof drained);
             (void)n;
         }
+        if (pfd[0].revents & POLLERR) u->errq = 1;   /* else ppoll would return at once, forever */
         pthread_mutex_lock(&u->mu);
     }
     pthread_mutex_unlock(&u->mu);
@@ -428,6 +437,23 @@ int ltp_udp_service(ltp_udp_t *u, uint64_t timeout_us)
     int rc = wait_for(u, timeout_us, NULL, NULL);
     pthread_mutex_unlock(&u->mu);
     return rc;
+}
+
+int ltp_udp_linger(ltp_udp_t *u, uint64_t max_us)
+{
+    if (!u) return LTP_EINVAL;
+    pthread_mutex_lock(&u->mu);
+    uint64_t end = now_us() + max_us;
+    ltp_core_linger(u->core, now_us());
+    kick(u);   /* the farewell CLOSE copies go out now */
+    for (;;) {
+        uint64_t now = now_us(), until = MIN(ltp_core_linger_until(u->core, now), end);
+        if (now >= until) break;
+        struct timespec abs = {(time_t)(until / 1000000u), (long)(until % 1000000u) * 1000};
+        pthread_cond_timedwait(&u->cv, &u->mu, &abs);   /* re-asked after every loop turn */
+    }
+    pthread_mutex_unlock(&u->mu);
+    return LTP_OK;
 }
 
 void ltp_udp_stats(ltp_udp_t *u, uint64_t *out, int n)

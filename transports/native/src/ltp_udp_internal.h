@@ -26,6 +26,10 @@
 #define TIMER_SLACK_NS 1000ul
 #define IDLE_FLOOR_US 50   /* a loop turn that moved nothing never sleeps less than this */
 #define IDLE_MAX_US 1000000u   /* with no timer pending, the thread still wakes once a second */
+#define TX_FULL (1 << 30)      /* do_tx: the socket buffer is full, wait for POLLOUT */
+#define TX_REFUSED (1 << 29)   /* do_tx: the local queue refused a datagram, try again shortly */
+#define REFUSED_MIN_US 100     /* first retry after ENOBUFS; doubles up to ... */
+#define REFUSED_MAX_US 2000
 
 /* One datagram of the send batch: its first hlen bytes in its txbuf slot (a DATA's header, or a
  * control packet whole), then plen payload bytes referenced in the message being sent, then a
@@ -74,6 +78,8 @@ struct ltp_udp {
     int error;                /* last socket error the thread met (LTP_ESYS), 0 if none */
     int saved_errno;
     uint64_t hellos_in;       /* HELLO and HELLO_ACK datagrams fed to the core */
+    int errq;                 /* the socket's error queue has ICMP reports to read */
+    uint32_t refused_us;      /* current wait before sending again after ENOBUFS */
 };
 
 static inline uint64_t now_us(void)
@@ -95,7 +101,8 @@ uint64_t ltp_udp__arrival_us(struct msghdr *mh, uint64_t now, const struct times
 /* ltp_udp_io.c; each runs with the endpoint's mutex held. */
 int do_rx(ltp_udp_t *u);   /* drain the socket into the core: slots read, or LTP_ESYS */
 /* send the pending batch, refill it from the core while datagrams are due: datagrams sent,
- * 1 << 30 if the socket is full (wait for POLLOUT), or LTP_ESYS */
+ * TX_FULL if the socket is full (wait for POLLOUT), TX_REFUSED if the host's own queue refused a
+ * datagram (send it again after refused_us), or LTP_ESYS */
 int do_tx(ltp_udp_t *u);
 void forget_payload(ltp_udp_t *u, const void *data, size_t len);   /* a send is released */
 

@@ -181,15 +181,39 @@ static void demote_copies(ltp_udp_t *u, int n, const int *peers, int *hit)
     }
 }
 
+/* Read the ICMP reports IP_RECVERR queues (a peer's port closed, a host unreachable): counted;
+ * the protocol treats them as the losses they are. */
+static void drain_errqueue(ltp_udp_t *u)
+{
+    char data[64], ctl[512];
+    for (int i = 0; i < 64; i++) {
+        struct iovec iov = {data, sizeof data};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof ctl};
+        if (recvmsg(u->fd, &mh, MSG_ERRQUEUE | MSG_DONTWAIT) < 0) break;
+        ltp_core__count(u->core, LTP_S_ICMP_ERRORS, 1);
+    }
+    u->errq = 0;
+}
+
+/* An ICMP error an earlier datagram caused, reported on this call instead of its own result. */
+static int icmp_errno(int e)
+{
+    return e == ECONNREFUSED || e == EHOSTUNREACH || e == ENETUNREACH || e == EHOSTDOWN;
+}
+
 int do_rx(ltp_udp_t *u)
 {
     int total = 0;
+    if (u->errq) drain_errqueue(u);
     for (int round = 0; round < 16; round++) {   /* bounded so sending is never starved */
         int vlen = guess_places(u);
         int n = recvmmsg(u->fd, u->rxm, (unsigned)vlen, MSG_DONTWAIT, NULL);
         if (n < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
-            if (errno == ECONNREFUSED) continue;   /* ICMP from a peer not up yet */
+            if (icmp_errno(errno)) {   /* e.g. a peer not up yet, or gone */
+                drain_errqueue(u);
+                continue;
+            }
             return LTP_ESYS;
         }
         uint64_t now = now_us();
@@ -332,7 +356,10 @@ void forget_payload(ltp_udp_t *u, const void *data, size_t len)
 }
 
 /* Send the pending batch, then refill it from the core while it has datagrams due. Returns the
- * number of datagrams sent, 1 << 30 if the socket is full (wait for POLLOUT), or LTP_ESYS. */
+ * number of datagrams sent, TX_FULL if the socket is full (wait for POLLOUT), TX_REFUSED if the
+ * host's own queue refused a datagram (send it again after refused_us), or LTP_ESYS.
+ * A message sendmmsg did not take (its first, or the one after those it reports sent) stays in the
+ * batch, unsent: a GSO write is one message, so a refused run is kept whole and counted nowhere. */
 int do_tx(ltp_udp_t *u)
 {
     int sent = 0;
@@ -344,9 +371,18 @@ int do_tx(ltp_udp_t *u)
         int before = u->dg_off;
         int n = sendmmsg(u->fd, u->txm + u->m_off, (unsigned)(u->m_n - u->m_off), MSG_DONTWAIT);
         if (n < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
                 ltp_core__count(u->core, LTP_S_TX_EAGAIN, 1);
-                return 1 << 30;
+                return TX_FULL;
+            }
+            if (errno == ENOBUFS) {
+                /* The qdisc of this host's link is full and dropped the datagram (or the GSO run:
+                 * the qdisc takes or drops the write whole): keep it and the rest of the batch
+                 * and offer it again once some of the queue has drained. POLLOUT would not wait:
+                 * the dropped datagrams no longer count against the socket. */
+                ltp_core__count(u->core, LTP_S_TX_REFUSED, 1);
+                u->refused_us = u->refused_us ? MIN(2 * u->refused_us, REFUSED_MAX_US) : REFUSED_MIN_US;
+                return TX_REFUSED;
             }
             if (errno == EINTR) continue;
             if (u->gso && u->txm[u->m_off].msg_hdr.msg_controllen &&
@@ -357,13 +393,19 @@ int do_tx(ltp_udp_t *u)
                 build_msgs(u);
                 continue;
             }
-            if (errno == ECONNREFUSED || errno == EHOSTUNREACH || errno == ENETUNREACH) {
+            if (errno == ECONNREFUSED) {   /* an earlier datagram's ICMP error: this one is unsent */
+                u->errq = 1;
+                continue;
+            }
+            if (errno == EHOSTUNREACH || errno == ENETUNREACH || errno == EHOSTDOWN) {
+                u->errq = 1;
                 u->m_off++;   /* the network lost it; the protocol recovers */
                 msgs_sent(u);
                 continue;
             }
             return LTP_ESYS;
         }
+        u->refused_us = 0;
         for (int k = u->m_off; k < u->m_off + n; k++)
             if (u->txm[k].msg_hdr.msg_controllen) ltp_core__count(u->core, LTP_S_TX_GSO_RUNS, 1);
         u->m_off += n;

@@ -11,15 +11,22 @@
  *   - a datagram read into the place of a message that an earlier datagram of the same batch
  *     freed (a full table gives up its highest id for a lower one): dropped and counted
  *     (rx_place_lost), never read from freed memory;
- *   - with auth on, one flipped payload byte of a datagram read into place is refused as bad_mac.
+ *   - with auth on, one flipped payload byte of a datagram read into place is refused as bad_mac;
+ * and for sending (do_tx):
+ *   - a write the host's own queue refuses (ENOBUFS, with IP_RECVERR) stays in the batch, also a
+ *     GSO run, and is never counted as sent: every datagram do_tx says it sent arrives. This one
+ *     needs root: it runs in a child in a network namespace of its own, whose loopback gets an HTB
+ *     class with a two-packet FIFO (skipped, and said so, without root).
  */
 #define _GNU_SOURCE
 #include "ltp_udp_internal.h"
 
 #include <arpa/inet.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static int n_pass, n_fail;
@@ -233,11 +240,115 @@ static void test_mac_in_place(void)
     close(tx);
 }
 
+/* The sending end as ltp_udp_open builds it, without its thread: peer 0 (the PS) at `to`. */
+static ltp_udp_t *tx_open(const ltp_config_t *cfg, struct sockaddr_in to)
+{
+    ltp_udp_t *u = calloc(1, sizeof *u);
+    u->core = ltp_core_new(cfg, 0);
+    u->gso = cfg->udp_gso != 0;
+    u->tag_bytes = (uint32_t)auth_trailer(cfg);
+    u->last_data_peer = -1;
+    u->max_peers = 1;
+    u->addrs = calloc(1, sizeof *u->addrs);
+    u->addrs[0] = to;
+    u->n_peers = 1;
+    ltp_core_add_peer(u->core, LTP_RANK_SERVER);
+    if (cfg->auth) ltp_core_set_key(u->core, KEY, sizeof KEY);
+    u->txbuf = malloc((size_t)TX_SLOTS * TX_SLOT_BYTES);
+    u->fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
+    int one = 1, big = 8 << 20;
+    setsockopt(u->fd, SOL_SOCKET, SO_SNDBUF, &big, sizeof big);
+    setsockopt(u->fd, IPPROTO_IP, IP_RECVERR, &one, sizeof one);
+    bound(u->fd);
+    return u;
+}
+
+static int drain(int fd)
+{
+    static uint8_t b[LTP_MAX_DATAGRAM];
+    int n = 0;
+    while (recv(fd, b, sizeof b, MSG_DONTWAIT) > 0) n++;
+    return n;
+}
+
+/* In a child, in a network namespace of its own: a 1 MB message at 1,472-byte datagrams, unpaced,
+ * written as GSO runs into a loopback link whose queue holds two writes. */
+static int child_refused_writes(void)
+{
+    if (unshare(CLONE_NEWNET) != 0) return 77;
+    if (system("ip link set lo up && tc qdisc add dev lo root handle 1: htb default 1 && "
+               "tc class add dev lo parent 1: classid 1:1 htb rate 50mbit ceil 50mbit quantum 1514 && "
+               "tc qdisc add dev lo parent 1:1 handle 10: pfifo limit 2") != 0)
+        return 77;
+    ltp_config_t c;
+    ltp_config_default(&c);
+    c.max_udp_payload_bytes = 1472;
+    c.cc = 0;
+    int rx = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0), big = 16 << 20;
+    setsockopt(rx, SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
+    struct sockaddr_in at = bound(rx);
+    ltp_udp_t *u = tx_open(&c, at);
+    float *v = malloc(1 << 20);
+    for (int i = 0; i < (1 << 18); i++) v[i] = (float)i;
+    ltp_core_send(u->core, 0, 1, 0, v, 1 << 20, 0, now_us());
+    uint64_t refused = 0, refused_gso = 0, received = 0;
+    const uint64_t packets = ((1u << 20) + ltp_chunk_bytes(&c) - 1) / ltp_chunk_bytes(&c);
+    for (int turn = 0; turn < 100000; turn++) {
+        int n = do_tx(u);
+        if (n == TX_REFUSED) {
+            refused++;
+            refused_gso += u->txm[u->m_off].msg_hdr.msg_controllen != 0;   /* the write refused */
+        } else if (n >= 0 && u->m_off == u->m_n && stat_of(u, LTP_S_DATA_SENT) >= packets) {
+            break;   /* every packet of the message went into a write the queue took */
+        }
+        received += (uint64_t)drain(rx);
+        usleep(50);
+    }
+    for (int i = 0; i < 200; i++) { usleep(1000); received += (uint64_t)drain(rx); }   /* the queue drains */
+    CHECK(refused_gso > 0 && stat_of(u, LTP_S_TX_REFUSED) == refused,
+          "the queue refused no GSO write (%llu refusals, %llu of GSO runs)", (unsigned long long)refused,
+          (unsigned long long)refused_gso);
+    CHECK(stat_of(u, LTP_S_TX_GSO_RUNS) > 0, "no GSO run went out");
+    /* Nothing the core handed over was lost in this host: everything polled was written, and
+     * every datagram written arrived. */
+    CHECK(u->m_off == u->m_n && received == stat_of(u, LTP_S_TX_DATAGRAMS),
+          "%llu datagrams polled from the core, %llu arrived",
+          (unsigned long long)stat_of(u, LTP_S_TX_DATAGRAMS), (unsigned long long)received);
+    /* And the driver's own socket asks for the refusals (without IP_RECVERR they are silent). */
+    int err = 0;
+    ltp_udp_t *o = ltp_udp_open(&c, 0, "127.0.0.1", 0, 0.0, &err);
+    int on = 0;
+    socklen_t len = sizeof on;
+    CHECK(o && getsockopt(o->fd, IPPROTO_IP, IP_RECVERR, &on, &len) == 0 && on == 1, "IP_RECVERR is off");
+    ltp_udp_close(o);
+    free(v);
+    free(u->txbuf);
+    free(u->addrs);
+    ltp_core_free(u->core);
+    close(u->fd);
+    free(u);
+    close(rx);
+    return n_fail ? 1 : 0;
+}
+
+static void test_refused_writes(void)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) _exit(child_refused_writes());
+    int status = 0;
+    waitpid(pid, &status, 0);
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+    if (code == 77) { printf("SKIP test_refused_writes: needs root (a network namespace and tc)\n"); return; }
+    CHECK(code == 0, "refused writes: the child failed (%d)", code);
+}
+
 int main(void)
 {
     test_copies_in_one_batch();
     test_place_freed_in_the_batch();
     test_mac_in_place();
+    test_refused_writes();
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }
