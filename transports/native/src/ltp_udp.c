@@ -231,13 +231,19 @@ static void *progress(void *arg)
     pthread_mutex_lock(&u->mu);
     while (!u->stop) {
         uint64_t seen = app_events(u);
+        /* A lingering caller waits for the moment it may leave, which moves without any event
+         * above: the farewell CLOSEs going out (until then it is UINT64_MAX) and datagrams
+         * arriving. Without a wake-up it would sleep to linger's bound. */
+        uint64_t leave = u->core->linger_from_us ? ltp_core_linger_until(u->core, 0) : 0;
         int got = do_rx(u);
         int sent = got < 0 ? 0 : do_tx(u);
         if (got < 0 || sent < 0) {
             u->error = got < 0 ? got : sent;
             u->saved_errno = errno;
         }
-        if (u->error || app_events(u) != seen) pthread_cond_broadcast(&u->cv);
+        if (u->error || app_events(u) != seen ||
+            (u->core->linger_from_us && ltp_core_linger_until(u->core, 0) != leave))
+            pthread_cond_broadcast(&u->cv);
         uint64_t now = now_us();
         short events = POLLIN;
         uint64_t wake;

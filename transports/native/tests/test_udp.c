@@ -4,7 +4,8 @@
  * worker endpoints on loopback ports the kernel picks, so it needs no privileges and no network.
  * What it checks: ltp_udp_recv_some returns as soon as the asked-for number of messages closed,
  * takes every closed one, leaves the others with the core (a later call takes them), and at the
- * deadline returns what it has instead of failing the whole set. Exit status is non-zero if any
+ * deadline returns what it has instead of failing the whole set; ltp_udp_linger returns after the
+ * quiet period once the farewell CLOSEs are out, not at its bound. Exit status is non-zero if any
  * check fails.
  */
 #define _POSIX_C_SOURCE 200809L   /* clock_gettime under -std=c11 */
@@ -162,8 +163,36 @@ static void test_left_message_is_kept(void)
     close_job(&j);
 }
 
+/* Lingering ends leave within the quiet period (linger_min_us, 100 ms here) once their farewell
+ * CLOSEs are out and the peers are quiet, not at linger's bound: the progress thread sends the
+ * farewell after the caller first found it pending, and must wake the caller for it. */
+static void test_linger_leaves_when_quiet(void)
+{
+    static job_t j;
+    static float out[N_WORKERS][N_FLOATS];
+    ltp_recv_req_t q[N_WORKERS];
+    uint32_t ids[N_WORKERS] = {1, 1, 1};
+    int rc_open = open_job(&j);
+    CHECK(rc_open == 0, "opening the job: %d", rc_open);
+    for (int r = 0; r < N_WORKERS; r++) CHECK(push(&j, r, 1) == 0, "worker %d push", r);
+    reqs_for(q, out, ids);
+    CHECK(ltp_udp_recv(j.ps, q, N_WORKERS, 2000000) == 0, "the server's gather failed");
+    double t0 = now_s();
+    CHECK(ltp_udp_linger(j.ps, 5000000) == 0, "server linger failed");
+    double waited = now_s() - t0;
+    CHECK(waited >= 0.09 && waited < 1.0, "the server lingered %.2f s (quiet period 0.1 s, bound 5 s)", waited);
+    for (int r = 0; r < N_WORKERS; r++) {
+        t0 = now_s();
+        CHECK(ltp_udp_linger(j.w[r], 5000000) == 0, "worker %d linger failed", r);
+        waited = now_s() - t0;
+        CHECK(waited < 1.0, "worker %d lingered %.2f s (quiet period 0.1 s, bound 5 s)", r, waited);
+    }
+    close_job(&j);
+}
+
 int main(void)
 {
+    test_linger_leaves_when_quiet();
     test_recv_any();
     test_left_message_is_kept();
     printf("%d passed, %d failed\n", n_pass, n_fail);
