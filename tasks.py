@@ -28,6 +28,9 @@ PROJECT = Path(__file__).resolve().parent
     "delay": "comma-separated one-way delays in ms, added at every host's ingress",
     "cross": "comma-separated background traffic through the bottleneck, e.g. "
              "none,tcp:2,udp:1:rate=50,on=50ms,off=150ms,tcp:1+udp:1",
+    "sync": "comma-separated synchronisation modes: bsp, ssp:S (staleness bound S), async",
+    "fault": "comma-separated faults: none, kill@K, stall@K:Ts, link@K:Ts, straggler:Fx "
+             "(K: after the PS's K-th iteration; :wN names the worker, default the last)",
     "model": "model name (mlp, lenet5)",
     "iterations": "training iterations per run",
     "seeds": "comma-separated seeds",
@@ -37,8 +40,9 @@ PROJECT = Path(__file__).resolve().parent
     "max_train": "cap on each run's training time at the PS, in seconds",
 })
 def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=None, workers=None,
-              queue=None, delay=None, cross=None, model=None, iterations=None, seeds=None,
-              timeout=None, target=None, stop_at_target=None, max_train=None):
+              queue=None, delay=None, cross=None, sync=None, fault=None, model=None,
+              iterations=None, seeds=None, timeout=None, target=None, stop_at_target=None,
+              max_train=None):
     """Run a sweep of training runs over the emulated incast network and tabulate the results."""
     from harness import cli
 
@@ -51,7 +55,8 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
             delays_ms=cli.numbers(delay, float, "--delay"),
             seeds=cli.numbers(seeds, int, "--seeds"),
             workers=cli.numbers(workers, int, "--workers"),
-            queues=cli.numbers(queue, int, "--queue"), model=model,
+            queues=cli.numbers(queue, int, "--queue"), syncs=cli.syncs(sync),
+            faults=cli.faults(fault), model=model,
             iterations=cli.number(iterations, int, "--iterations"),
             timeout_s=cli.number(timeout, float, "--timeout"),
             target_accuracy=cli.number(target, float, "--target"),

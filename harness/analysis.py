@@ -4,7 +4,8 @@
 :class:`Sweep`: every run, the ok runs with derived columns (speedup over ``tcp-cubic``, per
 iteration rates), the schemes in registry order with their colours and markers, and the
 *conditions*: the settings other than scheme, loss and seed that vary in the sweep (bottleneck
-rate, delay, workers, queue), which figures use as facets.
+rate, delay, workers, queue, loss model, cross traffic, synchronisation mode, fault), which
+figures use as facets.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ BASELINE = "tcp-cubic"
 # or get with its burst duration).
 CONDITION_COLUMNS = {"bottleneck_mbps": "{:g} Mbit/s", "delay_ms": "+{:g} ms one way",
                      "n_workers": "{:g} workers", "queue_pkts": "queue {:g}",
-                     "loss_kind": "{} loss", "cross": "cross {}"}
-CONDITION_DEFAULTS = {"loss_kind": "uniform", "cross": "none"}
+                     "loss_kind": "{} loss", "cross": "cross {}", "sync": "{}",
+                     "fault": "fault {}"}
+CONDITION_DEFAULTS = {"loss_kind": "uniform", "cross": "none", "sync": "bsp", "fault": "none"}
 
 
 def loss_kind(model_text: str) -> str:
@@ -146,9 +148,10 @@ def load(folder: Path) -> Sweep:
             from None
     runs["loss_kind"] = (runs["loss_model"].map(loss_kind) if "loss_model" in runs
                          else CONDITION_DEFAULTS["loss_kind"])
-    if "cross" not in runs:
-        runs["cross"] = CONDITION_DEFAULTS["cross"]
-    runs["cross"] = runs["cross"].astype(object).fillna(CONDITION_DEFAULTS["cross"]).astype(str)
+    for col in ("cross", "sync", "fault"):   # sweeps written before these columns existed
+        if col not in runs:
+            runs[col] = CONDITION_DEFAULTS[col]
+        runs[col] = runs[col].astype(object).fillna(CONDITION_DEFAULTS[col]).astype(str)
     needed = {"run_id", "status", "scheme", "loss_pct", "seed", "iters_per_s",
               *(set(CONDITION_COLUMNS) - set(CONDITION_DEFAULTS))}
     missing = sorted(needed - set(runs.columns))

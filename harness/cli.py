@@ -12,10 +12,12 @@ from invoke.exceptions import Exit
 
 from harness.bench import BenchError
 from harness.datasets import DatasetError
+from harness.faults import FaultError, parse_fault
 from harness.presets import UnknownPreset
 from harness.results import ResultsError
 from harness.spec import SpecError
 from harness.sweep import SweepError
+from harness.sync import SyncError, parse_sync
 from topologies.delay import DelayError
 from topologies.cross import CrossError
 from topologies.impair import LossModelError, Uniform, parse_loss
@@ -27,7 +29,7 @@ from transports.registry import UnknownTransport
 
 USER_ERRORS = (SpecError, UnknownPreset, UnknownTransport, OptionError, TopologyError,
                TestbedError, OVSError, SweepError, ResultsError, DatasetError, TransportError,
-               DelayError, BenchError, LossModelError, CrossError)
+               DelayError, BenchError, LossModelError, CrossError, SyncError, FaultError)
 
 
 def require_root() -> None:
@@ -122,3 +124,13 @@ def words(text: str | None) -> tuple[str, ...] | None:
     if text is None:
         return None
     return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def syncs(text: str | None) -> tuple[str, ...] | None:
+    """'bsp,SSP:2,async' -> ('bsp', 'ssp:2', 'async'); a bad item raises :class:`SyncError`."""
+    return None if text is None else tuple(parse_sync(x).text() for x in words(text))
+
+
+def faults(text: str | None) -> tuple[str, ...] | None:
+    """'none,kill@20,link@20:2s' -> canonical fault texts; a bad item raises :class:`FaultError`."""
+    return None if text is None else tuple(parse_fault(x).text() for x in words(text))

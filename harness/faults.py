@@ -131,11 +131,19 @@ class FaultInjector:
         self.restart_fn, self.cut_fn, self.restore_fn = restart, cut, restore
         self.applied_at: float | None = None
         self.ended = fault.kind in ("none", "straggler")
+        self.killed: set[str] = set()   # hosts killed on purpose (their exit is no crash)
 
-    def _event(self, what: str, t_wall: float | None = None) -> None:
+    def _event(self, what: str, t_wall: float | None = None,
+               called_mono: float | None = None) -> None:
+        """Record ``what``; ``t_wall`` is when it happened if not now (the controller's record
+        of when it changed the switch), and ``mono`` is then that moment on the monotonic clock:
+        a cut or restore takes effect when the controller acts, not when its call returns
+        (which waits for the datapath too)."""
+        now_wall, now_mono = time.time(), time.monotonic()
+        t = t_wall if t_wall else now_wall
         rec = {"event": what, "host": self.host, "fault": self.fault.text(),
-               "t": t_wall or time.time(), "mono": time.monotonic(),
-               "ps_iterations": self.progress()}
+               "t": t, "mono": now_mono - (now_wall - t), "ps_iterations": self.progress()}
+        rec["called_mono"] = rec["mono"] if called_mono is None else called_mono
         with open(self.events_path, "a") as f:
             f.write(json.dumps(rec) + "\n")
 
@@ -154,24 +162,27 @@ class FaultInjector:
             self.applied_at = now
             if f.kind in ("kill", "restart"):
                 self.procs[self.host].kill()
+                self.killed.add(self.host)
                 self._event("killed")
                 self.ended = f.kind == "kill"
             elif f.kind == "stall":
                 self._signal(signal.SIGSTOP)
                 self._event("stopped")
             elif f.kind == "link":
-                self._event("cut", self.cut_fn(self.host))
+                self._event("cut", self.cut_fn(self.host), now)
             return
         if now - self.applied_at < f.duration_s:
             return
         if f.kind == "restart":
             self.procs[self.host] = self.restart_fn(self.host)
+            self.killed.discard(self.host)
             self._event("restarted")
         elif f.kind == "stall":
             self._signal(signal.SIGCONT)
             self._event("continued")
         elif f.kind == "link":
-            self._event("restored", self.restore_fn(self.host))
+            asked = time.monotonic()
+            self._event("restored", self.restore_fn(self.host), asked)
         self.ended = True
 
     def finish(self) -> None:

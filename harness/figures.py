@@ -16,7 +16,9 @@ interval (:mod:`harness.stats`) as an error bar:
 - ``bounds``: the median iteration split into the full-duplex bound, compute, the PS's update and
   the rest (transport and harness), and the iteration over its floor;
 - ``regime_<setting>``: for each setting that varies besides loss (workers, queue, delay, ...),
-  ``ltp``, ``ltp-reliable``, ``plot`` and the best TCP against that setting.
+  ``ltp``, ``ltp-reliable``, ``plot`` and the best TCP against that setting;
+- ``faults_tta`` and ``faults_cdf``: time to accuracy per fault and sync mode, and round times
+  around a failure, when the sweep has faults or sync modes (:mod:`harness.resilience`).
 
 :mod:`harness.report` writes ``DIR/report.md`` from the same tables. Only ``ok`` runs are drawn.
 """
@@ -34,7 +36,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from harness import stats  # noqa: E402
+from harness import resilience, stats  # noqa: E402
 from harness.analysis import BASELINE, CONDITION_COLUMNS, Sweep, is_tcp, load  # noqa: E402
 
 TOLERANT = ("ltp", "ltp-reliable", "plot")
@@ -282,9 +284,9 @@ def draw(sw: Sweep) -> list[Path]:
         written += _sync_cdf(sw, folder)
     written += _loss_tolerance(sw, folder) + _bottleneck(sw, folder) + _bounds(sw, folder)
     for setting in sw.varying:
-        if setting != "bottleneck_mbps":
+        if setting not in ("bottleneck_mbps", "sync", "fault"):
             written += _regime(sw, folder, setting)
-    return written
+    return written + resilience.draw(sw, folder, _save)
 
 
 def make(folder: Path) -> list[Path]:

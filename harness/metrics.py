@@ -19,6 +19,16 @@ last worker's compute and the PS's update, measured per iteration (``iter_bound_
 minus the received fraction); *retransmissions avoided* counts the packets still missing when a
 message closed early, each of which a reliable transport would have had to resend at least once.
 
+**Faults and staleness.** ``staleness_mean``/``max`` are over every gradient the PS applied
+(:mod:`harness.ps`). With a fault: ``fault_t_s`` is when the harness injected it (from the
+start of training, wall clock: the injector and the PS share the machine's clocks),
+``detection_s`` how long until the PS counted the worker missing or gone (its membership
+events), ``iterations_lost`` how many rounds from the fault on closed without that worker's
+gradient, ``rejoin_s`` how long after the fault ended (a link restored, a process continued)
+until the PS had the worker back, and ``fault_iter_max_s`` the slowest round from the fault on.
+``false_alarms`` counts workers the PS counted missing that no fault had hit (a slow worker, a
+TCP flow in a retransmission timeout): the price of a deadline.
+
 **Rejections.** Every host reports the datagrams its transport refused as not from its run's
 peers or not what it expected (forged, corrupt or stray ones: LTP's ``malformed``, ``bad_mac``,
 ``bad_shape``, ... counters, ``docs/ltp-protocol.md`` §11); their sum over hosts is the run's
@@ -34,6 +44,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from harness.faults import parse_fault
 from harness.runfiles import PsIteration, RunFiles, WorkerIteration
 from harness.spec import RunSpec
 from topologies.incast import PS_NAME, worker_name
@@ -42,9 +53,15 @@ CLOSE_EARLY, CLOSE_MAX_WAIT = 2, 3   # close reasons a loss-tolerant transport r
 
 
 def push_times(ps: list[PsIteration], workers: list[list[WorkerIteration]]) -> np.ndarray:
-    """Per iteration: from the first worker starting its push until the PS held every gradient."""
+    """Per iteration: from the first worker starting its push until the PS held every gradient.
+
+    Only where every worker is at the PS's iteration: in bsp before any fault (a worker's k-th
+    gradient is then round k); nan elsewhere."""
     out = []
     for t, rec in enumerate(ps):
+        if rec.staleness and max(rec.staleness) > 0 or rec.missing or rec.late:
+            out.append(np.nan)
+            continue
         starts = [w[t].push_start_mono for w in workers if len(w) > t]
         out.append(rec.gather_end_mono - min(starts) if starts else np.nan)
     return np.array(out)
@@ -90,6 +107,49 @@ def _evals(files: RunFiles, spec: RunSpec, n_done: int) -> dict:
     }
 
 
+def resilience(spec: RunSpec, files: RunFiles, ps: list[PsIteration],
+               train_start_time: float | None) -> dict:
+    """Staleness, and what the run's fault did (see the module docstring)."""
+    stale = np.array([s for rec in ps for s in rec.staleness], dtype=float)
+    out = {"sync": spec.sync, "fault": spec.fault,
+           "staleness_mean": float(stale.mean()) if stale.size else None,
+           "staleness_max": int(stale.max()) if stale.size else None,
+           "late_gradients": sum(rec.late for rec in ps),
+           "fault_t_s": None, "detection_s": None, "detected_as": "", "iterations_lost": None,
+           "rejoin_s": None, "fault_iter_max_s": None, "false_alarms": 0}
+    fault = parse_fault(spec.fault)
+    rank = fault.rank(spec.n_workers)
+    events = files.fault_events()
+    struck = events[0]["mono"] if events else float("inf")
+    out["false_alarms"] = sum(1 for e in files.member_events() if e.event == "missing"
+                              and (e.rank != rank or e.mono < struck or fault.kind == "none"))
+    if fault.kind == "straggler":
+        out["iterations_lost"] = sum(1 for rec in ps if rec.ranks and rank not in rec.ranks)
+    if not events:
+        return out
+    hit = events[0]
+    if train_start_time:
+        out["fault_t_s"] = hit["t"] - train_start_time
+    # The round in progress when the fault struck, and every one after it.
+    after = [rec for rec in ps if rec.gather_end_mono >= hit["mono"]]
+    out["iterations_lost"] = sum(1 for rec in after if rank not in rec.ranks)
+    out["fault_iter_max_s"] = max((rec.iter_s for rec in after), default=None)
+    members = [e for e in files.member_events() if e.rank == rank and e.mono >= hit["mono"]]
+    lost = next((e for e in members if e.event in ("missing", "gone")), None)
+    if lost is not None:
+        out["detection_s"], out["detected_as"] = lost.mono - hit["mono"], lost.event
+    ended = next((e for e in events[1:] if e["event"] in ("restored", "continued", "restarted")),
+                 None)
+    if ended is not None:
+        # From when the harness asked for the link back (packets may pass from the controller's
+        # first flow change on, before its call returns).
+        since = ended.get("called_mono", ended["mono"])
+        back = next((e for e in members if e.event == "back" and e.mono >= since), None)
+        if back is not None:
+            out["rejoin_s"] = back.mono - since
+    return out
+
+
 def summarize(spec: RunSpec, files: RunFiles) -> tuple[dict, list[dict], list[dict]]:
     """(metric columns of the runs row, curve rows, iteration rows) from a run's raw records."""
     ps = files.ps_iterations()
@@ -110,6 +170,7 @@ def summarize(spec: RunSpec, files: RunFiles) -> tuple[dict, list[dict], list[di
     # the kernel counters the runner adds.
     retrans = sum(s.transport_stats.get("retransmits", 0) for s in summaries.values() if s)
     n = len(ps)
+    fracs = [f for r in ps for f in r.recv_frac]
     rejections: dict[str, float] = {}
     for s in summaries.values():
         for name, count in (s.rejections if s else {}).items():
@@ -135,9 +196,10 @@ def summarize(spec: RunSpec, files: RunFiles) -> tuple[dict, list[dict], list[di
         "fd_bound_s": fd_bound,
         "iter_bound_s": floor_s,
         "iter_over_bound": _pct(iter_s, 50) / floor_s if n and floor_s > 0 else None,
-        "mean_recv_frac": float(np.mean([f for r in ps for f in r.recv_frac])) if n else None,
-        "min_recv_frac": float(np.min([f for r in ps for f in r.recv_frac])) if n else None,
+        "mean_recv_frac": float(np.mean(fracs)) if fracs else None,
+        "min_recv_frac": float(np.min(fracs)) if fracs else None,
         **tolerance(ps),
+        **resilience(spec, files, ps, ps_summary.train_start_time if ps_summary else None),
         "grad_payload_bytes": sum(rec.grad_bytes for w in workers for rec in w),
         "grad_wire_bytes": sum(rec.wire_bytes for w in workers for rec in w),
         "retransmits": retrans,
@@ -148,15 +210,18 @@ def summarize(spec: RunSpec, files: RunFiles) -> tuple[dict, list[dict], list[di
         "workers_cpu_s": sum(s.cpu_s for h, s in summaries.items() if s and h != PS_NAME),
     }
     key = {"run_id": spec.run_id, "scheme": spec.scheme, "transport": spec.transport,
-           "loss_pct": spec.loss_pct, "delay_ms": spec.delay_ms, "seed": spec.seed}
+           "loss_pct": spec.loss_pct, "delay_ms": spec.delay_ms, "seed": spec.seed,
+           "sync": spec.sync, "fault": spec.fault}
     curves = [{**key, "iteration": e.iteration, "time_s": e.train_s, "accuracy": e.accuracy,
                "test_loss": e.test_loss} for e in files.eval_records()]
     iterations = [{**key, "bottleneck_mbps": spec.bottleneck_mbps, "n_workers": spec.n_workers,
                    "iteration": rec.iteration, "iter_s": rec.iter_s,
                    "broadcast_s": rec.broadcast_s, "gather_s": rec.gather_s,
                    "update_s": rec.update_s, "compute_s": float(compute_s[t]),
-                   "push_s": float(push_s[t]), "min_recv_frac": min(rec.recv_frac),
-                   "mean_recv_frac": float(np.mean(rec.recv_frac)),
-                   "early_closes": sum(1 for s in rec.msg_stats if s.get("early_closed", 0) > 0)}
+                   "push_s": float(push_s[t]), "min_recv_frac": min(rec.recv_frac, default=None),
+                   "mean_recv_frac": float(np.mean(rec.recv_frac)) if rec.recv_frac else None,
+                   "early_closes": sum(1 for s in rec.msg_stats if s.get("early_closed", 0) > 0),
+                   "contributors": len(rec.recv_frac),
+                   "staleness_max": max(rec.staleness, default=0), "t_s": rec.t_s}
                   for t, rec in enumerate(ps)]
     return metrics, curves, iterations

@@ -8,7 +8,7 @@ Started by the runner inside a Mininet host (its own network namespace and proce
 where ``RUN`` is the run folder holding ``spec.json`` (layout: :mod:`harness.runfiles`) and the
 session file holds the run's session id and key, which the runner drew for this run and gives
 every host (over the shared file system, never the emulated network).
-Bulk-synchronous data-parallel training, one iteration ``t``:
+Data-parallel training; in bulk-synchronous mode (``bsp``), one iteration ``t``:
 
 1. the PS broadcasts the parameters (message ``t``) to every worker;
 2. each worker loads them, computes a gradient on one batch of its own shard of the training set,
@@ -18,13 +18,20 @@ Bulk-synchronous data-parallel training, one iteration ``t``:
 4. every ``eval_every`` iterations (and before the first and after the last) the PS measures
    test accuracy.
 
+A worker only ever pulls its next parameters (its own message ``k``) and pushes its gradient
+(message ``k``); the PS decides whom it sends what when, which is all the synchronisation modes
+and the handling of missing workers change (:mod:`harness.ps`). A straggler fault
+(``straggler:Fx``) makes its worker sleep ``F - 1`` times its compute time after each gradient.
+
 Training ends after ``iterations``, or earlier when the spec says so: at the first evaluation
 that reaches ``target_accuracy`` (``stop_at_target``), or once the PS's training time (its
-iterations, evaluations excluded) passes ``max_train_s``. To end early the PS writes the run's
-stop marker and then broadcasts the parameters one last time; a worker that finds the marker
-after a pull stops instead of pushing, so every host finishes cleanly and writes its summary.
-The marker travels outside the emulated network (the hosts share the machine's file system), as
-the benchmarks' barrier does.
+iterations, evaluations excluded) passes ``max_train_s``. At the end the PS writes the run's end
+marker (and, when it ends early, the stop marker with the reason) and sends every live worker the
+parameters one last time; a worker that finds the end marker after a pull stops instead of
+pushing, so every host finishes cleanly and writes its summary. A worker the PS could not reach
+at the end (its link cut, or stalled) stops once it finds the PS's summary. The markers travel
+outside the emulated network (the hosts share the machine's file system), as the benchmarks'
+barrier does.
 """
 
 from __future__ import annotations
@@ -40,12 +47,18 @@ import torch
 import torch.nn.functional as F
 
 from harness import datasets, models
-from harness.runfiles import (EvalRecord, HostSummary, PsIteration, Recorder, RunFiles,
-                              WorkerIteration, read_session)
+from harness.faults import parse_fault
+from harness.ps import GEN_SHIFT, ParameterServer
+from harness.runfiles import (EvalRecord, HostSummary, Recorder, RunFiles, WorkerIteration,
+                              read_session)
 from harness.spec import RunSpec
+from harness.sync import parse_sync
 from topologies.incast import PS_IP, PS_NAME, worker_ip, worker_name
 from transports import registry
-from transports.base import Addr, Session, Transport
+from transports.base import Addr, Session, Transport, TransportError, TransportTimeout
+
+SLICE_S = 1.0   # a worker waits for the PS in slices this long, looking for its end in between
+PS_CLOSE_S = 10.0   # from the PS closing its end (linger included) to its summary
 
 
 def addresses(spec: RunSpec, loopback: bool) -> tuple[Addr, list[Addr]]:
@@ -138,35 +151,16 @@ def run_ps(spec: RunSpec, files: RunFiles, loopback: bool,
     with transport.serve(ps_addr, worker_addrs, layout) as end:
         end.wait_for_workers(spec.timeout_s)
         trainer.evaluate(0)
-        train_start_time, stopped_by, t = time.time(), "", 0
+        train_start_time = time.time()
         cpu_before = machine_cpu()
-        while not stopped_by:
-            t0 = time.monotonic()
-            sent = end.broadcast(t, trainer.params.numpy(), spec.timeout_s)
-            t1 = time.monotonic()
-            got = end.gather(t, spec.timeout_s)
-            t2 = time.monotonic()
-            end.observe(t, got)   # e.g. PLOT's SNR profiling; counted in update_s as before
-            grad = torch.from_numpy(end.average(got))
-            trainer.params.add_(grad, alpha=-spec.lr)
-            t3 = time.monotonic()
-            trainer.train_s += t3 - t0
-            rec.iteration(PsIteration(
-                iteration=t, t_s=t0 - started, gather_end_mono=t2, broadcast_s=t1 - t0,
-                gather_s=t2 - t1, update_s=t3 - t2, iter_s=t3 - t0,
-                recv_frac=[d.received_frac for d in got],
-                segment_fracs=[list(d.segment_fracs) for d in got],
-                param_wire_bytes=[r.wire_bytes for r in sent],
-                param_retransmits=[r.retransmits for r in sent],
-                msg_stats=[d.stats for d in got]))
-            t += 1
-            stopped_by = trainer.after(t)
+        server = ParameterServer(end, trainer, rec, spec.n_workers, parse_sync(spec.sync),
+                                 spec.lr, started)
+        t, stopped_by = server.run()
         train_end_time = time.time()
         cpu_busy = busy_frac(cpu_before, machine_cpu())
         if stopped_by != "iterations":
-            # The workers wait in pull(t): release them with the final parameters and the marker.
             rec.stop(stopped_by)
-            end.broadcast(t, trainer.params.numpy(), spec.timeout_s)
+        server.finish(t)
         summary = HostSummary(
             host=PS_NAME, role="ps", iterations=t, elapsed_s=time.monotonic() - started,
             cpu_s=cpu_s(), transport_stats=end.stats(), train_s=trainer.train_s,
@@ -178,28 +172,64 @@ def run_ps(spec: RunSpec, files: RunFiles, loopback: bool,
     return summary
 
 
+def _patiently(call, files: RunFiles, timeout_s: float):
+    """``call(slice_s)`` until it returns, in slices of ``SLICE_S``; None once the PS has finished
+    (it will send nothing more: this worker was unreachable at the end), TransportTimeout after
+    ``timeout_s``. Both transports keep a message's progress across slices."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return call(max(min(SLICE_S, deadline - time.monotonic()), 1e-3))
+        except TransportTimeout:
+            if files.ps_finished():
+                return None
+            if time.monotonic() >= deadline:
+                raise
+        except TransportError:
+            # The PS closed its end while this worker was away; its summary follows the close.
+            until = time.monotonic() + PS_CLOSE_S
+            while not files.ps_finished() and time.monotonic() < until:
+                time.sleep(0.05)
+            if files.ps_finished():
+                return None
+            raise
+
+
 def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool,
-               session: Session | None = None) -> HostSummary:
-    """Train as worker ``rank``; return the summary."""
+               session: Session | None = None, generation: int = 0) -> HostSummary:
+    """Train as worker ``rank``; return the summary.
+
+    ``generation`` > 0: this process replaces one that was killed (``restart@K:Ts``). Its
+    message ids start at ``generation << GEN_SHIFT``, and it first pushes a join message with
+    that id (zeros), which the PS answers with the current parameters; its records are
+    ``<host>.g<generation>.*``.
+    """
     host = worker_name(rank)
-    rec = Recorder(files, host)
+    rec = Recorder(files, host if not generation else f"{host}.g{generation}")
     model = models.build(spec.model, spec.seed)
     layout = models.layout(model)
     x_train, y_train = datasets.load(spec.dataset, "train")
     mine = datasets.shard(len(y_train), rank, spec.n_workers, spec.seed)
     rng = np.random.default_rng(spec.seed * 1000 + rank + 1)
     order, pos = rng.permutation(mine), 0
+    fault = parse_fault(spec.fault)
+    slow = fault.factor if fault.kind == "straggler" and fault.rank(spec.n_workers) == rank else 1
     transport = make_transport(spec, session)
     ps_addr, worker_addrs = addresses(spec, loopback)
     started = time.monotonic()
     done = 0
     with transport.connect(rank, worker_addrs[rank], ps_addr, layout) as end:
         end.join(spec.timeout_s)
-        for t in range(spec.iterations):
+        k, joined = generation << GEN_SHIFT, True
+        if generation:
+            zeros = np.zeros(layout.n_floats, dtype=np.float32)
+            joined = _patiently(lambda s: end.push(k, zeros, s), files, spec.timeout_s) is not None
+            k += 1
+        while joined:
             t0 = time.monotonic()
-            params = end.pull(t, spec.timeout_s)
+            params = _patiently(lambda s: end.pull(k, s), files, spec.timeout_s)
             t1 = time.monotonic()
-            if files.stop_marker.exists():
+            if params is None or files.end_marker.exists():
                 break   # the PS ended training; these are its final parameters
             models.load_flat(model, torch.from_numpy(params.values))
             if pos + spec.batch_size > len(order):
@@ -210,15 +240,20 @@ def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool,
             loss = F.cross_entropy(model(x_train[batch]), y_train[batch])
             loss.backward()
             grad = models.flat_grads(model).numpy()
+            if slow > 1:
+                time.sleep((slow - 1) * (time.monotonic() - t1))
             t2 = time.monotonic()
-            sent = end.push(t, grad, spec.timeout_s)
+            sent = _patiently(lambda s: end.push(k, grad, s), files, spec.timeout_s)
+            if sent is None:
+                break
             t3 = time.monotonic()
             rec.iteration(WorkerIteration(
-                iteration=t, t_s=t0 - started, push_start_mono=t2, pull_s=t1 - t0,
+                iteration=k, t_s=t0 - started, push_start_mono=t2, pull_s=t1 - t0,
                 compute_s=t2 - t1, push_s=t3 - t2, param_frac=params.received_frac,
                 train_loss=loss.item(), grad_bytes=sent.payload_bytes, wire_bytes=sent.wire_bytes,
                 packets=sent.packets, retransmits=sent.retransmits))
-            done = t + 1
+            k += 1
+            done += 1
         summary = HostSummary(host=host, role="worker", rank=rank, iterations=done,
                               elapsed_s=time.monotonic() - started, cpu_s=cpu_s(),
                               transport_stats=end.stats(), session_id=transport.session.session_id,
@@ -234,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the run folder, holding spec.json; records go to its raw/")
     parser.add_argument("--role", choices=("ps", "worker"), required=True)
     parser.add_argument("--rank", type=int, default=0, help="worker rank, 0-based")
+    parser.add_argument("--rejoin", type=int, default=0, metavar="GENERATION",
+                        help="this worker replaces a killed one (its restart count)")
     parser.add_argument("--loopback", action="store_true",
                         help="use 127.0.0.1 with one port per host instead of the topology's IPs")
     parser.add_argument("--session", type=Path, default=None,
@@ -249,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.role == "ps":
         run_ps(spec, files, args.loopback, session)
     else:
-        run_worker(spec, args.rank, files, args.loopback, session)
+        run_worker(spec, args.rank, files, args.loopback, session, args.rejoin)
     return 0
 
 

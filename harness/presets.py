@@ -21,7 +21,9 @@ evidence presets run three seeds per cell. ``docs/running.md`` has the table wit
   last three compare LTP, LTP reliable, PLOT and the strongest TCP baseline (CUBIC with a 5 ms
   minimum RTO).
 - ``paper``: every scheme, 100 and 200 Mbit/s, loss up to 20 %, 300 iterations; hours.
-- ``lab1``, ``lab2``, ``lab3``: the teaching labs (``docs/labs/``).
+- ``faults``: bsp, ssp:2 and async under no fault, a killed worker, a 2 s stall, a 2 s link cut
+  and a 3x straggler, TCP CUBIC and LTP; about 40 minutes.
+- ``lab1`` .. ``lab4``: the teaching labs (``docs/labs/``).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ class UnknownPreset(KeyError):
 GRID: dict[str, str] = {
     "transports": "transport", "loss_pcts": "loss_pct", "bottleneck_mbps": "bottleneck_mbps",
     "delays_ms": "delay_ms", "workers": "n_workers", "queues": "queue_pkts", "cross": "cross",
-    "seeds": "seed",
+    "syncs": "sync", "faults": "fault", "seeds": "seed",
 }
 
 
@@ -69,6 +71,10 @@ class Plan:
     queues: tuple[int, ...] = (64,)
     cross: tuple[str, ...] = ("none",)
     """Background traffic through the bottleneck, as text (``tcp:2``; :mod:`topologies.cross`)."""
+    syncs: tuple[str, ...] = ("bsp",)
+    """Synchronisation modes (``bsp``, ``ssp:2``, ``async``; :mod:`harness.ps`)."""
+    faults: tuple[str, ...] = ("none",)
+    """Faults the harness injects (``kill@20``, ``link@20:2s``; :mod:`harness.faults`)."""
     plugins: tuple[str, ...] = ()   # transport plugin files (from the project folder) it uses
 
     def specs(self) -> list[RunSpec]:
@@ -80,9 +86,9 @@ class Plan:
         if self.plugins:
             registry.use_plugins([PROJECT / p for p in self.plugins])
         out = []
-        for scheme, loss, bw, delay, n, queue, cross, seed in itertools.product(
+        for scheme, loss, bw, delay, n, queue, cross, sync, fault, seed in itertools.product(
                 self.transports, self.loss_pcts, self.bottleneck_mbps, self.delays_ms,
-                self.workers, self.queues, self.cross, self.seeds):
+                self.workers, self.queues, self.cross, self.syncs, self.faults, self.seeds):
             slug, options = parse_scheme(scheme)
             if isinstance(loss, str):  # a loss model's text; RunSpec derives loss_pct from it
                 loss_fields = {"loss_model": loss}
@@ -91,8 +97,8 @@ class Plan:
             out.append(self.base.replace(transport=slug,
                                          transport_options={**self.base.options(), **options},
                                          bottleneck_mbps=bw, delay_ms=delay, n_workers=n,
-                                         queue_pkts=queue, cross=cross, seed=seed,
-                                         **loss_fields))
+                                         queue_pkts=queue, cross=cross, sync=sync,
+                                         fault=fault, seed=seed, **loss_fields))
         return out
 
     def dimensions(self) -> dict[str, tuple]:
@@ -191,6 +197,13 @@ PRESETS: dict[str, Plan] = {
         name="cross", transports=REGIME, loss_pcts=(0.0, 2.0), bottleneck_mbps=(200.0,),
         cross=("none", "tcp:2", "udp:2:rate=50,on=50ms,off=150ms"), seeds=SEEDS,
         base=_INCAST.replace(iterations=30, max_train_s=30.0, timeout_s=900.0)),
+    # Training through failure and staleness (issue 13, docs/faults.md): each sync mode under
+    # each fault, TCP against LTP, three seeds. About 40 minutes.
+    "faults": Plan(
+        name="faults", transports=("tcp-cubic", "ltp"), loss_pcts=(0.0,),
+        bottleneck_mbps=(200.0,), seeds=SEEDS, syncs=("bsp", "ssp:2", "async"),
+        faults=("none", "kill@20", "stall@20:2s", "link@20:2s", "straggler:3x"),
+        base=_INCAST.replace(iterations=40, eval_every=5, timeout_s=300.0)),
     # Paper figures: every scheme, both link speeds, loss up to 20 %, three seeds. Hours.
     "paper": Plan(
         name="paper", transports=EVERYTHING, loss_pcts=(0.0, 1.0, 2.0, 5.0, 10.0, 20.0),
@@ -210,6 +223,10 @@ PRESETS: dict[str, Plan] = {
         loss_pcts=(0.0, 5.0), bottleneck_mbps=(100.0,), seeds=(0,),
         plugins=("docs/labs/code/udp_blast.py",),
         base=_INCAST.replace(iterations=30, timeout_s=600.0)),
+    "lab4": Plan(
+        name="lab4", transports=("tcp-cubic", "ltp"), loss_pcts=(0.0,), bottleneck_mbps=(100.0,),
+        seeds=(0,), workers=(4,), faults=("none", "kill@15", "link@15:2s"),
+        base=_INCAST.replace(n_workers=4, iterations=40, eval_every=5, timeout_s=300.0)),
 }
 DEFAULT_PRESET = "default"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness import stats
+from harness import resilience, stats
 from harness.analysis import BASELINE, Sweep
 from harness.figures import best_tcp
 
@@ -208,7 +208,7 @@ def _bounds(sw: Sweep) -> list[str]:
 
 def _regimes(sw: Sweep) -> list[str]:
     lines = []
-    for setting in (s for s in sw.varying if s != "bottleneck_mbps"):
+    for setting in (s for s in sw.varying if s not in ("bottleneck_mbps", "sync", "fault")):
         lines += [f"## Regime: {setting}", "", f"![regime_{setting}](figures/regime_{setting}.png)",
                   ""]
         for value in sorted(sw.ok[setting].unique()):
@@ -229,7 +229,8 @@ def _regimes(sw: Sweep) -> list[str]:
 def report_text(sw: Sweep) -> str:
     """The whole report as Markdown."""
     lines = (_header(sw) + _headline(sw) + _fastest(sw) + _tolerance_pays(sw) + _accuracy(sw)
-             + _accounting(sw) + _bounds(sw) + _regimes(sw) + ["## Figures", ""])
+             + _accounting(sw) + _bounds(sw) + _regimes(sw) + resilience.section(sw)
+             + ["## Figures", ""])
     for name, what in FIGURES:
         if (sw.folder / "figures" / f"{name}.png").exists():
             lines += [f"### {what}", "", f"![{name}](figures/{name}.png)", ""]

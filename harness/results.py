@@ -57,6 +57,10 @@ RUNS_COLUMNS = (
     Column("cross", "", "background traffic through the bottleneck (none, tcp:2, "
                         "udp:1:rate=50,on=50ms,off=150ms, ...)"),
     Column("delay_ms", "ms", "configured one-way delay added at each receiving host's ingress"),
+    Column("sync", "", "synchronisation mode: bsp, ssp:S (staleness bound S) or async "
+                       "(harness/ps.py)"),
+    Column("fault", "", "fault the harness injected: none, kill@K, stall@K:Ts, link@K:Ts, "
+                        "straggler:Fx, ... (:wN: which worker; default the last)"),
     Column("rtt_ms", "ms", "measured round-trip time w1 -> ps1 on the idle network before the run "
                           "(median of 5 pings timed in user space)"),
     Column("session_id", "", "the run's random session id (its key is never recorded)"),
@@ -142,6 +146,24 @@ RUNS_COLUMNS = (
     Column("rejections", "JSON", "those by counter, summed over hosts (non-zero ones only)"),
     Column("cpu_busy_frac", "fraction", "the machine's busy fraction, all cores, while the PS "
                                         "trained (/proc/stat): near 1.0 the CPU sets the pace"),
+    Column("staleness_mean", "updates", "mean staleness of the applied gradients: PS updates "
+                                        "between sending the parameters and applying the "
+                                        "gradient computed on them (bsp: 0)"),
+    Column("staleness_max", "updates", "largest staleness of an applied gradient"),
+    Column("late_gradients", "messages", "gradients that arrived after their round closed "
+                                         "(bsp discards them)"),
+    Column("fault_t_s", "s", "when the fault was injected, from the start of training"),
+    Column("detection_s", "s", "from the fault until the PS counted the worker missing or gone "
+                               "(empty if it never did)"),
+    Column("detected_as", "", "gone (the transport saw the connection end) or missing (its "
+                              "gradient or parameters overdue)"),
+    Column("iterations_lost", "iterations", "rounds from the fault on that closed without the "
+                                            "faulted worker's gradient"),
+    Column("rejoin_s", "s", "from the end of the fault (link restored, process continued) until "
+                            "the PS had the worker back"),
+    Column("fault_iter_max_s", "s", "the slowest round from the fault on"),
+    Column("false_alarms", "events", "workers counted missing that no fault had hit (slow, "
+                                     "e.g. a TCP flow in a retransmission timeout)"),
     Column("ps_cpu_s", "s", "CPU time of the PS process, all its threads"),
     Column("workers_cpu_s", "s", "CPU time of all worker processes together"),
     Column("wall_s", "s", "wall-clock time of the run, process start to exit"),
@@ -171,6 +193,11 @@ ITERATIONS_COLUMNS = (
     Column("min_recv_frac", "fraction", "smallest fraction of a worker's gradient that arrived"),
     Column("mean_recv_frac", "fraction", "mean fraction of the workers' gradients that arrived"),
     Column("early_closes", "messages", "gradients of this iteration closed early"),
+    Column("sync", "", "synchronisation mode"),
+    Column("fault", "", "fault injected in the run"),
+    Column("contributors", "workers", "gradients the round applied (bsp: workers that delivered)"),
+    Column("staleness_max", "updates", "largest staleness of a gradient the round applied"),
+    Column("t_s", "s", "when the round began, from the PS's start"),
 )
 
 CURVES_COLUMNS = (
@@ -180,7 +207,9 @@ CURVES_COLUMNS = (
     Column("loss_pct", "%", "configured random loss"),
     Column("delay_ms", "ms", "configured one-way delay"),
     Column("seed", "", "seed"),
-    Column("iteration", "iterations", "updates applied before this evaluation"),
+    Column("sync", "", "synchronisation mode"),
+    Column("fault", "", "fault injected in the run"),
+    Column("iteration", "iterations", "rounds completed before this evaluation"),
     Column("time_s", "s", "training time at the PS up to this evaluation"),
     Column("accuracy", "fraction", "test accuracy"),
     Column("test_loss", "nats", "mean cross-entropy on the test set"),

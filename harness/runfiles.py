@@ -11,8 +11,13 @@ file name of a run folder. ``runs/<run_id>/``:
 - ``raw/<host>.summary.json``: the host's :class:`HostSummary`, written when it finishes (its
   presence means the host finished);
 - ``raw/ps1.eval.jsonl``: one :class:`EvalRecord` per evaluation of the test set;
+- ``raw/ps1.members.jsonl``: the PS's membership events (:class:`MemberEvent`: a worker missing,
+  gone, back), appended as they happen;
+- ``raw/faults.jsonl``: what the harness injected and when (:mod:`harness.faults`);
 - ``raw/stop``: written by the PS when it ends training before ``iterations`` (target reached,
-  time cap); a worker that finds it after a pull stops instead of pushing;
+  time cap);
+- ``raw/end``: written by the PS once it has applied its last update, before it sends the final
+  parameters; a worker that finds it after a pull stops instead of pushing;
 - ``session.key``: the run's :class:`~transports.base.Session` (session id and secret key) while
   the run lasts: written by the runner (mode 0600) before the hosts start, read by each host
   (``--session``), deleted when the run ends. The hosts share the machine's file system, so the key
@@ -43,6 +48,7 @@ from topologies.incast import PS_NAME
 from transports.base import Session
 
 STOP_MARKER = "stop"
+END_MARKER = "end"
 
 
 @dataclasses.dataclass
@@ -61,6 +67,13 @@ class PsIteration:
     param_wire_bytes: list[int]
     param_retransmits: list[int]
     msg_stats: list[dict[str, float]]   # each delivery's transport counters
+    # Whose gradients the round applied, in the order of the lists above (every rank before
+    # the sync modes existed), and the staleness of each (harness.ps); gradients that came too
+    # late to be applied (bsp); ranks missing or gone when the round closed.
+    ranks: list[int] = dataclasses.field(default_factory=list)
+    staleness: list[int] = dataclasses.field(default_factory=list)
+    late: int = 0
+    missing: list[int] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -79,6 +92,18 @@ class WorkerIteration:
     wire_bytes: int
     packets: int
     retransmits: int
+
+
+@dataclasses.dataclass
+class MemberEvent:
+    """A change in whom the PS counts on (:mod:`harness.ps`)."""
+
+    event: str                    # missing (gradient overdue), gone (connection ended), back
+    rank: int
+    mono: float                   # time.monotonic() at the PS
+    t_s: float                    # from the PS's start
+    iteration: int                # the PS's round
+    msg: int                      # the worker's message id then
 
 
 @dataclasses.dataclass
@@ -132,6 +157,9 @@ class RunFiles:
         self.port_stats = self.dir / "port_stats.jsonl"
         self.host_iterations = self.dir / "host_iterations.csv"
         self.stop_marker = self.raw / STOP_MARKER
+        self.end_marker = self.raw / END_MARKER
+        self.members = self.raw / f"{PS_NAME}.members.jsonl"
+        self.faults = self.raw / "faults.jsonl"
         # A benchmark cell (harness.bench_node) instead: the PS's push times and the barrier.
         self.push_times = self.dir / "push_times.json"
         self.sync = self.dir / "sync"
@@ -168,6 +196,26 @@ class RunFiles:
         """The PS's evaluations, in order."""
         return [_load(EvalRecord, d) for d in read_jsonl(self.evals)]
 
+    def member_events(self) -> list[MemberEvent]:
+        """The PS's membership events, in order."""
+        return [_load(MemberEvent, d) for d in read_jsonl(self.members)]
+
+    def fault_events(self) -> list[dict]:
+        """What the fault injector did, in order (:class:`harness.faults.FaultInjector`)."""
+        return read_jsonl(self.faults)
+
+    def ps_progress(self) -> int:
+        """How many iterations (rounds) the PS has recorded so far (its whole lines)."""
+        try:
+            with open(self.records(PS_NAME), "rb") as f:
+                return f.read().count(b"\n")
+        except FileNotFoundError:
+            return 0
+
+    def ps_finished(self) -> bool:
+        """The PS has written its summary: it will send nothing more."""
+        return self.summary(PS_NAME).exists()
+
     def host_summary(self, host: str) -> HostSummary | None:
         """The host's summary, or None if it did not finish."""
         path = self.summary(host)
@@ -196,11 +244,17 @@ class Recorder:
         """Append one evaluation (PS)."""
         self._append(self.files.evals, record)
 
+    def member(self, record: MemberEvent) -> None:
+        """Append one membership event (PS)."""
+        self._append(self.files.members, record)
+
     def stop(self, reason: str) -> None:
-        """Tell the workers that training ends before its last iteration (PS)."""
-        tmp = self.files.stop_marker.with_suffix(".tmp")
-        tmp.write_text(reason + "\n")
-        tmp.rename(self.files.stop_marker)   # atomic: a worker sees all of it or nothing
+        """Record that training ends before its last iteration, and why (PS)."""
+        _mark(self.files.stop_marker, reason)
+
+    def end(self) -> None:
+        """Tell the workers that the next parameters they get are the final ones (PS)."""
+        _mark(self.files.end_marker, "end")
 
     def summary(self, record: HostSummary) -> None:
         """Write the final summary; its presence means the host finished."""
@@ -208,6 +262,12 @@ class Recorder:
             f.close()
         self._open.clear()
         self.files.summary(self.host).write_text(json.dumps(dataclasses.asdict(record), indent=1))
+
+
+def _mark(path: Path, text: str) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text + "\n")
+    tmp.rename(path)   # atomic: a worker sees all of it or nothing
 
 
 def write_session(path: Path, session: Session) -> None:

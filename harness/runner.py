@@ -32,6 +32,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness import metrics
+from harness.faults import FaultInjector, parse_fault
 from harness.runfiles import RunFiles, read_jsonl, write_session
 from harness.spec import RunSpec
 from harness.zygote import Zygote
@@ -77,16 +78,24 @@ def _last_line(path: Path) -> str:
 
 
 def wait(procs: Mapping, deadline: float, grace_s: float = AFTER_PS_GRACE_S,
-         workers_grace_s: float = AFTER_WORKERS_GRACE_S) -> tuple[str, str]:
+         workers_grace_s: float = AFTER_WORKERS_GRACE_S,
+         tick: Callable[[], None] | None = None,
+         killed: Callable[[], set[str]] | None = None) -> tuple[str, str]:
     """Wait until every process exits, one fails, or a deadline; return (status, reason).
 
     The deadline is the run's timeout; or ``grace_s`` after the PS (``procs[PS_NAME]``) exited
     successfully while a worker still runs; or ``workers_grace_s`` after every other process
-    exited successfully while the PS still runs; whichever comes first.
+    exited successfully while the PS still runs; whichever comes first. ``tick`` runs at every
+    look (the fault injector); a host in ``killed()`` was killed on purpose, and its exit by
+    signal counts as done, not as a crash.
     """
     ps_done_at = workers_done_at = None
     while True:
-        codes = {host: p.poll() for host, p in procs.items()}
+        if tick is not None:
+            tick()
+        meant = killed() if killed is not None else set()
+        codes = {host: (0 if host in meant and p.poll() is not None else p.poll())
+                 for host, p in procs.items()}
         failed = {h: c for h, c in codes.items() if c not in (None, 0)}
         if failed:
             host = sorted(failed)[0]
@@ -196,6 +205,24 @@ def node_commands(spec: RunSpec, files: RunFiles) -> dict[str, tuple[str, list[s
     return out
 
 
+def injector_for(testbed: Testbed, spec: RunSpec, files: RunFiles, procs: dict, spawn: Spawn,
+                 commands: Mapping) -> FaultInjector:
+    """The run's fault injector (one that does nothing for ``none`` and ``straggler``, which the
+    worker applies itself): driven by the PS's progress, killing and stopping by process group,
+    cutting links through the controller (:mod:`topologies.control`)."""
+    fault = parse_fault(spec.fault)
+    host = worker_name(fault.rank(spec.n_workers))
+
+    def restart(name: str):
+        module, args, log_path = commands[name]
+        return spawn(name, module, args + ["--rejoin", "1"], log_path.with_suffix(".g1.log"))
+
+    control = testbed.control
+    return FaultInjector(fault, host, files.ps_progress, procs, files.faults, restart=restart,
+                         cut=control.cut if control else None,
+                         restore=control.restore if control else None)
+
+
 def counter_deltas(before: Snapshot, after: Snapshot) -> dict:
     """Loss, queue and byte figures of a run from two :meth:`Testbed.snapshot` results."""
     return after.delta(before).as_dict()
@@ -217,9 +244,9 @@ def host_iterations_table(files: RunFiles, spec: RunSpec) -> pd.DataFrame:
     if ps:
         df = pd.DataFrame(ps)
         df["host"], df["role"], df["rank"] = PS_NAME, "ps", -1
-        df["min_recv_frac"] = df["recv_frac"].map(min)
+        df["min_recv_frac"] = df["recv_frac"].map(lambda v: min(v, default=None))
         for col in ("recv_frac", "segment_fracs", "param_wire_bytes", "param_retransmits",
-                    "msg_stats"):
+                    "msg_stats", "ranks", "staleness", "missing"):
             df[col] = df[col].map(json.dumps)
         frames.append(df)
     for r in range(spec.n_workers):
@@ -285,12 +312,19 @@ def execute(testbed: Testbed, spec: RunSpec, run_dir: Path, sweep: str,
     runs through the bottleneck for the whole run (reports in ``raw/cross/``).
     """
     prep = prepare(testbed, spec, run_dir, impairment)
+    spawn = spawn or spawn_plain(testbed)
     try:
         with CrossTraffic(testbed, cross or spec.cross, prep.files.raw / "cross", seed=spec.seed):
             before = testbed.snapshot()
             t0 = time.monotonic()
-            with launched(spawn or spawn_plain(testbed), node_commands(spec, prep.files)) as procs:
-                status, reason = wait(procs, t0 + spec.timeout_s)
+            commands = node_commands(spec, prep.files)
+            with launched(spawn, commands) as procs:
+                injector = injector_for(testbed, spec, prep.files, procs, spawn, commands)
+                try:
+                    status, reason = wait(procs, t0 + spec.timeout_s, tick=injector.tick,
+                                          killed=lambda: injector.killed)
+                finally:
+                    injector.finish()
             wall_s = time.monotonic() - t0
             after = testbed.snapshot()
     finally:

@@ -14,6 +14,8 @@ import json
 from typing import Any
 
 from harness import datasets, models
+from harness.faults import FaultError, check_fault, parse_fault
+from harness.sync import SyncError, parse_sync
 from topologies.cross import CrossError, parse_cross
 from topologies.delay import DelayError, check_delay
 from topologies.impair import LossModelError, Uniform, parse_loss
@@ -80,10 +82,14 @@ class RunSpec:
     model, ``loss_pct`` is its mean loss."""
     cross: str = "none"
     """Background traffic through the bottleneck (``tcp:2``, ...; :mod:`topologies.cross`)."""
+    sync: str = "bsp"
+    """Synchronisation mode: ``bsp``, ``ssp:S`` or ``async`` (:mod:`harness.ps`)."""
+    fault: str = "none"
+    """A fault the harness injects (``kill@20``, ``link@20:2s``, ...; :mod:`harness.faults`)."""
 
     # Fields left out of the JSON (and so of the run id) while they hold these values, so the
     # ids of runs written before the fields existed stay the same.
-    _QUIET_DEFAULTS = {"loss_model": "", "cross": "none"}
+    _QUIET_DEFAULTS = {"loss_model": "", "cross": "none", "sync": "bsp", "fault": "none"}
 
     def __post_init__(self) -> None:
         # Options may come in as a dict; store them sorted so equal specs hash equal.
@@ -112,7 +118,9 @@ class RunSpec:
                     object.__setattr__(self, "loss_pct", round(model.mean_loss_pct, 6))
                     object.__setattr__(self, "loss_model", model.text())
             object.__setattr__(self, "cross", parse_cross(self.cross).text())
-        except (LossModelError, CrossError) as exc:
+            object.__setattr__(self, "sync", parse_sync(self.sync).text())
+            object.__setattr__(self, "fault", parse_fault(self.fault).text())
+        except (LossModelError, CrossError, SyncError, FaultError) as exc:
             raise SpecError(str(exc)) from None
         self._validate()
 
@@ -146,6 +154,15 @@ class RunSpec:
                             f"not {self.target_accuracy!r}.")
         if not isinstance(self.stop_at_target, bool):
             raise SpecError(f"stop_at_target must be true or false, not {self.stop_at_target!r}.")
+        try:
+            check_fault(parse_fault(self.fault), self.n_workers, self.iterations)
+        except FaultError as exc:
+            raise SpecError(str(exc)) from None
+        transport = registry.create(self.transport, dict(self.transport_options))
+        if parse_fault(self.fault).kind == "restart" and not transport.REJOIN:
+            raise SpecError(f"fault {self.fault} needs a transport a restarted worker can rejoin "
+                            f"(TCP); {self.transport}'s receive window refuses the new process's "
+                            "message ids.")
         if self.max_train_s is not None and not (isinstance(self.max_train_s, float)
                                                  and self.max_train_s > 0):
             raise SpecError(f"max_train_s must be above 0 seconds (or none), "
@@ -207,8 +224,11 @@ class RunSpec:
         delay = f"_d{self.delay_ms:g}" if self.delay_ms else ""
         kind = self.loss_model.partition(":")[0]  # ge or get; empty under uniform loss
         cross = "_cross" if self.cross != "none" else ""
+        sync = f"_{self.sync.replace(':', '')}" if self.sync != "bsp" else ""
+        fault = (f"_{self.fault.partition('@')[0].partition(':')[0]}"
+                 if self.fault != "none" else "")
         return (f"{self.transport}_loss{kind}{self.loss_pct:g}_bw{self.bottleneck_mbps:g}{delay}"
-                f"{cross}_s{self.seed}_{digest}")
+                f"{cross}{sync}{fault}_s{self.seed}_{digest}")
 
     def replace(self, **changes: Any) -> RunSpec:
         """A copy with some fields changed (validated again)."""

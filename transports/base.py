@@ -239,6 +239,61 @@ class ServerEnd(abc.ABC):
     def broadcast(self, msg_id: int, values: np.ndarray, timeout_s: float) -> list[SendReport]:
         """Send ``values`` as message ``msg_id`` to every worker; one report per worker, by rank."""
 
+    def recv_some(self, wanted: Mapping[int, int], min_count: int,
+                  timeout_s: float) -> dict[int, Delivery]:
+        """Receive message ``wanted[rank]`` from each worker named in ``wanted``, whichever
+        deliver first. ``wanted[rank]`` may also be a tuple of message ids: whichever of them
+        arrives (a worker that may have been restarted answers with a new sequence); the
+        Delivery's ``stats["msg_id"]`` says which.
+
+        Returns once ``min_count`` of them have arrived, or at the deadline, with every one that
+        has arrived by then, by rank: perhaps fewer than ``min_count``, perhaps none (the deadline
+        is not an error here). A message not returned stays pending: asking for it again later
+        gets it, what had arrived of it included. Each worker has its own sequence of message
+        ids, so the PS can wait for workers that are at different iterations (SSP, asynchronous
+        training, a worker coming back). A worker whose connection the transport knows is gone
+        is in :meth:`gone` instead.
+
+        The default serves a transport that only has :meth:`gather`: every worker, one message
+        id, all of them (bulk-synchronous training without faults).
+        """
+        ids = set(wanted.values())
+        if len(ids) != 1 or min_count != len(wanted) or isinstance(next(iter(ids)), tuple):
+            raise TransportError(f"{type(self).__name__} can only gather one message from every "
+                                 "worker; it has no recv_some for SSP, asynchronous training or "
+                                 "faults.")
+        got = self.gather(ids.pop(), timeout_s)
+        if len(got) != len(wanted):
+            raise TransportError(f"{type(self).__name__} can only gather from every worker.")
+        return {rank: got[rank] for rank in wanted}
+
+    def send_some(self, messages: Mapping[int, int], values: np.ndarray,
+                  timeout_s: float) -> dict[int, SendReport]:
+        """Send ``values`` to each worker named in ``messages`` as its message ``messages[rank]``.
+
+        Returns the reports of the sends that finished by the deadline, by rank. One that did not
+        finish is either still going (a byte stream cannot take back half a message: TCP finishes
+        it in later calls) or cancelled (LTP); either way, calling again with the same message id
+        later delivers it, and is cheap where it is still going. The default serves a transport
+        that only has :meth:`broadcast`: every worker, one message id.
+        """
+        ids = set(messages.values())
+        if len(ids) != 1:
+            raise TransportError(f"{type(self).__name__} can only broadcast one message to every "
+                                 "worker; it has no send_some.")
+        sent = self.broadcast(ids.pop(), values, timeout_s)
+        if len(sent) != len(messages):
+            raise TransportError(f"{type(self).__name__} can only broadcast to every worker.")
+        return {rank: sent[rank] for rank in messages}
+
+    def gone(self) -> set[int]:
+        """Ranks whose connection the transport knows is gone (a TCP reset or end of stream).
+
+        A datagram transport cannot know: a dead worker and a silent one look the same, so it
+        returns an empty set and the PS's deadline decides.
+        """
+        return set()
+
     def observe(self, msg_id: int, deliveries: Sequence[Delivery]) -> None:
         """Learn from one gathered message; the harness calls it right after :meth:`gather`.
 
@@ -317,6 +372,9 @@ class Transport(abc.ABC):
     """
 
     LABEL = ""                       # how messages name the transport ("LTP"); default: the slug
+    # A restarted worker process can rejoin a running job (ServerEnd.recv_some with a new
+    # generation's ids): TCP takes its new connection; LTP's receive window refuses its ids.
+    REJOIN = False
     OPTIONS: Sequence[Option] = ()
     DEFAULTS = _DefaultsFromTable()
 

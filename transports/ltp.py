@@ -27,6 +27,7 @@ the meaning of every option are in ``docs/ltp-protocol.md``.
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -178,187 +179,17 @@ def _msg_bytes(layout: Layout) -> int:
     return max(4, layout.n_bytes)
 
 
-# ---------------------------------------------------------------------------- shared machinery
-class _WireOrder:
-    """Puts critical segments first on the wire, so "critical" is a packet-index prefix."""
-
-    def __init__(self, layout: Layout, critical: Sequence[str]) -> None:
-        names = {s.name for s in layout.segments}
-        unknown = sorted(set(critical) - names)
-        if unknown:
-            raise OptionError(f"LTP critical segment {unknown[0]!r} is not in the model layout.")
-        crit = [s for s in layout.segments if s.name in set(critical)]
-        self.critical_bytes = 4 * sum(s.length for s in crit)
-        rest = [s for s in layout.segments if s.name not in set(critical)]
-        if crit and crit != list(layout.segments[: len(crit)]):
-            self.perm: np.ndarray | None = np.concatenate(
-                [np.arange(s.offset, s.offset + s.length) for s in crit + rest])
-        else:
-            self.perm = None   # already a prefix: no copy needed
-
-    def to_wire(self, values: np.ndarray) -> np.ndarray:
-        return values if self.perm is None else values[self.perm]
-
-    def from_wire(self, values: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if self.perm is None:
-            return values, mask
-        out_v, out_m = np.empty_like(values), np.empty_like(mask)
-        out_v[self.perm], out_m[self.perm] = values, mask
-        return out_v, out_m
-
-
-def _segment_fracs(layout: Layout, mask: np.ndarray | None) -> tuple[float, ...]:
-    if mask is None:
-        return tuple(1.0 for _ in layout.segments)
-    csum = np.concatenate(([0], np.cumsum(mask, dtype=np.int64)))
-    return tuple(float(csum[s.offset + s.length] - csum[s.offset]) / s.length if s.length else 1.0
-                 for s in layout.segments)
-
-
-def _float32_payload(values: np.ndarray, layout: Layout) -> np.ndarray:
-    arr = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
-    if arr.size != layout.n_floats:
-        raise TransportError(f"the message has {arr.size} floats but the layout has {layout.n_floats}.")
-    return arr
-
-
-def _send_report(nbytes: int, parts: Sequence[Mapping[str, float]]) -> SendReport:
-    """One peer's report, summed over its parts (``ltp_send_stats_t`` each)."""
-    last = parts[-1]  # rate and RTT estimates are per peer: any part has the latest
-    closed = native.send_done().index("closed")
-    stale = native.send_done().index("stale")
-    stats = {"acked_packets": sum(s["acked_packets"] for s in parts),
-             "count": sum(s["count"] for s in parts),
-             "closed_by_peer": float(sum(s["done"] == closed for s in parts)),
-             "refused_stale": float(sum(s["done"] == stale for s in parts)),
-             "peer_received": sum(s["peer_received"] for s in parts),
-             "elapsed_us": max(s["elapsed_us"] for s in parts), "srtt_us": last["srtt_us"],
-             "pacing_rate_mbps": last["pacing_rate_mbps"], "btl_bw_mbps": last["btl_bw_mbps"]}
-    return SendReport(nbytes, int(sum(s["wire_bytes"] for s in parts)),
-                      packets=int(sum(s["packets"] + s["retransmits"] for s in parts)),
-                      retransmits=int(sum(s["retransmits"] for s in parts)), stats=stats)
-
-
-def _delivery(layout: Layout, values: np.ndarray, mask: np.ndarray,
-              got: Sequence[Mapping[str, float]], segments: Sequence[int]) -> Delivery:
-    """One peer's Delivery from its parts' ``ltp_msg_stats_t``."""
-    received = sum(s["received_bytes"] for s in got)
-    total = sum(s["total_bytes"] for s in got)
-    complete = received == total
-    stats = {name: float(sum(s[name] for s in got))
-             for name in ("packets", "count", "duplicates", "retransmits", "early_closed",
-                          "conflicts")}
-    stats.update(critical_packets=float(sum(s["critical_count"] for s in got)),
-                 close_reason=max(s["close_reason"] for s in got),
-                 elapsed_us=max(s["elapsed_us"] for s in got),
-                 pass_us=max(s["pass_us"] for s in got),
-                 threshold_frac=min(s["threshold_frac"] for s in got),
-                 peer_srtt_us=got[-1]["peer_srtt_us"])
-    if len(got) > 1:
-        stats.update({f"threshold_{seg}": s["threshold_frac"] for seg, s in zip(segments, got)})
-    frac = 1.0 if complete else float(received) / float(total)
-    m = None if complete else mask
-    return Delivery(values, m, frac, _segment_fracs(layout, m), stats)
-
-
-def _tiles(parts: Sequence[tuple[int, int, int]], n: int) -> bool:
-    """True if the (segment, float offset, float count) parts cover [0, n) without overlap."""
-    end = 0
-    for _, off, cnt in sorted(parts, key=lambda part: part[1]):
-        if off != end:
-            return False
-        end = off + cnt
-    return end == n
-
-
-def _end_stats(end: native.Endpoint) -> dict[str, float]:
-    """An end's counters, and the datagram size and offloads it runs with (none once closed)."""
-    stats = end.stats()
-    if not end.closed:
-        offload = end.offload
-        stats.update(datagram_bytes=float(end.datagram_bytes), udp_gso=float(offload["gso"]),
-                     udp_gro=float(offload["gro"]))
-    return stats
-
-
-class _Messages:
-    """One native endpoint carrying messages of one layout: Deliveries and SendReports.
-
-    ``receives`` is every (segment, float count) this end receives; the core is told each one's
-    exact size (segment 0 with the critical span first on the wire) and refuses anything else.
-    """
-
-    def __init__(self, settings: Mapping[str, float], rank: int, bind: Addr, layout: Layout,
-                 critical: Sequence[str], rx_drop_frac: float, session: Session,
-                 receives: Sequence[tuple[int, int]]) -> None:
-        self.layout = layout
-        self.wire = _WireOrder(layout, critical)
-        self.end = native.Endpoint(settings, rank, bind, rx_drop_frac)
-        try:
-            if settings.get("auth"):
-                self.end.set_key(session.key)
-            for segment, n_floats in receives:
-                self.end.expect(segment, 4 * n_floats, self.wire.critical_bytes if segment == 0 else 0)
-        except BaseException:
-            self.end.close()
-            raise
-
-    def send(self, peers: Sequence[int], msg_id: int, values: np.ndarray,
-             timeout_s: float) -> list[SendReport]:
-        """Send ``values`` as one message (segment 0) to every peer, in one call into C."""
-        payload = self.wire.to_wire(_float32_payload(values, self.layout))
-        return self.send_parts(peers, msg_id, [(0, payload)], self.wire.critical_bytes, timeout_s)
-
-    def send_parts(self, peers: Sequence[int], msg_id: int, parts: Sequence[tuple[int, np.ndarray]],
-                   critical_bytes: int, timeout_s: float) -> list[SendReport]:
-        """Send every (segment, contiguous float32 array) part to every peer, in one call into C.
-
-        Returns one report per peer, summed over its parts.
-        """
-        items = [native.SendItem(peer, msg_id, seg, arr, critical_bytes)
-                 for peer in peers for seg, arr in parts]
-        got = self.end.send(items, timeout_s, what=f"sending message {msg_id}")
-        per, nbytes = len(parts), sum(arr.nbytes for _, arr in parts)
-        return [_send_report(nbytes, got[i * per:(i + 1) * per]) for i in range(len(peers))]
-
-    def recv(self, peers: Sequence[int], msg_id: int, timeout_s: float) -> list[Delivery]:
-        """Receive message ``msg_id`` (segment 0) from every peer, in one call into C."""
-        return self.recv_parts(peers, msg_id, [(0, 0, self.layout.n_floats)], timeout_s,
-                               unwire=True)
-
-    def recv_parts(self, peers: Sequence[int], msg_id: int,
-                   parts: Sequence[tuple[int, int, int]], timeout_s: float,
-                   unwire: bool = False) -> list[Delivery]:
-        """Receive every (segment, float offset, float count) part from every peer, in one call.
-
-        A peer's parts land in one full-length vector and mask; the Delivery's counters are summed
-        over the parts, and with several parts each part's close threshold is reported as
-        ``threshold_<segment>``. ``unwire`` undoes the critical-first wire order (one part only).
-        """
-        n = self.layout.n_floats
-        # C writes every value and mask byte of each part (zeros where nothing arrived), so parts
-        # that tile the vector need no zeroing first: for a 4 MB message that saved a pass over it.
-        alloc = np.empty if _tiles(parts, n) else np.zeros
-        bufs = [alloc(n, dtype=np.float32) for _ in peers]
-        masks = [alloc(n, dtype=np.bool_) for _ in peers]
-        items = [native.RecvItem(peer, msg_id, seg, bufs[k][off:off + cnt], masks[k][off:off + cnt])
-                 for k, peer in enumerate(peers) for seg, off, cnt in parts]
-        got = self.end.recv(items, timeout_s, what=f"receiving message {msg_id}")
-        for s, (seg, _, cnt) in zip(got, parts * len(peers)):
-            if s["total_bytes"] != 4 * cnt:   # the core refuses other shapes; never deliver one
-                raise LtpProtocolError(f"message {msg_id} segment {seg} arrived with "
-                                       f"{s['total_bytes']:.0f} bytes, not {4 * cnt}.", -1)
-        per, out = len(parts), []
-        for k in range(len(peers)):
-            values, mask = bufs[k], masks[k]
-            if unwire:
-                values, mask = self.wire.from_wire(values, mask)
-            out.append(_delivery(self.layout, values, mask, got[k * per:(k + 1) * per],
-                                 [seg for seg, _, _ in parts]))
-        return out
-
-    def close(self) -> None:
-        self.end.close()
+# The messages' machinery lives in ltp_messages; these names stay importable from here.
+from transports.ltp_messages import (  # noqa: E402
+    _delivery,
+    _float32_payload,
+    _Messages,
+    _segment_fracs,
+    _send_report,
+    _tiles,
+    _WireOrder,
+    _end_stats,
+)
 
 
 # ---------------------------------------------------------------------------- the two ends
@@ -394,6 +225,12 @@ class LtpServer(ServerEnd):
                              options.get("critical_segments", ()), options["rx_drop_frac"],
                              session, self.receives())
         self.end = self.net.end
+        # Parts of a gradient (segment, float offset, float count) and what recv_some has taken
+        # of a message whose other parts had not closed yet: rank -> (msg_id, values, mask,
+        # {part index: its stats}).
+        self.parts = getattr(self, "parts", [(0, 0, layout.n_floats)])
+        self._partial: dict[tuple[int, int],
+                            tuple[int, np.ndarray, np.ndarray, dict[int, dict]]] = {}
         try:
             for rank, addr in enumerate(workers):
                 self.end.add_peer(rank, addr)
@@ -414,6 +251,74 @@ class LtpServer(ServerEnd):
 
     def broadcast(self, msg_id: int, values: np.ndarray, timeout_s: float) -> list[SendReport]:
         return self.net.send(range(self.n_workers), msg_id, values, timeout_s)
+
+    def _decorate(self, delivery: Delivery) -> Delivery:
+        """What this transport adds to a gathered message's counters (PLOT: its bounds)."""
+        return delivery
+
+    def _held(self, rank: int, msg_id: int) -> tuple[np.ndarray, np.ndarray, dict[int, dict]]:
+        held = self._partial.get((rank, msg_id))
+        if held is None:
+            n = self.layout.n_floats
+            held = (msg_id, np.zeros(n, dtype=np.float32), np.zeros(n, dtype=np.bool_), {})
+            self._partial[(rank, msg_id)] = held
+        return held[1], held[2], held[3]
+
+    def recv_some(self, wanted, min_count: int, timeout_s: float) -> dict[int, Delivery]:
+        """Whichever workers deliver first (``ltp_udp_recv_some``): a message that closed is
+        taken, one that did not stays with the core; a message of several parts (PLOT's layers)
+        is handed out once every part closed, the parts taken so far kept here meanwhile."""
+        deadline = time.monotonic() + timeout_s
+        done: dict[int, Delivery] = {}
+        single = len(self.parts) == 1
+        while True:
+            items, where = [], []
+            for rank, ids in wanted.items():
+                if rank in done:
+                    continue
+                for mid in (ids,) if isinstance(ids, int) else ids:
+                    values, mask, taken = self._held(rank, mid)
+                    for j, (seg, off, cnt) in enumerate(self.parts):
+                        if j not in taken:
+                            items.append(native.RecvItem(rank, mid, seg, values[off:off + cnt],
+                                                         mask[off:off + cnt]))
+                            where.append((rank, mid, j))
+            need = min_count - len(done)
+            if need <= 0 or not items:
+                return done
+            left = deadline - time.monotonic()
+            got = self.end.recv_some(items, need if single else 1, max(left, 1e-6),
+                                     what="receiving gradients")
+            for (rank, mid, j), stats in zip(where, got):
+                if stats is not None:
+                    cnt = self.parts[j][2]
+                    if stats["total_bytes"] != 4 * cnt:   # the core refuses other shapes
+                        raise LtpProtocolError(f"message {mid} from worker {rank} arrived with "
+                                               f"{stats['total_bytes']:.0f} bytes, not {4 * cnt}.",
+                                               -1)
+                    self._partial[(rank, mid)][3][j] = stats
+            for rank, mid in sorted({(rank, mid) for rank, mid, _ in where}):
+                if rank in done:
+                    continue
+                _, values, mask, taken = self._partial[(rank, mid)]
+                if len(taken) == len(self.parts):
+                    for key in [k for k in self._partial if k[0] == rank]:
+                        del self._partial[key]
+                    if single:
+                        values, mask = self.net.wire.from_wire(values, mask)
+                    d = _delivery(self.layout, values, mask, [taken[j] for j in range(len(taken))],
+                                  [seg for seg, _, _ in self.parts])
+                    d.stats["msg_id"] = float(mid)
+                    done[rank] = self.filler.apply(rank, self._decorate(d))
+            if left <= 0:
+                return done
+
+    def send_some(self, messages, values: np.ndarray, timeout_s: float) -> dict[int, SendReport]:
+        """Send to each named worker its own message id, in one call; a send not finished by the
+        deadline is cancelled (calling again sends it again)."""
+        ranks = list(messages)
+        sent = self.net.send(ranks, [messages[r] for r in ranks], values, timeout_s, partial=True)
+        return {r: rep for r, rep in zip(ranks, sent) if rep is not None}
 
     def average(self, deliveries: Sequence[Delivery]) -> np.ndarray:
         if self.filler.kind == "masked-mean":

@@ -199,9 +199,11 @@ class PlotServer(LtpServer):
 
     def gather(self, msg_id: int, timeout_s: float) -> list[Delivery]:
         deliveries = self.net.recv_parts(range(self.n_workers), msg_id, self.parts, timeout_s)
-        for d in deliveries:
-            d.stats.update({f"bound_{i}": b for i, b in enumerate(self.bounds)})
-        return [self.filler.apply(rank, d) for rank, d in enumerate(deliveries)]
+        return [self.filler.apply(rank, self._decorate(d)) for rank, d in enumerate(deliveries)]
+
+    def _decorate(self, delivery: Delivery) -> Delivery:
+        delivery.stats.update({f"bound_{i}": b for i, b in enumerate(self.bounds)})
+        return delivery
 
     def observe(self, msg_id: int, deliveries: Sequence[Delivery]) -> None:
         """The ``snr`` rule's profiling: add this iteration's per-layer SNR; after

@@ -1,4 +1,4 @@
-"""Builds and runs the native LTP core's own checks: C unit tests, sanitizers, a short fuzz run.
+"""Builds and runs the native LTP core's own checks: C unit tests (core and UDP driver), sanitizers, a short fuzz run.
 
 Runs ``make -C transports/native test test-asan`` (the core's tests, the forged-datagram
 reproductions of ``tests/test_trust.c`` and the driver's receive batches of
@@ -32,8 +32,8 @@ def test_c_unit_tests_plain_and_sanitized() -> None:
     proc = _make("test", "test-asan", timeout_s=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     summaries = [line for line in proc.stdout.splitlines() if line.endswith(" failed")]
-    # test_core, test_trust and test_udp_io, each plain and sanitized
-    assert len(summaries) == 6 and all(line.endswith(", 0 failed") for line in summaries), summaries
+    # test_core, test_trust, test_udp_io and test_udp, each plain and sanitized
+    assert len(summaries) == 8 and all(line.endswith(", 0 failed") for line in summaries), summaries
 
 
 @pytest.mark.skipif(shutil.which("clang") is None, reason="clang with libFuzzer is needed")

@@ -30,13 +30,16 @@ def smallest(command: str, out: Path) -> str:
         preset = re.search(r"--preset (\S+)", command).group(1)
         if "--out" not in command:
             command += f" --out {out / preset}"
-        command += " --iterations 3 --workers 2"
+        if preset == "lab4":   # its faults must strike within the run, and a worker survive
+            command += " --iterations 10 --workers 2 --fault none,kill@4,link@4:1s"
+        else:
+            command += " --iterations 3 --workers 2"
     if " bench-network" in command:
         command += " --seconds 1"
     return command
 
 
-def check_lab2(rows: list[dict]) -> None:
+def check_lab2(rows: list[dict], folder: Path) -> None:
     """Lab 2's "What you should observe", statement by statement, on the data its commands made."""
     def num(row, column):
         return float(row[column])
@@ -59,8 +62,18 @@ def check_lab2(rows: list[dict]) -> None:
             assert num(row, "filled_frac_max") == 0, where
 
 
+def check_lab4(rows: list[dict], folder: Path) -> None:
+    """What lab 4's students explain: the PS noticed the kill (TCP by the reset, LTP by the
+    deadline) and trained on."""
+    kills = {r["scheme"]: r for r in rows if r["fault"].startswith("kill")}
+    assert kills["tcp-cubic"]["detected_as"] == "gone"
+    assert kills["ltp"]["detected_as"] == "missing"
+    assert all(float(r["detection_s"]) < 2.0 for r in kills.values())
+    assert "Training through failure" in (folder / "report.md").read_text()
+
+
 # What each lab page says its commands show, checked on the tables they wrote.
-OBSERVATIONS = {"lab2-tolerating-loss": check_lab2}
+OBSERVATIONS = {"lab2-tolerating-loss": check_lab2, "lab4-killing-a-worker": check_lab4}
 
 
 @pytest.mark.parametrize("page", LABS, ids=lambda p: p.stem)
@@ -79,4 +92,4 @@ def test_lab_commands_run(page, tmp_path, clean_machine):
         assert rows and not bad, f"{runs.parent.name}: runs that did not finish: {bad}"
         assert "Headline numbers" in (runs.parent / "report.md").read_text()
         if page.stem in OBSERVATIONS:
-            OBSERVATIONS[page.stem](rows)
+            OBSERVATIONS[page.stem](rows, runs.parent)

@@ -50,6 +50,11 @@ SWEEP_CASES = [
     (["--timeout", "-5"], "timeout_s must be above 0"),
     (["--target", "1.5"], "target_accuracy must be a fraction"),
     (["--max-train", "0"], "max_train_s must be above 0"),
+    (["--sync", "bsp,ssp"], "needs its staleness bound"),
+    (["--sync", "bsp,bsp"], "syncs lists 'bsp' more than once"),
+    (["--fault", "explode@3"], "is not a fault"),
+    (["--fault", "kill@500", "--iterations", "40"], "never reaches"),
+    (["--fault", "restart@5"], "needs a duration"),
     (["--out", "/proc/version"], "is a file"),
     (["--out", "/proc/sys/none/sweep"], "is not writable"),
 ]

@@ -103,3 +103,14 @@ def test_a_link_cut_is_restored_when_the_run_ends_early(tmp_path):
     inj.tick()
     inj.finish()
     assert calls == [("cut", "w1"), ("restore", "w1")]
+
+
+def test_a_link_event_is_dated_by_the_controller(tmp_path):
+    """The controller's own time of the change, on the monotonic clock, not the call's return."""
+    import time
+    acted = time.time() - 0.5   # the controller changed the switch half a second ago
+    inj = FaultInjector(parse_fault("link@0:60s"), "w1", lambda: 0, {}, tmp_path / "f.jsonl",
+                        cut=lambda h: acted, restore=lambda h: time.time())
+    inj.tick()
+    rec = json.loads((tmp_path / "f.jsonl").read_text().splitlines()[0])
+    assert rec["t"] == acted and abs((time.monotonic() - rec["mono"]) - 0.5) < 0.05

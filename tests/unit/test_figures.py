@@ -50,7 +50,7 @@ def sweep(tmp_path):
                     curves.append({"run_id": r["run_id"], "scheme": scheme, "transport": scheme,
                                    "loss_pct": loss, "delay_ms": 0.0, "seed": seed,
                                    "iteration": 50, "time_s": 12.0, "accuracy": r["final_accuracy"],
-                                   "test_loss": 0.4})
+                                   "test_loss": 0.4, "sync": "bsp", "fault": "none"})
     results.append_rows(tmp_path / "runs.csv", results.RUNS_COLUMNS, rows)
     results.append_rows(tmp_path / "iterations.csv", results.ITERATIONS_COLUMNS, iters)
     results.append_rows(tmp_path / "curves.csv", results.CURVES_COLUMNS, curves)
@@ -104,3 +104,44 @@ def test_a_malformed_table_is_one_sentence(tmp_path):
     (tmp_path / "runs.csv").write_text("run_id,status\n\"unterminated,ok\n")
     with pytest.raises(results.ResultsError):
         load(tmp_path)
+
+
+def test_faults_figures_and_report_section(tmp_path):
+    """A sweep over sync modes and faults gets its two figures and its report section, and the
+    detection sentence names TCP sooner only where the intervals separate."""
+    rows, iters = [], []
+    for scheme, detect in (("tcp-cubic", 0.01), ("ltp", 0.9)):
+        for sync in ("bsp", "async"):
+            for fault in ("none", "kill@20"):
+                for seed in range(3):
+                    faulted = fault != "none"
+                    r = _run_row(scheme, 0.0, seed, 4.0, 0.75, sync=sync, fault=fault,
+                                 run_id=f"{scheme}_{sync}_{fault}_{seed}",
+                                 detection_s=detect + 0.01 * seed if faulted else None,
+                                 detected_as=("gone" if scheme == "tcp-cubic" else "missing")
+                                 if faulted else "",
+                                 iterations_lost=20 if faulted else None, false_alarms=0,
+                                 staleness_mean=0.0 if sync == "bsp" else 6.5,
+                                 staleness_max=0 if sync == "bsp" else 12)
+                    rows.append(r)
+                    for t in range(40):
+                        iters.append({c.name: "" for c in results.ITERATIONS_COLUMNS} | {
+                            "run_id": r["run_id"], "scheme": scheme, "transport": scheme,
+                            "loss_pct": 0.0, "delay_ms": 0.0, "bottleneck_mbps": 200.0,
+                            "n_workers": 8, "seed": seed, "iteration": t, "sync": sync,
+                            "fault": fault,
+                            "iter_s": 1.2 if faulted and t == 20 else 0.25})
+    curves = [{"run_id": r["run_id"], "scheme": r["scheme"], "transport": r["scheme"],
+               "loss_pct": 0.0, "delay_ms": 0.0, "seed": r["seed"], "sync": r["sync"],
+               "fault": r["fault"], "iteration": it, "time_s": it * 0.25, "accuracy": acc,
+               "test_loss": 0.5} for r in rows for it, acc in ((0, 0.1), (20, 0.72), (40, 0.75))]
+    results.append_rows(tmp_path / "runs.csv", results.RUNS_COLUMNS, rows)
+    results.append_rows(tmp_path / "iterations.csv", results.ITERATIONS_COLUMNS, iters)
+    results.append_rows(tmp_path / "curves.csv", results.CURVES_COLUMNS, curves)
+    names = {p.name for p in figures.make(tmp_path)}
+    assert {"faults_tta.png", "faults_cdf.png", "report.md"} <= names
+    text = (tmp_path / "report.md").read_text()
+    assert "## Training through failure and staleness" in text
+    assert "| async | kill@20 | LTP | 3 | 0.750 [0.750, 0.750] | 5.0 [5.0, 5.0] |" in text
+    line = next(ln for ln in text.splitlines() if ln.startswith("- bsp, kill@20:"))
+    assert "beats" in line and line.index("TCP CUBIC") < line.index("beats")

@@ -57,3 +57,11 @@ def test_a_ps_stuck_after_every_worker_finished_ends_the_wait_early(tmp_path):
     status, reason = _wait(procs, t0 + 60, workers_grace_s=0.5)
     assert (status, reason) == ("timeout", "still running 0.5 s after every worker finished: ps1")
     assert time.monotonic() - t0 < 5
+
+
+def test_a_worker_killed_on_purpose_is_no_crash(tmp_path):
+    procs = {"ps1": FakeProc(tmp_path, "ps1", 0.3), "w1": FakeProc(tmp_path, "w1", 0.05, code=-9)}
+    ticks = []
+    assert _wait(procs, time.monotonic() + 10, tick=lambda: ticks.append(1),
+                 killed=lambda: {"w1"}) == ("ok", "")
+    assert ticks   # the fault injector is driven from the wait

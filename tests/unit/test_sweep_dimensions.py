@@ -63,3 +63,29 @@ def test_the_plan_crosses_loss_models_and_cross_traffic():
         presets.get("smoke").override(cross=())
     with pytest.raises((SpecError, CrossError)):
         presets.get("smoke").override(cross=("quic:1",))
+
+
+def test_sync_modes_and_faults_are_dimensions_with_canonical_texts():
+    assert cli.syncs("bsp, SSP:2,async") == ("bsp", "ssp:2", "async")
+    assert cli.faults("none,KILL@20,stall@20:2.0s") == ("none", "kill@20", "stall@20:2s")
+    plan = presets.get("smoke").override(transports=("ltp",), loss_pcts=(0.0,),
+                                         syncs=("bsp", "async"), faults=("none", "kill@5"))
+    assert {(s.sync, s.fault) for s in plan.specs()} == {
+        ("bsp", "none"), ("bsp", "kill@5"), ("async", "none"), ("async", "kill@5")}
+    spec = RunSpec(sync="async", fault="link@5:2s", iterations=30)
+    assert "_async_link_" in spec.run_id and RunSpec.from_json(spec.to_json()) == spec
+    # The defaults stay out of the JSON: earlier run ids are unchanged.
+    assert "sync" not in RunSpec().to_json() and "fault" not in RunSpec().to_json()
+    assert presets.get("faults").specs()   # the preset is valid
+
+
+@pytest.mark.parametrize("changes, words", [
+    ({"sync": "ssp"}, "needs its staleness bound"),
+    ({"fault": "kill@100", "iterations": 50}, "never reaches"),
+    ({"fault": "stall@5:2s:w9", "n_workers": 4}, "has only 4 workers"),
+    ({"fault": "restart@5:1s:w5", "n_workers": 4}, "has only 4 workers"),
+    ({"fault": "restart@5:1s", "transport": "ltp"}, "receive window refuses"),
+])
+def test_bad_sync_and_fault_are_spec_errors(changes, words):
+    with pytest.raises(SpecError, match=words):
+        RunSpec(**changes)

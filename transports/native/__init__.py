@@ -336,11 +336,14 @@ class Endpoint:
         return float(_core()[1].ltp_udp_threshold(self._live(), peer, segment))
 
     def send(self, items: Sequence[SendItem], timeout_s: float,
-             what: str = "sending") -> list[dict[str, float]]:
+             what: str = "sending", partial: bool = False) -> list[dict[str, float] | None]:
         """Send every item concurrently; one ``ltp_send_stats_t`` (as a dict) per item.
 
         A message the receiver refused as stale (it had moved past it) is not an error of the
-        call: its stats say so (``done`` is ``send_done().index("stale")``)."""
+        call: its stats say so (``done`` is ``send_done().index("stale")``). With ``partial``, an
+        item not finished by the deadline comes back as None (its send cancelled) instead of
+        raising :class:`LtpTimeout` for all of them.
+        """
         ffi, lib = _core()
         reqs = ffi.new("ltp_send_req_t[]", len(items))
         keep = [ffi.from_buffer(it.payload) for it in items]   # alive until C returns
@@ -348,30 +351,51 @@ class Endpoint:
             r.peer, r.msg_id, r.segment = it.peer, it.msg_id & 0xFFFFFFFF, it.segment
             r.len_bytes, r.data, r.critical_bytes = it.payload.nbytes, buf, it.critical_bytes
         rc = lib.ltp_udp_send(self._live(), reqs, len(items), _timeout_us(timeout_s))
+        unfinished = partial and (rc == lib.LTP_ETIMEDOUT or any(
+            r.status == lib.LTP_ETIMEDOUT for r in reqs))
         failed = [(it.peer, r.status) for it, r in zip(items, reqs)
-                  if r.status < 0 and r.status != lib.LTP_ESTALE]
+                  if r.status < 0 and r.status != lib.LTP_ESTALE
+                  and not (partial and r.status == lib.LTP_ETIMEDOUT)]
         if failed:
             check(failed[0][1], f"{what} (peers {sorted({p for p, _ in failed})} did not finish)")
-        elif rc < 0 and rc != lib.LTP_ESTALE:
+        elif rc < 0 and rc != lib.LTP_ESTALE and not unfinished:
             check(rc, what)
-        return [_as_dict(r.stats, "ltp_send_stats_t") for r in reqs]
+        return [None if partial and r.status == lib.LTP_ETIMEDOUT
+                else _as_dict(r.stats, "ltp_send_stats_t") for r in reqs]
 
-    def recv(self, items: Sequence[RecvItem], timeout_s: float,
-             what: str = "receiving") -> list[dict[str, float]]:
-        """Wait for every item's message to close and take it into its views; one
-        ``ltp_msg_stats_t`` (as a dict) per item. Missing values are 0, their mask False."""
-        ffi, lib = _core()
+    def _recv_reqs(self, items: Sequence[RecvItem]) -> tuple[Any, list]:
+        ffi, _ = _core()
         reqs = ffi.new("ltp_recv_req_t[]", len(items))
         keep = [(ffi.from_buffer(it.values, require_writable=True),
                  ffi.from_buffer(it.mask, require_writable=True)) for it in items]
         for r, it, (values, mask) in zip(reqs, items, keep):
             r.peer, r.msg_id, r.segment = it.peer, it.msg_id & 0xFFFFFFFF, it.segment
             r.cap_bytes, r.data, r.mask = it.values.nbytes, values, mask
+        return reqs, keep
+
+    def recv(self, items: Sequence[RecvItem], timeout_s: float,
+             what: str = "receiving") -> list[dict[str, float]]:
+        """Wait for every item's message to close and take it into its views; one
+        ``ltp_msg_stats_t`` (as a dict) per item. Missing values are 0, their mask False."""
+        _, lib = _core()
+        reqs, keep = self._recv_reqs(items)
         rc = lib.ltp_udp_recv(self._live(), reqs, len(items), _timeout_us(timeout_s))
         if rc < 0:
             failed = sorted({it.peer for it, r in zip(items, reqs) if r.status < 0})
             check(rc, f"{what} (peers {failed} did not finish)")
         return [_as_dict(r.stats, "ltp_msg_stats_t") for r in reqs]
+
+    def recv_some(self, items: Sequence[RecvItem], min_done: int, timeout_s: float,
+                  what: str = "receiving") -> list[dict[str, float] | None]:
+        """Wait until ``min_done`` of the items' messages have closed (or the deadline), then take
+        every closed one into its views (``ltp_udp_recv_some``). One ``ltp_msg_stats_t`` per item
+        taken, None for an item not taken: its message stays with the core, and asking for it
+        again later takes it. Reaching the deadline is not an error."""
+        _, lib = _core()
+        reqs, keep = self._recv_reqs(items)
+        check(lib.ltp_udp_recv_some(self._live(), reqs, len(items), int(min_done),
+                                    _timeout_us(timeout_s)), what)
+        return [_as_dict(r.stats, "ltp_msg_stats_t") if r.status == 0 else None for r in reqs]
 
     def stats(self) -> dict[str, float]:
         """Cumulative counters by name ({} once closed)."""

@@ -413,6 +413,14 @@ int ltp_udp_wait_greeted(ltp_udp_t *udp, uint64_t timeout_us);  /* every peer sa
 int ltp_udp_send(ltp_udp_t *udp, ltp_send_req_t *reqs, int n, uint64_t timeout_us);
 /* Wait for n messages to close and take them. */
 int ltp_udp_recv(ltp_udp_t *udp, ltp_recv_req_t *reqs, int n, uint64_t timeout_us);
+/* Receive from whichever peers deliver first: wait until at least min_done (0..n) of the n
+ * messages have closed, or the deadline; then take every one that has closed by then (status 0)
+ * and return how many were taken (fewer than min_done at the deadline), or < 0 on a socket error.
+ * A message not taken has status LTP_ETIMEDOUT and stays with the core, what arrived of it
+ * included: a later call that asks for it again takes it. min_done 1 is "receive from any";
+ * min_done n with a deadline is a gather that goes on without the peers that did not deliver. */
+int ltp_udp_recv_some(ltp_udp_t *udp, ltp_recv_req_t *reqs, int n, int min_done,
+                      uint64_t timeout_us);
 /* Wait timeout_us while the progress thread runs (it answers late data with CLOSE, acks, probes);
  * useful before closing, since closing stops the thread. */
 int ltp_udp_service(ltp_udp_t *udp, uint64_t timeout_us);

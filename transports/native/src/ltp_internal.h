@@ -377,6 +377,7 @@ typedef struct {
     uint32_t idx;             /* that packet */
     int retrans;              /* it is a retransmission */
     uint64_t due;             /* when it may go: NEVER while none is known to be ready */
+    int silent;               /* SERIAL: its peer has not answered since a probe timeout */
 } sched_t;
 
 void sched_begin(sched_t *s);

@@ -6,7 +6,10 @@
  * rate; only it may send. When its window is full no later message slips in, since that would put
  * a second flow's window into the same queue (eight windows are the fair schedule again). A
  * message whose every packet is sent and unacknowledged has nothing to send, so the next one
- * starts while its tail is in flight.
+ * starts while its tail is in flight. A head whose peer has gone silent (its probe timeout fired
+ * and nothing was acknowledged since: a dead worker, a cut link) gives up the head to the next
+ * message, so one missing peer does not hold the broadcast to the others; it keeps its probes,
+ * which need no window, and takes the head back once one is acknowledged.
  *
  * Both poll_tx (which sends) and next_timeout (which only asks when) make the choice through
  * sched_begin / sched_consider per peer / sched_decide, so they cannot disagree.
@@ -62,7 +65,11 @@ void sched_consider(ltp_core_t *c, sched_t *s, int pi, uint64_t now, int mark_id
         return;
     }
     if (c->cfg.peer_schedule == LTP_SCHED_SERIAL) {   /* the head is timed in sched_decide */
-        if (s->peer < 0 || cand.m->enq_seq < s->m->enq_seq) *s = cand;
+        /* Silent: probed without an answer and no probe left to send; such a message only
+         * leads when every candidate is silent. */
+        cand.silent = cand.m->pto_count > 0 && p->probe_credit == 0;
+        if (s->peer < 0 || (cand.silent == s->silent ? cand.m->enq_seq < s->m->enq_seq : s->silent))
+            *s = cand;
         return;
     }
     cand.due = due(c, &cand, now);

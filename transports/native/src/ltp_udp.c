@@ -368,32 +368,37 @@ int ltp_udp_send(ltp_udp_t *u, ltp_send_req_t *reqs, int n, uint64_t timeout_us)
     return first_err;
 }
 
-typedef struct { ltp_recv_req_t *reqs; int n; } recv_set_t;
+typedef struct { ltp_recv_req_t *reqs; int n; int min_done; } recv_set_t;
 
+/* At least min_done of the requests have a closed message to take. */
 static int recvs_done(ltp_udp_t *u, void *arg)
 {
     recv_set_t *s = arg;
+    int ready = 0;
     for (int i = 0; i < s->n; i++) {
         ltp_recv_req_t *r = &s->reqs[i];
         if (r->segment > 0xFFFF) continue;
-        if (ltp_core_rx_ready(u->core, r->peer, r->msg_id, (uint16_t)r->segment) != 1) return 0;
+        if (ltp_core_rx_ready(u->core, r->peer, r->msg_id, (uint16_t)r->segment) == 1) ready++;
+        else if (s->min_done >= s->n) return 0;   /* waiting for all: no need to count on */
     }
-    return 1;
+    return ready >= s->min_done;
 }
 
-int ltp_udp_recv(ltp_udp_t *u, ltp_recv_req_t *reqs, int n, uint64_t timeout_us)
+/* Post every request, wait for min_done of them, take every one that closed. Returns how many
+ * were taken, or < 0 on a socket error; *first_err gets the first request's error. */
+static int recv_wait(ltp_udp_t *u, ltp_recv_req_t *reqs, int n, int min_done, uint64_t timeout_us,
+                     int *first_err)
 {
-    if (!u || !reqs || n < 0) return LTP_EINVAL;
-    pthread_mutex_lock(&u->mu);
     /* DATA land in the caller's buffers while we wait, so taking them copies nothing; whatever is
      * not taken by the time we return moves back into the core's own buffers. */
     for (int i = 0; i < n; i++)
         if (reqs[i].segment <= 0xFFFF && reqs[i].data)
             ltp_core_rx_post(u->core, reqs[i].peer, reqs[i].msg_id, (uint16_t)reqs[i].segment, reqs[i].data,
                              reqs[i].cap_bytes);
-    recv_set_t set = {reqs, n};
+    recv_set_t set = {reqs, n, min_done};
     int rc = wait_for(u, timeout_us, recvs_done, &set);
-    int first_err = rc < 0 && rc != LTP_ETIMEDOUT ? rc : LTP_OK;
+    int taken = 0;
+    *first_err = rc < 0 && rc != LTP_ETIMEDOUT ? rc : LTP_OK;
     for (int i = 0; i < n; i++) {
         ltp_recv_req_t *r = &reqs[i];
         memset(&r->stats, 0, sizeof r->stats);
@@ -401,14 +406,34 @@ int ltp_udp_recv(ltp_udp_t *u, ltp_recv_req_t *reqs, int n, uint64_t timeout_us)
         else if (ltp_core_rx_ready(u->core, r->peer, r->msg_id, (uint16_t)r->segment) == 1)
             r->status = ltp_core_rx_take(u->core, r->peer, r->msg_id, (uint16_t)r->segment, r->data, r->cap_bytes,
                                          r->mask, &r->stats);
-        else r->status = rc < 0 ? rc : LTP_ETIMEDOUT;
-        if (r->status && !first_err) first_err = r->status;
+        else r->status = rc < 0 && rc != LTP_ETIMEDOUT ? rc : LTP_ETIMEDOUT;
+        if (r->status == LTP_OK) taken++;
+        else if (!*first_err) *first_err = r->status;
     }
     for (int i = 0; i < n; i++)
         if (reqs[i].segment <= 0xFFFF && reqs[i].data)
             ltp_core_rx_unpost(u->core, reqs[i].peer, reqs[i].msg_id, (uint16_t)reqs[i].segment);
+    return rc < 0 && rc != LTP_ETIMEDOUT ? rc : taken;
+}
+
+int ltp_udp_recv(ltp_udp_t *u, ltp_recv_req_t *reqs, int n, uint64_t timeout_us)
+{
+    if (!u || !reqs || n < 0) return LTP_EINVAL;
+    pthread_mutex_lock(&u->mu);
+    int first_err;
+    recv_wait(u, reqs, n, n, timeout_us, &first_err);
     pthread_mutex_unlock(&u->mu);
     return first_err;
+}
+
+int ltp_udp_recv_some(ltp_udp_t *u, ltp_recv_req_t *reqs, int n, int min_done, uint64_t timeout_us)
+{
+    if (!u || !reqs || n < 0 || min_done < 0 || min_done > n) return LTP_EINVAL;
+    pthread_mutex_lock(&u->mu);
+    int first_err;
+    int rc = recv_wait(u, reqs, n, min_done, timeout_us, &first_err);
+    pthread_mutex_unlock(&u->mu);
+    return rc;
 }
 
 int ltp_udp_service(ltp_udp_t *u, uint64_t timeout_us)

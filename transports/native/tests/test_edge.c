@@ -2,10 +2,10 @@
  * file (one test program; the simulator stays in one place). The scenarios behind issue 10: LTP
  * at one-way delays of up to 50 ms, where a message is shorter than the path's bandwidth-delay
  * product and a 64-packet queue holds a fraction of it, and a closing end whose peer may still
- * wait for its CLOSE. docs/ltp-protocol.md §3, §4, §5, §6 and §11 cite the figures.
+ * wait for its CLOSE. docs/ltp-protocol.md §3, §4, §5, §6 and §12 cite the figures.
  *
  * Developer hooks (not tests): LTP_EDGE_REPORT=1 prints the delay x loss table of
- * docs/ltp-protocol.md §11; LTP_BSP_ONE=<one-way ms> runs one cell (LTP_BSP_LOSS, LTP_BSP_MBPS,
+ * docs/ltp-protocol.md §12; LTP_BSP_ONE=<one-way ms> runs one cell (LTP_BSP_LOSS, LTP_BSP_MBPS,
  * LTP_BSP_ITERS, LTP_BSP_SEED, LTP_BSP_WAKE/POLL/BURST for a busy machine, LTP_CFG="name=value,..."
  * for options, LTP_RELIABLE=1 for ltp-reliable, LTP_BSP_TRACE=1 and LTP_SIM_TRACE=1|2 to trace).
  */
@@ -230,7 +230,7 @@ static void print_bsp(const char *name, double delay_ms, double loss, const bsp_
            r->below_1_minus_loss, r->max_wait, r->ok ? "" : " NOT DONE");
 }
 
-/* LTP_EDGE_REPORT: the delay x loss table, ltp and ltp-reliable (docs/ltp-protocol.md §11). */
+/* LTP_EDGE_REPORT: the delay x loss table, ltp and ltp-reliable (docs/ltp-protocol.md §12). */
 static void edge_report(void)
 {
     const double delays_ms[] = {0.25, 5, 25, 50};

@@ -1,0 +1,200 @@
+/* test_udp.c: tests of the UDP driver's blocking calls over real sockets on 127.0.0.1.
+ *
+ * Run with `make -C transports/native test` (or test-asan). Each test opens a server endpoint and
+ * worker endpoints on loopback ports the kernel picks, so it needs no privileges and no network.
+ * What it checks: ltp_udp_recv_some returns as soon as the asked-for number of messages closed,
+ * takes every closed one, leaves the others with the core (a later call takes them), and at the
+ * deadline returns what it has instead of failing the whole set; ltp_udp_linger returns after the
+ * quiet period once the farewell CLOSEs are out, not at its bound. Exit status is non-zero if any
+ * check fails.
+ */
+#define _POSIX_C_SOURCE 200809L   /* clock_gettime under -std=c11 */
+#include "ltp.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int n_pass, n_fail;
+#define CHECK(cond, ...)                                                  \
+    do {                                                                  \
+        if (cond) n_pass++;                                               \
+        else {                                                            \
+            n_fail++;                                                     \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                 \
+            fputc('\n', stderr);                                          \
+        }                                                                 \
+    } while (0)
+
+#define N_WORKERS 3
+#define N_FLOATS 20000   /* 80 KB: many datagrams */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+typedef struct {
+    ltp_udp_t *ps;
+    ltp_udp_t *w[N_WORKERS];
+    float data[N_WORKERS][N_FLOATS];
+} job_t;
+
+/* Every end of a job shares the run's key (auth is on by default). */
+static const uint8_t KEY[LTP_KEY_BYTES] = "test_udp: a key";
+
+static int open_job(job_t *j)
+{
+    ltp_config_t cfg;
+    ltp_config_default(&cfg);
+    ltp_config_set(&cfg, "max_msg_bytes", N_FLOATS * 4.0);
+    ltp_config_set(&cfg, "threshold_min", 1.0);   /* reliable: a message closes when whole */
+    ltp_config_set(&cfg, "threshold_max", 1.0);
+    int err = 0;
+    j->ps = ltp_udp_open(&cfg, LTP_RANK_SERVER, "127.0.0.1", 0, 0.0, &err);
+    if (!j->ps) return err ? err : -1;
+    if (ltp_udp_set_key(j->ps, KEY, sizeof KEY) < 0) return -1;
+    int ps_port = ltp_udp_local_port(j->ps);
+    for (int r = 0; r < N_WORKERS; r++) {
+        j->w[r] = ltp_udp_open(&cfg, (uint16_t)r, "127.0.0.1", 0, 0.0, &err);
+        if (!j->w[r]) return err ? err : -1;
+        if (ltp_udp_set_key(j->w[r], KEY, sizeof KEY) < 0) return -1;
+        int rc = ltp_udp_add_peer(j->ps, (uint16_t)r, "127.0.0.1", (uint16_t)ltp_udp_local_port(j->w[r]));
+        if (rc != r) return rc < 0 ? rc : -1;
+        rc = ltp_udp_add_peer(j->w[r], LTP_RANK_SERVER, "127.0.0.1", (uint16_t)ps_port);
+        if (rc < 0) return rc;
+        rc = ltp_udp_join(j->w[r], rc, 2000000);
+        if (rc < 0) return rc;
+        for (int i = 0; i < N_FLOATS; i++) j->data[r][i] = (float)(r * 1000 + i % 997);
+    }
+    return 0;
+}
+
+static void close_job(job_t *j)
+{
+    for (int r = 0; r < N_WORKERS; r++) ltp_udp_close(j->w[r]);
+    ltp_udp_close(j->ps);
+}
+
+static int push(job_t *j, int r, uint32_t msg_id)
+{
+    ltp_send_req_t s = {.peer = 0, .msg_id = msg_id, .segment = 0, .len_bytes = N_FLOATS * 4,
+                        .data = j->data[r]};
+    return ltp_udp_send(j->w[r], &s, 1, 2000000);
+}
+
+static void reqs_for(ltp_recv_req_t *q, float (*out)[N_FLOATS], const uint32_t *ids)
+{
+    memset(q, 0, sizeof(ltp_recv_req_t) * N_WORKERS);
+    for (int r = 0; r < N_WORKERS; r++) {
+        q[r].peer = r;
+        q[r].msg_id = ids[r];
+        q[r].cap_bytes = N_FLOATS * 4;
+        q[r].data = out[r];
+    }
+}
+
+/* One worker delivers: recv_some(min_done 1) returns it at once, the others stay pending. */
+static void test_recv_any(void)
+{
+    static job_t j;
+    static float out[N_WORKERS][N_FLOATS];
+    ltp_recv_req_t q[N_WORKERS];
+    uint32_t ids[N_WORKERS] = {7, 3, 5};   /* every peer has its own message sequence */
+    int rc_open = open_job(&j);
+    CHECK(rc_open == 0, "opening the job: %d", rc_open);
+    CHECK(push(&j, 1, 3) == 0, "worker 1 push");
+    reqs_for(q, out, ids);
+    double t0 = now_s();
+    int got = ltp_udp_recv_some(j.ps, q, N_WORKERS, 1, 5000000);
+    CHECK(got == 1, "took %d messages, not 1", got);
+    CHECK(now_s() - t0 < 1.0, "recv any waited %.2f s", now_s() - t0);
+    CHECK(q[1].status == 0 && q[0].status == LTP_ETIMEDOUT && q[2].status == LTP_ETIMEDOUT,
+          "statuses %d %d %d", q[0].status, q[1].status, q[2].status);
+    CHECK(memcmp(out[1], j.data[1], sizeof out[1]) == 0, "worker 1's values differ");
+    CHECK(q[1].stats.received_bytes == N_FLOATS * 4, "received %llu bytes",
+          (unsigned long long)q[1].stats.received_bytes);
+
+    /* Nobody else delivers: at the deadline nothing is taken, and that is not an error. */
+    ids[1] = 4;
+    reqs_for(q, out, ids);
+    t0 = now_s();
+    got = ltp_udp_recv_some(j.ps, q, N_WORKERS, 1, 100000);
+    double waited = now_s() - t0;
+    CHECK(got == 0, "took %d at the deadline", got);
+    CHECK(waited >= 0.09 && waited < 1.0, "waited %.3f s for a 0.1 s deadline", waited);
+
+    /* Worker 2 and 0 deliver while nobody asks; a later gather of all three takes both and times
+     * out on worker 1 only. */
+    CHECK(push(&j, 2, 5) == 0, "worker 2 push");
+    CHECK(push(&j, 0, 7) == 0, "worker 0 push");
+    reqs_for(q, out, ids);
+    got = ltp_udp_recv_some(j.ps, q, N_WORKERS, N_WORKERS, 200000);
+    CHECK(got == 2, "gather with a deadline took %d, not 2", got);
+    CHECK(q[0].status == 0 && q[2].status == 0 && q[1].status == LTP_ETIMEDOUT,
+          "statuses %d %d %d", q[0].status, q[1].status, q[2].status);
+    CHECK(memcmp(out[0], j.data[0], sizeof out[0]) == 0 && memcmp(out[2], j.data[2], sizeof out[2]) == 0,
+          "values of workers 0 and 2 differ");
+    close_job(&j);
+}
+
+/* A message that started arriving before the deadline is not lost by being left: the next call
+ * takes it whole. */
+static void test_left_message_is_kept(void)
+{
+    static job_t j;
+    static float out[N_WORKERS][N_FLOATS];
+    ltp_recv_req_t q[N_WORKERS];
+    uint32_t ids[N_WORKERS] = {1, 1, 1};
+    int rc_open = open_job(&j);
+    CHECK(rc_open == 0, "opening the job: %d", rc_open);
+    reqs_for(q, out, ids);
+    CHECK(ltp_udp_recv_some(j.ps, q, N_WORKERS, 1, 1000) == 0, "took something before any push");
+    CHECK(push(&j, 0, 1) == 0, "worker 0 push");   /* arrives while nobody asks */
+    reqs_for(q, out, ids);
+    int got = ltp_udp_recv_some(j.ps, q, N_WORKERS, 1, 2000000);
+    CHECK(got == 1 && q[0].status == 0, "took %d, status %d", got, q[0].status);
+    CHECK(memcmp(out[0], j.data[0], sizeof out[0]) == 0, "worker 0's values differ");
+    CHECK(ltp_udp_recv_some(j.ps, q, N_WORKERS, 4, 1000) == LTP_EINVAL, "min_done > n accepted");
+    close_job(&j);
+}
+
+/* Lingering ends leave within the quiet period (linger_min_us, 100 ms here) once their farewell
+ * CLOSEs are out and the peers are quiet, not at linger's bound: the progress thread sends the
+ * farewell after the caller first found it pending, and must wake the caller for it. */
+static void test_linger_leaves_when_quiet(void)
+{
+    static job_t j;
+    static float out[N_WORKERS][N_FLOATS];
+    ltp_recv_req_t q[N_WORKERS];
+    uint32_t ids[N_WORKERS] = {1, 1, 1};
+    int rc_open = open_job(&j);
+    CHECK(rc_open == 0, "opening the job: %d", rc_open);
+    for (int r = 0; r < N_WORKERS; r++) CHECK(push(&j, r, 1) == 0, "worker %d push", r);
+    reqs_for(q, out, ids);
+    CHECK(ltp_udp_recv(j.ps, q, N_WORKERS, 2000000) == 0, "the server's gather failed");
+    double t0 = now_s();
+    CHECK(ltp_udp_linger(j.ps, 5000000) == 0, "server linger failed");
+    double waited = now_s() - t0;
+    CHECK(waited >= 0.09 && waited < 1.0, "the server lingered %.2f s (quiet period 0.1 s, bound 5 s)", waited);
+    for (int r = 0; r < N_WORKERS; r++) {
+        t0 = now_s();
+        CHECK(ltp_udp_linger(j.w[r], 5000000) == 0, "worker %d linger failed", r);
+        waited = now_s() - t0;
+        CHECK(waited < 1.0, "worker %d lingered %.2f s (quiet period 0.1 s, bound 5 s)", r, waited);
+    }
+    close_job(&j);
+}
+
+int main(void)
+{
+    test_linger_leaves_when_quiet();
+    test_recv_any();
+    test_left_message_is_kept();
+    printf("%d passed, %d failed\n", n_pass, n_fail);
+    return n_fail ? 1 : 0;
+}
