@@ -161,13 +161,17 @@ class FaultInjector:
                 return
             self.applied_at = now
             if f.kind in ("kill", "restart"):
+                # Dated before the call: the process dies at the signal, and the PS may see its
+                # connection end before kill() has reaped it and updated the ledger.
+                struck = time.time()
                 self.procs[self.host].kill()
                 self.killed.add(self.host)
-                self._event("killed")
+                self._event("killed", struck)
                 self.ended = f.kind == "kill"
             elif f.kind == "stall":
+                struck = time.time()
                 self._signal(signal.SIGSTOP)
-                self._event("stopped")
+                self._event("stopped", struck)
             elif f.kind == "link":
                 self._event("cut", self.cut_fn(self.host), now)
             return
