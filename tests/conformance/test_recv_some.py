@@ -130,3 +130,22 @@ def test_a_restarted_worker_is_heard_under_its_new_ids(job):
     sent = server.send_some({2: rejoin + 1}, _grad(0), 20.0)
     assert list(sent) == [2]
     np.testing.assert_array_equal(new.pull(rejoin + 1, 20.0).values, _grad(0))
+
+
+def test_every_worker_at_once_for_many_iterations(job):
+    """All workers push the same id at once and the PS takes whichever closes first, iteration
+    after iteration: nothing a worker delivered is left behind. (PLOT's layers are one message id
+    in several segments, taken one by one as each closes; a layer opening after another of its id
+    was taken was once refused as stale, and its worker went missing.)"""
+    slug, server, workers, ps_addr, addrs, transport = job
+    for it in range(10, 22):
+        pushes = [threading.Thread(target=w.push, args=(it, _grad(r), 20.0))
+                  for r, w in enumerate(workers)]
+        for t in pushes:
+            t.start()
+        got = server.recv_some({r: it for r in range(N)}, N, 10.0)
+        for t in pushes:
+            t.join()
+        assert sorted(got) == list(range(N)), f"iteration {it}: took {sorted(got)}"
+        for r in range(N):
+            np.testing.assert_array_equal(got[r].values, _grad(r))

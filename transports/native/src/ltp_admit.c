@@ -75,13 +75,37 @@ int admit_shape(ltp_core_t *c, const hdr_t *h)
 }
 
 /* ---------------------------------------------------------------- the message-id window */
-int admit_new_id(ltp_core_t *c, const peer_t *p, uint32_t id)
+int admit_new_id(ltp_core_t *c, const peer_t *p, uint32_t id, uint16_t seg)
 {
+    if (p->floor_valid && id == p->floor) {   /* the id last taken: stale only where taken */
+        if (p->floor_whole) return LTP_ESTALE;
+        for (uint32_t i = 0; i < p->n_floor_segs; i++) if (p->floor_segs[i] == seg) return LTP_ESTALE;
+        return LTP_OK;
+    }
     uint32_t lo = p->floor_valid ? p->floor + 1 : c->cfg.rx_first_msg_id;
     if ((uint32_t)(id - lo) < c->cfg.rx_msg_window) return LTP_OK;
-    if (p->floor_valid && !seq_lt(p->floor, id)) return LTP_ESTALE;   /* at or before the last taken */
+    if (p->floor_valid && seq_lt(id, p->floor)) return LTP_ESTALE;   /* before the last taken */
     c->st[LTP_S_OUT_OF_WINDOW]++;
     return LTP_EREJECTED;
+}
+
+void admit_taken(ltp_core_t *c, peer_t *p, uint32_t id, uint16_t seg)
+{
+    (void)c;
+    if (p->floor_valid && seq_lt(id, p->floor)) return;   /* older than the floor: stale anyway */
+    if (!p->floor_valid || id != p->floor) {
+        p->floor = id; p->floor_valid = 1;
+        p->n_floor_segs = 0; p->floor_whole = 0;
+    }
+    for (uint32_t i = 0; i < p->n_floor_segs; i++) if (p->floor_segs[i] == seg) return;
+    if (p->n_floor_segs == p->cap_floor_segs) {
+        uint32_t n = p->cap_floor_segs ? 2 * p->cap_floor_segs : 8;
+        uint16_t *ns = n <= 0x10000 ? realloc(p->floor_segs, n * sizeof *ns) : NULL;
+        if (!ns) { p->floor_whole = 1; return; }   /* the safe side: the whole id is stale */
+        p->floor_segs = ns;
+        p->cap_floor_segs = n;
+    }
+    p->floor_segs[p->n_floor_segs++] = seg;
 }
 
 int admit_data(ltp_core_t *c, const peer_t *p, const hdr_t *h)
@@ -89,7 +113,7 @@ int admit_data(ltp_core_t *c, const peer_t *p, const hdr_t *h)
     int rc = admit_shape(c, h);
     if (rc) return rc;
     if (rx_lookup(c, p, h->msg_id, h->segment) || ring_lookup(c, p, h->msg_id, h->segment)) return LTP_OK;
-    rc = admit_new_id(c, p, h->msg_id);
+    rc = admit_new_id(c, p, h->msg_id, h->segment);
     return rc == LTP_ESTALE ? LTP_OK : rc;   /* stale data is answered (rx_on_data) */
 }
 

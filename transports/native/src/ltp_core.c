@@ -38,7 +38,7 @@ void ltp_core_free(ltp_core_t *c)
         peer_t *p = &c->peers[i];
         for (uint32_t j = 0; p->tx && j < c->cfg.max_tx_per_peer; j++) tx_free(&p->tx[j]);
         for (uint32_t j = 0; p->rx && j < c->cfg.max_open_per_peer; j++) rx_free(&p->rx[j]);
-        free(p->tx); free(p->rx); free(p->ring);
+        free(p->tx); free(p->rx); free(p->ring); free(p->floor_segs);
     }
     free(c->peers); free(c->policy); free(c->posts); free(c->expect); free(c);
 }

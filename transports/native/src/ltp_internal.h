@@ -226,7 +226,10 @@ typedef struct {
     uint32_t n_loss;                       /* first-pass loss samples taken (ring below) */
     float loss_ring[LTP_LOSS_WINDOW_MAX];
     double t_pass_us;
-    uint32_t floor;
+    uint32_t floor;                        /* the newest id the application took */
+    uint16_t *floor_segs;                  /* the segments of id floor it took (PLOT: layers) */
+    uint32_t n_floor_segs, cap_floor_segs;
+    uint8_t floor_whole;                   /* no room to list them: every segment of floor is taken */
 } peer_t;
 
 typedef struct { float lo, hi; uint8_t set; } policy_t;
@@ -325,9 +328,13 @@ uint32_t hint_kbps(ltp_core_t *c, uint64_t now);
 int admit_shape(ltp_core_t *c, const hdr_t *h);
 /* admit_shape, and a key with no context must be one admit_new_id lets open (or stale). */
 int admit_data(ltp_core_t *c, const peer_t *p, const hdr_t *h);
-/* A DATA for a key with no context and not in the ring: 0 if its id may open one, LTP_ESTALE if
- * the application moved past it, LTP_EREJECTED (counted) if it is too far ahead. */
-int admit_new_id(ltp_core_t *c, const peer_t *p, uint32_t msg_id);
+/* A DATA for a key with no context and not in the ring: 0 if it may open one, LTP_ESTALE if the
+ * application moved past it (an older id, or this very key taken), LTP_EREJECTED (counted) if it
+ * is too far ahead. Other segments of the id last taken may still open: a message of several
+ * segments (PLOT's layers) is taken segment by segment as each closes. */
+int admit_new_id(ltp_core_t *c, const peer_t *p, uint32_t msg_id, uint16_t seg);
+/* The application took (msg_id, seg) from p: older ids become stale, and so does this key. */
+void admit_taken(ltp_core_t *c, peer_t *p, uint32_t msg_id, uint16_t seg);
 /* DATA for a packet already stored: 1 if its bytes differ from the stored ones (counted; both
  * copies are dropped, the packet counts as missing again). */
 int admit_conflict(ltp_core_t *c, rxmsg_t *m, const hdr_t *h);

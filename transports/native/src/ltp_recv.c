@@ -212,7 +212,7 @@ static int rx_open(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now, rxmsg
 {
     closed_t *e = ring_lookup(c, p, h->msg_id, h->segment);
     if (e) { late_data(c, p, e, h); return LTP_OK; }
-    int rc = admit_new_id(c, p, h->msg_id);
+    int rc = admit_new_id(c, p, h->msg_id, h->segment);
     if (rc == LTP_EREJECTED) return rc;
     if (rc == LTP_ESTALE) {
         e = ring_push(c, p, h->msg_id, h->segment);
@@ -394,7 +394,7 @@ int ltp_core_rx_take(ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg, voi
     if (whole && mask) memset(mask, 1, m->total / 4);
     if (s) fill_stats(p, m, s);
     /* Anything older than what the application just took will never be asked for. */
-    if (!p->floor_valid || seq_lt(p->floor, msg_id)) { p->floor = msg_id; p->floor_valid = 1; }
+    admit_taken(c, p, msg_id, seg);
     for (uint32_t j = 0; j < c->cfg.max_open_per_peer; j++) {
         rxmsg_t *o = &p->rx[j];
         if (o->used && seq_lt(o->msg_id, p->floor)) {

@@ -5,8 +5,8 @@
  * What it checks: ltp_udp_recv_some returns as soon as the asked-for number of messages closed,
  * takes every closed one, leaves the others with the core (a later call takes them), and at the
  * deadline returns what it has instead of failing the whole set; ltp_udp_linger returns after the
- * quiet period once the farewell CLOSEs are out, not at its bound. Exit status is non-zero if any
- * check fails.
+ * quiet period once the farewell CLOSEs are out, not at its bound; the segments of one message id
+ * can be taken one by one. Exit status is non-zero if any check fails.
  */
 #define _POSIX_C_SOURCE 200809L   /* clock_gettime under -std=c11 */
 #include "ltp.h"
@@ -190,8 +190,41 @@ static void test_linger_leaves_when_quiet(void)
     close_job(&j);
 }
 
+/* A message of several segments (PLOT's layers, one id) is taken segment by segment as each
+ * closes: a segment whose first DATA arrives after another segment of its id was taken still
+ * opens and is delivered; an older id is stale. */
+static void test_segments_taken_one_by_one(void)
+{
+    static job_t j;
+    static float out[2][N_FLOATS];
+    int rc_open = open_job(&j);
+    CHECK(rc_open == 0, "opening the job: %d", rc_open);
+    ltp_recv_req_t q[2];
+    memset(q, 0, sizeof q);
+    for (int k = 0; k < 2; k++)
+        q[k] = (ltp_recv_req_t){.peer = 0, .msg_id = 2, .segment = (uint32_t)(1 + k),
+                                .cap_bytes = N_FLOATS * 4, .data = out[k]};
+    ltp_send_req_t s = {.peer = 0, .msg_id = 2, .segment = 1, .len_bytes = N_FLOATS * 4,
+                        .data = j.data[0]};
+    CHECK(ltp_udp_send(j.w[0], &s, 1, 2000000) == 0, "segment 1 push");
+    int got = ltp_udp_recv_some(j.ps, q, 2, 1, 2000000);
+    CHECK(got == 1 && q[0].status == 0 && q[1].status == LTP_ETIMEDOUT, "took %d, statuses %d %d",
+          got, q[0].status, q[1].status);
+    s.segment = 2;
+    s.data = j.data[1];
+    int rc = ltp_udp_send(j.w[0], &s, 1, 2000000);
+    CHECK(rc == 0, "segment 2 of the id just taken was refused: %d", rc);
+    got = ltp_udp_recv_some(j.ps, &q[1], 1, 1, 2000000);
+    CHECK(got == 1 && q[1].status == 0, "segment 2: took %d, status %d", got, q[1].status);
+    CHECK(memcmp(out[1], j.data[1], sizeof out[1]) == 0, "segment 2's values differ");
+    s.msg_id = 1;   /* older than the id taken */
+    CHECK(ltp_udp_send(j.w[0], &s, 1, 2000000) == LTP_ESTALE, "an older id was not stale");
+    close_job(&j);
+}
+
 int main(void)
 {
+    test_segments_taken_one_by_one();
     test_linger_leaves_when_quiet();
     test_recv_any();
     test_left_message_is_kept();
