@@ -35,7 +35,10 @@ worker's pending gradient stays asked for: when it arrives (the worker was stall
 is back) it is *late*: ``bsp`` discards it, ``ssp``/``async`` apply it with its staleness, and the
 worker is *back*: it gets the current parameters with its next message. Parameters whose send
 did not finish (a datagram transport cancels it at the deadline) are sent again every
-``RETRY_S`` until they arrive. Every change is an event in ``raw/ps1.members.jsonl``
+``RETRY_S`` until they arrive; the gradient of those parameters is asked for meanwhile, since a
+send given up at its deadline may still have reached the worker (TCP: its bytes were in the
+kernel's buffer). A worker sent parameters by such a retry, between rounds, is missing again
+if its gradient is overdue, as in any round. Every change is an event in ``raw/ps1.members.jsonl``
 (:class:`~harness.runfiles.MemberEvent`), with the time, so detection time is measured.
 
 At the end the PS collects the gradients still on their way from live workers (at most
@@ -200,9 +203,11 @@ class ParameterServer:
             rejoin = (m.gen + 1) << GEN_SHIFT
             if m.state == "computing":
                 out[r] = m.msg
-            elif m.state == "missing" and not m.owed:
+            elif m.state == "missing":
+                # Owed parameters too: a send cancelled at its deadline may still have reached it
+                # (TCP: the bytes were in the kernel's buffer), and its gradient then comes.
                 out[r] = (m.msg, rejoin)
-            elif m.state in ("missing", "gone"):
+            elif m.state == "gone":
                 out[r] = (rejoin,)
         return out
 
@@ -221,8 +226,9 @@ class ParameterServer:
             self._back(r, rnd.t)
             return
         if m.state == "missing":
-            self._back(r, rnd.t)
-        self.turnarounds.append(self.clock() - m.sent_at)
+            self._back(r, rnd.t)   # a late gradient is no turnaround sample
+        else:
+            self.turnarounds.append(self.clock() - m.sent_at)
         staleness = self.version - m.version
         m.msg, m.clock = m.msg + 1, m.clock + 1
         if m.state != "gone":   # a message that was whole before its connection ended
@@ -310,6 +316,10 @@ class ParameterServer:
                 for r in rnd.participants:
                     if self.members[r].state == "computing":
                         self._miss(r, rnd.t)
+            for r, m in enumerate(self.members):   # sent to between rounds (a retry): overdue too
+                if (r not in rnd.participants and m.state == "computing"
+                        and now - m.sent_at > self.miss_after_s()):
+                    self._miss(r, rnd.t)
         else:
             for r, m in enumerate(self.members):
                 if m.state == "computing" and now - m.sent_at > self.miss_after_s():
