@@ -326,7 +326,7 @@ void app_summary(app_t *p, FILE *out, int ok, double wall_s, double peak_rss_mb)
             "\"retransmits_ps\": %llu, \"retransmits_workers\": %llu, \"queue_drops\": %llu, "
             "\"worker_link_drops\": %llu, \"ps_refused\": %llu, \"random_drops\": %llu, \"loss_bursts\": %llu, "
             "\"data_lost_ps\": %llu, \"data_lost_workers\": %llu, \"bottleneck_frames\": %llu, "
-            "\"wall_s\": %.3f, \"events_per_s\": %.0f, \"peak_rss_mb\": %.1f, \"network_peak_mb\": %.1f}\n",
+            "\"ps_core_us_per_datagram\": %.3f, \"wall_s\": %.3f, \"events_per_s\": %.0f, \"peak_rss_mb\": %.1f, \"network_peak_mb\": %.1f}\n",
             ok ? "ok" : (p->failed ? "timeout" : "stalled"), p->k, (unsigned long long)p->pushes,
             p->pushes ? p->frac_sum / (double)p->pushes : 0, (unsigned long long)p->early_total,
             (unsigned long long)p->max_wait_total, virt, (unsigned long long)k->events,
@@ -335,7 +335,8 @@ void app_summary(app_t *p, FILE *out, int ok, double wall_s, double peak_rss_mb)
             (unsigned long long)k->queue_drops, (unsigned long long)k->worker_link_drops,
             (unsigned long long)k->ps_refused, (unsigned long long)k->random_drops, (unsigned long long)k->loss_bursts,
             (unsigned long long)k->data_lost[0], (unsigned long long)k->data_lost[1],
-            (unsigned long long)k->bottleneck_frames, wall_s, wall_s > 0 ? (double)k->events / wall_s : 0, peak_rss_mb,
+            (unsigned long long)k->bottleneck_frames,
+            k->ps_datagrams ? (double)k->ps_cpu_ns / 1000.0 / (double)k->ps_datagrams : 0, wall_s, wall_s > 0 ? (double)k->events / wall_s : 0, peak_rss_mb,
             (double)sim_peak_bytes(p->s) / 1048576.0);
 }
 

@@ -1,10 +1,12 @@
 /* sim_net.c: the discrete-event network of sim_net.h (the model is described there). */
+#define _POSIX_C_SOURCE 200809L   /* clock_gettime */
 #include "sim_net.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define NEVER_US UINT64_MAX
 #define FRAME_OVERHEAD 42   /* Ethernet 14 + IPv4 20 + UDP 8 */
@@ -50,6 +52,15 @@ struct sim {
     sim_counters_t k;
     uint8_t buf[65536];
 };
+
+/* The PS endpoint's own cost: what one real PS would spend in the core per datagram (the
+ * simulator charges no CPU time to virtual time; this measures it). */
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 static int ev_before(const ev_t *a, const ev_t *b) { return a->at < b->at || (a->at == b->at && a->seq < b->seq); }
 
@@ -221,11 +232,13 @@ static void run_node(sim_t *s, int k)
 {
     node_t *n = &s->node[k];
     int slot, len, held = 0;
+    uint64_t t_in = k == 0 ? mono_ns() : 0;
     if (k == 0 && s->held_len) {   /* the driver offers the refused datagram first */
         if (emit(s, 0, s->held_slot, s->held, s->held_len) < 0) held = 1;
         else s->held_len = 0;
     }
     while (!held && (len = s->ops.poll_tx(n->ep, s->now, s->buf, sizeof s->buf, &slot)) > 0) {
+        s->k.ps_datagrams += k == 0;
         if (emit(s, k, slot, s->buf, len) < 0) {
             memcpy(s->held, s->buf, (size_t)len);
             s->held_len = len;
@@ -234,6 +247,7 @@ static void run_node(sim_t *s, int k)
         }
     }
     uint64_t t = held ? s->ps_link.dep[s->ps_link.head] : s->ops.next_timeout(n->ep, s->now);
+    if (k == 0) s->k.ps_cpu_ns += mono_ns() - t_in;   /* (emit's own share is small) */
     if (t == NEVER_US) return;
     if (t <= s->now) t = s->now + 1;
     run_at(s, k, t + lateness(s));
@@ -321,7 +335,9 @@ int sim_run(sim_t *s, uint64_t limit_us, sim_hook_fn hook, void *arg)
             to_ps(s, e.node, e.data, e.len);
         } else if (e.kind == EV_DELIVER) {
             s->k.delivered++;
+            uint64_t t_in = e.node == 0 ? mono_ns() : 0;
             s->ops.input(s->node[e.node].ep, e.slot, e.data, (size_t)e.len, s->now);
+            if (e.node == 0) { s->k.ps_cpu_ns += mono_ns() - t_in; s->k.ps_datagrams++; }
             stop = hook(s, arg, SIM_HOOK_INPUT, e.node, e.slot);
             sim_kick(s, e.node);   /* the datagram wakes the thread, late as any wake-up */
         } else if (e.kind == EV_RUN && e.at == s->node[e.node].run_at) {

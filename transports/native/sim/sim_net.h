@@ -55,6 +55,8 @@ typedef struct sim_counters {
     uint64_t data_lost[2];                                /* DATA lost: [0] from PS, [1] from workers */
     uint64_t bottleneck_frames, bottleneck_bytes;         /* through the bottleneck (frames) */
     uint64_t loss_bursts;                                 /* runs of consecutive drops at a host */
+    uint64_t ps_datagrams;                                /* datagrams the PS's endpoint took in or gave out */
+    uint64_t ps_cpu_ns;                                   /* wall time inside the PS endpoint's calls */
 } sim_counters_t;
 
 typedef struct sim sim_t;
