@@ -39,7 +39,9 @@ PROJECT = Path(__file__).resolve().parent.parent
 NATIVE = PROJECT / "transports" / "native"
 BINARY = NATIVE / "build" / "ltp_sim"
 GRADIENT_BYTES = 437_544     # the MLP's 109,386 float32 values (harness.models.mlp)
-SCHEMES = ("ltp", "ltp-reliable", "plot")
+# The LTP core's schemes, and the TCP reference: a stated model of TCP (SACK, NewReno-style
+# window, Linux's 200 ms least RTO) in the same event simulator, sim/tcp_model.h.
+SCHEMES = ("ltp", "ltp-reliable", "plot", "tcp-ref")
 SCENARIOS = ("push", "bsp")
 MAX_WORKERS = 65_534         # the core's ranks are 16 bits, one of them the PS's
 
@@ -154,6 +156,8 @@ def argv(cell: Cell, segments: str | None = None) -> list[str]:
            "--burst-bytes", str(host["burst_bytes"]), *loss_flags(cell.loss)]
     if cell.transport == "ltp-reliable":
         out += ["--reliable", "1"]
+    if cell.transport == "tcp-ref":
+        out += ["--tcp", "1"]
     if cell.transport == "plot":
         out += ["--segments", segments or plot_segments()]
     return out

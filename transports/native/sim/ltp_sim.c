@@ -22,6 +22,7 @@
 #include "ltp_internal.h"   /* WIRE_* offsets of the wire layout */
 #include "sim_net.h"
 #include "sim_app.h"
+#include "tcp_model.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +48,81 @@ static int ops_classify(const uint8_t *b, size_t len)
 }
 
 static const sim_ops_t LTP_OPS = {ops_input, ops_poll, ops_timeout, ops_classify};
+
+/* ---------------------------------------------------------------- the application's view */
+static int ltp_send(void *ep, int peer, uint32_t msg, uint16_t seg, const void *d, uint32_t len, uint64_t now)
+{
+    return ltp_core_send(ep, peer, msg, seg, d, len, 0, now);
+}
+
+static int ltp_done(void *ep, int peer, uint32_t msg, uint16_t seg, uint64_t now, uint64_t *rtx)
+{
+    ltp_send_stats_t st;
+    int rc = ltp_core_send_status(ep, peer, msg, seg, &st, now);
+    *rtx = rc == 1 ? st.retransmits : 0;
+    return rc;
+}
+
+static void ltp_release(void *ep, int peer, uint32_t msg, uint16_t seg) { ltp_core_send_release(ep, peer, msg, seg); }
+static int ltp_ready(void *ep, int peer, uint32_t msg, uint16_t seg) { return ltp_core_rx_ready(ep, peer, msg, seg); }
+
+static void ltp_take(void *ep, int peer, uint32_t msg, uint16_t seg, void *buf, uint32_t cap, app_take_t *out)
+{
+    ltp_msg_stats_t st;
+    memset(&st, 0, sizeof st);
+    ltp_core_rx_take(ep, peer, msg, seg, buf, cap, NULL, &st);
+    *out = (app_take_t){st.received_bytes, st.total_bytes, st.close_reason == LTP_CLOSE_EARLY,
+                        st.close_reason == LTP_CLOSE_MAX_WAIT};
+}
+
+/* Every message lands in one shared buffer: the content is not looked at, and N copies of a
+ * gradient in the core's own buffers would cost N x 437 kB. */
+static void ltp_post(void *ep, int peer, uint32_t msg, uint16_t seg, void *buf, uint32_t cap)
+{
+    ltp_core_rx_post(ep, peer, msg, seg, buf, cap);
+}
+
+static uint64_t ltp_progress(void *ep)
+{
+    uint64_t st[LTP_S__COUNT];
+    ltp_core_stats(ep, st, LTP_S__COUNT);
+    return st[LTP_S_SENDS_CLOSED] + st[LTP_S_SENDS_ALL_ACKED] + st[LTP_S_SENDS_CANCELLED] + st[LTP_S_CLOSE_COMPLETE] +
+           st[LTP_S_CLOSE_EARLY] + st[LTP_S_CLOSE_MAX_WAIT] + st[LTP_S_CLOSE_STALE];
+}
+
+static const app_transport_t LTP_APP = {ltp_send, ltp_done, ltp_release, ltp_ready, ltp_take, ltp_post, ltp_progress};
+
+static int tcp_app_send(void *ep, int peer, uint32_t msg, uint16_t seg, const void *d, uint32_t len, uint64_t now)
+{
+    (void)seg;
+    return tcp_send(ep, peer, msg, d, len, now);
+}
+
+static int tcp_app_done(void *ep, int peer, uint32_t msg, uint16_t seg, uint64_t now, uint64_t *rtx)
+{
+    (void)seg; (void)now;
+    *rtx = 0;
+    return tcp_send_done(ep, peer, msg, rtx);
+}
+
+static void tcp_app_release(void *ep, int peer, uint32_t msg, uint16_t seg) { (void)ep; (void)peer; (void)msg; (void)seg; }
+static int tcp_app_ready(void *ep, int peer, uint32_t msg, uint16_t seg) { (void)seg; return tcp_rx_ready(ep, peer, msg); }
+
+static void tcp_app_take(void *ep, int peer, uint32_t msg, uint16_t seg, void *buf, uint32_t cap, app_take_t *out)
+{
+    (void)ep; (void)peer; (void)msg; (void)seg; (void)buf;
+    *out = (app_take_t){cap, cap, 0, 0};   /* TCP delivers whole messages */
+}
+
+static void tcp_app_post(void *ep, int peer, uint32_t msg, uint16_t seg, void *buf, uint32_t cap)
+{
+    (void)ep; (void)peer; (void)msg; (void)seg; (void)buf; (void)cap;
+}
+
+static uint64_t tcp_app_progress(void *ep) { return tcp_progress(ep); }
+
+static const app_transport_t TCP_APP = {tcp_app_send, tcp_app_done, tcp_app_release, tcp_app_ready, tcp_app_take,
+                                        tcp_app_post, tcp_app_progress};
 
 static double wall_s(void)
 {
@@ -117,19 +193,28 @@ int main(int argc, char **argv)
     int rc = app_parse_args(&a, argc, argv, err, sizeof err);
     if (rc == 1) { app_usage(stdout); return 0; }
     if (rc) { fprintf(stderr, "ltp_sim: %s\n", err); return 2; }
-    ltp_core_t **cores = calloc((size_t)a.workers + 1, sizeof *cores);
-    if (!cores || make_cores(&a, cores, err, sizeof err)) { fprintf(stderr, "ltp_sim: %s\n", err); return 2; }
+    void **eps = calloc((size_t)a.workers + 1, sizeof *eps);
+    if (!eps) { fprintf(stderr, "ltp_sim: out of memory.\n"); return 2; }
+    if (a.tcp) {
+        for (int k = 0; k <= a.workers; k++) eps[k] = tcp_new(k ? 1 : a.workers, a.rto_min_us);
+    } else if (make_cores(&a, (ltp_core_t **)eps, err, sizeof err)) {
+        fprintf(stderr, "ltp_sim: %s\n", err);
+        return 2;
+    }
     sim_netcfg_t nc = a.net;
-    sim_t *s = sim_new(&nc, &LTP_OPS, (void **)cores, err, sizeof err);
+    sim_t *s = sim_new(&nc, a.tcp ? &TCP_OPS : &LTP_OPS, eps, err, sizeof err);
     if (!s) { fprintf(stderr, "ltp_sim: %s\n", err); return 2; }
     double t0 = wall_s();
-    app_t *app = app_new(&a, s, cores);
+    app_t *app = app_new(&a, s, a.tcp ? &TCP_APP : &LTP_APP, eps);
     int ok = app_run(app, stdout);
     double wall = wall_s() - t0;
     app_summary(app, stdout, ok, wall, peak_rss_mb());
     app_free(app);
     sim_free(s);
-    for (int k = 0; k <= a.workers; k++) ltp_core_free(cores[k]);
-    free(cores);
+    for (int k = 0; k <= a.workers; k++) {
+        if (a.tcp) tcp_free(eps[k]);
+        else ltp_core_free(eps[k]);
+    }
+    free(eps);
     return ok ? 0 : 1;
 }

@@ -26,7 +26,8 @@ typedef struct {
 struct app {
     app_args_t a;
     sim_t *s;
-    ltp_core_t **c;
+    const app_transport_t *t;
+    void **c;
     FILE *out;
     float *data, *ps_buf, *w_buf;      /* shared: what is sent, where it lands (content unused) */
     uint32_t k;
@@ -111,9 +112,9 @@ static void start_push(app_t *p, int r)
     wstate_t *w = &p->w[r];
     uint64_t now = sim_now(p->s);
     for (int s = 0; s < p->a.n_segs; s++) {
-        int rc = ltp_core_send(p->c[r + 1], 0, w->k, seg_id(p, s), (const uint8_t *)p->data + seg_off(p, s),
-                               p->a.seg_bytes[s], 0, now);
-        if (rc) { fprintf(stderr, "ltp_sim: worker %d send: %s\n", r, ltp_strerror(rc)); p->failed = 1; }
+        int rc = p->t->send(p->c[r + 1], 0, w->k, seg_id(p, s), (const uint8_t *)p->data + seg_off(p, s),
+                            p->a.seg_bytes[s], now);
+        if (rc) { fprintf(stderr, "ltp_sim: worker %d could not send (%d)\n", r, rc); p->failed = 1; }
     }
     w->sent_at = now;
     w->state = W_PUSHING;
@@ -144,18 +145,17 @@ static void computed(app_t *p, int r)
 static void worker_check(app_t *p, int r)
 {
     wstate_t *w = &p->w[r];
-    ltp_core_t *c = p->c[r + 1];
-    uint64_t now = sim_now(p->s);
+    void *c = p->c[r + 1];
+    uint64_t now = sim_now(p->s), rtx;
     if (w->state == W_PUSHING && !w->send_done) {
         int done = 1;
-        for (int s = 0; s < p->a.n_segs && done; s++) done = ltp_core_send_status(c, 0, w->k, seg_id(p, s), NULL, now) == 1;
+        for (int s = 0; s < p->a.n_segs && done; s++) done = p->t->send_done(c, 0, w->k, seg_id(p, s), now, &rtx) == 1;
         if (done) {
             w->rtx = 0;
             for (int s = 0; s < p->a.n_segs; s++) {
-                ltp_send_stats_t st;
-                ltp_core_send_status(c, 0, w->k, seg_id(p, s), &st, now);
-                w->rtx += st.retransmits;
-                ltp_core_send_release(c, 0, w->k, seg_id(p, s));
+                p->t->send_done(c, 0, w->k, seg_id(p, s), now, &rtx);
+                w->rtx += rtx;
+                p->t->send_release(c, 0, w->k, seg_id(p, s));
             }
             w->send_done = 1;
         }
@@ -165,10 +165,11 @@ static void worker_check(app_t *p, int r)
         w->state = W_IDLE;
         w->k++;
         w->taken = w->send_done = 0;
-        ltp_core_rx_post(c, 0, w->k, 0, p->w_buf, p->a.total_bytes);
+        p->t->rx_post(c, 0, w->k, 0, p->w_buf, p->a.total_bytes);
     }
-    if (w->state == W_IDLE && w->k == p->k && ltp_core_rx_ready(c, 0, w->k, 0) == 1) {
-        ltp_core_rx_take(c, 0, w->k, 0, p->w_buf, p->a.total_bytes, NULL, NULL);
+    if (w->state == W_IDLE && w->k == p->k && p->t->rx_ready(c, 0, w->k, 0) == 1) {
+        app_take_t got;
+        p->t->rx_take(c, 0, w->k, 0, p->w_buf, p->a.total_bytes, &got);
         w->state = W_COMPUTE;
         if (p->a.compute_us) tm_push(p, now + p->a.compute_us, r, T_COMPUTED);
         else computed(p, r);
@@ -190,27 +191,27 @@ static void start_iteration(app_t *p)
     for (int r = 0; r < p->a.workers; r++) {
         p->bcast_pending[r] = p->gather_pending[r] = r;
         for (int s = 0; s < p->a.n_segs; s++)   /* every gradient lands in one shared buffer */
-            ltp_core_rx_post(p->c[0], r, p->k, seg_id(p, s), (uint8_t *)p->ps_buf + seg_off(p, s), p->a.seg_bytes[s]);
-        int rc = ltp_core_send(p->c[0], r, p->k, 0, p->data, p->a.total_bytes, 0, now);
-        if (rc) { fprintf(stderr, "ltp_sim: broadcast: %s\n", ltp_strerror(rc)); p->failed = 1; }
+            p->t->rx_post(p->c[0], r, p->k, seg_id(p, s), (uint8_t *)p->ps_buf + seg_off(p, s), p->a.seg_bytes[s]);
+        int rc = p->t->send(p->c[0], r, p->k, 0, p->data, p->a.total_bytes, now);
+        if (rc) { fprintf(stderr, "ltp_sim: the broadcast could not send (%d)\n", rc); p->failed = 1; }
     }
     sim_kick(p->s, 0);
 }
 
 static int take_gradient(app_t *p, int r)
 {
-    ltp_core_t *c = p->c[0];
-    for (int s = 0; s < p->a.n_segs; s++) if (ltp_core_rx_ready(c, r, p->k, seg_id(p, s)) != 1) return 0;
+    void *c = p->c[0];
+    for (int s = 0; s < p->a.n_segs; s++) if (p->t->rx_ready(c, r, p->k, seg_id(p, s)) != 1) return 0;
     wstate_t *w = &p->w[r];
     uint64_t got = 0, total = 0;
     w->early = w->max_wait = 0;
     for (int s = 0; s < p->a.n_segs; s++) {
-        ltp_msg_stats_t st;
-        ltp_core_rx_take(c, r, p->k, seg_id(p, s), (uint8_t *)p->ps_buf + seg_off(p, s), p->a.seg_bytes[s], NULL, &st);
-        got += st.received_bytes;
+        app_take_t st;
+        p->t->rx_take(c, r, p->k, seg_id(p, s), (uint8_t *)p->ps_buf + seg_off(p, s), p->a.seg_bytes[s], &st);
+        got += st.got_bytes;
         total += st.total_bytes;
-        w->early += st.close_reason == LTP_CLOSE_EARLY;
-        w->max_wait += st.close_reason == LTP_CLOSE_MAX_WAIT;
+        w->early += st.early;
+        w->max_wait += st.max_wait;
     }
     w->frac = total ? (double)got / (double)total : 0;
     w->push_s = (double)(sim_now(p->s) - w->sent_at) / 1e6;
@@ -232,15 +233,13 @@ static void end_iteration(app_t *p)
 
 static void ps_check(app_t *p)
 {
-    uint64_t st[LTP_S__COUNT], now = sim_now(p->s);
-    ltp_core_stats(p->c[0], st, LTP_S__COUNT);
-    uint64_t sends = st[LTP_S_SENDS_CLOSED] + st[LTP_S_SENDS_ALL_ACKED] + st[LTP_S_SENDS_CANCELLED];
-    uint64_t closes = st[LTP_S_CLOSE_COMPLETE] + st[LTP_S_CLOSE_EARLY] + st[LTP_S_CLOSE_MAX_WAIT] + st[LTP_S_CLOSE_STALE];
-    if (p->phase == PS_BCAST && sends != p->sends_seen) {
+    uint64_t now = sim_now(p->s), progress = p->t->progress(p->c[0]);
+    if (p->phase == PS_BCAST && progress != p->sends_seen) {
         for (int i = 0; i < p->bcast_left;) {
             int r = p->bcast_pending[i];
-            if (ltp_core_send_status(p->c[0], r, p->k, 0, NULL, now) == 1) {
-                ltp_core_send_release(p->c[0], r, p->k, 0);
+            uint64_t rtx;
+            if (p->t->send_done(p->c[0], r, p->k, 0, now, &rtx) == 1) {
+                p->t->send_release(p->c[0], r, p->k, 0);
                 p->bcast_pending[i] = p->bcast_pending[--p->bcast_left];
             } else {
                 i++;
@@ -248,14 +247,14 @@ static void ps_check(app_t *p)
         }
         if (!p->bcast_left) { p->bcast_end = now; p->phase = PS_GATHER; maybe_release(p); }
     }
-    p->sends_seen = sends;
-    if (closes != p->closes_seen) {
+    p->sends_seen = progress;
+    if (progress != p->closes_seen) {
         for (int i = 0; i < p->gather_left;) {
             if (take_gradient(p, p->gather_pending[i])) p->gather_pending[i] = p->gather_pending[--p->gather_left];
             else i++;
         }
     }
-    p->closes_seen = closes;
+    p->closes_seen = progress;
     if (p->phase == PS_GATHER && !p->gather_left) {
         p->gather_end = now;
         p->phase = PS_UPDATE;
@@ -287,12 +286,13 @@ static int hook(sim_t *s, void *arg, int why, int node, int slot)
     return p->finished || p->failed;
 }
 
-app_t *app_new(const app_args_t *a, sim_t *s, ltp_core_t **cores)
+app_t *app_new(const app_args_t *a, sim_t *s, const app_transport_t *t, void **eps)
 {
     app_t *p = calloc(1, sizeof *p);
     p->a = *a;
     p->s = s;
-    p->c = cores;
+    p->t = t;
+    p->c = eps;
     size_t n = (size_t)a->workers;
     p->data = calloc(a->total_bytes / 4, sizeof(float));
     p->ps_buf = calloc(a->total_bytes / 4, sizeof(float));
@@ -309,7 +309,7 @@ app_t *app_new(const app_args_t *a, sim_t *s, ltp_core_t **cores)
 int app_run(app_t *p, FILE *out)
 {
     p->out = out;
-    for (int r = 0; r < p->a.workers; r++) ltp_core_rx_post(p->c[r + 1], 0, 0, 0, p->w_buf, p->a.total_bytes);
+    for (int r = 0; r < p->a.workers; r++) p->t->rx_post(p->c[r + 1], 0, 0, 0, p->w_buf, p->a.total_bytes);
     start_iteration(p);
     /* The whole run's virtual time is bounded by the per-iteration limit the hook checks. */
     int done = sim_run(p->s, (uint64_t)p->a.iterations * p->a.limit_us + 1, hook, p);

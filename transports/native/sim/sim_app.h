@@ -13,6 +13,8 @@
 
 typedef struct app_args {
     int workers, iterations, bsp, reliable, auth;
+    int tcp;                             /* the TCP reference model instead of the LTP core */
+    uint32_t rto_min_us;
     int n_segs;                          /* 1: one message (LTP); more: PLOT's layers */
     uint32_t seg_bytes[SIM_MAX_SEGS], total_bytes;
     double seg_bound[SIM_MAX_SEGS];
@@ -27,8 +29,20 @@ typedef struct app_args {
 int app_parse_args(app_args_t *a, int argc, char **argv, char *err, size_t err_len);
 void app_usage(FILE *f);
 
+/* What the application needs of a transport's endpoint (the LTP core or the TCP model). */
+typedef struct { uint64_t got_bytes, total_bytes; int early, max_wait; } app_take_t;
+typedef struct app_transport {
+    int (*send)(void *ep, int peer, uint32_t msg, uint16_t seg, const void *data, uint32_t len, uint64_t now);
+    int (*send_done)(void *ep, int peer, uint32_t msg, uint16_t seg, uint64_t now, uint64_t *retransmits);
+    void (*send_release)(void *ep, int peer, uint32_t msg, uint16_t seg);
+    int (*rx_ready)(void *ep, int peer, uint32_t msg, uint16_t seg);
+    void (*rx_take)(void *ep, int peer, uint32_t msg, uint16_t seg, void *buf, uint32_t cap, app_take_t *out);
+    void (*rx_post)(void *ep, int peer, uint32_t msg, uint16_t seg, void *buf, uint32_t cap);
+    uint64_t (*progress)(void *ep);   /* moves when a message closed or a send ended */
+} app_transport_t;
+
 typedef struct app app_t;
-app_t *app_new(const app_args_t *a, sim_t *s, ltp_core_t **cores);
+app_t *app_new(const app_args_t *a, sim_t *s, const app_transport_t *t, void **eps);
 /* Runs every iteration, printing push and iteration rows; 1 if all finished. */
 int app_run(app_t *app, FILE *out);
 void app_summary(app_t *app, FILE *out, int ok, double wall_s, double peak_rss_mb);

@@ -14,6 +14,8 @@ static const flag_t FLAGS[] = {
     {"--iterations", "iterations, 1 to 100000 (default 10)"},
     {"--scenario", "push (synchronized pushes, as bench-transport) or bsp (training), default push"},
     {"--reliable", "1: the PS closes gradients only whole (ltp-reliable), default 0"},
+    {"--tcp", "1: the TCP reference model (sim/tcp_model.h) instead of the LTP core, default 0"},
+    {"--rto-min-us", "the TCP model's least retransmission timeout in us (default 200000, Linux's)"},
     {"--auth", "1: SipHash MAC on every datagram, as the testbed runs (default 1)"},
     {"--bytes", "gradient and parameter bytes, a multiple of 4 (default 437544, the MLP)"},
     {"--segments", "PLOT: the gradient as per-layer segments BYTES:BOUND,... (bytes sum to --bytes)"},
@@ -100,7 +102,7 @@ int app_parse_args(app_args_t *a, int argc, char **argv, char *err, size_t n)
     memset(a, 0, sizeof *a);
     a->workers = 8; a->iterations = 10; a->auth = 1; a->n_segs = 1;
     a->total_bytes = a->seg_bytes[0] = 437544; a->seg_bound[0] = 1.0;
-    a->skew_us = 1000; a->limit_us = 60000000; a->seed = 1;
+    a->skew_us = 1000; a->limit_us = 60000000; a->seed = 1; a->rto_min_us = 200000;
     double btl = 100, wmbps = 0, pmbps = 0, q = 64, wq = 1000, pq = 1000, v;
     int have_segments = 0;
     sim_netcfg_t *c = &a->net;
@@ -118,6 +120,8 @@ int app_parse_args(app_args_t *a, int argc, char **argv, char *err, size_t n)
         }
         else if (!strcmp(f, "--reliable")) { NUM(0, 1); a->reliable = (int)v; }
         else if (!strcmp(f, "--auth")) { NUM(0, 1); a->auth = (int)v; }
+        else if (!strcmp(f, "--tcp")) { NUM(0, 1); a->tcp = (int)v; }
+        else if (!strcmp(f, "--rto-min-us")) { NUM(1000, 1e8); a->rto_min_us = (uint32_t)v; }
         else if (!strcmp(f, "--bytes")) {
             NUM(4, 1e9);
             if ((uint32_t)v % 4) { snprintf(err, n, "--bytes must be a multiple of 4, not %s.", x); return -1; }
@@ -154,7 +158,7 @@ int app_parse_args(app_args_t *a, int argc, char **argv, char *err, size_t n)
         else { snprintf(err, n, "unknown flag '%s' (see --help).", f); return -1; }
 #undef NUM
     }
-    if (have_segments && a->n_segs == 1) a->n_segs = 1;   /* one segment: LTP's own message */
+    if (a->tcp && have_segments && a->n_segs > 1) { snprintf(err, n, "--segments is PLOT's; the TCP model sends one stream."); return -1; }
     c->n_workers = a->workers;
     c->bottleneck_mbps = btl;
     c->worker_mbps = wmbps > 0 ? wmbps : btl;
