@@ -11,17 +11,23 @@
 #define INIT_RTO_US 1000000u
 #define MAX_RTO_US 120000000u
 #define DELACK_US 40000u
-#define TLP_MIN_US 10000u    /* Linux's tail loss probe: 2 srtt, at least 10 ms */
+#define TLP_MIN_US 10000u
+#define HYSTART_SAMPLES 8u   /* Linux: HYSTART_MIN_SAMPLES; threshold min_rtt / 8 within 4-16 ms */    /* Linux's tail loss probe: 2 srtt, at least 10 ms */
 #define NEVER_US UINT64_MAX
 enum { T_DATA = 1, T_ACK = 2 };
 
 typedef struct {
     uint32_t msg, nseg, una, nxt, recover, high_sacked, n_sacked;
     int active, done, in_recovery, dupacks;
-    uint8_t *sacked, *resent;   /* per segment: the receiver has it (SACK); resent this episode */
+    uint8_t *sacked;            /* per segment: the receiver has it (SACK) */
+    uint64_t *resent_at;        /* per segment: when it was last resent in this episode, 0: not */
     double cwnd, ssthresh;
     uint64_t rto_at, tlp_at, rtx;
     int tlp_pending;
+    /* HyStart's delay detection (CUBIC's slow-start exit): RTT minima of the first samples of
+     * this round and the last */
+    uint32_t round_end, round_samples;
+    double round_min_us, last_round_min_us;
 } tx_t;
 
 typedef struct {
@@ -71,7 +77,7 @@ void tcp_free(tcp_ep_t *e)
     for (int i = 0; i < e->n; i++) {
         free(e->c[i].rx.have);
         free(e->c[i].tx.sacked);
-        free(e->c[i].tx.resent);
+        free(e->c[i].tx.resent_at);
     }
     free(e->c);
     free(e);
@@ -85,13 +91,13 @@ int tcp_send(tcp_ep_t *e, int peer, uint32_t msg, const void *data, uint32_t len
     tx_t *t = &e->c[peer].tx;
     double ssthresh = t->ssthresh;
     free(t->sacked);
-    free(t->resent);
+    free(t->resent_at);
     memset(t, 0, sizeof *t);
     t->msg = msg;
     t->nseg = (len + MSS - 1) / MSS;
     t->sacked = calloc(t->nseg, 1);
-    t->resent = calloc(t->nseg, 1);
-    if (!t->sacked || !t->resent) return -1;
+    t->resent_at = calloc(t->nseg, sizeof *t->resent_at);
+    if (!t->sacked || !t->resent_at) return -1;
     t->cwnd = INIT_CWND;        /* restart after idle */
     t->ssthresh = ssthresh;     /* kept from the connection's past */
     t->active = 1;
@@ -143,6 +149,24 @@ static void arm_tlp(const conn_t *c, tx_t *t, uint64_t now)
     t->tlp_at = now + (pto < TLP_MIN_US ? TLP_MIN_US : (uint64_t)pto);
 }
 
+/* CUBIC's HyStart (delay): leave slow start once a round's RTT grew by an eighth (4-16 ms). */
+static void hystart(tx_t *t, double rtt_us)
+{
+    if (t->cwnd >= t->ssthresh) return;
+    if (t->una >= t->round_end) {   /* a new round */
+        if (t->round_samples >= HYSTART_SAMPLES) t->last_round_min_us = t->round_min_us;
+        t->round_end = t->nxt;
+        t->round_samples = 0;
+        t->round_min_us = 1e18;
+    }
+    if (t->round_samples++ < HYSTART_SAMPLES && rtt_us < t->round_min_us) t->round_min_us = rtt_us;
+    if (t->round_samples >= HYSTART_SAMPLES && t->last_round_min_us > 0) {
+        double eta = t->last_round_min_us / 8;
+        eta = eta < 4000 ? 4000 : eta > 16000 ? 16000 : eta;
+        if (t->round_min_us >= t->last_round_min_us + eta) t->ssthresh = t->cwnd;
+    }
+}
+
 static void enter_recovery(tx_t *t)
 {
     double flight = pipe(t);
@@ -150,7 +174,7 @@ static void enter_recovery(tx_t *t)
     t->cwnd = t->ssthresh;
     t->recover = t->nxt;
     t->in_recovery = 1;
-    memset(t->resent, 0, t->nseg);
+    memset(t->resent_at, 0, t->nseg * sizeof *t->resent_at);
 }
 
 static void on_ack(tcp_ep_t *e, conn_t *c, uint32_t msg, uint32_t cum, uint32_t echo, uint64_t sack, uint64_t now)
@@ -166,7 +190,11 @@ static void on_ack(tcp_ep_t *e, conn_t *c, uint32_t msg, uint32_t cum, uint32_t 
     }
     if (cum > t->una) {
         uint32_t acked = cum - t->una;
-        if (echo) rtt_sample(e, c, (double)((uint32_t)now - echo));
+        if (echo) {
+            double rtt = (double)((uint32_t)now - echo);
+            rtt_sample(e, c, rtt);
+            hystart(t, rtt);
+        }
         if (t->in_recovery && cum >= t->recover) { t->in_recovery = 0; t->cwnd = t->ssthresh; }
         else if (!t->in_recovery) t->cwnd += t->cwnd < t->ssthresh ? acked : (double)acked / t->cwnd;
         for (uint32_t i = t->una; i < cum; i++) t->sacked[i] = 1;
@@ -181,13 +209,27 @@ static void on_ack(tcp_ep_t *e, conn_t *c, uint32_t msg, uint32_t cum, uint32_t 
     }
 }
 
-/* The first segment to retransmit: below the highest SACKed, not SACKed, not yet resent. */
-static uint32_t lost_seg(const tx_t *t)
+/* The first segment to retransmit: below the highest SACKed, not SACKed, and not resent, or
+ * resent more than 5/4 srtt ago (RACK: a lost retransmission is found by time, not by RTO). */
+static uint32_t lost_seg(const conn_t *c, const tx_t *t, uint64_t now)
 {
     if (!t->in_recovery) return UINT32_MAX;
+    double window = c->srtt * 1.25 < 1000 ? 1000 : c->srtt * 1.25;
     for (uint32_t i = t->una; i < t->high_sacked && i < t->nxt; i++)
-        if (!t->sacked[i] && !t->resent[i]) return i;
+        if (!t->sacked[i] && (!t->resent_at[i] || (double)(now - t->resent_at[i]) > window)) return i;
     return UINT32_MAX;
+}
+
+/* When a resent segment next counts as lost again (NEVER_US: none waits). */
+static uint64_t relost_at(const conn_t *c, const tx_t *t)
+{
+    if (!t->in_recovery) return NEVER_US;
+    double window = c->srtt * 1.25 < 1000 ? 1000 : c->srtt * 1.25;
+    uint64_t at = NEVER_US;
+    for (uint32_t i = t->una; i < t->high_sacked && i < t->nxt; i++)
+        if (!t->sacked[i] && t->resent_at[i] && t->resent_at[i] + (uint64_t)window + 1 < at)
+            at = t->resent_at[i] + (uint64_t)window + 1;
+    return at;
 }
 
 static void on_data(tcp_ep_t *e, conn_t *c, uint32_t msg, uint32_t idx, uint32_t nseg, uint32_t ts, uint64_t now)
@@ -227,11 +269,11 @@ static int tcp_input(void *ep, int slot, const uint8_t *b, size_t len, uint64_t 
     return 0;
 }
 
-static int can_send(const tx_t *t)
+static int can_send(const conn_t *c, const tx_t *t, uint64_t now)
 {
     if (t->active && !t->done && t->tlp_pending) return 1;
     if (!t->active || t->done || pipe(t) >= t->cwnd) return 0;
-    return lost_seg(t) != UINT32_MAX || t->nxt < t->nseg;
+    return lost_seg(c, t, now) != UINT32_MAX || t->nxt < t->nseg;
 }
 
 static int tcp_poll(void *ep, uint64_t now, uint8_t *b, size_t cap, int *slot)
@@ -247,6 +289,7 @@ static int tcp_poll(void *ep, uint64_t now, uint8_t *b, size_t cap, int *slot)
             t->cwnd = 1;
             t->nxt = t->una;
             t->in_recovery = t->dupacks = 0;
+            memset(t->resent_at, 0, t->nseg * sizeof *t->resent_at);
             e->c[k].rto_us = e->c[k].rto_us * 2 > MAX_RTO_US ? MAX_RTO_US : e->c[k].rto_us * 2;
             t->rto_at = now + e->c[k].rto_us;
             t->recover = old_nxt;   /* segments below the old nxt are retransmissions */
@@ -282,14 +325,14 @@ static int tcp_poll(void *ep, uint64_t now, uint8_t *b, size_t cap, int *slot)
     for (int j = 0; j < e->n; j++) {
         int k = (e->rr + j) % e->n;
         tx_t *t = &e->c[k].tx;
-        if (!can_send(t)) continue;
-        uint32_t idx = lost_seg(t);
+        if (!can_send(&e->c[k], t, now)) continue;
+        uint32_t idx = lost_seg(&e->c[k], t, now);
         int rtx = 1;
         if (t->tlp_pending) {
             idx = (uint32_t)t->tlp_pending - 1;
             t->tlp_pending = 0;
         } else if (idx != UINT32_MAX) {
-            t->resent[idx] = 1;
+            t->resent_at[idx] = now;
         } else {
             while (t->nxt < t->nseg && t->sacked[t->nxt]) t->nxt++;   /* after an RTO: skip SACKed */
             if (t->nxt >= t->nseg) continue;
@@ -319,7 +362,9 @@ static uint64_t tcp_timeout(void *ep, uint64_t now)
     uint64_t t = NEVER_US;
     for (int k = 0; k < e->n; k++) {
         const conn_t *c = &e->c[k];
-        if (c->rx.ack_now || can_send(&c->tx)) return now;
+        if (c->rx.ack_now || can_send(c, &c->tx, now)) return now;
+        uint64_t r = relost_at(c, &c->tx);
+        if (r < t) t = r;
         if (c->rx.ack_at && c->rx.ack_at < t) t = c->rx.ack_at;
         if (c->tx.active && c->tx.rto_at < t) t = c->tx.rto_at;
         if (c->tx.active && c->tx.tlp_at < t) t = c->tx.tlp_at;
