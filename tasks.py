@@ -192,14 +192,14 @@ def fuzz(c, seconds=60, udp_seconds=10):
             "Gilbert-Elliott models, e.g. 0,1,ge:5:4 (default 0)",
     "delay": "comma-separated one-way delays in ms (default 0)",
     "seeds": "comma-separated seeds (default 1)",
-    "iterations": "iterations per run (default 5)",
+    "iterations": "iterations per run (default 2; 1,024 workers take minutes per iteration)",
     "scenario": "push (synchronized pushes, as bench-transport) or bsp (training iterations)",
     "host": "ideal (instant hosts) or testbed (the lateness of this 2-core machine's testbed)",
     "compute_ms": "bsp: each worker's compute per iteration in ms (default 0)",
     "update_ms": "bsp: the PS's update per iteration in ms (default 0)",
 })
 def simulate(c, out=None, workers="8", transports="ltp", bandwidth="100", queue="64", loss="0",
-             delay="0", seeds="1", iterations="5", scenario="push", host="ideal", compute_ms="0",
+             delay="0", seeds="1", iterations="2", scenario="push", host="ideal", compute_ms="0",
              update_ms="0"):
     """Simulate the LTP/PLOT core (the same C code) at N workers; write tables and figures."""
     from harness import cli

@@ -73,7 +73,7 @@ class Cell:
     loss: str | float = 0.0          # a loss model's text, as run-sweep's --loss
     delay_ms: float = 0.0            # one way, per direction, at every host's ingress
     seed: int = 1
-    iterations: int = 10
+    iterations: int = 3
     scenario: str = "push"           # push: synchronized pushes; bsp: training iterations
     host: str = "ideal"
     compute_ms: float = 0.0
@@ -143,6 +143,13 @@ def plot_segments() -> str:
     return ",".join(f"{s.length * 4}:{b:.6g}" for s, b in zip(lay.segments, bounds))
 
 
+def limit_s(cell: Cell) -> float:
+    """Virtual seconds an iteration may take before the run counts as a timeout: 60, or 20 times
+    the iteration's bound (broadcast and push, every frame through the link) if more."""
+    bound = 2 * cell.workers * GRADIENT_BYTES * 1.08 * 8 / (cell.bottleneck_mbps * 1e6)
+    return max(60.0, 20 * bound + cell.compute_ms / 1e3 + cell.update_ms / 1e3)
+
+
 def argv(cell: Cell, segments: str | None = None) -> list[str]:
     """The simulator's command line for one cell."""
     host = HOSTS[cell.host]
@@ -151,7 +158,7 @@ def argv(cell: Cell, segments: str | None = None) -> list[str]:
            "--bottleneck-mbps", f"{cell.bottleneck_mbps:g}", "--queue-pkts", str(cell.queue_pkts),
            "--delay-us", f"{cell.delay_ms * 1000:.0f}", "--seed", str(cell.seed),
            "--compute-us", f"{cell.compute_ms * 1000:.0f}", "--update-us", f"{cell.update_ms * 1000:.0f}",
-           "--skew-us", f"{cell.skew_us:.0f}",
+           "--skew-us", f"{cell.skew_us:.0f}", "--limit-s", f"{limit_s(cell):.6g}",
            "--wake-mean-us", str(host["wake_mean_us"]), "--rx-poll-us", str(host["rx_poll_us"]),
            "--burst-bytes", str(host["burst_bytes"]), *loss_flags(cell.loss)]
     if cell.transport == "ltp-reliable":
@@ -194,7 +201,8 @@ def run(cell: Cell, segments: str | None = None, timeout_s: float = 3600) -> Res
         summary = {**cell.key(), "status": "crash", "reason": got.stderr.strip()[-200:]}
     else:
         summary = tables["summary"][0]
-        summary["reason"] = "" if summary["status"] == "ok" else "an iteration passed --limit-s"
+        summary["reason"] = ("" if summary["status"] == "ok" else
+                             f"an iteration took more than {limit_s(cell):g} virtual seconds")
     return Result(tables["push"], tables["iteration"], summary)
 
 

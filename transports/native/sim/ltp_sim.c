@@ -16,6 +16,7 @@
  *   {"table": "push", ...}       one row per worker per iteration
  *   {"table": "iteration", ...}  one row per iteration
  *   {"table": "summary", ...}    the run: status, counters, the simulator's own cost
+ * With --tcp 1 the endpoints are the TCP reference model (tcp_model.h) instead of the core.
  * A bad argument prints one sentence on stderr and exits with status 2.
  */
 #define _POSIX_C_SOURCE 200809L

@@ -73,6 +73,13 @@ static tmr_t tm_pop(app_t *p)
     return top;
 }
 
+/* The workers' start skew after a release, in [0, 1): a 64-bit LCG (Knuth's MMIX constants). */
+static double uniform01(uint64_t *state)
+{
+    *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)*state / 18446744073709551616.0;
+}
+
 static uint16_t seg_id(const app_t *p, int s) { return (uint16_t)(p->a.n_segs > 1 ? s + 1 : 0); }
 
 static uint32_t seg_off(const app_t *p, int s)
@@ -128,10 +135,8 @@ static void maybe_release(app_t *p)
     uint64_t now = sim_now(p->s);
     p->released = 1;
     p->t0 = now;   /* the push time runs from the release, as bench_node's */
-    for (int r = 0; r < p->a.workers; r++) {
-        uint64_t skew = p->a.skew_us ? (uint64_t)((double)(p->skew_rng = p->skew_rng * 6364136223846793005ull + 1442695040888963407ull) / 18446744073709551616.0 * (double)p->a.skew_us) : 0;
-        tm_push(p, now + skew, r, T_RELEASE);
-    }
+    for (int r = 0; r < p->a.workers; r++)
+        tm_push(p, now + (uint64_t)(uniform01(&p->skew_rng) * (double)p->a.skew_us), r, T_RELEASE);
 }
 
 static void computed(app_t *p, int r)
