@@ -115,3 +115,27 @@ def test_sweep_writes_tables_resumes_and_draws(binary, tmp_path):
     paths = simulate_figures.draw(tmp_path)
     assert all(p.exists() for p in paths)
     assert (tmp_path / "figures" / "push_vs_workers.png").stat().st_size > 1000
+
+
+def test_compare_states_ratios_and_the_targets():
+    from harness import simulate_validate as val
+
+    rows = val.compare({8: [1.0] * 10, 16: [2.0] * 9 + [4.0]}, {8: [1.1] * 10, 16: [2.0] * 10})
+    assert rows[0]["median_ratio"] == pytest.approx(1.1) and rows[0]["within_targets"]
+    assert rows[1]["median_ratio"] == pytest.approx(1.0)
+    assert rows[1]["p99_ratio"] < 0.75 and not rows[1]["within_targets"]   # the tail is 2x off
+
+
+def test_crossovers_need_separated_intervals():
+    import pandas as pd
+
+    from harness.simulate_figures import crossovers
+
+    rows = []
+    for n, (a, b) in {8: (1.0, 2.0), 64: (3.0, 3.0), 512: (9.0, 5.0)}.items():
+        for k in range(12):
+            rows += [{"bottleneck_mbps": 100, "transport": "ltp", "n_workers": n, "push_s": a + k * 1e-3},
+                     {"bottleneck_mbps": 100, "transport": "tcp-ref", "n_workers": n, "push_s": b + k * 1e-3}]
+    got = crossovers(pd.DataFrame(rows)).iloc[0]
+    assert got["faster_by_n"] == "8:ltp;64:noise;512:tcp-ref"
+    assert got["crossover_between_n"] == "64-512"
