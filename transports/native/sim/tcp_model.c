@@ -133,11 +133,13 @@ static void rtt_sample(tcp_ep_t *e, conn_t *c, double rtt)
     c->rto_us = rto < e->rto_min_us ? e->rto_min_us : (uint32_t)rto;
 }
 
-/* Segments in flight by RFC 6675's pipe, simplified: sent, not acknowledged, not SACKed. */
+/* Segments in flight, RFC 6675's pipe: sent, not acknowledged, not SACKed, and not deemed lost
+ * (in recovery, a hole below the highest SACKed segment is lost until its resent copy is out). */
 static double pipe(const tx_t *t)
 {
     uint32_t n = 0;
-    for (uint32_t i = t->una; i < t->nxt; i++) n += !t->sacked[i];
+    for (uint32_t i = t->una; i < t->nxt; i++)
+        n += !t->sacked[i] && (!t->in_recovery || i >= t->high_sacked || t->resent_at[i]);
     return n;
 }
 
