@@ -186,8 +186,9 @@ def fuzz(c, seconds=60, udp_seconds=10):
     "out": "results folder (default results/simulate); the same folder resumes",
     "workers": "comma-separated numbers of workers, e.g. 8,64,1024 (default 8)",
     "transports": "comma-separated schemes: ltp, ltp-reliable, plot (default ltp)",
-    "bandwidth": "comma-separated link rates in Mbit/s, every link (default 100)",
-    "queue": "comma-separated bottleneck queue lengths in packets (default 64)",
+    "bandwidth": "comma-separated link rates in Mbit/s, every link (default 10000: data-centre "
+                 "links; the testbed's are 100-200)",
+    "queue": "comma-separated bottleneck queue lengths in packets (default 256)",
     "loss": "comma-separated loss at every host's ingress: rates in percent or per-packet "
             "Gilbert-Elliott models, e.g. 0,1,ge:5:4 (default 0)",
     "delay": "comma-separated one-way delays in ms (default 0)",
@@ -198,7 +199,7 @@ def fuzz(c, seconds=60, udp_seconds=10):
     "compute_ms": "bsp: each worker's compute per iteration in ms (default 0)",
     "update_ms": "bsp: the PS's update per iteration in ms (default 0)",
 })
-def simulate(c, out=None, workers="8", transports="ltp", bandwidth="100", queue="64", loss="0",
+def simulate(c, out=None, workers="8", transports="ltp", bandwidth="10000", queue="256", loss="0",
              delay="0", seeds="1", iterations="2", scenario="push", host="ideal", compute_ms="0",
              update_ms="0"):
     """Simulate the LTP/PLOT core (the same C code) at N workers; write tables and figures."""

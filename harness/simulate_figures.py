@@ -157,6 +157,8 @@ def draw(folder: Path) -> list[Path]:
     out.mkdir(exist_ok=True)
     runs = pd.read_csv(folder / "runs.csv")
     ok = runs[runs["status"] == "ok"]
+    if ok.empty:   # failed runs stay in the tables; there is nothing to draw
+        return []
     keys = ["transport", "n_workers", "bottleneck_mbps", "seed", "loss", "delay_ms", "queue_pkts"]
     its = pd.read_csv(folder / "iterations.csv").merge(ok[keys], on=keys)
     paths = [_panels(its, "push_s", "push time (s)", out, "push_vs_workers"),

@@ -318,6 +318,7 @@ int app_run(app_t *p, FILE *out)
     start_iteration(p);
     /* The whole run's virtual time is bounded by the per-iteration limit the hook checks. */
     int done = sim_run(p->s, (uint64_t)p->a.iterations * p->a.limit_us + 1, hook, p);
+    if (!p->finished && sim_now(p->s) - p->iter_start > p->a.limit_us) p->failed = 1;   /* quiet, but late */
     return done && p->finished && !p->failed;
 }
 

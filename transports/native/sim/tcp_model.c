@@ -8,7 +8,6 @@
 #define DATA_LEN 1472        /* + 42 in sim_net: a 1,514-byte frame (IPv4 20, TCP 32, MSS) */
 #define ACK_LEN 24           /* + 42: a 66-byte frame */
 #define INIT_CWND 10.0
-#define INIT_RTO_US 1000000u
 #define MAX_RTO_US 120000000u
 #define DELACK_US 40000u
 #define TLP_MIN_US 10000u
@@ -65,7 +64,7 @@ tcp_ep_t *tcp_new(int n_peers, uint32_t rto_min_us)
     e->rto_min_us = rto_min_us;
     for (int i = 0; i < n_peers; i++) {
         e->c[i].tx.ssthresh = 1e9;
-        e->c[i].rto_us = INIT_RTO_US;
+        e->c[i].rto_us = rto_min_us;   /* the handshake's RTT sample (sub-ms here): RTO at its floor */
         e->c[i].rx.msg = UINT32_MAX;
     }
     return e;
@@ -133,16 +132,6 @@ static void rtt_sample(tcp_ep_t *e, conn_t *c, double rtt)
     c->rto_us = rto < e->rto_min_us ? e->rto_min_us : (uint32_t)rto;
 }
 
-/* Segments in flight, RFC 6675's pipe: sent, not acknowledged, not SACKed, and not deemed lost
- * (in recovery, a hole below the highest SACKed segment is lost until its resent copy is out). */
-static double pipe(const tx_t *t)
-{
-    uint32_t n = 0;
-    for (uint32_t i = t->una; i < t->nxt; i++)
-        n += !t->sacked[i] && (!t->in_recovery || i >= t->high_sacked || t->resent_at[i]);
-    return n;
-}
-
 /* A tail loss probe once everything was sent and something is still unacknowledged. */
 static void arm_tlp(const conn_t *c, tx_t *t, uint64_t now)
 {
@@ -171,7 +160,8 @@ static void hystart(tx_t *t, double rtt_us)
 
 static void enter_recovery(tx_t *t)
 {
-    double flight = pipe(t);
+    double flight = 0;
+    for (uint32_t i = t->una; i < t->nxt; i++) flight += !t->sacked[i];
     t->ssthresh = flight / 2 > 2 ? flight / 2 : 2;
     t->cwnd = t->ssthresh;
     t->recover = t->nxt;
@@ -271,10 +261,25 @@ static int tcp_input(void *ep, int slot, const uint8_t *b, size_t len, uint64_t 
     return 0;
 }
 
+/* Segments in flight, RFC 6675's pipe: sent, not acknowledged, not SACKed, and not deemed lost
+ * (in recovery, a hole below the highest SACKed segment is lost until a copy is resent, and
+ * again once that copy is 5/4 srtt old and not SACKed). */
+static double pipe(const conn_t *c, const tx_t *t, uint64_t now)
+{
+    double window = c->srtt * 1.25 < 1000 ? 1000 : c->srtt * 1.25;
+    uint32_t n = 0;
+    for (uint32_t i = t->una; i < t->nxt; i++) {
+        if (t->sacked[i]) continue;
+        if (!t->in_recovery || i >= t->high_sacked) n++;
+        else n += t->resent_at[i] && (double)(now - t->resent_at[i]) <= window;
+    }
+    return n;
+}
+
 static int can_send(const conn_t *c, const tx_t *t, uint64_t now)
 {
     if (t->active && !t->done && t->tlp_pending) return 1;
-    if (!t->active || t->done || pipe(t) >= t->cwnd) return 0;
+    if (!t->active || t->done || pipe(c, t, now) >= t->cwnd) return 0;
     return lost_seg(c, t, now) != UINT32_MAX || t->nxt < t->nseg;
 }
 

@@ -4,8 +4,8 @@
  * frame with timestamps), NewReno congestion control (slow start from an initial window of 10,
  * which it restarts after each idle barrier as Linux's tcp_slow_start_after_idle does; congestion
  * avoidance; fast retransmit on 3 duplicate ACKs and NewReno's partial-ACK recovery, no SACK),
- * Linux's retransmission timer (RTO = srtt + 4 rttvar, at least 200 ms, 1 s before the first
- * sample, doubling on each expiry, go-back-N after it), and a receiver that ACKs every second
+ * Linux's retransmission timer (RTO = srtt + 4 rttvar, at least 200 ms, and 200 ms from the start
+ * as after a handshake on a sub-millisecond path; doubling on each expiry, go-back-N after it), and a receiver that ACKs every second
  * segment, at once on a hole or a filled hole, else after 40 ms. Unpaced: a sender sends whenever
  * its window allows, as CUBIC and Reno do. It speaks through sim_net like the LTP core does, so
  * the network is the same. docs/simulation.md says how it compares with the testbed's tcp-cubic.
