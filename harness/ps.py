@@ -22,7 +22,11 @@ Each worker has its own sequence of message ids: its ``k``-th parameters and its
 gradient are message ``k``, whatever round the PS is in, so a worker that fell behind or came
 back is simply at a lower ``k`` (:meth:`~transports.base.ServerEnd.recv_some`).
 
-**Membership** (our interpretation of "the PS detects a dead or cut worker"). A worker is
+**Membership** (our interpretation of "the PS detects a dead or cut worker"), in runs that inject
+a fault (``detect``; :func:`harness.node.run_ps` sets it when ``RunSpec.fault`` is not ``none``).
+A run without a fault is the classic form of its mode: the PS waits for every worker (``bsp``: a
+round is as slow as its slowest gradient, the incast tail the transports are compared on), up to
+the run's timeout; only a connection that ends still makes a worker *gone*. A worker is
 *missing* when its gradient is overdue: ``miss_after_s`` after its parameters went out
 (``ssp``, ``async``) or after the round's gather began (``bsp``), or when its parameters did not
 arrive within ``miss_after_s``, where
@@ -35,7 +39,10 @@ worker's pending gradient stays asked for: when it arrives (the worker was stall
 is back) it is *late*: ``bsp`` discards it, ``ssp``/``async`` apply it with its staleness, and the
 worker is *back*: it gets the current parameters with its next message. Parameters whose send
 did not finish (a datagram transport cancels it at the deadline) are sent again every
-``RETRY_S`` until they arrive. Every change is an event in ``raw/ps1.members.jsonl``
+``RETRY_S`` until they arrive; the gradient of those parameters is asked for meanwhile, since a
+send given up at its deadline may still have reached the worker (TCP: its bytes were in the
+kernel's buffer). A worker sent parameters by such a retry, between rounds, is missing again
+if its gradient is overdue, as in any round. Every change is an event in ``raw/ps1.members.jsonl``
 (:class:`~harness.runfiles.MemberEvent`), with the time, so detection time is measured.
 
 At the end the PS collects the gradients still on their way from live workers (at most
@@ -103,8 +110,9 @@ class ParameterServer:
     """
 
     def __init__(self, end: ServerEnd, trainer, rec: Recorder, n_workers: int, sync: Sync,
-                 lr: float, started: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self.end, self.trainer, self.rec = end, trainer, rec
+                 lr: float, started: float, clock: Callable[[], float] = time.monotonic,
+                 detect: bool = True) -> None:
+        self.end, self.trainer, self.rec, self.detect = end, trainer, rec, detect
         self.n, self.sync, self.lr, self.started, self.clock = n_workers, sync, lr, started, clock
         self.members = [Member() for _ in range(n_workers)]
         self.version = 0
@@ -114,7 +122,10 @@ class ParameterServer:
 
     # ---- membership ---------------------------------------------------------------------
     def miss_after_s(self) -> float:
-        """How long a gradient may be overdue before its worker counts as missing."""
+        """How long a gradient may be overdue before its worker counts as missing (without
+        ``detect``: the run's timeout, i.e. never within a run)."""
+        if not self.detect:
+            return float(self.trainer.spec.timeout_s)
         recent = self.turnarounds[-MISS_WINDOW:]
         return max(MISS_FLOOR_S, MISS_FACTOR * statistics.median(recent)) if recent else \
             MISS_FLOOR_S
@@ -200,9 +211,11 @@ class ParameterServer:
             rejoin = (m.gen + 1) << GEN_SHIFT
             if m.state == "computing":
                 out[r] = m.msg
-            elif m.state == "missing" and not m.owed:
+            elif m.state == "missing":
+                # Owed parameters too: a send cancelled at its deadline may still have reached it
+                # (TCP: the bytes were in the kernel's buffer), and its gradient then comes.
                 out[r] = (m.msg, rejoin)
-            elif m.state in ("missing", "gone"):
+            elif m.state == "gone":
                 out[r] = (rejoin,)
         return out
 
@@ -221,8 +234,9 @@ class ParameterServer:
             self._back(r, rnd.t)
             return
         if m.state == "missing":
-            self._back(r, rnd.t)
-        self.turnarounds.append(self.clock() - m.sent_at)
+            self._back(r, rnd.t)   # a late gradient is no turnaround sample
+        else:
+            self.turnarounds.append(self.clock() - m.sent_at)
         staleness = self.version - m.version
         m.msg, m.clock = m.msg + 1, m.clock + 1
         if m.state != "gone":   # a message that was whole before its connection ended
@@ -310,9 +324,13 @@ class ParameterServer:
                 for r in rnd.participants:
                     if self.members[r].state == "computing":
                         self._miss(r, rnd.t)
+            for r, m in enumerate(self.members):   # sent to between rounds (a retry): overdue too
+                if (r not in rnd.participants and m.state == "computing"
+                        and now - m.sent_at >= self.miss_after_s()):
+                    self._miss(r, rnd.t)
         else:
             for r, m in enumerate(self.members):
-                if m.state == "computing" and now - m.sent_at > self.miss_after_s():
+                if m.state == "computing" and now - m.sent_at >= self.miss_after_s():
                     self._miss(r, rnd.t)
             self._release(rnd)
         self._retry_owed(rnd)

@@ -25,10 +25,14 @@ class Clock:
 class FakeEnd:
     """Workers as scripts: worker r answers message k after ``delay[r]`` seconds with a gradient
     of all ``r + 1``; ``dead`` ranks never answer (``gone`` too if ``tcp``); ``silent_until[r]``
-    delays everything from r until then."""
+    delays everything from r until then. ``stream`` models a TCP stream: a send given up at its
+    deadline still reaches the worker once it is reachable (the bytes were in the kernel), a
+    copy of parameters the worker already has is ignored by it, and a gradient older than what
+    the PS asks for is dropped (``transports.tcp._Inbox.take``)."""
 
     def __init__(self, clock, n, delay=None, dead=(), tcp=False, silent_until=None,
-                 restart_at=None):
+                 restart_at=None, stream=False):
+        self.stream, self.seen = stream, {}   # rank -> the last parameters it got
         self.clock, self.n = clock, n
         self.restart_at = restart_at or {}   # rank -> when a fresh process sends its join
         self.delay = delay or [0.1] * n
@@ -44,9 +48,15 @@ class FakeEnd:
         self.sent_log.append(dict(messages))
         out = {}
         for r, k in messages.items():
-            if self._reachable(r):
-                self.inflight[r] = (k, self.clock.now + self.delay[r])
+            if self.stream and self.seen.get(r) == k and self._reachable(r):   # it has it
                 out[r] = SendReport(16, 40)
+            elif self._reachable(r):
+                self.inflight[r] = (k, self.clock.now + self.delay[r])
+                self.seen[r] = k
+                out[r] = SendReport(16, 40)
+            elif self.stream and r not in self.dead:   # arrives when the link is back
+                self.inflight[r] = (k, self.silent_until[r] + self.delay[r])
+                self.seen[r] = k
         if any(r not in out and not (self.tcp and r in self.dead) for r in messages):
             self.clock.now += timeout_s   # a send to an unreachable worker runs to the deadline
         return out
@@ -62,6 +72,12 @@ class FakeEnd:
                 d = Delivery.whole(np.zeros(N_FLOATS, np.float32), LAYOUT,
                                    msg_id=float(1 << ps.GEN_SHIFT))
                 return {r: d}
+        if self.stream:
+            for r, (k, at) in list(self.inflight.items()):
+                ids = wanted.get(r, ())
+                ids = ids if isinstance(ids, tuple) else (ids,)
+                if ids and k < min(ids) and max(at, self.silent_until.get(r, 0)) <= deadline:
+                    del self.inflight[r]   # arrived while older than anything asked for
         ready = sorted((at, r) for r, (k, at) in self.inflight.items()
                        if r in wanted and k in (wanted[r] if isinstance(wanted[r], tuple)
                                                 else (wanted[r],)) and r not in self.dead
@@ -115,12 +131,12 @@ class FakeRecorder:
         self.ended = True
 
 
-def _run(sync, n=3, rounds=6, **end_args):
+def _run(sync, n=3, rounds=6, detect=True, **end_args):
     clock = Clock()
     end = FakeEnd(clock, n, **end_args)
     rec, trainer = FakeRecorder(), FakeTrainer(rounds)
     server = ps.ParameterServer(end, trainer, rec, n, parse_sync(sync), lr=1.0, started=0.0,
-                                clock=clock)
+                                clock=clock, detect=detect)
     t, why = server.run()
     server.finish(t)
     return t, why, rec, trainer, end
@@ -181,6 +197,16 @@ def test_a_silent_worker_comes_back():
     assert any(r.ranks == [0, 1] for r in rec.iterations)
 
 
+def test_a_cut_tcp_worker_whose_parameters_got_through_comes_back():
+    # The PS gave up sending to worker 2 while its link was cut, but TCP delivered the bytes once
+    # the link was back and the worker answered before the PS's retry finished: its gradient is
+    # taken (not dropped as unasked-for), and it trains with the others again.
+    t, why, rec, _, _ = _run("bsp", rounds=30, silent_until={2: 3.0}, stream=True)
+    events = [(e.event, e.rank) for e in rec.members]
+    assert events[0] == ("missing", 2) and ("back", 2) in events
+    assert rec.iterations[-1].ranks == [0, 1, 2]
+
+
 def test_under_ssp_a_returning_worker_rejoins_at_the_others_pace():
     t, why, rec, _, _ = _run("ssp:1", rounds=30, silent_until={2: 3.0})
     assert why == "iterations" and ("back", 2) in [(e.event, e.rank) for e in rec.members]
@@ -199,3 +225,16 @@ def test_a_restarted_worker_joins_with_its_new_ids_and_trains_again(tcp):
     assert rec.iterations[-1].ranks == [0, 1, 2]
     # Its parameters went out under the new generation's ids.
     assert any(m.get(2, 0) >= (1 << ps.GEN_SHIFT) + 1 for m in end.sent_log)
+
+
+@pytest.mark.parametrize("sync", ["bsp", "ssp:1"])
+def test_without_a_fault_every_gradient_is_waited_for(sync):
+    # A run that injects no fault does not detect: a worker 3 s slow (three times the 1 s floor)
+    # is waited for in every round, never missing; with detection it would be dropped.
+    t, why, rec, _, _ = _run(sync, rounds=5, delay=[0.1, 0.1, 3.0], detect=False)
+    assert why == "iterations" and rec.members == []
+    if sync == "bsp":
+        assert all(r.ranks == [0, 1, 2] for r in rec.iterations)
+        assert all(r.iter_s >= 3.0 for r in rec.iterations)
+    t, why, rec, _, _ = _run(sync, rounds=5, delay=[0.1, 0.1, 3.0])
+    assert ("missing", 2) in [(e.event, e.rank) for e in rec.members]
