@@ -8,9 +8,11 @@
  *     rx_msg_window after the last id taken (out_of_window); ids up to the last taken are stale;
  *   - the bytes already stored: a second copy of a packet whose bytes differ disputes it; the
  *     packet is delivered as missing (dup_conflict), never as whichever copy came first;
- *   - time and order: an open context that heard nothing for rx_idle_evict_us is evicted, and a
- *     full table gives up its highest id for a lower one (both rx_evicted), so contexts nobody
- *     completes cannot hold the table, even when kept busy.
+ *   - time and order: when a new key finds the table full, open contexts that heard nothing for
+ *     rx_idle_evict_us go first, then the highest id for a lower one (both rx_evicted), so
+ *     contexts nobody completes cannot hold the table, even when kept busy. An idle context is
+ *     not evicted while there is room: its sender may only be backed off, and may have counted
+ *     ACKs for what the context holds.
  *
  * docs/ltp-protocol.md §11 lists every check with its counter.
  */

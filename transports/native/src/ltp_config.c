@@ -80,7 +80,7 @@ static const optdef_t OPTS[] = {
     U32(rx_msg_window, 1, 2147483648.0, 64, "messages",
         "new message ids are accepted at most this far past the last one taken"),
     U32(rx_first_msg_id, 0, 4294967295.0, 0, "", "first message id accepted before any message was taken"),
-    U32(rx_idle_evict_us, 1000, 3600e6, 5000000, "us", "an open receive context that heard nothing this long is evicted"),
+    U32(rx_idle_evict_us, 1000, 3600e6, 5000000, "us", "an open receive context that heard nothing this long gives way to a new key when the table is full"),
     DBL(hint_min_mbps, 0, 1e6, 0.1, "Mbit/s", "a received rate hint below this is raised to it"),
     DBL(hint_max_mbps, 0.001, 1e9, 10000, "Mbit/s", "a received rate hint above this is lowered to it"),
     U32(hint_ttl_max_us, 1000, 60e6, 200000, "us", "a received rate hint is obeyed at most this long"),

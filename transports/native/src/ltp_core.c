@@ -195,7 +195,6 @@ static void tick(ltp_core_t *c, uint64_t now)
 {
     for (int pi = 0; pi < c->n_peers; pi++) {
         peer_t *p = &c->peers[pi];
-        admit_evict_idle(c, p, now);
         for (uint32_t j = 0; j < c->cfg.max_open_per_peer; j++)
             if (p->rx[j].used && !p->rx[j].closed) rx_check_close(c, p, &p->rx[j], now);
         for (uint32_t j = 0; j < c->cfg.max_tx_per_peer; j++) tx_on_timers(c, p, &p->tx[j], now);

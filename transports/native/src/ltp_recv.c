@@ -190,7 +190,7 @@ uint64_t rx_deadline(const ltp_core_t *c, const peer_t *p, const rxmsg_t *m)
     if (m->pass_end_us && m->pass_end_us + grace_us(c, p) > m->checked_us)
         t = MIN(t, m->pass_end_us + grace_us(c, p));
     if (m->ack_pending) t = MIN(t, m->ack_due_us);
-    return MIN(t, admit_evict_deadline(c, m));
+    return t;   /* idle eviction is no timer: it happens when a new key needs the place */
 }
 
 /* ---------------------------------------------------------------- DATA */
@@ -224,6 +224,10 @@ static int rx_open(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now, rxmsg
     }
     rxmsg_t *m = NULL;
     for (uint32_t i = 0; i < c->cfg.max_open_per_peer && !m; i++) if (!p->rx[i].used) m = &p->rx[i];
+    if (!m) {   /* the table is full: idle contexts go first, then a higher id (admit_make_room) */
+        admit_evict_idle(c, p, now);
+        for (uint32_t i = 0; i < c->cfg.max_open_per_peer && !m; i++) if (!p->rx[i].used) m = &p->rx[i];
+    }
     if (!m) m = admit_make_room(c, p, h->msg_id);
     if (!m) { c->st[LTP_S_RX_TABLE_FULL]++; return LTP_EDROPPED; }
     /* Not zeroed: taking a message zeroes what never arrived. */

@@ -393,6 +393,42 @@ static void test_close_after_a_cancelled_send(void)
     pair_free(&P);
 }
 
+/* The worker's DATA get through for the first 5, then nothing until gap_until (a sender backed
+ * off for longer than the receiver's idle time). */
+static uint64_t gap_until;
+static int gap_seen;
+static int tap_gap(pair_t *P, int from, uint8_t *b, int *len)
+{
+    (void)len;
+    if (from != WK || b[O_TYPE] != 1) return 0;
+    return ++gap_seen > 5 && P->now < gap_until;
+}
+
+/* An open context that went idle is evicted only when a new key needs its place: its sender may
+ * only be backed off (its probe timeout doubles up to 64 x), and once it has counted ACKs for
+ * the packets the context held, a context evicted and opened again never completes (the sender
+ * finished "all acked", the receiver waited for ever; seen in a bursty-loss sweep). */
+static void test_idle_context_kept_while_room(void)
+{
+    const char *names[] = {"rx_idle_evict_us"};
+    double values[] = {100000};
+    ltp_config_t cfg = cfg_with(names, values, 1);
+    pair_t P;
+    pair_init(&P, &cfg);
+    float *v = vec(N, 1.0f), *got = calloc(N, sizeof *got);
+    key_t_ k = {3, 0};
+    gap_seen = 0;
+    gap_until = P.now + 500000;   /* five times the idle time */
+    P.tap = tap_gap;
+    ltp_core_send(P.c[WK], 0, 3, 0, v, N * 4, 0, P.now);
+    CHECK(pair_run(&P, 5000000, rx_ready, &k), "message 3 not delivered after the gap");
+    CHECK(ltp_core_rx_take(P.c[PS], 0, 3, 0, got, N * 4, NULL, NULL) == 0 && memcmp(got, v, N * 4) == 0,
+          "message 3 not whole");
+    CHECK(stat(P.c[PS], "rx_evicted") == 0, "rx_evicted %g", stat(P.c[PS], "rx_evicted"));
+    free(v); free(got);
+    pair_free(&P);
+}
+
 /* ------------------------------------------------------------------ 4. the table, the window, age */
 /* Four forged first packets of messages forged_base.. (re-sent before every genuine message when
  * `refresh`: an attacker who keeps them from ever going idle), then 100 genuine messages. */
@@ -591,6 +627,7 @@ int main(void)
     test_forged_ack();
     test_forged_close();
     test_close_after_a_cancelled_send();
+    test_idle_context_kept_while_room();
     test_table();
     test_ring();
     test_auth();
