@@ -47,8 +47,10 @@ import torch
 import torch.nn.functional as F
 
 from harness import datasets, models
+from harness.byzantine import corrupt, parse_byzantine
 from harness.faults import parse_fault
 from harness.ps import GEN_SHIFT, ParameterServer
+from harness.robust import honest_estimate, make_combine
 from harness.runfiles import (EvalRecord, HostSummary, Recorder, RunFiles, WorkerIteration,
                               read_session)
 from harness.spec import RunSpec
@@ -153,8 +155,10 @@ def run_ps(spec: RunSpec, files: RunFiles, loopback: bool,
         trainer.evaluate(0)
         train_start_time = time.time()
         cpu_before = machine_cpu()
+        combine = (make_combine(spec, trainer.model, trainer.params, end)
+                   if spec.aggregator != "mean" else None)
         server = ParameterServer(end, trainer, rec, spec.n_workers, parse_sync(spec.sync),
-                                 spec.lr, started)
+                                 spec.lr, started, combine=combine)
         t, stopped_by = server.run()
         train_end_time = time.time()
         cpu_busy = busy_frac(cpu_before, machine_cpu())
@@ -214,6 +218,9 @@ def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool,
     order, pos = rng.permutation(mine), 0
     fault = parse_fault(spec.fault)
     slow = fault.factor if fault.kind == "straggler" and fault.rank(spec.n_workers) == rank else 1
+    attack = parse_byzantine(spec.byzantine)
+    byzantine = rank in attack.ranks(spec.n_workers)
+    attack_rng = np.random.default_rng([spec.seed, rank, 0xA77])
     transport = make_transport(spec, session)
     ps_addr, worker_addrs = addresses(spec, loopback)
     started = time.monotonic()
@@ -240,6 +247,9 @@ def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool,
             loss = F.cross_entropy(model(x_train[batch]), y_train[batch])
             loss.backward()
             grad = models.flat_grads(model).numpy()
+            if byzantine:   # on the real gradient, before the real transport
+                grad = corrupt(attack, grad, spec.n_workers, attack_rng, lambda: honest_estimate(
+                    model, x_train, y_train, spec, k, spec.n_workers - attack.count))
             if slow > 1:
                 time.sleep((slow - 1) * (time.monotonic() - t1))
             t2 = time.monotonic()
@@ -251,7 +261,7 @@ def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool,
                 iteration=k, t_s=t0 - started, push_start_mono=t2, pull_s=t1 - t0,
                 compute_s=t2 - t1, push_s=t3 - t2, param_frac=params.received_frac,
                 train_loss=loss.item(), grad_bytes=sent.payload_bytes, wire_bytes=sent.wire_bytes,
-                packets=sent.packets, retransmits=sent.retransmits))
+                packets=sent.packets, retransmits=sent.retransmits, byzantine=byzantine))
             k += 1
             done += 1
         summary = HostSummary(host=host, role="worker", rank=rank, iterations=done,
