@@ -11,7 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from harness import resilience, stats
-from harness.analysis import BASELINE, Sweep
+from harness.analysis import BASELINE, OWN_SECTIONS, Sweep
 from harness.figures import best_tcp
 
 ACCURACY_MARGIN_PTS = 1.0   # "no loss of final accuracy": within this many points of lossless TCP
@@ -208,7 +208,7 @@ def _bounds(sw: Sweep) -> list[str]:
 
 def _regimes(sw: Sweep) -> list[str]:
     lines = []
-    for setting in (s for s in sw.varying if s not in ("bottleneck_mbps", "sync", "fault")):
+    for setting in (s for s in sw.varying if s not in OWN_SECTIONS):
         lines += [f"## Regime: {setting}", "", f"![regime_{setting}](figures/regime_{setting}.png)",
                   ""]
         for value in sorted(sw.ok[setting].unique()):

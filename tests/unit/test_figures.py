@@ -50,7 +50,8 @@ def sweep(tmp_path):
                     curves.append({"run_id": r["run_id"], "scheme": scheme, "transport": scheme,
                                    "loss_pct": loss, "delay_ms": 0.0, "seed": seed,
                                    "iteration": 50, "time_s": 12.0, "accuracy": r["final_accuracy"],
-                                   "test_loss": 0.4, "sync": "bsp", "fault": "none"})
+                                   "test_loss": 0.4, "sync": "bsp", "fault": "none",
+                                   "byzantine": "0", "aggregator": "mean"})
     results.append_rows(tmp_path / "runs.csv", results.RUNS_COLUMNS, rows)
     results.append_rows(tmp_path / "iterations.csv", results.ITERATIONS_COLUMNS, iters)
     results.append_rows(tmp_path / "curves.csv", results.CURVES_COLUMNS, curves)
@@ -134,7 +135,7 @@ def test_faults_figures_and_report_section(tmp_path):
     curves = [{"run_id": r["run_id"], "scheme": r["scheme"], "transport": r["scheme"],
                "loss_pct": 0.0, "delay_ms": 0.0, "seed": r["seed"], "sync": r["sync"],
                "fault": r["fault"], "iteration": it, "time_s": it * 0.25, "accuracy": acc,
-               "test_loss": 0.5} for r in rows for it, acc in ((0, 0.1), (20, 0.72), (40, 0.75))]
+               "test_loss": 0.5, "byzantine": "0", "aggregator": "mean"} for r in rows for it, acc in ((0, 0.1), (20, 0.72), (40, 0.75))]
     results.append_rows(tmp_path / "runs.csv", results.RUNS_COLUMNS, rows)
     results.append_rows(tmp_path / "iterations.csv", results.ITERATIONS_COLUMNS, iters)
     results.append_rows(tmp_path / "curves.csv", results.CURVES_COLUMNS, curves)
