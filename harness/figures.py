@@ -36,7 +36,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from harness import resilience, stats  # noqa: E402
+from harness import resilience, robustness, stats  # noqa: E402
 from harness.analysis import (BASELINE, CONDITION_COLUMNS, OWN_SECTIONS, Sweep, is_tcp,  # noqa: E402
                               load)
 
@@ -287,7 +287,8 @@ def draw(sw: Sweep) -> list[Path]:
     for setting in sw.varying:
         if setting not in OWN_SECTIONS:
             written += _regime(sw, folder, setting)
-    return written + resilience.draw(sw, folder, _save)
+    return (written + resilience.draw(sw, folder, _save)
+            + robustness.draw(sw, folder, _save))
 
 
 def make(folder: Path) -> list[Path]:
