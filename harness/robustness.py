@@ -25,6 +25,7 @@ import matplotlib.pyplot as plt
 from harness import stats
 from harness.aggregators import AGGREGATORS
 from harness.analysis import Sweep
+from harness.resilience import TTA_LEVEL, with_tta
 
 HOLD_MARGIN = 0.03     # a rule holds if its accuracy is within 3 % of the attack-free run's
 COLLAPSE_RATIO = 0.5   # and averaging collapses below half of it
@@ -83,20 +84,30 @@ def _pct(num: float, den: float) -> str:
     return f"{num:.0f}/{den:.0f} ({100 * num / den:.0f} %)" if den else "-"
 
 
+def _whole_rejected(d) -> str:
+    """Honest updates delivered whole that the rule rejected, as a share."""
+    den = d.honest_updates.sum() - d.honest_filled.sum()
+    return f"{100 * (d.honest_rejected.sum() - d.honest_filled_rejected.sum()) / den:.0f} %" \
+        if den else "-"
+
+
 def section(sw: Sweep) -> list[str]:
     """The report's "Byzantine workers" section (nothing if the sweep has none)."""
     if not applies(sw):
         return []
-    ok = sw.ok
+    ok = with_tta(sw)
     lines = ["## Byzantine workers and aggregation rules", "",
-             "Final test accuracy, median [95 % bootstrap interval] over seeds. Attackers' "
-             "updates kept, honest updates rejected and honest updates delivered in part "
-             "(filled) that were rejected, summed over the cell's runs; the rule's compute time "
-             "per round (median of the runs' medians). The attackers are the highest ranks "
-             "(docs/byzantine.md).", "",
-             "| scheme | loss | byzantine | aggregator | runs | final accuracy | attackers kept "
-             "| honest rejected | filled honest rejected | rule ms/round |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             f"Final test accuracy and training time to {TTA_LEVEL:.0%} accuracy (runs that "
+             "never reach it are left out of the time and counted), median [95 % bootstrap "
+             "interval] over seeds. Attackers' updates kept, honest updates rejected, honest "
+             "updates the transport delivered in part (filled) that were rejected, against the "
+             "share of whole honest updates rejected, summed over the cell's runs; the rule's "
+             "compute time per round (median of the runs' medians). The attackers are the "
+             "highest ranks (docs/byzantine.md).", "",
+             f"| scheme | loss | byzantine | aggregator | runs | final accuracy | s to "
+             f"{TTA_LEVEL:.0%} (reached) | attackers kept | honest rejected | filled honest "
+             "rejected | whole honest rejected | rule ms/round |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for scheme, loss, attack in _panels(sw):
         for rule in _rules(sw):
             d = ok[(ok.scheme == scheme) & (ok.loss_pct == loss) & (ok.byzantine == attack)
@@ -104,12 +115,14 @@ def section(sw: Sweep) -> list[str]:
             if d.empty:
                 continue
             est = stats.median_ci(d.final_accuracy)
+            tta = stats.median_ci(d.tta_s)
             lines.append(
                 f"| {sw.names.get(scheme, scheme)} | {loss:g} % | {attack} | {rule} | {len(d)} "
-                f"| {est.fmt('.3f')} | {_pct(d.byzantine_kept.sum(), d.byzantine_updates.sum())} "
+                f"| {est.fmt('.3f')} | {tta.fmt('.1f')} ({d.tta_s.notna().sum()}/{len(d)}) "
+                f"| {_pct(d.byzantine_kept.sum(), d.byzantine_updates.sum())} "
                 f"| {_pct(d.honest_rejected.sum(), d.honest_updates.sum())} "
                 f"| {_pct(d.honest_filled_rejected.sum(), d.honest_filled.sum())} "
-                f"| {1000 * d.agg_p50_s.median():.2f} |")
+                f"| {_whole_rejected(d)} | {1000 * d.agg_p50_s.median():.2f} |")
     lines += ["", f"Against the attack-free run under plain averaging (ratio of final "
               f"accuracies, median [95 % interval]): a rule *holds* when the interval's lower end "
               f"is at least {1 - HOLD_MARGIN:.2f} (within {HOLD_MARGIN:.0%}), averaging "
