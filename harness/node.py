@@ -155,10 +155,13 @@ def run_ps(spec: RunSpec, files: RunFiles, loopback: bool,
         trainer.evaluate(0)
         train_start_time = time.time()
         cpu_before = machine_cpu()
+        # Missing-worker detection only where a fault is injected: a fault-free run is classic
+        # BSP/SSP/async, every gradient waited for (docs/faults.md).
         combine = (make_combine(spec, trainer.model, trainer.params, end)
                    if spec.aggregator != "mean" else None)
         server = ParameterServer(end, trainer, rec, spec.n_workers, parse_sync(spec.sync),
-                                 spec.lr, started, combine=combine)
+                                 spec.lr, started, detect=parse_fault(spec.fault).kind != "none",
+                                 combine=combine)
         t, stopped_by = server.run()
         train_end_time = time.time()
         cpu_busy = busy_frac(cpu_before, machine_cpu())

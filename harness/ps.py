@@ -22,7 +22,11 @@ Each worker has its own sequence of message ids: its ``k``-th parameters and its
 gradient are message ``k``, whatever round the PS is in, so a worker that fell behind or came
 back is simply at a lower ``k`` (:meth:`~transports.base.ServerEnd.recv_some`).
 
-**Membership** (our interpretation of "the PS detects a dead or cut worker"). A worker is
+**Membership** (our interpretation of "the PS detects a dead or cut worker"), in runs that inject
+a fault (``detect``; :func:`harness.node.run_ps` sets it when ``RunSpec.fault`` is not ``none``).
+A run without a fault is the classic form of its mode: the PS waits for every worker (``bsp``: a
+round is as slow as its slowest gradient, the incast tail the transports are compared on), up to
+the run's timeout; only a connection that ends still makes a worker *gone*. A worker is
 *missing* when its gradient is overdue: ``miss_after_s`` after its parameters went out
 (``ssp``, ``async``) or after the round's gather began (``bsp``), or when its parameters did not
 arrive within ``miss_after_s``, where
@@ -113,8 +117,10 @@ class ParameterServer:
 
     def __init__(self, end: ServerEnd, trainer, rec: Recorder, n_workers: int, sync: Sync,
                  lr: float, started: float, clock: Callable[[], float] = time.monotonic,
+                 detect: bool = True,
                  combine: Callable[[list[Delivery]], tuple[Outcome, int]] | None = None) -> None:
-        self.end, self.trainer, self.rec, self.combine = end, trainer, rec, combine
+        self.end, self.trainer, self.rec, self.detect = end, trainer, rec, detect
+        self.combine = combine
         self.n, self.sync, self.lr, self.started, self.clock = n_workers, sync, lr, started, clock
         self.members = [Member() for _ in range(n_workers)]
         self.version = 0
@@ -124,7 +130,10 @@ class ParameterServer:
 
     # ---- membership ---------------------------------------------------------------------
     def miss_after_s(self) -> float:
-        """How long a gradient may be overdue before its worker counts as missing."""
+        """How long a gradient may be overdue before its worker counts as missing (without
+        ``detect``: the run's timeout, i.e. never within a run)."""
+        if not self.detect:
+            return float(self.trainer.spec.timeout_s)
         recent = self.turnarounds[-MISS_WINDOW:]
         return max(MISS_FLOOR_S, MISS_FACTOR * statistics.median(recent)) if recent else \
             MISS_FLOOR_S
@@ -331,11 +340,11 @@ class ParameterServer:
                         self._miss(r, rnd.t)
             for r, m in enumerate(self.members):   # sent to between rounds (a retry): overdue too
                 if (r not in rnd.participants and m.state == "computing"
-                        and now - m.sent_at > self.miss_after_s()):
+                        and now - m.sent_at >= self.miss_after_s()):
                     self._miss(r, rnd.t)
         else:
             for r, m in enumerate(self.members):
-                if m.state == "computing" and now - m.sent_at > self.miss_after_s():
+                if m.state == "computing" and now - m.sent_at >= self.miss_after_s():
                     self._miss(r, rnd.t)
             self._release(rnd)
         self._retry_owed(rnd)

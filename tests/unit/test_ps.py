@@ -131,12 +131,12 @@ class FakeRecorder:
         self.ended = True
 
 
-def _run(sync, n=3, rounds=6, **end_args):
+def _run(sync, n=3, rounds=6, detect=True, **end_args):
     clock = Clock()
     end = FakeEnd(clock, n, **end_args)
     rec, trainer = FakeRecorder(), FakeTrainer(rounds)
     server = ps.ParameterServer(end, trainer, rec, n, parse_sync(sync), lr=1.0, started=0.0,
-                                clock=clock)
+                                clock=clock, detect=detect)
     t, why = server.run()
     server.finish(t)
     return t, why, rec, trainer, end
@@ -253,3 +253,16 @@ def test_bsp_steps_along_the_aggregators_vector_and_records_its_verdicts():
     # Without one, the PS averages and every update is kept.
     _, _, plain, _, _ = _run("bsp", rounds=2)
     assert all(r.agg_kept == [True] * 3 and r.agg_f == 0 for r in plain.iterations)
+
+
+@pytest.mark.parametrize("sync", ["bsp", "ssp:1"])
+def test_without_a_fault_every_gradient_is_waited_for(sync):
+    # A run that injects no fault does not detect: a worker 3 s slow (three times the 1 s floor)
+    # is waited for in every round, never missing; with detection it would be dropped.
+    t, why, rec, _, _ = _run(sync, rounds=5, delay=[0.1, 0.1, 3.0], detect=False)
+    assert why == "iterations" and rec.members == []
+    if sync == "bsp":
+        assert all(r.ranks == [0, 1, 2] for r in rec.iterations)
+        assert all(r.iter_s >= 3.0 for r in rec.iterations)
+    t, why, rec, _, _ = _run(sync, rounds=5, delay=[0.1, 0.1, 3.0])
+    assert ("missing", 2) in [(e.event, e.rank) for e in rec.members]
