@@ -12,9 +12,11 @@ Data-parallel training; in bulk-synchronous mode (``bsp``), one iteration ``t``:
 
 1. the PS broadcasts the parameters (message ``t``) to every worker;
 2. each worker loads them, computes a gradient on one batch of its own shard of the training set,
-   and pushes it (message ``t``) to the PS;
+   and pushes it (message ``t``) to the PS; a Byzantine worker (``RunSpec.byzantine``, the
+   highest ranks) pushes its attack's vector instead (:mod:`harness.byzantine`);
 3. the PS gathers one gradient per worker (a loss-tolerant transport may deliver part of one,
-   with a mask), lets the transport observe them, averages them, and takes an SGD step;
+   with a mask), lets the transport observe them, combines them by the run's aggregation rule
+   (averages them by default; :mod:`harness.aggregators`), and takes an SGD step;
 4. every ``eval_every`` iterations (and before the first and after the last) the PS measures
    test accuracy.
 
