@@ -25,7 +25,7 @@ evidence presets run three seeds per cell. ``docs/running.md`` has the table wit
   and a 3x straggler, TCP CUBIC and LTP; about 40 minutes.
 - ``byzantine``: 8 workers, none or two sign-flipping attackers, under each aggregation rule
   (mean, score, median, trimmed mean, Krum), TCP CUBIC without loss, three seeds, 100
-  iterations; about 25 minutes (``docs/byzantine.md``).
+  iterations; about 20 minutes (``docs/byzantine.md``).
 - ``byzantine-loss``: honest and Byzantine workers over LTP and PLOT at 5 and 10 % loss, mean
   against score-based validation: does the validator reject honest-but-filled updates?
 - ``lab1`` .. ``lab5``: the teaching labs (``docs/labs/``).
@@ -219,7 +219,7 @@ PRESETS: dict[str, Plan] = {
         base=_INCAST.replace(iterations=40, eval_every=5, timeout_s=300.0)),
     # Untrusted workers (issue 14, docs/byzantine.md): two sign-flipping attackers of eight
     # against every aggregation rule, over a reliable transport, three seeds. The defender
-    # tolerates two in every run, attacked or not (it cannot know). About 25 minutes.
+    # tolerates two in every run, attacked or not (it cannot know). About 20 minutes.
     "byzantine": Plan(
         name="byzantine", transports=("tcp-cubic",), loss_pcts=(0.0,), bottleneck_mbps=(200.0,),
         seeds=SEEDS, byzantine=("0", "2:sign-flip"),
