@@ -3,6 +3,7 @@
     invoke run-sweep                      # the default sweep into results/<preset>/
     invoke run-sweep --preset smoke --loss 0,5 --iterations 20
     invoke bench-network                  # the emulated network against its configuration
+    invoke simulate --workers 8,64,1024 --out DIR   # the LTP/PLOT core at scale, simulated
     invoke clean                          # remove what a killed run left behind
 """
 
@@ -197,3 +198,58 @@ def fuzz(c, seconds=60, udp_seconds=10):
     c.run(f"make -C {native} fuzz FUZZ_SECONDS={int(seconds)} FUZZ_UDP_SECONDS={int(udp_seconds)}",
           pty=False)
     c.run(f"make -s -C {native} fuzz-cov", pty=False)
+
+
+@task(help={
+    "out": "results folder (default results/simulate); the same folder resumes",
+    "workers": "comma-separated numbers of workers, e.g. 8,64,1024 (default 8)",
+    "transports": "comma-separated schemes: ltp, ltp-reliable, plot (default ltp)",
+    "bandwidth": "comma-separated link rates in Mbit/s, every link (default 10000: data-centre "
+                 "links; the testbed's are 100-200)",
+    "queue": "comma-separated bottleneck queue lengths in packets (default 256)",
+    "loss": "comma-separated loss at every host's ingress: rates in percent or per-packet "
+            "Gilbert-Elliott models, e.g. 0,1,ge:5:4 (default 0)",
+    "delay": "comma-separated one-way delays in ms (default 0)",
+    "seeds": "comma-separated seeds (default 1)",
+    "iterations": "iterations per run (default 2; 1,024 workers take minutes per iteration)",
+    "scenario": "push (synchronized pushes, as bench-transport) or bsp (training iterations)",
+    "host": "ideal (instant hosts) or testbed (the lateness of this 2-core machine's testbed)",
+    "compute_ms": "bsp: each worker's compute per iteration in ms (default 0)",
+    "update_ms": "bsp: the PS's update per iteration in ms (default 0)",
+})
+def simulate(c, out=None, workers="8", transports="ltp", bandwidth="10000", queue="256", loss="0",
+             delay="0", seeds="1", iterations="2", scenario="push", host="ideal", compute_ms="0",
+             update_ms="0"):
+    """Simulate the LTP/PLOT core (the same C code) at N workers; write tables and figures."""
+    from harness import cli
+
+    with cli.user_errors():
+        from harness import simulate as sim
+        from harness import simulate_figures
+
+        grid = sim.cells(cli.words(transports), cli.numbers(workers, int, "--workers"),
+                         cli.numbers(bandwidth, float, "--bandwidth"),
+                         cli.numbers(queue, int, "--queue"), cli.losses(loss),
+                         cli.numbers(delay, float, "--delay"), cli.numbers(seeds, int, "--seeds"),
+                         iterations=cli.number(iterations, int, "--iterations"), scenario=scenario,
+                         host=host, compute_ms=cli.number(compute_ms, float, "--compute-ms"),
+                         update_ms=cli.number(update_ms, float, "--update-ms"))
+        folder = Path(out) if out else PROJECT / "results" / "simulate"
+        sim.sweep(grid, folder)
+        for path in simulate_figures.draw(folder):
+            print(path)
+
+
+@task(help={"workers": "comma-separated numbers of workers (default 8,64,256,1024)",
+            "bandwidth": "link rate in Mbit/s (default 100000)",
+            "iterations": "iterations per run (default 2)"})
+def bench_simulate(c, workers="8,64,256,1024", bandwidth="100000", iterations="2"):
+    """The simulator's own cost against N: wall time, events per second, peak memory."""
+    from harness import cli
+
+    with cli.user_errors():
+        from harness import simulate as sim
+
+        sim.bench(cli.numbers(workers, int, "--workers"),
+                  cli.number(bandwidth, float, "--bandwidth"),
+                  cli.number(iterations, int, "--iterations"))

@@ -218,8 +218,9 @@ def _routes(tb: Testbed) -> dict[str, str]:
 
 
 def run_cell(tb: Testbed, zygote, cell: Path, slug: str, iterations: int,
-             n_bytes: int = 437_544) -> Cell:
-    """Run one cell: apply ``slug``'s host settings, then synchronized 8-to-1 pushes.
+             n_bytes: int = 437_544, workers: int = 8) -> Cell:
+    """Run one cell: apply ``slug``'s host settings, then synchronized ``workers``-to-1 pushes
+    (the first ``workers`` hosts of the testbed; the others stay idle).
 
     Each host's summary (``RunFiles(cell).host_summary``) holds what its transport end reported,
     e.g. the congestion control and RTO of a TCP worker's socket.
@@ -236,11 +237,11 @@ def run_cell(tb: Testbed, zygote, cell: Path, slug: str, iterations: int,
     files = RunFiles(cell)
     cell.mkdir(parents=True, exist_ok=True)
     write_session(files.session, Session.draw())   # one per cell, as per run
-    base = ["--transport", name, "--options", json.dumps(options), "--workers", "8", "--bytes",
+    base = ["--transport", name, "--options", json.dumps(options), "--workers", str(workers), "--bytes",
             str(n_bytes), "--iterations", str(iterations), "--folder", str(cell),
             "--session", str(files.session)]
     commands = {PS_NAME: ("harness.bench_node", base + ["--role", "ps"], files.log(PS_NAME))}
-    for r in range(8):
+    for r in range(workers):
         commands[worker_name(r)] = ("harness.bench_node",
                                     base + ["--role", "worker", "--rank", str(r)],
                                     files.log(worker_name(r)))

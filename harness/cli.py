@@ -17,6 +17,7 @@ from harness.datasets import DatasetError
 from harness.faults import FaultError, parse_fault
 from harness.presets import UnknownPreset
 from harness.results import ResultsError
+from harness.simulate import SimulationError
 from harness.spec import SpecError
 from harness.sweep import SweepError
 from harness.sync import SyncError, parse_sync
@@ -32,7 +33,7 @@ from transports.registry import UnknownTransport
 USER_ERRORS = (SpecError, UnknownPreset, UnknownTransport, OptionError, TopologyError,
                TestbedError, OVSError, SweepError, ResultsError, DatasetError, TransportError,
                DelayError, BenchError, LossModelError, CrossError, SyncError, FaultError,
-               ByzantineError, AggregatorError)
+               SimulationError, ByzantineError, AggregatorError)
 
 
 def require_root() -> None:

@@ -117,6 +117,8 @@ enum { PK_UNSENT = 0, PK_INFLIGHT = 1, PK_LOST = 2, PK_ACKED = 3 };
 enum { BBR_STARTUP = 0, BBR_DRAIN = 1, BBR_PROBE_BW = 2 };
 
 /* Windowed max (Linux's minmax): the best of three samples over a window. */
+#define LTP_CANCELLED_KEPT 8   /* cancelled sends remembered per peer (peer_t.cancelled) */
+
 typedef struct { uint64_t t; double v; } mm_sample_t;
 typedef struct { mm_sample_t s[3]; } minmax_t;
 
@@ -147,6 +149,7 @@ typedef struct {
     uint32_t pto_count, n_acked, inflight_pkts;
     uint64_t packets, retransmits, wire_bytes, peer_received;
     int done_reason;
+    uint32_t sent_before;            /* distinct packets cancelled sends of this key sent */
 } txmsg_t;
 
 typedef struct {
@@ -230,6 +233,10 @@ typedef struct {
     uint16_t *floor_segs;                  /* the segments of id floor it took (PLOT: layers) */
     uint32_t n_floor_segs, cap_floor_segs;
     uint8_t floor_whole;                   /* no room to list them: every segment of floor is taken */
+    /* Sends the application cancelled unfinished (a deadline), newest last: their receiver may
+     * hold those packets, so a later send of the same key may be closed with more than it sent. */
+    struct { uint32_t msg_id, packets; uint16_t segment; uint8_t used; } cancelled[LTP_CANCELLED_KEPT];
+    uint32_t cancelled_head;
 } peer_t;
 
 typedef struct { float lo, hi; uint8_t set; } policy_t;

@@ -204,8 +204,12 @@ int tx_on_close(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now)
     if (!m || m->done) { c->st[LTP_S_STRAY_CONTROL]++; return LTP_OK; }
     if (!echo_sent(m, h)) { c->st[LTP_S_BAD_ECHO]++; return LTP_EREJECTED; }
     /* The receiver cannot hold more distinct packets than we sent (m->packets: the first pass
-     * sends each index once), nor count the message differently. */
-    if (h->close_count != m->count || h->received > m->packets) { c->st[LTP_S_BAD_CLOSE]++; return LTP_EREJECTED; }
+     * sends each index once; sent_before: what cancelled sends of this key sent), nor count the
+     * message differently. */
+    if (h->close_count != m->count || h->received > m->packets + m->sent_before) {
+        c->st[LTP_S_BAD_CLOSE]++;
+        return LTP_EREJECTED;
+    }
     m->peer_received = h->received;
     tx_finish(c, p, m, h->reason == LTP_CLOSE_STALE ? LTP_SEND_STALE : LTP_SEND_CLOSED, now);
     return LTP_OK;
@@ -244,6 +248,9 @@ int ltp_core_send(ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg, const 
     memset(m, 0, sizeof *m);
     m->msg_id = msg_id; m->segment = seg; m->data = data; m->total = len; m->count = count;
     m->chunk = c->chunk; m->critical = critical; m->start_us = now; m->last_sent_us = now;
+    for (uint32_t i = 0; i < LTP_CANCELLED_KEPT; i++)   /* sent before, then cancelled */
+        if (p->cancelled[i].used && p->cancelled[i].msg_id == msg_id && p->cancelled[i].segment == seg)
+            m->sent_before = MAX(m->sent_before, p->cancelled[i].packets);
     m->pk = calloc(count, sizeof *m->pk);
     m->lost = calloc((count + 63) / 64, sizeof *m->lost);
     m->seq_cap = count + count / 4 + 16;
@@ -288,6 +295,10 @@ int ltp_core_send_release(ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg
     if (!m->done) {
         tx_finish(c, p, m, LTP_SEND_PENDING, 0);
         c->st[LTP_S_SENDS_CANCELLED]++;
+        uint32_t i = p->cancelled_head++ % LTP_CANCELLED_KEPT;
+        p->cancelled[i].msg_id = msg_id; p->cancelled[i].segment = seg;
+        p->cancelled[i].packets = MIN(m->count, m->packets + m->sent_before);
+        p->cancelled[i].used = 1;
     }
     tx_free(m);
     return LTP_OK;

@@ -356,6 +356,43 @@ static void test_forged_close(void)
     pair_free(&P);
 }
 
+/* Nothing from the PS reaches the worker (its ACKs and CLOSEs are lost). */
+static int tap_drop_from_ps(pair_t *P, int from, uint8_t *b, int *len)
+{
+    (void)P; (void)b; (void)len;
+    return from == PS;
+}
+
+/* A send cancelled at the application's deadline and started again is closed by the receiver,
+ * which took the message whole from the first send: its CLOSE counts more packets than the new
+ * send has sent, and that is genuine (a worker's push retried in slices; under bursty loss every
+ * CLOSE of the first send was lost, and the new send, window-bound with no ACK to come, waited
+ * for ever). */
+static void test_close_after_a_cancelled_send(void)
+{
+    ltp_config_t cfg = cfg_with(NULL, NULL, 0);
+    pair_t P;
+    pair_init(&P, &cfg);
+    float *v = vec(N, 1.0f), *got = calloc(N, sizeof *got);
+    key_t_ k = {9, 0};
+    P.tap = tap_drop_from_ps;
+    ltp_core_send(P.c[WK], 0, 9, 0, v, N * 4, 0, P.now);
+    CHECK(pair_run(&P, 2000000, rx_ready, &k), "message 9 not delivered");
+    CHECK(ltp_core_rx_take(P.c[PS], 0, 9, 0, got, N * 4, NULL, NULL) == 0, "take failed");
+    CHECK(ltp_core_send_status(P.c[WK], 0, 9, 0, NULL, P.now) == 0, "the send ended with no CLOSE");
+    ltp_core_send_release(P.c[WK], 0, 9, 0);   /* the deadline: cancelled */
+    P.tap = NULL;
+    ltp_core_send(P.c[WK], 0, 9, 0, v, N * 4, 0, P.now);
+    CHECK(pair_run(&P, 2000000, tx_done, &k), "the second send of message 9 never ended");
+    ltp_send_stats_t ss;
+    ltp_core_send_status(P.c[WK], 0, 9, 0, &ss, P.now);
+    CHECK(ss.packets < N * 4 / 420 + 1, "the second send sent all %llu packets (nothing tested)",
+          (unsigned long long)ss.packets);
+    CHECK(stat(P.c[WK], "bad_close") == 0, "bad_close %g", stat(P.c[WK], "bad_close"));
+    free(v); free(got);
+    pair_free(&P);
+}
+
 /* ------------------------------------------------------------------ 4. the table, the window, age */
 /* Four forged first packets of messages forged_base.. (re-sent before every genuine message when
  * `refresh`: an attacker who keeps them from ever going idle), then 100 genuine messages. */
@@ -553,6 +590,7 @@ int main(void)
     first_copy(1);
     test_forged_ack();
     test_forged_close();
+    test_close_after_a_cancelled_send();
     test_table();
     test_ring();
     test_auth();

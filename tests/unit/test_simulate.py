@@ -1,0 +1,141 @@
+"""The simulator and its driver (harness/simulate.py): settings refused with one sentence, one
+seed one run, every datagram accounted for, and a sweep's tables, resume and figures.
+
+The binary is built once (``make -C transports/native sim``, a few seconds); each run here is a
+handful of iterations of a few workers at 100 Mbit/s, well under a second.
+"""
+
+import csv
+import subprocess
+
+import pytest
+
+from harness import simulate as sim
+from topologies.impair import LossModelError
+
+
+@pytest.fixture(scope="module")
+def binary():
+    return sim.build()
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"workers": 0}, "--workers must be whole numbers from 1"),
+    ({"transport": "tcp-vegas"}, "the simulator runs ltp, ltp-reliable, plot, tcp-ref"),
+    ({"bottleneck_mbps": 0}, "--bandwidth must be from"),
+    ({"queue_pkts": 0}, "--queue must be from 1"),
+    ({"scenario": "ring"}, "--scenario must be push or bsp"),
+    ({"host": "cloud"}, "--host must be one of ideal, testbed"),
+    ({"loss": "get:5:2"}, "steps in time"),
+])
+def test_bad_settings_are_one_sentence(kwargs, words):
+    with pytest.raises(sim.SimulationError, match=words) as err:
+        sim.Cell(**kwargs)
+    assert str(err.value).count(". ") == 0 and str(err.value).endswith(".")
+
+
+def test_loss_outside_0_100_is_refused():
+    with pytest.raises(LossModelError):
+        sim.Cell(loss=150)
+    with pytest.raises(LossModelError):
+        sim.Cell(loss=-1)
+
+
+def test_loss_models_become_flags():
+    assert sim.loss_flags(0) == []
+    assert sim.loss_flags(5) == ["--loss", "0.05"]
+    flag, chain = sim.loss_flags("ge:5:4")
+    p_gb, p_bg, good, bad = map(float, chain.split(","))
+    assert flag == "--ge" and p_bg == 0.25 and good == 0 and bad == 1
+    assert p_gb / (p_gb + p_bg) == pytest.approx(0.05)   # mean loss 5 %
+
+
+def test_the_binary_refuses_bad_flags_with_a_sentence(binary):
+    for args, words in ((["--workers", "0"], "--workers must be a number from 1"),
+                        (["--scenario", "x"], "--scenario must be push or bsp"),
+                        (["--loss", "2"], "--loss must be a number from 0 to 1"),
+                        (["--cfg", "no_such_option=1"], "core option no_such_option=1")):
+        got = subprocess.run([str(binary), *args], capture_output=True, text=True)
+        assert got.returncode == 2 and words in got.stderr, got.stderr
+
+
+def _accounted(summary):
+    return (summary["delivered"] + summary["queue_drops"] + summary["worker_link_drops"]
+            + summary["random_drops"] + summary["in_flight"])
+
+
+@pytest.mark.parametrize("transport, loss, scenario", [
+    ("ltp", 0, "push"), ("ltp", 5, "bsp"), ("ltp-reliable", "ge:5:4", "push"), ("plot", 2, "bsp"),
+    ("tcp-ref", 2, "push")])
+def test_one_seed_one_run_and_every_datagram_accounted(binary, transport, loss, scenario):
+    cell = sim.Cell(transport=transport, workers=4, loss=loss, scenario=scenario, iterations=3,
+                    seed=7, queue_pkts=16, compute_ms=1)
+    a, b = sim.run(cell), sim.run(cell)
+    assert a.summary["status"] == "ok"
+    assert a.pushes == b.pushes and a.iterations == b.iterations
+    machine = ("wall_s", "events_per_s", "peak_rss_mb", "ps_core_us_per_datagram")   # the host's, not the run's
+    assert {k: v for k, v in a.summary.items() if k not in machine} \
+        == {k: v for k, v in b.summary.items() if k not in machine}
+    assert a.summary["datagrams"] == _accounted(a.summary) and a.summary["datagrams"] > 4 * 3 * 2 * 309
+    assert len(a.pushes) == 4 * 3 and len(a.iterations) == 3
+    if loss:
+        assert a.summary["random_drops"] > 0
+        # LTP retransmits what was lost, and probes; the TCP model also resends after a timeout
+        # what had arrived (go-back-N past what SACK told it), so only LTP is held to this
+        lost = a.summary["data_lost_ps"] + a.summary["data_lost_workers"]
+        rtx = a.summary["retransmits_ps"] + a.summary["retransmits_workers"]
+        assert transport == "tcp-ref" or rtx <= lost + 3 * 8 * 4
+    if transport in ("ltp-reliable", "tcp-ref"):
+        assert all(p["recv_frac"] == 1.0 for p in a.pushes)
+    other = sim.run(sim.Cell(**{**cell.__dict__, "seed": 8}))
+    assert loss == 0 or other.pushes != a.pushes
+
+
+def test_push_time_meets_the_bound_without_loss(binary):
+    # 8 x 309 frames of the gradient through 100 Mbit/s: 0.293 s at least
+    got = sim.run(sim.Cell(workers=8, iterations=3))
+    assert all(0.293 <= it["push_s"] <= 0.293 * 1.10 for it in got.iterations)
+
+
+def test_sweep_writes_tables_resumes_and_draws(binary, tmp_path):
+    from harness import simulate_figures
+
+    grid = sim.cells(("ltp", "ltp-reliable"), (2, 4), (100.0,), (32,), (0.0,), (0.0,), (1, 2),
+                     iterations=2)
+    lines = []
+    sim.sweep(grid, tmp_path, echo=lines.append)
+    assert len(lines) == 8
+    with open(tmp_path / "runs.csv") as f:
+        runs = list(csv.DictReader(f))
+    assert len(runs) == 8 and {r["status"] for r in runs} == {"ok"}
+    assert {"events_per_s", "peak_rss_mb", "wall_s", "queue_drops"} <= set(runs[0])
+    lines.clear()
+    sim.sweep(grid, tmp_path, echo=lines.append)   # everything done: nothing runs again
+    assert lines == []
+    paths = simulate_figures.draw(tmp_path)
+    assert all(p.exists() for p in paths)
+    assert (tmp_path / "figures" / "push_vs_workers.png").stat().st_size > 1000
+
+
+def test_compare_states_ratios_and_the_targets():
+    from harness import simulate_validate as val
+
+    rows = val.compare({8: [1.0] * 10, 16: [2.0] * 9 + [4.0]}, {8: [1.1] * 10, 16: [2.0] * 10})
+    assert rows[0]["median_ratio"] == pytest.approx(1.1) and rows[0]["within_targets"]
+    assert rows[1]["median_ratio"] == pytest.approx(1.0)
+    assert rows[1]["p99_ratio"] < 0.75 and not rows[1]["within_targets"]   # the tail is 2x off
+
+
+def test_crossovers_need_separated_intervals():
+    import pandas as pd
+
+    from harness.simulate_figures import crossovers
+
+    rows = []
+    for n, (a, b) in {8: (1.0, 2.0), 64: (3.0, 3.0), 512: (9.0, 5.0)}.items():
+        for k in range(12):
+            rows += [{"bottleneck_mbps": 100, "transport": "ltp", "n_workers": n, "push_s": a + k * 1e-3},
+                     {"bottleneck_mbps": 100, "transport": "tcp-ref", "n_workers": n, "push_s": b + k * 1e-3}]
+    got = crossovers(pd.DataFrame(rows)).iloc[0]
+    assert got["faster_by_n"] == "8:ltp;64:noise;512:tcp-ref"
+    assert got["crossover_between_n"] == "64-512"

@@ -1,0 +1,351 @@
+/* sim_net.c: the discrete-event network of sim_net.h (the model is described there). */
+#define _POSIX_C_SOURCE 200809L   /* clock_gettime */
+#include "sim_net.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define NEVER_US UINT64_MAX
+#define FRAME_OVERHEAD 42   /* Ethernet 14 + IPv4 20 + UDP 8 */
+
+/* SplitMix64, as the core's own generator (ltp_internal.h): one seed, one sequence. */
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double uniform(uint64_t *s) { return (double)(splitmix(s) >> 11) / 9007199254740992.0; }
+
+enum { EV_SWITCH = 1, EV_DELIVER = 2, EV_RUN = 3 };
+
+typedef struct { uint64_t at, seq; int kind, node, slot, len; uint8_t *data; } ev_t;
+
+/* A FIFO link: departure times of the frames it holds, in a ring. */
+typedef struct { uint64_t *dep; int cap, head, len; uint64_t last; double bytes_per_us; } fifo_t;
+
+typedef struct {
+    void *ep;
+    uint64_t run_at;            /* the pending RUN event's time, NEVER_US if none */
+    int bad, last_dropped;      /* the ingress loss chain's state and its last decision */
+    uint64_t loss_rng;
+} node_t;
+
+struct sim {
+    sim_netcfg_t c;
+    sim_ops_t ops;
+    int n;                      /* nodes: n_workers + 1 */
+    node_t *node;
+    ev_t *heap;
+    int heap_n, heap_cap, heap_peak;
+    uint64_t seq, now, app_at, wake_rng;
+    fifo_t btl, ps_link, *wlink;
+    double tb_tokens;           /* the bottleneck's token bucket, bytes as of tb_us */
+    uint64_t tb_us;
+    uint8_t held[2048];         /* the PS's datagram its full link refused */
+    int held_len, held_slot;
+    sim_counters_t k;
+    uint8_t buf[65536];
+};
+
+/* The PS endpoint's own cost: what one real PS would spend in the core per datagram (the
+ * simulator charges no CPU time to virtual time; this measures it). */
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int ev_before(const ev_t *a, const ev_t *b) { return a->at < b->at || (a->at == b->at && a->seq < b->seq); }
+
+static void heap_push(sim_t *s, ev_t e)
+{
+    if (s->heap_n == s->heap_cap) {
+        s->heap_cap = s->heap_cap ? 2 * s->heap_cap : 4096;
+        ev_t *h = realloc(s->heap, (size_t)s->heap_cap * sizeof *h);
+        if (!h) { fprintf(stderr, "sim: out of memory for events\n"); exit(2); }
+        s->heap = h;
+    }
+    int i = s->heap_n++;
+    if (s->heap_n > s->heap_peak) s->heap_peak = s->heap_n;
+    e.seq = s->seq++;   /* ties in time keep their order of scheduling, like a wire */
+    while (i > 0 && ev_before(&e, &s->heap[(i - 1) / 2])) { s->heap[i] = s->heap[(i - 1) / 2]; i = (i - 1) / 2; }
+    s->heap[i] = e;
+}
+
+static ev_t heap_pop(sim_t *s)
+{
+    ev_t top = s->heap[0], last = s->heap[--s->heap_n];
+    int i = 0;
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, m = i;
+        if (l < s->heap_n && ev_before(&s->heap[l], &last)) m = l;
+        if (r < s->heap_n && ev_before(&s->heap[r], m == i ? &last : &s->heap[l])) m = r;
+        if (m == i) break;
+        s->heap[i] = s->heap[m];
+        i = m;
+    }
+    if (s->heap_n) s->heap[i] = last;
+    return top;
+}
+
+static int fifo_init(fifo_t *f, int cap, double mbps)
+{
+    f->cap = cap;
+    f->dep = calloc((size_t)cap, sizeof *f->dep);
+    f->bytes_per_us = mbps / 8.0;
+    return f->dep != NULL;
+}
+
+static void fifo_drain(fifo_t *f, uint64_t now)
+{
+    while (f->len && f->dep[f->head] <= now) { f->head = (f->head + 1) % f->cap; f->len--; }
+}
+
+/* Enqueue a frame; its departure time, or NEVER_US if the FIFO is full. */
+static uint64_t fifo_put(fifo_t *f, uint64_t now, int frame_bytes)
+{
+    fifo_drain(f, now);
+    if (f->len >= f->cap) return NEVER_US;
+    uint64_t start = f->last > now ? f->last : now;
+    f->last = start + (uint64_t)ceil(frame_bytes / f->bytes_per_us);
+    f->dep[(f->head + f->len) % f->cap] = f->last;
+    f->len++;
+    return f->last;
+}
+
+/* The bottleneck: drop-tail FIFO, or HTB-like token bucket (a lull lets a burst through). */
+static uint64_t bottleneck_put(sim_t *s, int frame_bytes)
+{
+    if (s->c.burst_bytes <= 0) return fifo_put(&s->btl, s->now, frame_bytes);
+    fifo_t *f = &s->btl;
+    fifo_drain(f, s->now);
+    if (f->len >= f->cap) return NEVER_US;
+    uint64_t start = f->last > s->now ? f->last : s->now;
+    double r = f->bytes_per_us, tok = s->tb_tokens + r * (double)(start - s->tb_us);
+    if (tok > s->c.burst_bytes) tok = s->c.burst_bytes;
+    uint64_t dep = tok >= frame_bytes ? start : start + (uint64_t)ceil((frame_bytes - tok) / r);
+    s->tb_tokens = tok + r * (double)(dep - start) - frame_bytes;
+    s->tb_us = dep;
+    f->last = dep;
+    f->dep[(f->head + f->len) % f->cap] = dep;
+    f->len++;
+    return dep;
+}
+
+/* The receiving host's ingress: one step of its Gilbert-Elliott chain. 1: dropped. */
+static int ingress_drops(sim_t *s, int dst)
+{
+    node_t *n = &s->node[dst];
+    double p = n->bad ? s->c.loss_bad : s->c.loss_good;
+    int drop = p > 0 && uniform(&n->loss_rng) < p;
+    if (n->bad) { if (uniform(&n->loss_rng) < s->c.p_bg) n->bad = 0; }
+    else if (s->c.p_gb > 0 && uniform(&n->loss_rng) < s->c.p_gb) n->bad = 1;
+    if (drop) { s->k.random_drops++; s->k.loss_bursts += !n->last_dropped; }
+    n->last_dropped = drop;
+    return drop;
+}
+
+static uint64_t lateness(sim_t *s)
+{
+    if (!s->c.wake_mean_us) return 0;
+    return (uint64_t)(-log(1 - uniform(&s->wake_rng)) * (double)s->c.wake_mean_us);
+}
+
+/* The PS reads its socket once per rx_poll_us slot, at a pseudo-random instant inside the slot
+ * (a pure function of the slot, so arrival order is kept). */
+static uint64_t rx_wake(const sim_t *s, uint64_t at)
+{
+    uint64_t p = s->c.rx_poll_us;
+    for (uint64_t k = at / p;; k++) {
+        uint64_t h = k ^ s->c.seed;
+        uint64_t t = k * p + (uint64_t)(uniform(&h) * (double)p);
+        if (t >= at) return t;
+    }
+}
+
+static void schedule(sim_t *s, int kind, int node, int slot, uint64_t at, const uint8_t *b, int len)
+{
+    ev_t e = {at, 0, kind, node, slot, len, NULL};
+    if (len) {
+        e.data = malloc((size_t)len);
+        if (!e.data) { fprintf(stderr, "sim: out of memory for datagrams\n"); exit(2); }
+        memcpy(e.data, b, (size_t)len);
+    }
+    heap_push(s, e);
+}
+
+static void run_at(sim_t *s, int node, uint64_t at)
+{
+    if (at >= s->node[node].run_at) return;
+    s->node[node].run_at = at;
+    schedule(s, EV_RUN, node, -1, at, NULL, 0);
+}
+
+void sim_kick(sim_t *s, int node) { run_at(s, node, s->now + lateness(s)); }
+
+/* A worker's frame reached the switch: the bottleneck, then the PS's ingress. */
+static void to_ps(sim_t *s, int src, const uint8_t *b, int len)
+{
+    int data = s->ops.classify(b, (size_t)len) & SIM_PKT_DATA;
+    uint64_t dep = bottleneck_put(s, len + FRAME_OVERHEAD);
+    if (dep == NEVER_US) { s->k.queue_drops++; s->k.data_lost[1] += data != 0; return; }
+    s->k.bottleneck_frames++;
+    s->k.bottleneck_bytes += (uint64_t)(len + FRAME_OVERHEAD);
+    if (ingress_drops(s, 0)) { s->k.data_lost[1] += data != 0; return; }
+    uint64_t at = dep + s->c.delay_us;
+    if (s->c.rx_poll_us) at = rx_wake(s, at);
+    schedule(s, EV_DELIVER, 0, src - 1, at, b, len);
+}
+
+/* Returns -1 if the PS's full link refused the datagram (nothing sent), else 0. */
+static int emit(sim_t *s, int src, int slot, const uint8_t *b, int len)
+{
+    int f = s->ops.classify(b, (size_t)len);
+    if (src == 0) {
+        if (slot < 0 || slot >= s->c.n_workers) return 0;
+        uint64_t dep = fifo_put(&s->ps_link, s->now, len + FRAME_OVERHEAD);
+        if (dep == NEVER_US) { s->k.ps_refused++; return -1; }   /* ENOBUFS: the driver keeps it */
+        s->k.datagrams++;
+        if (f & SIM_PKT_DATA) s->k.data_sent++;
+        if (f & SIM_PKT_RTX) s->k.rtx_sent[0]++;
+        if (ingress_drops(s, slot + 1)) { s->k.data_lost[0] += (f & SIM_PKT_DATA) != 0; return 0; }
+        schedule(s, EV_DELIVER, slot + 1, 0, dep + s->c.delay_us, b, len);
+        return 0;
+    }
+    s->k.datagrams++;
+    if (f & SIM_PKT_DATA) s->k.data_sent++;
+    if (f & SIM_PKT_RTX) s->k.rtx_sent[1]++;
+    uint64_t dep = fifo_put(&s->wlink[src - 1], s->now, len + FRAME_OVERHEAD);
+    if (dep == NEVER_US) { s->k.worker_link_drops++; s->k.data_lost[1] += (f & SIM_PKT_DATA) != 0; return 0; }
+    schedule(s, EV_SWITCH, src, -1, dep, b, len);
+    return 0;
+}
+
+static void run_node(sim_t *s, int k)
+{
+    node_t *n = &s->node[k];
+    int slot, len, held = 0;
+    uint64_t t_in = k == 0 ? mono_ns() : 0;
+    if (k == 0 && s->held_len) {   /* the driver offers the refused datagram first */
+        if (emit(s, 0, s->held_slot, s->held, s->held_len) < 0) held = 1;
+        else s->held_len = 0;
+    }
+    while (!held && (len = s->ops.poll_tx(n->ep, s->now, s->buf, sizeof s->buf, &slot)) > 0) {
+        s->k.ps_datagrams += k == 0;
+        if (emit(s, k, slot, s->buf, len) < 0) {
+            memcpy(s->held, s->buf, (size_t)len);
+            s->held_len = len;
+            s->held_slot = slot;
+            held = 1;
+        }
+    }
+    uint64_t t = held ? s->ps_link.dep[s->ps_link.head] : s->ops.next_timeout(n->ep, s->now);
+    if (k == 0) s->k.ps_cpu_ns += mono_ns() - t_in;   /* (emit's own share is small) */
+    if (t == NEVER_US) return;
+    if (t <= s->now) t = s->now + 1;
+    run_at(s, k, t + lateness(s));
+}
+
+sim_t *sim_new(const sim_netcfg_t *c, const sim_ops_t *ops, void **eps, char *err, size_t err_len)
+{
+#define BAD(...) do { snprintf(err, err_len, __VA_ARGS__); return NULL; } while (0)
+    if (c->n_workers < 1 || c->n_workers > 65534) BAD("the number of workers must be from 1 to 65534, not %d.", c->n_workers);
+    if (!(c->bottleneck_mbps > 0 && c->worker_mbps > 0 && c->ps_mbps > 0)) BAD("link rates must be above 0 Mbit/s.");
+    if (c->queue_pkts < 1 || c->worker_queue_pkts < 1 || c->ps_queue_pkts < 1) BAD("queues must hold at least 1 packet.");
+    double probs[4] = {c->p_gb, c->p_bg, c->loss_good, c->loss_bad};
+    for (int i = 0; i < 4; i++) if (!(probs[i] >= 0 && probs[i] <= 1)) BAD("loss probabilities must be from 0 to 1.");
+#undef BAD
+    sim_t *s = calloc(1, sizeof *s);
+    s->c = *c;
+    s->ops = *ops;
+    s->n = c->n_workers + 1;
+    s->node = calloc((size_t)s->n, sizeof *s->node);
+    s->wlink = calloc((size_t)c->n_workers, sizeof *s->wlink);
+    s->wake_rng = c->seed ^ 0x5DEECE66Dull;
+    int ok = s->node && s->wlink && fifo_init(&s->btl, c->queue_pkts, c->bottleneck_mbps) &&
+             fifo_init(&s->ps_link, c->ps_queue_pkts, c->ps_mbps);
+    for (int w = 0; ok && w < c->n_workers; w++) ok = fifo_init(&s->wlink[w], c->worker_queue_pkts, c->worker_mbps);
+    if (!ok) { sim_free(s); snprintf(err, err_len, "out of memory for %d workers.", c->n_workers); return NULL; }
+    for (int k = 0; k < s->n; k++) {
+        s->node[k].ep = eps[k];
+        s->node[k].run_at = NEVER_US;
+        s->node[k].loss_rng = c->seed * 0x9E3779B97F4A7C15ull + (uint64_t)k + 1;
+        /* The chain starts in its stationary state, as the eBPF program's restart does. */
+        double pi_bad = c->p_gb > 0 ? c->p_gb / (c->p_gb + c->p_bg) : 0;
+        s->node[k].bad = uniform(&s->node[k].loss_rng) < pi_bad;
+    }
+    return s;
+}
+
+void sim_free(sim_t *s)
+{
+    if (!s) return;
+    for (int i = 0; i < s->heap_n; i++) free(s->heap[i].data);
+    free(s->heap);
+    free(s->btl.dep);
+    free(s->ps_link.dep);
+    if (s->wlink) for (int w = 0; w < s->c.n_workers; w++) free(s->wlink[w].dep);
+    free(s->wlink);
+    free(s->node);
+    free(s);
+}
+
+uint64_t sim_now(const sim_t *s) { return s->now; }
+void sim_app_timer(sim_t *s, uint64_t at_us) { s->app_at = at_us ? at_us : NEVER_US; }
+const sim_counters_t *sim_counters(const sim_t *s) { return &s->k; }
+
+uint64_t sim_in_flight(const sim_t *s)
+{
+    uint64_t n = 0;
+    for (int i = 0; i < s->heap_n; i++) n += s->heap[i].kind != EV_RUN;
+    return n;
+}
+
+size_t sim_peak_bytes(const sim_t *s)
+{
+    size_t q = (size_t)(s->c.queue_pkts + s->c.ps_queue_pkts + s->c.n_workers * s->c.worker_queue_pkts);
+    return (size_t)s->heap_peak * (sizeof(ev_t) + 1514) + q * sizeof(uint64_t) + (size_t)s->n * sizeof(node_t);
+}
+
+int sim_run(sim_t *s, uint64_t limit_us, sim_hook_fn hook, void *arg)
+{
+    uint64_t end = s->now + limit_us;
+    for (;;) {
+        uint64_t next = s->heap_n ? s->heap[0].at : NEVER_US;
+        if (s->app_at != NEVER_US && s->app_at < next) {   /* the application's timer first */
+            if (s->app_at > end) { s->now = end; return 0; }
+            if (s->app_at > s->now) s->now = s->app_at;
+            s->app_at = NEVER_US;
+            if (hook(s, arg, SIM_HOOK_APP, -1, -1)) return 1;
+            continue;
+        }
+        if (next == NEVER_US || next > end) { s->now = end; return 0; }
+        ev_t e = heap_pop(s);
+        s->now = e.at;
+        s->k.events++;
+        int stop = 0;
+        if (e.kind == EV_SWITCH) {
+            to_ps(s, e.node, e.data, e.len);
+        } else if (e.kind == EV_DELIVER) {
+            s->k.delivered++;
+            uint64_t t_in = e.node == 0 ? mono_ns() : 0;
+            s->ops.input(s->node[e.node].ep, e.slot, e.data, (size_t)e.len, s->now);
+            if (e.node == 0) { s->k.ps_cpu_ns += mono_ns() - t_in; s->k.ps_datagrams++; }
+            stop = hook(s, arg, SIM_HOOK_INPUT, e.node, e.slot);
+            sim_kick(s, e.node);   /* the datagram wakes the thread, late as any wake-up */
+        } else if (e.kind == EV_RUN && e.at == s->node[e.node].run_at) {
+            s->node[e.node].run_at = NEVER_US;
+            run_node(s, e.node);
+            stop = hook(s, arg, SIM_HOOK_RUN, e.node, -1);
+        }
+        free(e.data);
+        if (stop) return 1;
+    }
+}
