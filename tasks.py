@@ -32,6 +32,17 @@ PROJECT = Path(__file__).resolve().parent
     "sync": "comma-separated synchronisation modes: bsp, ssp:S (staleness bound S), async",
     "fault": "comma-separated faults: none, kill@K, stall@K:Ts, link@K:Ts, straggler:Fx "
              "(K: after the PS's K-th iteration; :wN names the worker, default the last)",
+    "byzantine": "comma-separated Byzantine settings: 0 (none) or COUNT:BEHAVIOUR[:PARAM] with "
+                 "behaviour sign-flip, scaled, gaussian, random, alie or ipm, e.g. 0,2:sign-flip "
+                 "(the highest ranks attack; docs/byzantine.md)",
+    "aggregator": "comma-separated aggregation rules at the PS: mean, score, median, "
+                  "trimmed-mean, krum",
+    "tolerate": "Byzantine updates the aggregator tolerates (default: the attacker count)",
+    "score_batch": "validation samples per round of the score rule (default 64)",
+    "score_penalty": "the score rule's penalty rho per squared unit of update size "
+                     "(default 0.0005)",
+    "score_threshold": "the score rule keeps only updates scoring at least this "
+                       "(default: the n - f best, no threshold)",
     "model": "model name (mlp, lenet5)",
     "iterations": "training iterations per run",
     "seeds": "comma-separated seeds",
@@ -41,9 +52,10 @@ PROJECT = Path(__file__).resolve().parent
     "max_train": "cap on each run's training time at the PS, in seconds",
 })
 def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=None, workers=None,
-              queue=None, delay=None, cross=None, sync=None, fault=None, model=None,
-              iterations=None, seeds=None, timeout=None, target=None, stop_at_target=None,
-              max_train=None):
+              queue=None, delay=None, cross=None, sync=None, fault=None, byzantine=None,
+              aggregator=None, tolerate=None, score_batch=None, score_penalty=None,
+              score_threshold=None, model=None, iterations=None, seeds=None, timeout=None,
+              target=None, stop_at_target=None, max_train=None):
     """Run a sweep of training runs over the emulated incast network and tabulate the results."""
     from harness import cli
 
@@ -57,7 +69,13 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
             seeds=cli.numbers(seeds, int, "--seeds"),
             workers=cli.numbers(workers, int, "--workers"),
             queues=cli.numbers(queue, int, "--queue"), syncs=cli.syncs(sync),
-            faults=cli.faults(fault), model=model,
+            faults=cli.faults(fault), byzantine=cli.byzantines(byzantine),
+            aggregators=cli.aggregator_names(aggregator),
+            tolerate=cli.number(tolerate, int, "--tolerate"),
+            score_batch=cli.number(score_batch, int, "--score-batch"),
+            score_penalty=cli.number(score_penalty, float, "--score-penalty"),
+            score_threshold=cli.number(score_threshold, float, "--score-threshold"),
+            model=model,
             iterations=cli.number(iterations, int, "--iterations"),
             timeout_s=cli.number(timeout, float, "--timeout"),
             target_accuracy=cli.number(target, float, "--target"),

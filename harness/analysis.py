@@ -26,8 +26,11 @@ BASELINE = "tcp-cubic"
 CONDITION_COLUMNS = {"bottleneck_mbps": "{:g} Mbit/s", "delay_ms": "+{:g} ms one way",
                      "n_workers": "{:g} workers", "queue_pkts": "queue {:g}",
                      "loss_kind": "{} loss", "cross": "cross {}", "sync": "{}",
-                     "fault": "fault {}"}
-CONDITION_DEFAULTS = {"loss_kind": "uniform", "cross": "none", "sync": "bsp", "fault": "none"}
+                     "fault": "fault {}", "byzantine": "byzantine {}", "aggregator": "{}"}
+CONDITION_DEFAULTS = {"loss_kind": "uniform", "cross": "none", "sync": "bsp", "fault": "none",
+                      "byzantine": "0", "aggregator": "mean"}
+# Conditions with figures and a report section of their own, not the generic regime facets.
+OWN_SECTIONS = ("bottleneck_mbps", "sync", "fault", "byzantine", "aggregator")
 
 
 def loss_kind(model_text: str) -> str:
@@ -148,7 +151,8 @@ def load(folder: Path) -> Sweep:
             from None
     runs["loss_kind"] = (runs["loss_model"].map(loss_kind) if "loss_model" in runs
                          else CONDITION_DEFAULTS["loss_kind"])
-    for col in ("cross", "sync", "fault"):   # sweeps written before these columns existed
+    # sweeps written before these columns existed
+    for col in ("cross", "sync", "fault", "byzantine", "aggregator"):
         if col not in runs:
             runs[col] = CONDITION_DEFAULTS[col]
         runs[col] = runs[col].astype(object).fillna(CONDITION_DEFAULTS[col]).astype(str)

@@ -10,7 +10,9 @@ from collections.abc import Iterator
 
 from invoke.exceptions import Exit
 
+from harness.aggregators import AGGREGATORS, AggregatorError
 from harness.bench import BenchError
+from harness.byzantine import ByzantineError, parse_byzantine
 from harness.datasets import DatasetError
 from harness.faults import FaultError, parse_fault
 from harness.presets import UnknownPreset
@@ -31,7 +33,7 @@ from transports.registry import UnknownTransport
 USER_ERRORS = (SpecError, UnknownPreset, UnknownTransport, OptionError, TopologyError,
                TestbedError, OVSError, SweepError, ResultsError, DatasetError, TransportError,
                DelayError, BenchError, LossModelError, CrossError, SyncError, FaultError,
-               SimulationError)
+               SimulationError, ByzantineError, AggregatorError)
 
 
 def require_root() -> None:
@@ -136,3 +138,20 @@ def syncs(text: str | None) -> tuple[str, ...] | None:
 def faults(text: str | None) -> tuple[str, ...] | None:
     """'none,kill@20,link@20:2s' -> canonical fault texts; a bad item raises :class:`FaultError`."""
     return None if text is None else tuple(parse_fault(x).text() for x in words(text))
+
+
+def byzantines(text: str | None) -> tuple[str, ...] | None:
+    """'0,2:sign-flip' -> canonical Byzantine texts; a bad item raises :class:`ByzantineError`."""
+    return None if text is None else tuple(parse_byzantine(x).text() for x in words(text))
+
+
+def aggregator_names(text: str | None) -> tuple[str, ...] | None:
+    """'mean,Score' -> ('mean', 'score'); an unknown rule raises :class:`AggregatorError`."""
+    if text is None:
+        return None
+    out = tuple(x.lower() for x in words(text))
+    for name in out:
+        if name not in AGGREGATORS:
+            raise AggregatorError(f"unknown aggregator {name!r}; choose one of "
+                                  f"{', '.join(AGGREGATORS)}.")
+    return out

@@ -36,8 +36,9 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from harness import resilience, stats  # noqa: E402
-from harness.analysis import BASELINE, CONDITION_COLUMNS, Sweep, is_tcp, load  # noqa: E402
+from harness import resilience, robustness, stats  # noqa: E402
+from harness.analysis import (BASELINE, CONDITION_COLUMNS, OWN_SECTIONS, Sweep, is_tcp,  # noqa: E402
+                              load)
 
 TOLERANT = ("ltp", "ltp-reliable", "plot")
 REGIME_AXES = {"n_workers": "workers", "queue_pkts": "bottleneck queue (packets)",
@@ -284,9 +285,10 @@ def draw(sw: Sweep) -> list[Path]:
         written += _sync_cdf(sw, folder)
     written += _loss_tolerance(sw, folder) + _bottleneck(sw, folder) + _bounds(sw, folder)
     for setting in sw.varying:
-        if setting not in ("bottleneck_mbps", "sync", "fault"):
+        if setting not in OWN_SECTIONS:
             written += _regime(sw, folder, setting)
-    return written + resilience.draw(sw, folder, _save)
+    return (written + resilience.draw(sw, folder, _save)
+            + robustness.draw(sw, folder, _save))
 
 
 def make(folder: Path) -> list[Path]:

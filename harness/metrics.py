@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from harness.byzantine import parse_byzantine
 from harness.faults import parse_fault
 from harness.runfiles import PsIteration, RunFiles, WorkerIteration
 from harness.spec import RunSpec
@@ -150,6 +151,36 @@ def resilience(spec: RunSpec, files: RunFiles, ps: list[PsIteration],
     return out
 
 
+def _verdicts(spec: RunSpec, rec: PsIteration) -> list[tuple[bool, bool, bool]]:
+    """Per update of a round: (from an attacker, kept, delivered in part)."""
+    attackers = set(parse_byzantine(spec.byzantine).ranks(spec.n_workers))
+    kept = rec.agg_kept or [True] * len(rec.ranks)
+    return [(r in attackers, k, f < 1.0) for r, k, f in zip(rec.ranks, kept, rec.recv_frac)]
+
+
+def robustness(spec: RunSpec, ps: list[PsIteration]) -> dict:
+    """What the aggregator kept and rejected, attackers' and honest updates apart."""
+    v = [x for rec in ps for x in _verdicts(spec, rec)]
+    return {"byzantine": spec.byzantine, "aggregator": spec.aggregator,
+            "tolerate": spec.tolerated,
+            "byzantine_updates": sum(1 for b, _, _ in v if b),
+            "byzantine_kept": sum(1 for b, k, _ in v if b and k),
+            "honest_updates": sum(1 for b, _, _ in v if not b),
+            "honest_rejected": sum(1 for b, k, _ in v if not b and not k),
+            "honest_filled": sum(1 for b, _, f in v if not b and f),
+            "honest_filled_rejected": sum(1 for b, k, f in v if not b and not k and f),
+            "agg_p50_s": _pct([rec.agg_s for rec in ps], 50)}
+
+
+def _round_verdicts(spec: RunSpec, rec: PsIteration) -> dict:
+    v = _verdicts(spec, rec)
+    return {"kept": sum(1 for _, k, _ in v if k),
+            "byzantine_kept": sum(1 for b, k, _ in v if b and k),
+            "honest_rejected": sum(1 for b, k, _ in v if not b and not k),
+            "honest_filled_rejected": sum(1 for b, k, f in v if not b and not k and f),
+            "agg_s": rec.agg_s}
+
+
 def summarize(spec: RunSpec, files: RunFiles) -> tuple[dict, list[dict], list[dict]]:
     """(metric columns of the runs row, curve rows, iteration rows) from a run's raw records."""
     ps = files.ps_iterations()
@@ -200,6 +231,7 @@ def summarize(spec: RunSpec, files: RunFiles) -> tuple[dict, list[dict], list[di
         "min_recv_frac": float(np.min(fracs)) if fracs else None,
         **tolerance(ps),
         **resilience(spec, files, ps, ps_summary.train_start_time if ps_summary else None),
+        **robustness(spec, ps),
         "grad_payload_bytes": sum(rec.grad_bytes for w in workers for rec in w),
         "grad_wire_bytes": sum(rec.wire_bytes for w in workers for rec in w),
         "retransmits": retrans,
@@ -211,7 +243,8 @@ def summarize(spec: RunSpec, files: RunFiles) -> tuple[dict, list[dict], list[di
     }
     key = {"run_id": spec.run_id, "scheme": spec.scheme, "transport": spec.transport,
            "loss_pct": spec.loss_pct, "delay_ms": spec.delay_ms, "seed": spec.seed,
-           "sync": spec.sync, "fault": spec.fault}
+           "sync": spec.sync, "fault": spec.fault, "byzantine": spec.byzantine,
+           "aggregator": spec.aggregator}
     curves = [{**key, "iteration": e.iteration, "time_s": e.train_s, "accuracy": e.accuracy,
                "test_loss": e.test_loss} for e in files.eval_records()]
     iterations = [{**key, "bottleneck_mbps": spec.bottleneck_mbps, "n_workers": spec.n_workers,
@@ -222,6 +255,7 @@ def summarize(spec: RunSpec, files: RunFiles) -> tuple[dict, list[dict], list[di
                    "mean_recv_frac": float(np.mean(rec.recv_frac)) if rec.recv_frac else None,
                    "early_closes": sum(1 for s in rec.msg_stats if s.get("early_closed", 0) > 0),
                    "contributors": len(rec.recv_frac),
-                   "staleness_max": max(rec.staleness, default=0), "t_s": rec.t_s}
+                   "staleness_max": max(rec.staleness, default=0), "t_s": rec.t_s,
+                   **_round_verdicts(spec, rec)}
                   for t, rec in enumerate(ps)]
     return metrics, curves, iterations

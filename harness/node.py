@@ -12,9 +12,11 @@ Data-parallel training; in bulk-synchronous mode (``bsp``), one iteration ``t``:
 
 1. the PS broadcasts the parameters (message ``t``) to every worker;
 2. each worker loads them, computes a gradient on one batch of its own shard of the training set,
-   and pushes it (message ``t``) to the PS;
+   and pushes it (message ``t``) to the PS; a Byzantine worker (``RunSpec.byzantine``, the
+   highest ranks) pushes its attack's vector instead (:mod:`harness.byzantine`);
 3. the PS gathers one gradient per worker (a loss-tolerant transport may deliver part of one,
-   with a mask), lets the transport observe them, averages them, and takes an SGD step;
+   with a mask), lets the transport observe them, combines them by the run's aggregation rule
+   (averages them by default; :mod:`harness.aggregators`), and takes an SGD step;
 4. every ``eval_every`` iterations (and before the first and after the last) the PS measures
    test accuracy.
 
@@ -47,8 +49,10 @@ import torch
 import torch.nn.functional as F
 
 from harness import datasets, models
+from harness.byzantine import corrupt, parse_byzantine
 from harness.faults import parse_fault
 from harness.ps import GEN_SHIFT, ParameterServer
+from harness.robust import honest_estimate, make_combine
 from harness.runfiles import (EvalRecord, HostSummary, Recorder, RunFiles, WorkerIteration,
                               read_session)
 from harness.spec import RunSpec
@@ -155,8 +159,11 @@ def run_ps(spec: RunSpec, files: RunFiles, loopback: bool,
         cpu_before = machine_cpu()
         # Missing-worker detection only where a fault is injected: a fault-free run is classic
         # BSP/SSP/async, every gradient waited for (docs/faults.md).
+        combine = (make_combine(spec, trainer.model, trainer.params, end)
+                   if spec.aggregator != "mean" else None)
         server = ParameterServer(end, trainer, rec, spec.n_workers, parse_sync(spec.sync),
-                                 spec.lr, started, detect=parse_fault(spec.fault).kind != "none")
+                                 spec.lr, started, detect=parse_fault(spec.fault).kind != "none",
+                                 combine=combine)
         t, stopped_by = server.run()
         train_end_time = time.time()
         cpu_busy = busy_frac(cpu_before, machine_cpu())
@@ -216,6 +223,9 @@ def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool,
     order, pos = rng.permutation(mine), 0
     fault = parse_fault(spec.fault)
     slow = fault.factor if fault.kind == "straggler" and fault.rank(spec.n_workers) == rank else 1
+    attack = parse_byzantine(spec.byzantine)
+    byzantine = rank in attack.ranks(spec.n_workers)
+    attack_rng = np.random.default_rng([spec.seed, rank, 0xA77])
     transport = make_transport(spec, session)
     ps_addr, worker_addrs = addresses(spec, loopback)
     started = time.monotonic()
@@ -242,6 +252,9 @@ def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool,
             loss = F.cross_entropy(model(x_train[batch]), y_train[batch])
             loss.backward()
             grad = models.flat_grads(model).numpy()
+            if byzantine:   # on the real gradient, before the real transport
+                grad = corrupt(attack, grad, spec.n_workers, attack_rng, lambda: honest_estimate(
+                    model, x_train, y_train, spec, k, spec.n_workers - attack.count))
             if slow > 1:
                 time.sleep((slow - 1) * (time.monotonic() - t1))
             t2 = time.monotonic()
@@ -253,7 +266,7 @@ def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool,
                 iteration=k, t_s=t0 - started, push_start_mono=t2, pull_s=t1 - t0,
                 compute_s=t2 - t1, push_s=t3 - t2, param_frac=params.received_frac,
                 train_loss=loss.item(), grad_bytes=sent.payload_bytes, wire_bytes=sent.wire_bytes,
-                packets=sent.packets, retransmits=sent.retransmits))
+                packets=sent.packets, retransmits=sent.retransmits, byzantine=byzantine))
             k += 1
             done += 1
         summary = HostSummary(host=host, role="worker", rank=rank, iterations=done,

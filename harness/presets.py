@@ -23,7 +23,12 @@ evidence presets run three seeds per cell. ``docs/running.md`` has the table wit
 - ``paper``: every scheme, 100 and 200 Mbit/s, loss up to 20 %, 300 iterations; hours.
 - ``faults``: bsp, ssp:2 and async under no fault, a killed worker, a 2 s stall, a 2 s link cut
   and a 3x straggler, TCP CUBIC and LTP; about 40 minutes.
-- ``lab1`` .. ``lab4``: the teaching labs (``docs/labs/``).
+- ``byzantine``: 8 workers, none or two sign-flipping attackers, under each aggregation rule
+  (mean, score, median, trimmed mean, Krum), TCP CUBIC without loss, three seeds, 100
+  iterations; about 20 minutes (``docs/byzantine.md``).
+- ``byzantine-loss``: honest and Byzantine workers over LTP and PLOT at 5 and 10 % loss, mean
+  against score-based validation: does the validator reject honest-but-filled updates?
+- ``lab1`` .. ``lab5``: the teaching labs (``docs/labs/``).
 """
 
 from __future__ import annotations
@@ -49,7 +54,8 @@ class UnknownPreset(KeyError):
 GRID: dict[str, str] = {
     "transports": "transport", "loss_pcts": "loss_pct", "bottleneck_mbps": "bottleneck_mbps",
     "delays_ms": "delay_ms", "workers": "n_workers", "queues": "queue_pkts", "cross": "cross",
-    "syncs": "sync", "faults": "fault", "seeds": "seed",
+    "syncs": "sync", "faults": "fault", "byzantine": "byzantine", "aggregators": "aggregator",
+    "seeds": "seed",
 }
 
 
@@ -75,6 +81,10 @@ class Plan:
     """Synchronisation modes (``bsp``, ``ssp:2``, ``async``; :mod:`harness.ps`)."""
     faults: tuple[str, ...] = ("none",)
     """Faults the harness injects (``kill@20``, ``link@20:2s``; :mod:`harness.faults`)."""
+    byzantine: tuple[str, ...] = ("0",)
+    """Byzantine workers (``0``, ``2:sign-flip``, ...; :mod:`harness.byzantine`)."""
+    aggregators: tuple[str, ...] = ("mean",)
+    """Aggregation rules at the PS (``mean``, ``score``, ...; :mod:`harness.aggregators`)."""
     plugins: tuple[str, ...] = ()   # transport plugin files (from the project folder) it uses
 
     def specs(self) -> list[RunSpec]:
@@ -86,9 +96,11 @@ class Plan:
         if self.plugins:
             registry.use_plugins([PROJECT / p for p in self.plugins])
         out = []
-        for scheme, loss, bw, delay, n, queue, cross, sync, fault, seed in itertools.product(
+        for (scheme, loss, bw, delay, n, queue, cross, sync, fault, byz, agg,
+             seed) in itertools.product(
                 self.transports, self.loss_pcts, self.bottleneck_mbps, self.delays_ms,
-                self.workers, self.queues, self.cross, self.syncs, self.faults, self.seeds):
+                self.workers, self.queues, self.cross, self.syncs, self.faults, self.byzantine,
+                self.aggregators, self.seeds):
             slug, options = parse_scheme(scheme)
             if isinstance(loss, str):  # a loss model's text; RunSpec derives loss_pct from it
                 loss_fields = {"loss_model": loss}
@@ -98,7 +110,8 @@ class Plan:
                                          transport_options={**self.base.options(), **options},
                                          bottleneck_mbps=bw, delay_ms=delay, n_workers=n,
                                          queue_pkts=queue, cross=cross, sync=sync,
-                                         fault=fault, seed=seed, **loss_fields))
+                                         fault=fault, byzantine=byz, aggregator=agg,
+                                         seed=seed, **loss_fields))
         return out
 
     def dimensions(self) -> dict[str, tuple]:
@@ -204,6 +217,21 @@ PRESETS: dict[str, Plan] = {
         bottleneck_mbps=(200.0,), seeds=SEEDS, syncs=("bsp", "ssp:2", "async"),
         faults=("none", "kill@20", "stall@20:2s", "link@20:2s", "straggler:3x"),
         base=_INCAST.replace(iterations=40, eval_every=5, timeout_s=300.0)),
+    # Untrusted workers (issue 14, docs/byzantine.md): two sign-flipping attackers of eight
+    # against every aggregation rule, over a reliable transport, three seeds. The defender
+    # tolerates two in every run, attacked or not (it cannot know). About 20 minutes.
+    "byzantine": Plan(
+        name="byzantine", transports=("tcp-cubic",), loss_pcts=(0.0,), bottleneck_mbps=(200.0,),
+        seeds=SEEDS, byzantine=("0", "2:sign-flip"),
+        aggregators=("mean", "score", "median", "trimmed-mean", "krum"),
+        base=_INCAST.replace(iterations=100, eval_every=10, tolerate=2, timeout_s=600.0)),
+    # The validator and loss tolerance: honest (with the defender assuming two attackers) and
+    # two sign-flipping attackers, LTP and PLOT at 5 and 10 % loss, mean against score.
+    "byzantine-loss": Plan(
+        name="byzantine-loss", transports=("ltp", "plot"), loss_pcts=(5.0, 10.0),
+        bottleneck_mbps=(200.0,), seeds=SEEDS, byzantine=("0", "2:sign-flip"),
+        aggregators=("mean", "score"),
+        base=_INCAST.replace(iterations=100, eval_every=10, tolerate=2, timeout_s=600.0)),
     # Paper figures: every scheme, both link speeds, loss up to 20 %, three seeds. Hours.
     "paper": Plan(
         name="paper", transports=EVERYTHING, loss_pcts=(0.0, 1.0, 2.0, 5.0, 10.0, 20.0),
@@ -227,6 +255,10 @@ PRESETS: dict[str, Plan] = {
         name="lab4", transports=("tcp-cubic", "ltp"), loss_pcts=(0.0,), bottleneck_mbps=(100.0,),
         seeds=(0,), workers=(4,), faults=("none", "kill@15", "link@15:2s"),
         base=_INCAST.replace(n_workers=4, iterations=40, eval_every=5, timeout_s=300.0)),
+    "lab5": Plan(
+        name="lab5", transports=("tcp-cubic",), loss_pcts=(0.0,), bottleneck_mbps=(100.0,),
+        seeds=(0,), byzantine=("0", "2:sign-flip"), aggregators=("mean", "score", "median"),
+        base=_INCAST.replace(iterations=60, eval_every=10, tolerate=2, timeout_s=300.0)),
 }
 DEFAULT_PRESET = "default"
 

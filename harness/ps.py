@@ -60,6 +60,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from harness.aggregators import Outcome
 from harness.runfiles import MemberEvent, PsIteration, Recorder
 from harness.sync import Sync
 from transports.base import Delivery, ServerEnd
@@ -99,6 +100,9 @@ class _Round:
     late: int = 0
     participants: set[int] = dataclasses.field(default_factory=set)
     deadline: float = 0.0
+    outcome: Outcome | None = None
+    agg_f: int = 0
+    agg_s: float = 0.0
 
 
 class ParameterServer:
@@ -107,12 +111,16 @@ class ParameterServer:
     ``trainer`` holds the parameters (``params``, a flat tensor), evaluates and decides when to
     stop (``after(rounds_done)`` returns the reason, '' to go on; ``train_s`` accumulates).
     ``clock`` is the monotonic clock (the unit tests pass a fake one with a fake end).
+    ``combine(deliveries)`` returns a bsp round's (:class:`~harness.aggregators.Outcome`, ``f``);
+    without it the PS averages (``end.average``).
     """
 
     def __init__(self, end: ServerEnd, trainer, rec: Recorder, n_workers: int, sync: Sync,
                  lr: float, started: float, clock: Callable[[], float] = time.monotonic,
-                 detect: bool = True) -> None:
+                 detect: bool = True,
+                 combine: Callable[[list[Delivery]], tuple[Outcome, int]] | None = None) -> None:
         self.end, self.trainer, self.rec, self.detect = end, trainer, rec, detect
+        self.combine = combine
         self.n, self.sync, self.lr, self.started, self.clock = n_workers, sync, lr, started, clock
         self.members = [Member() for _ in range(n_workers)]
         self.version = 0
@@ -221,7 +229,13 @@ class ParameterServer:
 
     def _apply(self, grads: list[Delivery], lr: float, rnd: _Round) -> None:
         t0 = self.clock()
-        self.trainer.params.add_(torch.from_numpy(self.end.average(grads)), alpha=-lr)
+        if self.combine is not None and self.sync.kind == "bsp" and grads:
+            rnd.outcome, rnd.agg_f = self.combine(grads)
+            vector = rnd.outcome.vector
+        else:
+            vector = self.end.average(grads)
+        rnd.agg_s += self.clock() - t0
+        self.trainer.params.add_(torch.from_numpy(vector), alpha=-lr)
         self.version += 1
         rnd.update_s += self.clock() - t0
 
@@ -365,7 +379,8 @@ class ParameterServer:
             param_retransmits=[s.retransmits for s in rnd.sent],
             msg_stats=[d.stats for d in ds], ranks=list(rnd.ranks),
             staleness=list(rnd.staleness), late=rnd.late,
-            missing=[r for r, m in enumerate(self.members) if m.state in ("missing", "gone")]))
+            missing=[r for r, m in enumerate(self.members) if m.state in ("missing", "gone")],
+            **_outcome_fields(rnd)))
 
     # ---- the end ------------------------------------------------------------------------
     def finish(self, t: int) -> None:
@@ -391,6 +406,16 @@ class ParameterServer:
         if ready:
             self.end.send_some({r: self.members[r].msg for r in ready},
                                self.trainer.params.numpy(), END_S)
+
+
+def _outcome_fields(rnd: _Round) -> dict:
+    """The aggregation fields of a round's record (every update kept under plain averaging)."""
+    o, n = rnd.outcome, len(rnd.deliveries)
+    if o is None:
+        return {"agg_kept": [True] * n, "agg_reasons": ["averaged"] * n,
+                "agg_scores": [None] * n, "agg_used_frac": [1.0] * n, "agg_s": rnd.agg_s}
+    return {"agg_kept": list(o.kept), "agg_reasons": list(o.reasons), "agg_scores": list(o.scores),
+            "agg_used_frac": list(o.used_frac), "agg_f": rnd.agg_f, "agg_s": rnd.agg_s}
 
 
 def staleness_summary(records: list[PsIteration]) -> tuple[float | None, int | None]:

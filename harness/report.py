@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness import resilience, stats
-from harness.analysis import BASELINE, Sweep
+from harness import resilience, robustness, stats
+from harness.analysis import BASELINE, OWN_SECTIONS, Sweep
 from harness.figures import best_tcp
 
 ACCURACY_MARGIN_PTS = 1.0   # "no loss of final accuracy": within this many points of lossless TCP
@@ -21,7 +21,8 @@ FIGURES = (("throughput", "training throughput and ratio to tcp-cubic vs loss"),
            ("sync_cdf", "CDF of per-iteration synchronization time (p50 o, p99 v)"),
            ("loss_tolerance", "filled fraction, early closes, avoided and actual retransmissions"),
            ("bottleneck", "bottleneck utilisation and queue drops vs loss"),
-           ("bounds", "where the median iteration goes, and the iteration over its floor"))
+           ("bounds", "where the median iteration goes, and the iteration over its floor"),
+           ("byzantine_accuracy", "test accuracy over time per attack and aggregation rule"))
 
 
 def _fmt(value) -> str:
@@ -208,7 +209,7 @@ def _bounds(sw: Sweep) -> list[str]:
 
 def _regimes(sw: Sweep) -> list[str]:
     lines = []
-    for setting in (s for s in sw.varying if s not in ("bottleneck_mbps", "sync", "fault")):
+    for setting in (s for s in sw.varying if s not in OWN_SECTIONS):
         lines += [f"## Regime: {setting}", "", f"![regime_{setting}](figures/regime_{setting}.png)",
                   ""]
         for value in sorted(sw.ok[setting].unique()):
@@ -230,6 +231,7 @@ def report_text(sw: Sweep) -> str:
     """The whole report as Markdown."""
     lines = (_header(sw) + _headline(sw) + _fastest(sw) + _tolerance_pays(sw) + _accuracy(sw)
              + _accounting(sw) + _bounds(sw) + _regimes(sw) + resilience.section(sw)
+             + robustness.section(sw)
              + ["## Figures", ""])
     for name, what in FIGURES:
         if (sw.folder / "figures" / f"{name}.png").exists():

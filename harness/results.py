@@ -61,6 +61,12 @@ RUNS_COLUMNS = (
                        "(harness/ps.py)"),
     Column("fault", "", "fault the harness injected: none, kill@K, stall@K:Ts, link@K:Ts, "
                         "straggler:Fx, ... (:wN: which worker; default the last)"),
+    Column("byzantine", "", "Byzantine workers: 0, or count:behaviour[:param] (2:sign-flip, ...); "
+                            "the highest ranks attack (docs/byzantine.md)"),
+    Column("aggregator", "", "how the PS combined a round's updates: mean, score, median, "
+                             "trimmed-mean or krum (harness/aggregators.py)"),
+    Column("tolerate", "updates", "f: Byzantine updates the aggregator was asked to tolerate "
+                                  "(by default the attacker count)"),
     Column("rtt_ms", "ms", "measured round-trip time w1 -> ps1 on the idle network before the run "
                           "(median of 5 pings timed in user space)"),
     Column("session_id", "", "the run's random session id (its key is never recorded)"),
@@ -164,6 +170,15 @@ RUNS_COLUMNS = (
     Column("fault_iter_max_s", "s", "the slowest round from the fault on"),
     Column("false_alarms", "events", "workers counted missing that no fault had hit (slow, "
                                      "e.g. a TCP flow in a retransmission timeout)"),
+    Column("byzantine_updates", "updates", "updates the attackers pushed that reached a round"),
+    Column("byzantine_kept", "updates", "of those, the ones the aggregator kept"),
+    Column("honest_updates", "updates", "updates of honest workers that reached a round"),
+    Column("honest_rejected", "updates", "of those, the ones the aggregator rejected"),
+    Column("honest_filled", "updates", "honest updates the transport delivered in part "
+                                       "(holes filled by its filler)"),
+    Column("honest_filled_rejected", "updates", "of those, the ones the aggregator rejected"),
+    Column("agg_p50_s", "s", "median compute time of the aggregation rule per round (score: its "
+                             "validation forward passes included)"),
     Column("ps_cpu_s", "s", "CPU time of the PS process, all its threads"),
     Column("workers_cpu_s", "s", "CPU time of all worker processes together"),
     Column("wall_s", "s", "wall-clock time of the run, process start to exit"),
@@ -197,6 +212,13 @@ ITERATIONS_COLUMNS = (
     Column("fault", "", "fault injected in the run"),
     Column("contributors", "workers", "gradients the round applied (bsp: workers that delivered)"),
     Column("staleness_max", "updates", "largest staleness of a gradient the round applied"),
+    Column("byzantine", "", "Byzantine workers of the run"),
+    Column("aggregator", "", "aggregation rule of the run"),
+    Column("kept", "updates", "updates the aggregator kept this round"),
+    Column("byzantine_kept", "updates", "attackers' updates it kept"),
+    Column("honest_rejected", "updates", "honest updates it rejected"),
+    Column("honest_filled_rejected", "updates", "honest updates delivered in part that it rejected"),
+    Column("agg_s", "s", "compute time of the aggregation rule this round"),
     Column("t_s", "s", "when the round began, from the PS's start"),
 )
 
@@ -209,6 +231,8 @@ CURVES_COLUMNS = (
     Column("seed", "", "seed"),
     Column("sync", "", "synchronisation mode"),
     Column("fault", "", "fault injected in the run"),
+    Column("byzantine", "", "Byzantine workers of the run"),
+    Column("aggregator", "", "aggregation rule of the run"),
     Column("iteration", "iterations", "rounds completed before this evaluation"),
     Column("time_s", "s", "training time at the PS up to this evaluation"),
     Column("accuracy", "fraction", "test accuracy"),

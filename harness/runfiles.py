@@ -74,6 +74,15 @@ class PsIteration:
     staleness: list[int] = dataclasses.field(default_factory=list)
     late: int = 0
     missing: list[int] = dataclasses.field(default_factory=list)
+    # What the aggregation rule (harness.aggregators) made of each applied update, in the order
+    # of ``ranks``: kept or not, why, its score (score, krum), the fraction of coordinates it
+    # entered; the Byzantine updates the rule tolerated this round, and its compute time.
+    agg_kept: list[bool] = dataclasses.field(default_factory=list)
+    agg_reasons: list[str] = dataclasses.field(default_factory=list)
+    agg_scores: list[float | None] = dataclasses.field(default_factory=list)
+    agg_used_frac: list[float] = dataclasses.field(default_factory=list)
+    agg_f: int = 0
+    agg_s: float = 0.0
 
 
 @dataclasses.dataclass
@@ -92,6 +101,7 @@ class WorkerIteration:
     wire_bytes: int
     packets: int
     retransmits: int
+    byzantine: bool = False       # this worker pushed its attack's vector, not its gradient
 
 
 @dataclasses.dataclass

@@ -246,8 +246,10 @@ def host_iterations_table(files: RunFiles, spec: RunSpec) -> pd.DataFrame:
         df["host"], df["role"], df["rank"] = PS_NAME, "ps", -1
         df["min_recv_frac"] = df["recv_frac"].map(lambda v: min(v, default=None))
         for col in ("recv_frac", "segment_fracs", "param_wire_bytes", "param_retransmits",
-                    "msg_stats", "ranks", "staleness", "missing"):
-            df[col] = df[col].map(json.dumps)
+                    "msg_stats", "ranks", "staleness", "missing", "agg_kept", "agg_reasons",
+                    "agg_scores", "agg_used_frac"):
+            if col in df:
+                df[col] = df[col].map(json.dumps)
         frames.append(df)
     for r in range(spec.n_workers):
         rows = read_jsonl(files.records(worker_name(r)))

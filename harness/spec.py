@@ -14,6 +14,9 @@ import json
 from typing import Any
 
 from harness import datasets, models
+from harness.aggregators import (SCORE_BATCH, SCORE_PENALTY, AggregatorError,
+                                 check_aggregator)
+from harness.byzantine import ByzantineError, check_byzantine, parse_byzantine
 from harness.faults import FaultError, check_fault, parse_fault
 from harness.sync import SyncError, parse_sync
 from topologies.cross import CrossError, parse_cross
@@ -86,10 +89,25 @@ class RunSpec:
     """Synchronisation mode: ``bsp``, ``ssp:S`` or ``async`` (:mod:`harness.ps`)."""
     fault: str = "none"
     """A fault the harness injects (``kill@20``, ``link@20:2s``, ...; :mod:`harness.faults`)."""
+    byzantine: str = "0"
+    """Byzantine workers: ``0`` or ``COUNT:BEHAVIOUR[:PARAM]`` (:mod:`harness.byzantine`)."""
+    aggregator: str = "mean"
+    """How the PS combines a round's updates (:mod:`harness.aggregators`)."""
+    tolerate: int | None = None
+    """Byzantine updates the aggregator tolerates (``f``); None: the run's attacker count."""
+    score_batch: int = SCORE_BATCH
+    """Validation samples per round of the ``score`` aggregator."""
+    score_penalty: float = SCORE_PENALTY
+    """``rho``: the ``score`` aggregator's penalty per squared unit of an update's size."""
+    score_threshold: float | None = None
+    """The ``score`` aggregator keeps only updates scoring at least this (None: the n - f best)."""
 
     # Fields left out of the JSON (and so of the run id) while they hold these values, so the
     # ids of runs written before the fields existed stay the same.
-    _QUIET_DEFAULTS = {"loss_model": "", "cross": "none", "sync": "bsp", "fault": "none"}
+    _QUIET_DEFAULTS = {"loss_model": "", "cross": "none", "sync": "bsp", "fault": "none",
+                       "byzantine": "0", "aggregator": "mean", "tolerate": None,
+                       "score_batch": SCORE_BATCH, "score_penalty": SCORE_PENALTY,
+                       "score_threshold": None}
 
     def __post_init__(self) -> None:
         # Options may come in as a dict; store them sorted so equal specs hash equal.
@@ -98,13 +116,13 @@ class RunSpec:
             opts = opts.items()
         object.__setattr__(self, "transport_options",
                            tuple(sorted((str(k), _freeze(v)) for k, v in opts)))
-        for name in ("bottleneck_mbps", "loss_pct", "delay_ms", "lr", "timeout_s"):
+        for name in ("bottleneck_mbps", "loss_pct", "delay_ms", "lr", "timeout_s", "score_penalty"):
             object.__setattr__(self, name, float(getattr(self, name)))
         if self.worker_link_mbps is not None:
             object.__setattr__(self, "worker_link_mbps", float(self.worker_link_mbps))
         if self.target_accuracy is None and self.model in models.TARGET_ACCURACY:
             object.__setattr__(self, "target_accuracy", models.TARGET_ACCURACY[self.model])
-        for name in ("target_accuracy", "max_train_s"):
+        for name in ("target_accuracy", "max_train_s", "score_threshold"):
             value = getattr(self, name)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 object.__setattr__(self, name, float(value))
@@ -120,7 +138,9 @@ class RunSpec:
             object.__setattr__(self, "cross", parse_cross(self.cross).text())
             object.__setattr__(self, "sync", parse_sync(self.sync).text())
             object.__setattr__(self, "fault", parse_fault(self.fault).text())
-        except (LossModelError, CrossError, SyncError, FaultError) as exc:
+            object.__setattr__(self, "byzantine", parse_byzantine(self.byzantine).text())
+            object.__setattr__(self, "aggregator", str(self.aggregator).strip().lower())
+        except (LossModelError, CrossError, SyncError, FaultError, ByzantineError) as exc:
             raise SpecError(str(exc)) from None
         self._validate()
 
@@ -163,10 +183,39 @@ class RunSpec:
             raise SpecError(f"fault {self.fault} needs a transport a restarted worker can rejoin "
                             f"(TCP); {self.transport}'s receive window refuses the new process's "
                             "message ids.")
+        self._validate_byzantine()
         if self.max_train_s is not None and not (isinstance(self.max_train_s, float)
                                                  and self.max_train_s > 0):
             raise SpecError(f"max_train_s must be above 0 seconds (or none), "
                             f"not {self.max_train_s!r}.")
+
+    def _validate_byzantine(self) -> None:
+        if self.tolerate is not None and (not isinstance(self.tolerate, int)
+                                          or isinstance(self.tolerate, bool)):
+            raise SpecError(f"tolerate must be a whole number (or none), not {self.tolerate!r}.")
+        if not isinstance(self.score_batch, int) or self.score_batch < 1:
+            raise SpecError(f"score_batch must be a whole number of at least 1, "
+                            f"not {self.score_batch!r}.")
+        if not self.score_penalty >= 0:
+            raise SpecError(f"score_penalty must be at least 0, not {self.score_penalty!r}.")
+        if self.score_threshold is not None and not isinstance(self.score_threshold, float):
+            raise SpecError(f"score_threshold must be a number (or none), "
+                            f"not {self.score_threshold!r}.")
+        try:
+            check_byzantine(parse_byzantine(self.byzantine), self.n_workers)
+            check_aggregator(self.aggregator, self.n_workers, self.tolerated)
+        except (ByzantineError, AggregatorError) as exc:
+            raise SpecError(str(exc)) from None
+        if self.aggregator != "mean" and self.sync != "bsp":
+            raise SpecError(f"the {self.aggregator} aggregator combines a round's updates, which "
+                            f"only bsp has; run it with sync bsp, not {self.sync}.")
+
+    @property
+    def tolerated(self) -> int:
+        """``f``: the Byzantine updates the aggregator tolerates (``tolerate``, or the run's
+        attacker count)."""
+        return self.tolerate if self.tolerate is not None else \
+            parse_byzantine(self.byzantine).count
 
     @property
     def network(self) -> IncastParams:
@@ -227,8 +276,10 @@ class RunSpec:
         sync = f"_{self.sync.replace(':', '')}" if self.sync != "bsp" else ""
         fault = (f"_{self.fault.partition('@')[0].partition(':')[0]}"
                  if self.fault != "none" else "")
+        byz = f"_byz{self.byzantine.replace(':', '')}" if self.byzantine != "0" else ""
+        agg = f"_{self.aggregator}" if self.aggregator != "mean" else ""
         return (f"{self.transport}_loss{kind}{self.loss_pct:g}_bw{self.bottleneck_mbps:g}{delay}"
-                f"{cross}{sync}{fault}_s{self.seed}_{digest}")
+                f"{cross}{sync}{fault}{byz}{agg}_s{self.seed}_{digest}")
 
     def replace(self, **changes: Any) -> RunSpec:
         """A copy with some fields changed (validated again)."""

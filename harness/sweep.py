@@ -158,6 +158,8 @@ def run_plan(plan: Plan, folder: Path, progress: Callable[[str], None] = print) 
                     results.drop_rows(folder / table, spec.run_id)
                 delay = f" delay {spec.delay_ms:g} ms" if spec.delay_ms else ""
                 cross = f" cross {spec.cross}" if spec.cross != "none" else ""
+                if spec.byzantine != "0" or spec.aggregator != "mean":
+                    cross += f" byzantine {spec.byzantine} aggregator {spec.aggregator}"
                 loss = spec.loss_model or f"{spec.loss_pct:g}%"
                 progress(f"[{finished + 1}/{len(todo)}] {spec.scheme} loss {loss} "
                          f"bw {spec.bottleneck_mbps:g} Mbit/s{delay}{cross} seed {spec.seed} ...")

@@ -63,3 +63,21 @@ def test_a_run_stops_at_its_time_cap(tmp_path):
     ps = files.host_summary("ps1")
     assert ps.stopped_by == "time_cap" and 1.0 <= ps.train_s < 3.0
     assert files.eval_records()[-1].iteration == ps.iterations  # the accuracy it ended with
+
+
+def test_score_validation_rejects_a_sign_flipping_worker_over_loopback(tmp_path):
+    """The attack runs in the worker process and its vector crosses the transport; the PS's
+    score rule drops it and records why (harness/aggregators.py, harness/byzantine.py)."""
+    spec = RunSpec(transport="tcp-cubic", n_workers=4, iterations=12, eval_every=12, port=17300,
+                   timeout_s=120, byzantine="1:sign-flip", aggregator="score")
+    files = _train(tmp_path, spec)
+    assert all(r.byzantine for r in files.worker_iterations("w4"))
+    assert not any(r.byzantine for r in files.worker_iterations("w1"))
+    rounds = files.ps_iterations()
+    assert len(rounds) == 12
+    for rec in rounds:
+        verdict = dict(zip(rec.ranks, rec.agg_kept))
+        assert verdict[3] is False and all(verdict[r] for r in (0, 1, 2)), rec.agg_reasons
+        assert rec.agg_f == 1 and rec.agg_s > 0
+    evals = files.eval_records()
+    assert evals[-1].accuracy > evals[0].accuracy + 0.2

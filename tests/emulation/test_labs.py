@@ -32,6 +32,9 @@ def smallest(command: str, out: Path) -> str:
             command += f" --out {out / preset}"
         if preset == "lab4":   # its faults must strike within the run, and a worker survive
             command += " --iterations 10 --workers 2 --fault none,kill@4,link@4:1s"
+        elif preset == "lab5":   # one attacker of four, the defence tolerating one
+            command += (" --iterations 10 --workers 4 --byzantine 0,1:sign-flip --tolerate 1"
+                        " --aggregator mean,score")
         else:
             command += " --iterations 3 --workers 2"
     if " bench-network" in command:
@@ -72,8 +75,24 @@ def check_lab4(rows: list[dict], folder: Path) -> None:
     assert "Training through failure" in (folder / "report.md").read_text()
 
 
+def check_lab5(rows: list[dict], folder: Path) -> None:
+    """What lab 5's students see: averaging keeps every attacker's update and ends worse than
+    score-based validation, which rejects nearly all of them and keeps the honest ones."""
+    cell = {(r["byzantine"], r["aggregator"]): r for r in rows}
+    attacked = [r for r in rows if r["byzantine"] != "0"]
+    assert attacked and all(int(r["byzantine_updates"]) > 0 for r in attacked)
+    mean, score = cell[("1:sign-flip", "mean")], cell[("1:sign-flip", "score")]
+    assert mean["byzantine_kept"] == mean["byzantine_updates"]
+    assert int(score["byzantine_kept"]) <= 0.2 * int(score["byzantine_updates"])
+    assert int(score["honest_rejected"]) <= 0.1 * int(score["honest_updates"])
+    assert float(score["final_accuracy"]) > float(mean["final_accuracy"])
+    assert float(score["agg_p50_s"]) > float(mean["agg_p50_s"])
+    assert "Byzantine workers and aggregation rules" in (folder / "report.md").read_text()
+
+
 # What each lab page says its commands show, checked on the tables they wrote.
-OBSERVATIONS = {"lab2-tolerating-loss": check_lab2, "lab4-killing-a-worker": check_lab4}
+OBSERVATIONS = {"lab2-tolerating-loss": check_lab2, "lab4-killing-a-worker": check_lab4,
+                "lab5-byzantine-workers": check_lab5}
 
 
 @pytest.mark.parametrize("page", LABS, ids=lambda p: p.stem)

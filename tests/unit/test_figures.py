@@ -50,7 +50,8 @@ def sweep(tmp_path):
                     curves.append({"run_id": r["run_id"], "scheme": scheme, "transport": scheme,
                                    "loss_pct": loss, "delay_ms": 0.0, "seed": seed,
                                    "iteration": 50, "time_s": 12.0, "accuracy": r["final_accuracy"],
-                                   "test_loss": 0.4, "sync": "bsp", "fault": "none"})
+                                   "test_loss": 0.4, "sync": "bsp", "fault": "none",
+                                   "byzantine": "0", "aggregator": "mean"})
     results.append_rows(tmp_path / "runs.csv", results.RUNS_COLUMNS, rows)
     results.append_rows(tmp_path / "iterations.csv", results.ITERATIONS_COLUMNS, iters)
     results.append_rows(tmp_path / "curves.csv", results.CURVES_COLUMNS, curves)
@@ -134,7 +135,7 @@ def test_faults_figures_and_report_section(tmp_path):
     curves = [{"run_id": r["run_id"], "scheme": r["scheme"], "transport": r["scheme"],
                "loss_pct": 0.0, "delay_ms": 0.0, "seed": r["seed"], "sync": r["sync"],
                "fault": r["fault"], "iteration": it, "time_s": it * 0.25, "accuracy": acc,
-               "test_loss": 0.5} for r in rows for it, acc in ((0, 0.1), (20, 0.72), (40, 0.75))]
+               "test_loss": 0.5, "byzantine": "0", "aggregator": "mean"} for r in rows for it, acc in ((0, 0.1), (20, 0.72), (40, 0.75))]
     results.append_rows(tmp_path / "runs.csv", results.RUNS_COLUMNS, rows)
     results.append_rows(tmp_path / "iterations.csv", results.ITERATIONS_COLUMNS, iters)
     results.append_rows(tmp_path / "curves.csv", results.CURVES_COLUMNS, curves)
@@ -145,3 +146,32 @@ def test_faults_figures_and_report_section(tmp_path):
     assert "| async | kill@20 | LTP | 3 | 0.750 [0.750, 0.750] | 5.0 [5.0, 5.0] |" in text
     line = next(ln for ln in text.splitlines() if ln.startswith("- bsp, kill@20:"))
     assert "beats" in line and line.index("TCP CUBIC") < line.index("beats")
+
+
+def test_byzantine_figure_and_report_section(tmp_path):
+    """A sweep over attacks and rules gets its figure and its section: averaging collapses under
+    the attack, score holds, and the verdicts come from intervals."""
+    rows, curves = [], []
+    for attack in ("0", "2:sign-flip"):
+        for rule in ("mean", "score"):
+            for seed in range(3):
+                acc = 0.1 if (attack != "0" and rule == "mean") else 0.75 + 0.002 * seed
+                r = _run_row("tcp-cubic", 0.0, seed, 4.0, acc, byzantine=attack, aggregator=rule,
+                             run_id=f"{attack}_{rule}_{seed}", byzantine_updates=200 if attack
+                             != "0" else 0, byzantine_kept=0 if rule == "score" else 200,
+                             honest_updates=600, honest_rejected=0, honest_filled=0,
+                             honest_filled_rejected=0, agg_p50_s=0.004)
+                rows.append(r)
+                curves += [{"run_id": r["run_id"], "scheme": "tcp-cubic", "transport": "tcp-cubic",
+                            "loss_pct": 0.0, "delay_ms": 0.0, "seed": seed, "sync": "bsp",
+                            "fault": "none", "byzantine": attack, "aggregator": rule,
+                            "iteration": it, "time_s": it * 0.25, "accuracy": a,
+                            "test_loss": 0.5} for it, a in ((0, 0.1), (50, acc))]
+    results.append_rows(tmp_path / "runs.csv", results.RUNS_COLUMNS, rows)
+    results.append_rows(tmp_path / "curves.csv", results.CURVES_COLUMNS, curves)
+    names = {p.name for p in figures.make(tmp_path)}
+    assert "byzantine_accuracy.png" in names
+    text = (tmp_path / "report.md").read_text()
+    assert "## Byzantine workers and aggregation rules" in text
+    assert "byzantine 2:sign-flip, mean:" in text and "collapses" in text
+    assert "byzantine 2:sign-flip, score:" in text and ": holds." in text

@@ -6,7 +6,8 @@ from tests.emulation.test_labs import LABS, lab_commands
 def test_every_lab_has_commands():
     assert [p.name for p in LABS] == ["lab1-incast-and-tcp.md", "lab2-tolerating-loss.md",
                                       "lab3-your-own-transport.md",
-                                      "lab4-killing-a-worker.md"]
+                                      "lab4-killing-a-worker.md",
+                                      "lab5-byzantine-workers.md"]
     for page in LABS:
         assert lab_commands(page), page.name
         text = page.read_text()

@@ -227,6 +227,34 @@ def test_a_restarted_worker_joins_with_its_new_ids_and_trains_again(tcp):
     assert any(m.get(2, 0) >= (1 << ps.GEN_SHIFT) + 1 for m in end.sent_log)
 
 
+def test_bsp_steps_along_the_aggregators_vector_and_records_its_verdicts():
+    """With a ``combine`` (harness.robust.make_combine) a bsp round steps along the rule's
+    vector, and the round's record carries what the rule kept, why and how long it took."""
+    from harness import aggregators
+
+    calls = []
+
+    def combine(deliveries):
+        calls.append(len(deliveries))
+        return aggregators.median(np.stack([d.values for d in deliveries])), 1
+
+    clock = Clock()
+    end = FakeEnd(clock, 3)
+    rec, trainer = FakeRecorder(), FakeTrainer(4)
+    server = ps.ParameterServer(end, trainer, rec, 3, parse_sync("bsp"), lr=1.0, started=0.0,
+                                clock=clock, combine=combine)
+    t, _ = server.run()
+    assert t == 4 and calls == [3] * 4
+    # The median of 1, 2, 3 is 2: four steps of lr 1.
+    assert torch.allclose(trainer.params, torch.full((N_FLOATS,), -8.0))
+    for r in rec.iterations:
+        assert r.ranks == [0, 1, 2] and r.agg_kept == [False, True, False] and r.agg_f == 1
+        assert r.agg_used_frac == [0.0, 1.0, 0.0] and len(r.agg_reasons) == 3
+    # Without one, the PS averages and every update is kept.
+    _, _, plain, _, _ = _run("bsp", rounds=2)
+    assert all(r.agg_kept == [True] * 3 and r.agg_f == 0 for r in plain.iterations)
+
+
 @pytest.mark.parametrize("sync", ["bsp", "ssp:1"])
 def test_without_a_fault_every_gradient_is_waited_for(sync):
     # A run that injects no fault does not detect: a worker 3 s slow (three times the 1 s floor)

@@ -54,7 +54,8 @@ def test_other_schema_is_refused(tmp_path):
 def test_drop_rows_of_an_interrupted_run(tmp_path):
     path = tmp_path / "curves.csv"
     rows = [{"run_id": rid, "scheme": "t", "transport": "t", "loss_pct": 0, "delay_ms": 0, "seed": 0, "iteration": i,
-             "time_s": 0.0, "accuracy": 0.5, "test_loss": 1.0, "sync": "bsp", "fault": "none"}
+             "time_s": 0.0, "accuracy": 0.5, "test_loss": 1.0, "sync": "bsp", "fault": "none",
+             "byzantine": "0", "aggregator": "mean"}
             for rid in ("a", "b") for i in range(3)]
     results.append_rows(path, results.CURVES_COLUMNS, rows)
     results.drop_rows(path, "a")
