@@ -54,8 +54,10 @@ def test_measured_loss_is_near_the_configured_rate(testbed):
         testbed.configure(Impairment(0.0))
     arrived = after.impair["ps1"].arrived - before.impair["ps1"].arrived
     dropped = after.impair["ps1"].dropped - before.impair["ps1"].dropped
-    assert arrived > 15000
-    # 5% of ~20000 packets: the standard deviation is 0.15 points, so 1 point is > 6 sigma.
+    # Enough samples: an unpaced blast also loses packets before the impairment (the sender's
+    # socket and the switch queue) when the 2 cores are busy (14,595 of 20,000 arrived once).
+    assert arrived > 10000
+    # 5% of >= 10000 packets: the standard deviation is <= 0.22 points, so 1 point is > 4.5 sigma.
     assert abs(100.0 * dropped / arrived - 5.0) < 1.0
     assert after.delta(before).measured_loss_pct > 3.0
 
