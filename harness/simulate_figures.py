@@ -35,6 +35,14 @@ _PACKETS = math.ceil(GRADIENT_BYTES / 1420)
 FRAME_BYTES = GRADIENT_BYTES + _PACKETS * (52 + 8 + 42)
 
 
+
+def _save(fig, path: Path) -> Path:
+    """Lay out, write at 120 dpi and close ``fig``; return ``path``."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
 def bound_s(n_workers, mbps):
     """The physical bound of a synchronized push: every worker's frames through the link."""
     return np.asarray(n_workers) * FRAME_BYTES * 8 / (np.asarray(mbps) * 1e6)
@@ -72,11 +80,7 @@ def _panels(frame: pd.DataFrame, column: str, ylabel: str, folder: Path, name: s
             ax.plot(ns, bound_s(ns, rate), "k:", label="bound (frames / rate)")
         ax.set(xscale="log", yscale="log", xlabel="workers N", ylabel=ylabel, title=f"{rate:g} Mbit/s")
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = folder / f"{name}.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, folder / f"{name}.png")
 
 
 def _vs_bandwidth(frame: pd.DataFrame, folder: Path) -> Path | None:
@@ -94,11 +98,7 @@ def _vs_bandwidth(frame: pd.DataFrame, folder: Path) -> Path | None:
         ax.axhline(1.0, color="k", ls=":")
         ax.set(xscale="log", xlabel="link rate (Mbit/s)", ylabel="push time / bound", title=f"N = {n}")
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = folder / "push_vs_bandwidth.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, folder / "push_vs_bandwidth.png")
 
 
 def _cost(runs: pd.DataFrame, folder: Path) -> Path:
@@ -111,11 +111,7 @@ def _cost(runs: pd.DataFrame, folder: Path) -> Path:
     axes[1].set(xscale="log", xlabel="workers N", ylabel="peak memory (MB, max RSS)")
     for ax in axes:
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = folder / "sim_cost.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, folder / "sim_cost.png")
 
 
 def crossovers(frame: pd.DataFrame) -> pd.DataFrame:
