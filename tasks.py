@@ -16,7 +16,7 @@ from invoke import task
 PROJECT = Path(__file__).resolve().parent
 
 
-@task(help={
+@task(auto_shortflags=False, help={
     "preset": "named sweep (smoke, ...); default: the README's default sweep",
     "out": "results folder (default results/<preset>); the same folder resumes",
     "transports": "comma-separated schemes: slugs, optionally with options, e.g. "
@@ -55,7 +55,7 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
               queue=None, delay=None, cross=None, sync=None, fault=None, byzantine=None,
               aggregator=None, tolerate=None, score_batch=None, score_penalty=None,
               score_threshold=None, model=None, iterations=None, seeds=None, timeout=None,
-              target=None, stop_at_target=None, max_train=None):
+              target=None, stop_at_target=False, max_train=None):
     """Run a sweep of training runs over the emulated incast network and tabulate the results."""
     from harness import cli
 
@@ -79,7 +79,7 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
             iterations=cli.number(iterations, int, "--iterations"),
             timeout_s=cli.number(timeout, float, "--timeout"),
             target_accuracy=cli.number(target, float, "--target"),
-            stop_at_target=stop_at_target, max_train_s=cli.number(max_train, float, "--max-train"))
+            stop_at_target=True if stop_at_target else None, max_train_s=cli.number(max_train, float, "--max-train"))
         folder = Path(out) if out else PROJECT / "results" / plan.name
         sweep.check_folder(folder)
         cli.require_root()

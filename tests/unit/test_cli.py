@@ -50,6 +50,7 @@ SWEEP_CASES = [
     (["--timeout", "-5"], "timeout_s must be above 0"),
     (["--target", "1.5"], "target_accuracy must be a fraction"),
     (["--max-train", "0"], "max_train_s must be above 0"),
+    (["--stop-at-target", "--target", "0"], "target_accuracy must be a fraction"),   # a flag
     (["--sync", "bsp,ssp"], "needs its staleness bound"),
     (["--sync", "bsp,bsp"], "syncs lists 'bsp' more than once"),
     (["--fault", "explode@3"], "is not a fault"),
@@ -67,6 +68,14 @@ def test_bad_sweep_arguments(tmp_path, args, words):
         args = args + ["--out", str(out)]
     _one_sentence(_run(["run-sweep"] + args), words)
     assert not out.exists()
+
+
+def test_sweep_options_have_long_names_only():
+    # Short flags were assigned by first letter and moved when an option was added (-s went
+    # from --seeds to --score-batch); the sweep takes long names only.
+    proc = _run(["--help", "run-sweep"])
+    options = [line.split()[0] for line in proc.stdout.splitlines() if line.startswith("  -")]
+    assert options and all(o.startswith("--") and len(o) > 3 for o in options), options
 
 
 BENCH_CASES = [
