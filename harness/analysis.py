@@ -99,11 +99,24 @@ class Sweep:
         """Median and interval of ``column`` over the runs of ``scheme`` in ``frame``."""
         return stats.median_ci(frame.loc[frame.scheme == scheme, column])
 
+    def time_to_target(self, frame: pd.DataFrame, scheme: str) -> stats.Estimate:
+        """Median and interval of the time to the target accuracy over the runs of ``scheme`` in
+        ``frame``, runs that never reached it counted as infinitely late
+        (:func:`stats.censored_median_ci`)."""
+        mine = frame[frame.scheme == scheme]
+        return stats.censored_median_ci(mine.time_to_target_s, reached(mine))
+
     def seeds_per_cell(self) -> tuple[int, int]:
         """(fewest, most) ok runs in any cell."""
         keys = ["scheme", "loss_pct", *CONDITION_COLUMNS]
         counts = self.ok.groupby(keys).run_id.count()
         return int(counts.min()), int(counts.max())
+
+
+def reached(frame: pd.DataFrame) -> pd.Series:
+    """Per run: whether an evaluation reached the target accuracy (the column may have been
+    read as text)."""
+    return frame.target_reached.astype(str).str.lower().eq("true")
 
 
 def _look(schemes):

@@ -38,7 +38,7 @@ import seaborn as sns  # noqa: E402
 
 from harness import resilience, robustness, stats  # noqa: E402
 from harness.analysis import (BASELINE, CONDITION_COLUMNS, OWN_SECTIONS, Sweep, is_tcp,  # noqa: E402
-                              load)
+                              load, reached)
 
 TOLERANT = ("ltp", "ltp-reliable", "plot")
 REGIME_AXES = {"n_workers": "workers", "queue_pkts": "bottleneck queue (packets)",
@@ -124,11 +124,40 @@ def _facets(sw: Sweep, folder: Path, name: str, panels) -> list[Path]:
     return _save(fig, folder, name)
 
 
+def _at_most(value: float, top: float) -> float:
+    """``value`` drawn no higher than ``top`` (a "not reached" at the cap; NaN with no cap)."""
+    if np.isfinite(top):
+        return min(value, top)
+    return value if np.isfinite(value) else float("nan")
+
+
 def _accuracy(sw: Sweep, folder: Path) -> list[Path]:
+    """Time to the target accuracy (runs that missed it count as infinitely late; a median or
+    bound that is "not reached" is drawn at the training-time cap, on its dashed line) and final
+    accuracy, against loss."""
     target = sw.ok.target_accuracy.median()
-    return _facets(sw, folder, "accuracy", (("time_to_target_s",
-                                             f"time to {target:.0%} test accuracy (s)"),
-                                            ("final_accuracy", "final test accuracy")))
+    conds = sw.conditions()
+    fig, axes = _grid(2, len(conds), sharex=True)
+    for j, cond in enumerate(conds):
+        d = sw.at(sw.ok, cond)
+        cap = d.max_train_s.max()
+        top = cap if np.isfinite(cap) else d.time_to_target_s.max()
+        for scheme in sw.order:
+            mine = d[d.scheme == scheme]
+            xs = sorted(mine.loss_pct.unique())
+            est = [sw.time_to_target(mine[mine.loss_pct == x], scheme) for x in xs]
+            drawn = [stats.Estimate(*(_at_most(v, top) for v in (e.value, e.lo, e.hi)), e.n)
+                     for e in est]
+            _errorbar(axes[0][j], xs, drawn, sw, scheme)
+        if np.isfinite(cap) and (~reached(d)).any():
+            axes[0][j].axhline(cap, color="black", lw=0.8, ls="--",
+                               label="training cap: not reached")
+        axes[0][j].set_ylabel(f"time to {target:.0%} test accuracy (s)")
+        axes[0][j].set_title(sw.label(cond))
+        _lines(axes[1][j], sw, d, "final_accuracy", sw.order)
+        axes[1][j].set_ylabel("final test accuracy")
+    _legend(axes[0][0], 7)
+    return _save(fig, folder, "accuracy")
 
 
 def _converge(sw: Sweep, folder: Path) -> list[Path]:

@@ -39,10 +39,15 @@ class Estimate:
         return not (self.lo > other.hi or other.lo > self.hi)
 
     def fmt(self, spec: str = ".2f", unit: str = "") -> str:
-        """``'3.21 [3.02, 3.40]'``: the median and its interval."""
+        """``'3.21 [3.02, 3.40]'``: the median and its interval (an infinite value, a time that
+        was never reached, as ``not reached``)."""
         if np.isnan(self.value):
             return "-"
-        return f"{self.value:{spec}}{unit} [{self.lo:{spec}}, {self.hi:{spec}}]"
+
+        def one(x: float) -> str:
+            return "not reached" if np.isinf(x) else f"{x:{spec}}{unit}"
+
+        return f"{one(self.value)} [{one(self.lo)}, {one(self.hi)}]"
 
 
 def _clean(values: Sequence[float]) -> np.ndarray:
@@ -64,6 +69,25 @@ def median_ci(values: Sequence[float]) -> Estimate:
     tail = 100 * (1 - LEVEL) / 2
     return Estimate(float(np.median(arr)), float(np.percentile(boot, tail)),
                     float(np.percentile(boot, 100 - tail)), int(arr.size))
+
+
+def censored_median_ci(values: Sequence[float], reached: Sequence[bool]) -> Estimate:
+    """The median time to an event over runs, with its bootstrap interval, where runs that never
+    reached the event (``reached`` false: stopped at a cap) count as infinitely late.
+
+    Dropping those runs would make a scheme that often misses look fast; counting them at the cap
+    would put a number on what was not measured. As infinities they order correctly: the median
+    is ``inf`` ("not reached") once half the runs missed, and an interval bound is ``inf`` when
+    enough resamples are mostly misses. The interval's bounds are resampled medians themselves
+    (lower and higher order statistics rather than interpolation, which infinities forbid)."""
+    arr = np.where(np.asarray(reached, dtype=bool), np.asarray(values, dtype=float), np.inf)
+    arr = arr[~np.isnan(arr)]
+    if arr.size == 0:
+        return Estimate(float("nan"), float("nan"), float("nan"), 0)
+    boot = _resampled_medians(arr, np.random.default_rng(SEED))
+    tail = 100 * (1 - LEVEL) / 2
+    return Estimate(float(np.median(arr)), float(np.percentile(boot, tail, method="lower")),
+                    float(np.percentile(boot, 100 - tail, method="higher")), int(arr.size))
 
 
 def ratio_ci(num: Sequence[float], den: Sequence[float]) -> Estimate:

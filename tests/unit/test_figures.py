@@ -101,6 +101,37 @@ def test_bootstrap_interval_contains_the_median_and_is_reproducible():
     assert ratio.lo <= 2.0 <= ratio.hi + 0.1
 
 
+def test_a_missed_target_counts_as_infinitely_late():
+    # Dropping the two misses would make this scheme look like the fastest (10 s).
+    est = stats.censored_median_ci([10.0, None, None], [True, False, False])
+    assert np.isinf(est.value) and est.n == 3 and est.fmt(".1f").startswith("not reached")
+    est = stats.censored_median_ci([10.0, 12.0, None], [True, True, False])
+    assert est.value == 12.0 and est.lo == 10.0 and np.isinf(est.hi)
+    fast = stats.censored_median_ci([20.0, 21.0, 22.0], [True] * 3)
+    assert fast.value == 21.0 and not fast.overlaps(stats.censored_median_ci(
+        [30.0, None, None], [True, False, False]))
+
+
+def test_time_to_accuracy_section(tmp_path):
+    rows = []
+    for seed in range(3):
+        for scheme, tta in (("ltp", 20.0 + seed), ("ltp-reliable", 30.0 + seed),
+                            ("tcp-cubic", None if seed else 140.0)):
+            rows.append(_run_row(scheme, 10, seed, 2.0, 0.80 if tta else 0.7, stop_at_target=True,
+                                 max_train_s=150.0, target_reached=tta is not None,
+                                 time_to_target_s=tta))
+    results.append_rows(tmp_path / "runs.csv", results.RUNS_COLUMNS, rows)
+    results.append_rows(tmp_path / "iterations.csv", results.ITERATIONS_COLUMNS, [])
+    results.append_rows(tmp_path / "curves.csv", results.CURVES_COLUMNS, [])
+    text = report.report_text(load(tmp_path))
+    section = text.split("## Time to accuracy")[1].split("\n## ")[0]
+    assert "| 10 % loss | TCP CUBIC | 3 | 1 | not reached [" in section
+    assert "fastest to 80%: best: LTP (its interval separates" in section
+    assert "ltp 21.0 s [20.0 s, 22.0 s] beats ltp-reliable" in section
+    assert "no comparison is stated" in text.split("## Accuracy against lossless TCP")[1]
+    assert "accuracy.png" in [p.name for p in figures.make(tmp_path)]
+
+
 def test_a_malformed_table_is_one_sentence(tmp_path):
     (tmp_path / "runs.csv").write_text("run_id,status\n\"unterminated,ok\n")
     with pytest.raises(results.ResultsError):
