@@ -94,9 +94,13 @@ def _write_manifest(plan: Plan, specs: list[RunSpec], folder: Path) -> None:
     ids = sorted(s.run_id for s in specs)
     if path.exists():
         old = json.loads(path.read_text())
-        if sorted(old["run_ids"]) != ids:
+        if sorted(old["run_ids"]) == ids:
+            return
+        base = json.loads(json.dumps(plan.base.as_dict()))
+        if old["plan"]["name"] != plan.name or old["plan"]["base"] != base:
             raise SweepError(f"{folder} holds a different sweep ({old['plan']['name']}); "
                              "give this one another folder with --out.")
+        _extend_manifest(path, old, plan, specs)
         return
     manifest = {
         "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -107,6 +111,27 @@ def _write_manifest(plan: Plan, specs: list[RunSpec], folder: Path) -> None:
     }
     folder.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(manifest, indent=1))
+
+
+def _extend_manifest(path: Path, old: dict, plan: Plan, specs: list[RunSpec]) -> None:
+    """The same preset with the same base, over other values of its dimensions (more seeds,
+    another loss rate, a chunk run on its own): the folder's sweep grows to the union. The plan
+    in the manifest becomes the union of both grids; each extension keeps its own provenance
+    (every row also names its commit)."""
+    known = set(old["run_ids"])
+    added = [s for s in specs if s.run_id not in known]
+    dims = plan.dimensions()
+    for name, values in dims.items():
+        have = list(old["plan"].get(name, []))
+        have += [v for v in (list(values)) if v not in have]
+        old["plan"][name] = have
+    old["run_ids"] = sorted(known | {s.run_id for s in added})
+    old["specs"] += [s.as_dict() for s in added]
+    if added:
+        old.setdefault("extended", []).append({
+            "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "runs_added": len(added), "dimensions": dims, "provenance": provenance()})
+    path.write_text(json.dumps(old, indent=1, default=list))
 
 
 def order(specs: list[RunSpec], seed: int) -> list[list[RunSpec]]:

@@ -89,3 +89,20 @@ def test_sync_modes_and_faults_are_dimensions_with_canonical_texts():
 def test_bad_sync_and_fault_are_spec_errors(changes, words):
     with pytest.raises(SpecError, match=words):
         RunSpec(**changes)
+
+
+def test_a_folder_grows_to_the_union_of_chunks_of_one_preset(tmp_path):
+    import json
+
+    from harness import sweep
+
+    zero, ten = (presets.get("tta").override(loss_pcts=(x,)) for x in (0.0, 10.0))
+    sweep._write_manifest(zero, zero.specs(), tmp_path)
+    sweep._write_manifest(ten, ten.specs(), tmp_path)
+    sweep._write_manifest(zero, zero.specs(), tmp_path)   # a chunk already in: nothing changes
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert len(manifest["run_ids"]) == len(manifest["specs"]) == 30
+    assert manifest["plan"]["loss_pcts"] == [0.0, 10.0] and len(manifest["extended"]) == 1
+    other = presets.get("tta").override(iterations=5)   # another base: another sweep
+    with pytest.raises(sweep.SweepError, match="holds a different sweep"):
+        sweep._write_manifest(other, other.specs(), tmp_path)
