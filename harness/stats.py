@@ -44,10 +44,10 @@ class Estimate:
         if np.isnan(self.value):
             return "-"
 
-        def one(x: float) -> str:
+        def one(x: float, unit: str = "") -> str:
             return "not reached" if np.isinf(x) else f"{x:{spec}}{unit}"
 
-        return f"{one(self.value)} [{one(self.lo)}, {one(self.hi)}]"
+        return f"{one(self.value, unit)} [{one(self.lo)}, {one(self.hi)}]"
 
 
 def _clean(values: Sequence[float]) -> np.ndarray:

@@ -127,7 +127,7 @@ def test_time_to_accuracy_section(tmp_path):
     section = text.split("## Time to accuracy")[1].split("\n## ")[0]
     assert "| 10 % loss | TCP CUBIC | 3 | 1 | not reached [" in section
     assert "fastest to 80%: best: LTP (its interval separates" in section
-    assert "ltp 21.0 s [20.0 s, 22.0 s] beats ltp-reliable" in section
+    assert "ltp 21.0 s [20.0, 22.0] beats ltp-reliable" in section
     assert "no comparison is stated" in text.split("## Accuracy against lossless TCP")[1]
     assert "accuracy.png" in [p.name for p in figures.make(tmp_path)]
 
