@@ -300,6 +300,11 @@ def _regime(sw: Sweep, folder: Path, setting: str) -> list[Path]:
             extra = ", ".join(CONDITION_COLUMNS[c].format(frame[c].iloc[0]) for c in others)
             axes[0][col].set_title(f"loss {loss:g} %" + (f", {extra}" if extra else ""), fontsize=8)
             col += 1
+    if not pd.api.types.is_numeric_dtype(sw.ok[setting]):   # text (cross traffic): wrap it
+        values = sorted(sw.ok[setting].unique())
+        for ax in axes[-1]:
+            ax.set_xticks(range(len(values)), [str(v).replace(",", ",\n").replace(":", ":\n", 1)
+                                               for v in values], fontsize=7)
     _legend(axes[0][0], 7)
     return _save(fig, folder, f"regime_{setting}")
 

@@ -79,7 +79,8 @@ def _headline(sw: Sweep) -> list[str]:
                 continue
             tta = sw.time_to_target(d, scheme)
             missed = int((~reached(mine)).sum())
-            tta_text = tta.fmt(".0f") + (f" ({missed} of {len(mine)} not reached)" if missed else "")
+            tta_text = ("-" if missed == len(mine) else tta.fmt(".0f")) + (
+                f" ({missed} of {len(mine)} not reached)" if missed else "")
             speed = stats.ratio_ci(mine.iters_per_s, base)
             lines.append("| " + " | ".join(
                 [_fmt(v) for v in cond] + [f"{loss:g}", sw.names[scheme], str(len(mine)),
@@ -108,7 +109,7 @@ def _tolerance_pays(sw: Sweep) -> list[str]:
     lines = ["## Does tolerating loss pay? `ltp` and `plot` against `ltp-reliable`", "",
              "Same machinery, one difference: `ltp-reliable` repairs every packet. Throughput "
              "(iterations/s) and the fraction of each gradient the filler supplied:", ""]
-    wins = []
+    wins, tried = [], 0
     for cond, loss, d in _cells(sw):
         rel = sw.estimate(d, "ltp-reliable", "iters_per_s")
         for scheme in ("ltp", "plot"):
@@ -118,6 +119,7 @@ def _tolerance_pays(sw: Sweep) -> list[str]:
             filled = d.loc[d.scheme == scheme, "filled_frac_mean"].median()
             early = d.loc[d.scheme == scheme, "early_closes_per_iter"].median()
             sentence = stats.compare(scheme, mine, "ltp-reliable", rel)
+            tried += min(rel.n, mine.n) >= stats.MIN_RUNS
             lines.append(f"- {_where(sw, cond, loss)}: {sentence} `{scheme}` filled "
                          f"{filled:.2%} of a gradient on average, {early:.2f} early closes per "
                          "iteration.")
@@ -126,7 +128,7 @@ def _tolerance_pays(sw: Sweep) -> list[str]:
                 wins.append(f"{scheme} at {_where(sw, cond, loss)} "
                             f"({mine.value / rel.value:.2f}x)")
     lines += ["", ("Tolerating loss beat reliable delivery, beyond noise, in: " + "; ".join(wins)
-                   + ".") if wins else
+                   + ". " + stats.chance_wins(tried, sw.seeds_per_cell()[0])) if wins else
               "In no cell of this sweep did tolerating loss beat reliable delivery beyond noise.",
               ""]
     return lines

@@ -128,6 +128,21 @@ def compare(a_name: str, a: Estimate, b_name: str, b: Estimate, higher_is_better
             f"(intervals separate).")
 
 
+def chance_wins(comparisons: int, runs: int) -> str:
+    """One sentence: how many of ``comparisons`` one-sided "beats" verdicts between cells of
+    ``runs`` runs each chance alone would give when nothing differs.
+
+    With ``runs`` runs a cell's interval spans about their range, so "A beats B" means every run
+    of A beat every run of B: under no difference that happens with probability
+    1 / C(2 runs, runs) (1 in 20 for three runs against three)."""
+    import math
+
+    p = 1 / math.comb(2 * runs, runs)
+    return (f"With {runs} runs per cell, chance alone makes one such verdict in "
+            f"{round(1 / p)} comparisons; this sweep made {comparisons} (about "
+            f"{comparisons * p:.1f} expected by chance), so a single small win is weak evidence.")
+
+
 def best(estimates: dict[str, Estimate], higher_is_better: bool = True) -> tuple[list[str], str]:
     """(names that cannot be told apart from the best, one sentence saying so)."""
     valid = {k: e for k, e in estimates.items() if e.n > 0}

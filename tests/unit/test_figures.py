@@ -101,6 +101,11 @@ def test_bootstrap_interval_contains_the_median_and_is_reproducible():
     assert ratio.lo <= 2.0 <= ratio.hi + 0.1
 
 
+def test_chance_wins_counts_what_three_runs_can_give_by_chance():
+    text = stats.chance_wins(12, 3)
+    assert "one such verdict in 20 comparisons" in text and "made 12 (about 0.6" in text
+
+
 def test_a_missed_target_counts_as_infinitely_late():
     # Dropping the two misses would make this scheme look like the fastest (10 s).
     est = stats.censored_median_ci([10.0, None, None], [True, False, False])
