@@ -17,7 +17,7 @@ evidence presets run three seeds per cell. ``docs/running.md`` has the table wit
 - ``converge``: the main schemes at 0, 5, 10 % loss to 1,000 iterations or 10 minutes of
   training: time to accuracy and converged accuracy. Hours.
 - ``tta``: the main schemes at 0 and 10 % loss, each run stopping at the target accuracy or after
-  150 s of training: time to accuracy alone; about 45 minutes.
+  150 s of training: time to accuracy alone; about 30 minutes.
 - ``incast``, ``edge``, ``bursty``, ``cross``: the regimes where tolerating loss could pay (more
   workers and shallow queues; 10-50 ms one-way delay; bursty loss; background traffic). The
   last three compare LTP, LTP reliable, PLOT and the strongest TCP baseline (CUBIC with a 5 ms
@@ -192,7 +192,7 @@ PRESETS: dict[str, Plan] = {
                              timeout_s=1800.0)),
     # Time to accuracy (the headline metric): each run stops once an evaluation reaches the
     # model's target (0.80 for the MLP, about 150-200 iterations) or after 150 s of training,
-    # and is recorded as "not reached" at that cap. 0 and 10 % loss; about 45 minutes.
+    # and is recorded as "not reached" at that cap. 0 and 10 % loss; about 30 minutes.
     "tta": Plan(
         name="tta", transports=MAIN, loss_pcts=(0.0, 10.0), bottleneck_mbps=(200.0,),
         seeds=SEEDS,
