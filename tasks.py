@@ -38,6 +38,11 @@ PROJECT = Path(__file__).resolve().parent
     "aggregator": "comma-separated aggregation rules at the PS: mean, score, median, "
                   "trimmed-mean, krum",
     "tolerate": "Byzantine updates the aggregator tolerates (default: the attacker count)",
+    "compress": "comma-separated push compressions: none, topk:R (fraction R of each layer "
+                "kept, default 0.01), sign (docs/compression.md)",
+    "local_steps": "comma-separated SGD steps per synchronisation, e.g. 1,4",
+    "error_reset": "comma-separated error-reset periods in synchronisations (0: never; "
+                   "default 1, every synchronisation)",
     "score_batch": "validation samples per round of the score rule (default 64)",
     "score_penalty": "the score rule's penalty rho per squared unit of update size "
                      "(default 0.0005)",
@@ -54,7 +59,7 @@ PROJECT = Path(__file__).resolve().parent
 def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=None, workers=None,
               queue=None, delay=None, cross=None, sync=None, fault=None, byzantine=None,
               aggregator=None, tolerate=None, score_batch=None, score_penalty=None,
-              score_threshold=None, model=None, iterations=None, seeds=None, timeout=None,
+              score_threshold=None, compress=None, local_steps=None, error_reset=None, model=None, iterations=None, seeds=None, timeout=None,
               target=None, stop_at_target=False, max_train=None):
     """Run a sweep of training runs over the emulated incast network and tabulate the results."""
     from harness import cli
@@ -71,6 +76,9 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
             queues=cli.numbers(queue, int, "--queue"), syncs=cli.syncs(sync),
             faults=cli.faults(fault), byzantine=cli.byzantines(byzantine),
             aggregators=cli.aggregator_names(aggregator),
+            compressions=cli.compressions(compress),
+            local_steps=cli.numbers(local_steps, int, "--local-steps"),
+            error_resets=cli.numbers(error_reset, int, "--error-reset"),
             tolerate=cli.number(tolerate, int, "--tolerate"),
             score_batch=cli.number(score_batch, int, "--score-batch"),
             score_penalty=cli.number(score_penalty, float, "--score-penalty"),

@@ -26,11 +26,15 @@ BASELINE = "tcp-cubic"
 CONDITION_COLUMNS = {"bottleneck_mbps": "{:g} Mbit/s", "delay_ms": "+{:g} ms one way",
                      "n_workers": "{:g} workers", "queue_pkts": "queue {:g}",
                      "loss_kind": "{} loss", "cross": "cross {}", "sync": "{}",
-                     "fault": "fault {}", "byzantine": "byzantine {}", "aggregator": "{}"}
+                     "fault": "fault {}", "byzantine": "byzantine {}", "aggregator": "{}",
+                     "compress": "compress {}", "local_steps": "H={:g}",
+                     "error_reset": "reset {:g}"}
 CONDITION_DEFAULTS = {"loss_kind": "uniform", "cross": "none", "sync": "bsp", "fault": "none",
-                      "byzantine": "0", "aggregator": "mean"}
+                      "byzantine": "0", "aggregator": "mean", "compress": "none",
+                      "local_steps": 1, "error_reset": 1}
 # Conditions with figures and a report section of their own, not the generic regime facets.
-OWN_SECTIONS = ("bottleneck_mbps", "sync", "fault", "byzantine", "aggregator")
+OWN_SECTIONS = ("bottleneck_mbps", "sync", "fault", "byzantine", "aggregator", "compress",
+                "local_steps", "error_reset")
 
 
 def loss_kind(model_text: str) -> str:
@@ -154,7 +158,7 @@ def load(folder: Path) -> Sweep:
     if not runs_csv.exists():
         raise ResultsError(f"{runs_csv} does not exist; run a sweep into {folder} first.")
     try:
-        runs = pd.read_csv(runs_csv)
+        runs = pd.read_csv(runs_csv).copy()   # one block per dtype: the inserts below stay cheap
         curves = pd.read_csv(folder / "curves.csv") if (folder / "curves.csv").exists() \
             else pd.DataFrame(columns=["run_id"])
         iters = pd.read_csv(folder / "iterations.csv") if (folder / "iterations.csv").exists() \
@@ -169,6 +173,11 @@ def load(folder: Path) -> Sweep:
         if col not in runs:
             runs[col] = CONDITION_DEFAULTS[col]
         runs[col] = runs[col].astype(object).fillna(CONDITION_DEFAULTS[col]).astype(str)
+    for col in ("compress", "local_steps", "error_reset"):
+        if col not in runs:
+            runs[col] = CONDITION_DEFAULTS[col]
+        filled = runs[col].astype(object).fillna(CONDITION_DEFAULTS[col])
+        runs[col] = filled.astype(str) if col == "compress" else pd.to_numeric(filled)
     needed = {"run_id", "status", "scheme", "loss_pct", "seed", "iters_per_s",
               *(set(CONDITION_COLUMNS) - set(CONDITION_DEFAULTS))}
     missing = sorted(needed - set(runs.columns))

@@ -13,6 +13,7 @@ from invoke.exceptions import Exit
 from harness.aggregators import AGGREGATORS, AggregatorError
 from harness.bench import BenchError
 from harness.byzantine import ByzantineError, parse_byzantine
+from harness.compress import CompressError, parse_compress
 from harness.datasets import DatasetError
 from harness.faults import FaultError, parse_fault
 from harness.presets import UnknownPreset
@@ -33,7 +34,7 @@ from transports.registry import UnknownTransport
 USER_ERRORS = (SpecError, UnknownPreset, UnknownTransport, OptionError, TopologyError,
                TestbedError, OVSError, SweepError, ResultsError, DatasetError, TransportError,
                DelayError, BenchError, LossModelError, CrossError, SyncError, FaultError,
-               SimulationError, ByzantineError, AggregatorError)
+               SimulationError, ByzantineError, AggregatorError, CompressError)
 
 
 def require_root() -> None:
@@ -143,6 +144,11 @@ def faults(text: str | None) -> tuple[str, ...] | None:
 def byzantines(text: str | None) -> tuple[str, ...] | None:
     """'0,2:sign-flip' -> canonical Byzantine texts; a bad item raises :class:`ByzantineError`."""
     return None if text is None else tuple(parse_byzantine(x).text() for x in words(text))
+
+
+def compressions(text: str | None) -> tuple[str, ...] | None:
+    """'none,TopK:0.01,sign' -> canonical texts; a bad item raises :class:`CompressError`."""
+    return None if text is None else tuple(parse_compress(x.lower()).text() for x in words(text))
 
 
 def aggregator_names(text: str | None) -> tuple[str, ...] | None:

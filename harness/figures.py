@@ -18,7 +18,10 @@ interval (:mod:`harness.stats`) as an error bar:
 - ``regime_<setting>``: for each setting that varies besides loss (workers, queue, delay, ...),
   ``ltp``, ``ltp-reliable``, ``plot`` and the best TCP against that setting;
 - ``faults_tta`` and ``faults_cdf``: time to accuracy per fault and sync mode, and round times
-  around a failure, when the sweep has faults or sync modes (:mod:`harness.resilience`).
+  around a failure, when the sweep has faults or sync modes (:mod:`harness.resilience`);
+- ``byzantine_accuracy`` under attacks and aggregation rules (:mod:`harness.robustness`);
+- ``compression_tradeoff`` and ``compression_accuracy``: accuracy against push bytes on the
+  wire, and over time, per compression setting (:mod:`harness.savings`).
 
 :mod:`harness.report` writes ``DIR/report.md`` from the same tables. Only ``ok`` runs are drawn.
 """
@@ -36,7 +39,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from harness import resilience, robustness, stats  # noqa: E402
+from harness import resilience, robustness, savings, stats  # noqa: E402
 from harness.analysis import (BASELINE, CONDITION_COLUMNS, OWN_SECTIONS, Sweep, is_tcp,  # noqa: E402
                               load, reached)
 
@@ -322,7 +325,7 @@ def draw(sw: Sweep) -> list[Path]:
         if setting not in OWN_SECTIONS:
             written += _regime(sw, folder, setting)
     return (written + resilience.draw(sw, folder, _save)
-            + robustness.draw(sw, folder, _save))
+            + robustness.draw(sw, folder, _save) + savings.draw(sw, folder, _save))
 
 
 def make(folder: Path) -> list[Path]:

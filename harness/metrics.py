@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from harness import models
 from harness.byzantine import parse_byzantine
 from harness.faults import parse_fault
 from harness.runfiles import PsIteration, RunFiles, WorkerIteration
@@ -68,10 +69,13 @@ def push_times(ps: list[PsIteration], workers: list[list[WorkerIteration]]) -> n
     return np.array(out)
 
 
-def bounds_s(spec: RunSpec, msg_bytes: int) -> tuple[float, float]:
-    """(push bound, full-duplex bound) in seconds for messages of ``msg_bytes``."""
-    one = msg_bytes * 8 / (spec.bottleneck_mbps * 1e6)
-    return spec.n_workers * one, (spec.n_workers + 1) * one
+def bounds_s(spec: RunSpec, msg_bytes: int, down_bytes: int | None = None) -> tuple[float, float]:
+    """(push bound, full-duplex bound) in seconds for pushes of ``msg_bytes`` and parameters of
+    ``down_bytes`` (None: the same): the serial broadcast of ``n`` parameter messages, then the
+    last worker's push (the others' overlap the broadcast)."""
+    rate = spec.bottleneck_mbps * 1e6 / 8
+    down = msg_bytes if down_bytes is None else down_bytes
+    return spec.n_workers * msg_bytes / rate, (spec.n_workers * down + msg_bytes) / rate
 
 
 def _pct(values, q: float) -> float | None:
@@ -172,6 +176,17 @@ def robustness(spec: RunSpec, ps: list[PsIteration]) -> dict:
             "agg_p50_s": _pct([rec.agg_s for rec in ps], 50)}
 
 
+def compression(spec: RunSpec, ps: list[PsIteration],
+                workers: list[list[WorkerIteration]]) -> dict:
+    """The run's compression settings and what the pushes cost on the wire."""
+    wire = sum(rec.wire_bytes for w in workers for rec in w)
+    return {"compress": spec.compress, "local_steps": spec.local_steps,
+            "error_reset": spec.error_reset,
+            "wire_bytes_per_iter": wire / len(ps) if ps else None,
+            "compress_dropped": int(sum(s.get("compress_dropped", 0)
+                                        for rec in ps for s in rec.msg_stats))}
+
+
 def _round_verdicts(spec: RunSpec, rec: PsIteration) -> dict:
     v = _verdicts(spec, rec)
     return {"kept": sum(1 for _, k, _ in v if k),
@@ -195,7 +210,9 @@ def summarize(spec: RunSpec, files: RunFiles) -> tuple[dict, list[dict], list[di
                           for t in range(len(ps))])
     update_s = np.array([rec.update_s for rec in ps])
     msg_bytes = next((w[0].grad_bytes for w in workers if w), 0)
-    push_bound, fd_bound = bounds_s(spec, msg_bytes)
+    push_bound, fd_bound = bounds_s(spec, msg_bytes,
+                                    4 * models.n_params(spec.model) if spec.compress != "none"
+                                    else None)
     floor_s = fd_bound + (_pct(compute_s, 50) or 0.0) + (_pct(update_s, 50) or 0.0)
     # A user-space transport reports its retransmissions in each host's stats; TCP's come from
     # the kernel counters the runner adds.
@@ -232,6 +249,7 @@ def summarize(spec: RunSpec, files: RunFiles) -> tuple[dict, list[dict], list[di
         **tolerance(ps),
         **resilience(spec, files, ps, ps_summary.train_start_time if ps_summary else None),
         **robustness(spec, ps),
+        **compression(spec, ps, workers),
         "grad_payload_bytes": sum(rec.grad_bytes for w in workers for rec in w),
         "grad_wire_bytes": sum(rec.wire_bytes for w in workers for rec in w),
         "retransmits": retrans,

@@ -62,6 +62,11 @@ def build(name: str, seed: int) -> nn.Module:
     return MODELS[name]()
 
 
+def n_params(name: str) -> int:
+    """How many float32 parameters model ``name`` has (its layout's length)."""
+    return layout(build(name, 0)).n_floats
+
+
 def layout(model: nn.Module) -> Layout:
     """Where each parameter tensor lies in the flat vector the transports carry."""
     return Layout.from_sizes([(n, p.numel()) for n, p in model.named_parameters()])

@@ -50,6 +50,7 @@ import torch.nn.functional as F
 
 from harness import datasets, models
 from harness.byzantine import corrupt, parse_byzantine
+from harness.compress import ErrorFeedback, decode, parse_compress, up_layout
 from harness.faults import parse_fault
 from harness.ps import GEN_SHIFT, ParameterServer
 from harness.robust import honest_estimate, make_combine
@@ -149,10 +150,13 @@ def run_ps(spec: RunSpec, files: RunFiles, loopback: bool,
     rec = Recorder(files, PS_NAME)
     trainer = _Trainer(spec, rec)
     layout = models.layout(trainer.model)
+    comp = parse_compress(spec.compress)
     transport = make_transport(spec, session)
     ps_addr, worker_addrs = addresses(spec, loopback)
     started = time.monotonic()
-    with transport.serve(ps_addr, worker_addrs, layout) as end:
+    # A transport is asked for a push layout of its own only when the pushes are compressed.
+    up = {"up": up_layout(layout, comp)} if comp.on else {}
+    with transport.serve(ps_addr, worker_addrs, layout, **up) as end:
         end.wait_for_workers(spec.timeout_s)
         trainer.evaluate(0)
         train_start_time = time.time()
@@ -163,7 +167,8 @@ def run_ps(spec: RunSpec, files: RunFiles, loopback: bool,
                    if spec.aggregator != "mean" else None)
         server = ParameterServer(end, trainer, rec, spec.n_workers, parse_sync(spec.sync),
                                  spec.lr, started, detect=parse_fault(spec.fault).kind != "none",
-                                 combine=combine)
+                                 combine=combine,
+                                 decode=(lambda d: decode(d, layout, comp)) if comp.on else None)
         t, stopped_by = server.run()
         train_end_time = time.time()
         cpu_busy = busy_frac(cpu_before, machine_cpu())
@@ -226,15 +231,18 @@ def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool,
     attack = parse_byzantine(spec.byzantine)
     byzantine = rank in attack.ranks(spec.n_workers)
     attack_rng = np.random.default_rng([spec.seed, rank, 0xA77])
+    comp = parse_compress(spec.compress)
+    feedback = ErrorFeedback(layout, comp, spec.error_reset)
     transport = make_transport(spec, session)
     ps_addr, worker_addrs = addresses(spec, loopback)
     started = time.monotonic()
     done = 0
-    with transport.connect(rank, worker_addrs[rank], ps_addr, layout) as end:
+    up = {"up": up_layout(layout, comp)} if comp.on else {}
+    with transport.connect(rank, worker_addrs[rank], ps_addr, layout, **up) as end:
         end.join(spec.timeout_s)
         k, joined = generation << GEN_SHIFT, True
         if generation:
-            zeros = np.zeros(layout.n_floats, dtype=np.float32)
+            zeros = np.zeros(up_layout(layout, comp).n_floats, dtype=np.float32)
             joined = _patiently(lambda s: end.push(k, zeros, s), files, spec.timeout_s) is not None
             k += 1
         while joined:
@@ -243,18 +251,32 @@ def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool,
             t1 = time.monotonic()
             if params is None or files.end_marker.exists():
                 break   # the PS ended training; these are its final parameters
-            models.load_flat(model, torch.from_numpy(params.values))
-            if pos + spec.batch_size > len(order):
-                order, pos = rng.permutation(mine), 0
-            batch = order[pos:pos + spec.batch_size]
-            pos += spec.batch_size
-            model.zero_grad(set_to_none=False)
-            loss = F.cross_entropy(model(x_train[batch]), y_train[batch])
-            loss.backward()
-            grad = models.flat_grads(model).numpy()
-            if byzantine:   # on the real gradient, before the real transport
+            pulled = torch.from_numpy(params.values)
+            # load_flat makes the parameters views of ``pulled``: local steps need a copy.
+            models.load_flat(model, pulled.clone() if spec.local_steps > 1 else pulled)
+            losses = []
+            for _ in range(spec.local_steps):
+                if pos + spec.batch_size > len(order):
+                    order, pos = rng.permutation(mine), 0
+                batch = order[pos:pos + spec.batch_size]
+                pos += spec.batch_size
+                model.zero_grad(set_to_none=False)
+                loss = F.cross_entropy(model(x_train[batch]), y_train[batch])
+                loss.backward()
+                losses.append(loss.item())
+                if spec.local_steps > 1:
+                    with torch.no_grad():
+                        for p in model.parameters():
+                            p.add_(p.grad, alpha=-spec.lr)
+            if spec.local_steps > 1:
+                # The update in gradient units: the PS's step of lr lands on the local model.
+                grad = ((pulled - models.flat_params(model)) / spec.lr).numpy()
+            else:
+                grad = models.flat_grads(model).numpy()
+            if byzantine:   # on the real update, before compression and the real transport
                 grad = corrupt(attack, grad, spec.n_workers, attack_rng, lambda: honest_estimate(
                     model, x_train, y_train, spec, k, spec.n_workers - attack.count))
+            grad = feedback.push(grad)
             if slow > 1:
                 time.sleep((slow - 1) * (time.monotonic() - t1))
             t2 = time.monotonic()
@@ -265,7 +287,7 @@ def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool,
             rec.iteration(WorkerIteration(
                 iteration=k, t_s=t0 - started, push_start_mono=t2, pull_s=t1 - t0,
                 compute_s=t2 - t1, push_s=t3 - t2, param_frac=params.received_frac,
-                train_loss=loss.item(), grad_bytes=sent.payload_bytes, wire_bytes=sent.wire_bytes,
+                train_loss=float(np.mean(losses)), grad_bytes=sent.payload_bytes, wire_bytes=sent.wire_bytes,
                 packets=sent.packets, retransmits=sent.retransmits, byzantine=byzantine))
             k += 1
             done += 1

@@ -30,6 +30,9 @@ evidence presets run three seeds per cell. ``docs/running.md`` has the table wit
   iterations; about 20 minutes (``docs/byzantine.md``).
 - ``byzantine-loss``: honest and Byzantine workers over LTP and PLOT at 5 and 10 % loss, mean
   against score-based validation: does the validator reject honest-but-filled updates?
+- ``compression``: LTP without loss, pushes uncompressed, top-1 % and scaled sign, error
+  feedback reset never or every round, one or four local steps: bytes on the wire per round
+  against accuracy (``docs/compression.md``); about 25 minutes.
 - ``lab1`` .. ``lab5``: the teaching labs (``docs/labs/``).
 """
 
@@ -57,6 +60,7 @@ GRID: dict[str, str] = {
     "transports": "transport", "loss_pcts": "loss_pct", "bottleneck_mbps": "bottleneck_mbps",
     "delays_ms": "delay_ms", "workers": "n_workers", "queues": "queue_pkts", "cross": "cross",
     "syncs": "sync", "faults": "fault", "byzantine": "byzantine", "aggregators": "aggregator",
+    "compressions": "compress", "local_steps": "local_steps", "error_resets": "error_reset",
     "seeds": "seed",
 }
 
@@ -87,6 +91,12 @@ class Plan:
     """Byzantine workers (``0``, ``2:sign-flip``, ...; :mod:`harness.byzantine`)."""
     aggregators: tuple[str, ...] = ("mean",)
     """Aggregation rules at the PS (``mean``, ``score``, ...; :mod:`harness.aggregators`)."""
+    compressions: tuple[str, ...] = ("none",)
+    """How workers compress their pushes (``none``, ``topk:0.01``, ``sign``; :mod:`harness.compress`)."""
+    local_steps: tuple[int, ...] = (1,)
+    """SGD steps per synchronisation."""
+    error_resets: tuple[int, ...] = (1,)
+    """Error-reset periods in synchronisations (0: never)."""
     plugins: tuple[str, ...] = ()   # transport plugin files (from the project folder) it uses
 
     def specs(self) -> list[RunSpec]:
@@ -98,11 +108,12 @@ class Plan:
         if self.plugins:
             registry.use_plugins([PROJECT / p for p in self.plugins])
         out = []
-        for (scheme, loss, bw, delay, n, queue, cross, sync, fault, byz, agg,
+        for (scheme, loss, bw, delay, n, queue, cross, sync, fault, byz, agg, comp, steps, reset,
              seed) in itertools.product(
                 self.transports, self.loss_pcts, self.bottleneck_mbps, self.delays_ms,
                 self.workers, self.queues, self.cross, self.syncs, self.faults, self.byzantine,
-                self.aggregators, self.seeds):
+                self.aggregators, self.compressions, self.local_steps, self.error_resets,
+                self.seeds):
             slug, options = parse_scheme(scheme)
             if isinstance(loss, str):  # a loss model's text; RunSpec derives loss_pct from it
                 loss_fields = {"loss_model": loss}
@@ -113,8 +124,11 @@ class Plan:
                                          bottleneck_mbps=bw, delay_ms=delay, n_workers=n,
                                          queue_pkts=queue, cross=cross, sync=sync,
                                          fault=fault, byzantine=byz, aggregator=agg,
+                                         compress=comp, local_steps=steps, error_reset=reset,
                                          seed=seed, **loss_fields))
-        return out
+        # A dimension that does not apply to every run (error_reset without compression) makes
+        # the same run twice: keep it once.
+        return list(dict.fromkeys(out))
 
     def dimensions(self) -> dict[str, tuple]:
         """The grid's dimensions and their values."""
@@ -227,6 +241,14 @@ PRESETS: dict[str, Plan] = {
         bottleneck_mbps=(200.0,), seeds=SEEDS, syncs=("bsp", "ssp:2", "async"),
         faults=("none", "kill@20", "stall@20:2s", "link@20:2s", "straggler:3x"),
         base=_INCAST.replace(iterations=40, eval_every=5, timeout_s=300.0)),
+    # Fewer bytes up (issue 14, docs/compression.md): LTP at 200 Mbit/s without loss, each run
+    # 150 rounds or 60 s of training; none, top-1 % and scaled sign, with error feedback never
+    # reset (0) or reset every round (1), one and four local steps. 30 runs, about 25 minutes.
+    "compression": Plan(
+        name="compression", transports=("ltp",), loss_pcts=(0.0,), bottleneck_mbps=(200.0,),
+        seeds=SEEDS, compressions=("none", "topk:0.01", "sign"), local_steps=(1, 4),
+        error_resets=(0, 1),
+        base=_INCAST.replace(iterations=150, eval_every=10, max_train_s=60.0, timeout_s=600.0)),
     # Untrusted workers (issue 14, docs/byzantine.md): two sign-flipping attackers of eight
     # against every aggregation rule, over a reliable transport, three seeds. The defender
     # tolerates two in every run, attacked or not (it cannot know). About 20 minutes.

@@ -112,15 +112,19 @@ class ParameterServer:
     stop (``after(rounds_done)`` returns the reason, '' to go on; ``train_s`` accumulates).
     ``clock`` is the monotonic clock (the unit tests pass a fake one with a fake end).
     ``combine(deliveries)`` returns a bsp round's (:class:`~harness.aggregators.Outcome`, ``f``);
-    without it the PS averages (``end.average``).
+    without it the PS averages (``end.average``). ``decode(delivery)`` turns each push as it
+    arrives into the dense gradient it carries (:func:`harness.compress.decode`; default: as is),
+    before anything else (the transport's ``observe``, the aggregator) sees it.
     """
 
     def __init__(self, end: ServerEnd, trainer, rec: Recorder, n_workers: int, sync: Sync,
                  lr: float, started: float, clock: Callable[[], float] = time.monotonic,
                  detect: bool = True,
-                 combine: Callable[[list[Delivery]], tuple[Outcome, int]] | None = None) -> None:
+                 combine: Callable[[list[Delivery]], tuple[Outcome, int]] | None = None,
+                 decode: Callable[[Delivery], Delivery] | None = None) -> None:
         self.end, self.trainer, self.rec, self.detect = end, trainer, rec, detect
         self.combine = combine
+        self.decode = decode or (lambda d: d)
         self.n, self.sync, self.lr, self.started, self.clock = n_workers, sync, lr, started, clock
         self.members = [Member() for _ in range(n_workers)]
         self.version = 0
@@ -240,6 +244,7 @@ class ParameterServer:
         rnd.update_s += self.clock() - t0
 
     def _arrived(self, r: int, d: Delivery, rnd: _Round) -> None:
+        d = self.decode(d)
         m = self.members[r]
         mid = int(d.stats.get("msg_id", m.msg))
         if mid >> GEN_SHIFT > m.gen:

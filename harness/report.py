@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness import resilience, robustness, stats
+from harness import resilience, robustness, savings, stats
 from harness.analysis import BASELINE, OWN_SECTIONS, Sweep, reached
 from harness.figures import best_tcp
 
@@ -22,7 +22,9 @@ FIGURES = (("throughput", "training throughput and ratio to tcp-cubic vs loss"),
            ("loss_tolerance", "filled fraction, early closes, avoided and actual retransmissions"),
            ("bottleneck", "bottleneck utilisation and queue drops vs loss"),
            ("bounds", "where the median iteration goes, and the iteration over its floor"),
-           ("byzantine_accuracy", "test accuracy over time per attack and aggregation rule"))
+           ("byzantine_accuracy", "test accuracy over time per attack and aggregation rule"),
+           ("compression_tradeoff", "final accuracy against push bytes on the wire per round"),
+           ("compression_accuracy", "test accuracy over time per compression setting"))
 
 
 def _fmt(value) -> str:
@@ -284,7 +286,7 @@ def report_text(sw: Sweep) -> str:
     lines = (_header(sw) + _headline(sw) + _fastest(sw) + _tolerance_pays(sw)
              + _time_to_accuracy(sw) + _accuracy(sw)
              + _accounting(sw) + _bounds(sw) + _regimes(sw) + resilience.section(sw)
-             + robustness.section(sw)
+             + robustness.section(sw) + savings.section(sw)
              + ["## Figures", ""])
     for name, what in FIGURES:
         if (sw.folder / "figures" / f"{name}.png").exists():

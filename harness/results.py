@@ -67,6 +67,11 @@ RUNS_COLUMNS = (
                              "trimmed-mean or krum (harness/aggregators.py)"),
     Column("tolerate", "updates", "f: Byzantine updates the aggregator was asked to tolerate "
                                   "(by default the attacker count)"),
+    Column("compress", "", "how workers compressed their pushes: none, topk:R (fraction R of each "
+                           "layer kept) or sign (docs/compression.md)"),
+    Column("local_steps", "steps", "SGD steps each worker took per synchronisation"),
+    Column("error_reset", "synchronisations", "a compressing worker's residual was reset every "
+                                              "this many synchronisations (0: never)"),
     Column("rtt_ms", "ms", "measured round-trip time w1 -> ps1 on the idle network before the run "
                           "(median of 5 pings timed in user space)"),
     Column("session_id", "", "the run's random session id (its key is never recorded)"),
@@ -145,6 +150,10 @@ RUNS_COLUMNS = (
     Column("grad_payload_bytes", "bytes", "gradient payload the workers pushed, all iterations"),
     Column("grad_wire_bytes", "bytes", "what the transports sent for it (headers and "
                                        "retransmissions included, where the transport knows)"),
+    Column("wire_bytes_per_iter", "bytes", "grad_wire_bytes per iteration: what all workers' "
+                                           "pushes of one round cost on the wire"),
+    Column("compress_dropped", "entries", "index-value pairs or sign words of compressed pushes "
+                                          "the PS dropped (lost, out of range or not finite)"),
     Column("retransmits", "packets", "retransmitted segments or packets, all hosts"),
     Column("rejected_datagrams", "datagrams", "datagrams (or fields of them) the transports refused "
                                               "as forged, corrupt or stray, all hosts (LTP: "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import inspect
 import json
 from typing import Any
 
@@ -17,6 +18,7 @@ from harness import datasets, models
 from harness.aggregators import (SCORE_BATCH, SCORE_PENALTY, AggregatorError,
                                  check_aggregator)
 from harness.byzantine import ByzantineError, check_byzantine, parse_byzantine
+from harness.compress import DEFAULT_RESET, CompressError, check_compress, parse_compress
 from harness.faults import FaultError, check_fault, parse_fault
 from harness.sync import SyncError, parse_sync
 from topologies.cross import CrossError, parse_cross
@@ -101,13 +103,20 @@ class RunSpec:
     """``rho``: the ``score`` aggregator's penalty per squared unit of an update's size."""
     score_threshold: float | None = None
     """The ``score`` aggregator keeps only updates scoring at least this (None: the n - f best)."""
+    compress: str = "none"
+    """How workers compress their pushes: ``none``, ``topk:R`` or ``sign`` (:mod:`harness.compress`)."""
+    local_steps: int = 1
+    """SGD steps a worker takes per synchronisation (1: push each gradient)."""
+    error_reset: int = DEFAULT_RESET
+    """A compressing worker's residual is reset every this many synchronisations (0: never)."""
 
     # Fields left out of the JSON (and so of the run id) while they hold these values, so the
     # ids of runs written before the fields existed stay the same.
     _QUIET_DEFAULTS = {"loss_model": "", "cross": "none", "sync": "bsp", "fault": "none",
                        "byzantine": "0", "aggregator": "mean", "tolerate": None,
                        "score_batch": SCORE_BATCH, "score_penalty": SCORE_PENALTY,
-                       "score_threshold": None}
+                       "score_threshold": None, "compress": "none", "local_steps": 1,
+                       "error_reset": DEFAULT_RESET}
 
     def __post_init__(self) -> None:
         # Options may come in as a dict; store them sorted so equal specs hash equal.
@@ -140,7 +149,12 @@ class RunSpec:
             object.__setattr__(self, "fault", parse_fault(self.fault).text())
             object.__setattr__(self, "byzantine", parse_byzantine(self.byzantine).text())
             object.__setattr__(self, "aggregator", str(self.aggregator).strip().lower())
-        except (LossModelError, CrossError, SyncError, FaultError, ByzantineError) as exc:
+            object.__setattr__(self, "compress", parse_compress(self.compress).text())
+            if self.compress == "none" and isinstance(self.error_reset, int):
+                # Without compression there is no residual to reset: one run, not one per period.
+                object.__setattr__(self, "error_reset", DEFAULT_RESET)
+        except (LossModelError, CrossError, SyncError, FaultError, ByzantineError,
+                CompressError) as exc:
             raise SpecError(str(exc)) from None
         self._validate()
 
@@ -184,6 +198,7 @@ class RunSpec:
                             f"(TCP); {self.transport}'s receive window refuses the new process's "
                             "message ids.")
         self._validate_byzantine()
+        self._validate_compress(transport)
         if self.max_train_s is not None and not (isinstance(self.max_train_s, float)
                                                  and self.max_train_s > 0):
             raise SpecError(f"max_train_s must be above 0 seconds (or none), "
@@ -209,6 +224,15 @@ class RunSpec:
         if self.aggregator != "mean" and self.sync != "bsp":
             raise SpecError(f"the {self.aggregator} aggregator combines a round's updates, which "
                             f"only bsp has; run it with sync bsp, not {self.sync}.")
+
+    def _validate_compress(self, transport) -> None:
+        try:
+            check_compress(self.compress, self.local_steps, self.error_reset)
+        except CompressError as exc:
+            raise SpecError(str(exc)) from None
+        if self.compress != "none" and "up" not in inspect.signature(transport.serve).parameters:
+            raise SpecError(f"{self.transport} cannot carry compressed pushes: its serve() and "
+                            f"connect() take no `up` layout (docs/adding-a-transport.md).")
 
     @property
     def tolerated(self) -> int:
@@ -278,8 +302,10 @@ class RunSpec:
                  if self.fault != "none" else "")
         byz = f"_byz{self.byzantine.replace(':', '')}" if self.byzantine != "0" else ""
         agg = f"_{self.aggregator}" if self.aggregator != "mean" else ""
+        comp = f"_{self.compress.replace(':', '')}" if self.compress != "none" else ""
+        comp += f"_h{self.local_steps}" if self.local_steps > 1 else ""
         return (f"{self.transport}_loss{kind}{self.loss_pct:g}_bw{self.bottleneck_mbps:g}{delay}"
-                f"{cross}{sync}{fault}{byz}{agg}_s{self.seed}_{digest}")
+                f"{cross}{sync}{fault}{byz}{agg}{comp}_s{self.seed}_{digest}")
 
     def replace(self, **changes: Any) -> RunSpec:
         """A copy with some fields changed (validated again)."""

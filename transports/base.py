@@ -7,6 +7,10 @@ from them with :meth:`ServerEnd.observe`, averages them with :meth:`ServerEnd.av
 :meth:`ServerEnd.broadcast` with the new parameters, which the workers receive with
 :meth:`WorkerEnd.pull`.
 
+The two directions may carry different shapes: parameters go down in the model's
+:class:`Layout`, pushes come up in the ``up`` layout given to :meth:`Transport.serve` and
+:meth:`Transport.connect` (by default the same; shorter when workers compress).
+
 Partial delivery is a first-class result: every received message is a :class:`Delivery` whose
 ``mask`` says which coordinates arrived (``None`` means all of them) and whose ``received_frac`` is
 the fraction that did. A reliable transport (TCP) always returns ``received_frac == 1.0``; a
@@ -438,9 +442,17 @@ class Transport(abc.ABC):
         return []
 
     @abc.abstractmethod
-    def serve(self, bind: Addr, workers: Sequence[Addr], layout: Layout) -> ServerEnd:
-        """Open the parameter server's end, bound to ``bind``, for the given worker addresses."""
+    def serve(self, bind: Addr, workers: Sequence[Addr], layout: Layout,
+              up: Layout | None = None) -> ServerEnd:
+        """Open the parameter server's end, bound to ``bind``, for the given worker addresses.
+
+        ``layout`` is the shape of the parameters the PS broadcasts; ``up`` the shape of the
+        messages the workers push (None: the same). They differ when workers compress their
+        updates (:mod:`harness.compress`): the same segment names, shorter segments.
+        """
 
     @abc.abstractmethod
-    def connect(self, rank: int, bind: Addr, server: Addr, layout: Layout) -> WorkerEnd:
-        """Open worker ``rank``'s end, bound to ``bind``, toward the server at ``server``."""
+    def connect(self, rank: int, bind: Addr, server: Addr, layout: Layout,
+                up: Layout | None = None) -> WorkerEnd:
+        """Open worker ``rank``'s end, bound to ``bind``, toward the server at ``server``
+        (``layout`` and ``up`` as in :meth:`serve`)."""

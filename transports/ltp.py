@@ -163,20 +163,23 @@ class LtpTransport(Transport):
         """The core fields that come from the run's session rather than from options."""
         return {"session_id": self.session.session_id}
 
-    def serve(self, bind: Addr, workers: Sequence[Addr], layout: Layout) -> LtpServer:
-        settings = self.core_settings(self.receive_thresholds(), {"max_msg_bytes": _msg_bytes(layout),
-                                                                  **self.session_settings()})
-        return LtpServer(self._options, settings, bind, workers, layout, self.session)
+    def serve(self, bind: Addr, workers: Sequence[Addr], layout: Layout,
+              up: Layout | None = None) -> LtpServer:
+        settings = self.core_settings(self.receive_thresholds(),
+                                      {"max_msg_bytes": _msg_bytes(layout, up),
+                                       **self.session_settings()})
+        return LtpServer(self._options, settings, bind, workers, layout, self.session, up)
 
-    def connect(self, rank: int, bind: Addr, server: Addr, layout: Layout) -> LtpWorker:
+    def connect(self, rank: int, bind: Addr, server: Addr, layout: Layout,
+                up: Layout | None = None) -> LtpWorker:
         pull = self._options["pull_threshold"]
-        settings = self.core_settings((pull, pull), {"max_msg_bytes": _msg_bytes(layout),
+        settings = self.core_settings((pull, pull), {"max_msg_bytes": _msg_bytes(layout, up),
                                                      **self.session_settings()})
-        return LtpWorker(self._options, settings, rank, bind, server, layout, self.session)
+        return LtpWorker(self._options, settings, rank, bind, server, layout, self.session, up)
 
 
-def _msg_bytes(layout: Layout) -> int:
-    return max(4, layout.n_bytes)
+def _msg_bytes(layout: Layout, up: Layout | None = None) -> int:
+    return max(4, layout.n_bytes, up.n_bytes if up is not None else 0)
 
 
 # The messages' machinery lives in ltp_messages; these names stay importable from here.
@@ -216,19 +219,21 @@ class LtpServer(ServerEnd):
     """
 
     def __init__(self, options: Mapping[str, Any], settings: Mapping[str, float], bind: Addr,
-                 workers: Sequence[Addr], layout: Layout, session: Session) -> None:
+                 workers: Sequence[Addr], layout: Layout, session: Session,
+                 up: Layout | None = None) -> None:
         self.layout = layout
+        self.up = up or layout   # what the workers push
         self.n_workers = len(workers)
         self.filler = filling.Filler(options["filler"])
         self.linger_s = options["linger_ms"] / 1000.0
         self.net = _Messages(settings, native.rank_server(), bind, layout,
                              options.get("critical_segments", ()), options["rx_drop_frac"],
-                             session, self.receives())
+                             session, self.receives(), recv_layout=up)
         self.end = self.net.end
         # Parts of a gradient (segment, float offset, float count) and what recv_some has taken
         # of a message whose other parts had not closed yet: rank -> (msg_id, values, mask,
         # {part index: its stats}).
-        self.parts = getattr(self, "parts", [(0, 0, layout.n_floats)])
+        self.parts = getattr(self, "parts", [(0, 0, self.up.n_floats)])
         self._partial: dict[tuple[int, int],
                             tuple[int, np.ndarray, np.ndarray, dict[int, dict]]] = {}
         try:
@@ -240,7 +245,7 @@ class LtpServer(ServerEnd):
 
     def receives(self) -> list[tuple[int, int]]:
         """(segment, float count) of every message this end receives: the whole gradient."""
-        return [(0, self.layout.n_floats)]
+        return [(0, self.up.n_floats)]
 
     def wait_for_workers(self, timeout_s: float) -> None:
         self.end.wait_greeted(timeout_s, what=f"waiting for {self.n_workers} workers to say HELLO")
@@ -259,7 +264,7 @@ class LtpServer(ServerEnd):
     def _held(self, rank: int, msg_id: int) -> tuple[np.ndarray, np.ndarray, dict[int, dict]]:
         held = self._partial.get((rank, msg_id))
         if held is None:
-            n = self.layout.n_floats
+            n = self.up.n_floats
             held = (msg_id, np.zeros(n, dtype=np.float32), np.zeros(n, dtype=np.bool_), {})
             self._partial[(rank, msg_id)] = held
         return held[1], held[2], held[3]
@@ -305,8 +310,8 @@ class LtpServer(ServerEnd):
                     for key in [k for k in self._partial if k[0] == rank]:
                         del self._partial[key]
                     if single:
-                        values, mask = self.net.wire.from_wire(values, mask)
-                    d = _delivery(self.layout, values, mask, [taken[j] for j in range(len(taken))],
+                        values, mask = self.net.recv_wire.from_wire(values, mask)
+                    d = _delivery(self.up, values, mask, [taken[j] for j in range(len(taken))],
                                   [seg for seg, _, _ in self.parts])
                     d.stats["msg_id"] = float(mid)
                     done[rank] = self.filler.apply(rank, self._decorate(d))
@@ -350,7 +355,8 @@ class LtpWorker(WorkerEnd):
     """A worker's end: one socket with the PS as its only peer."""
 
     def __init__(self, options: Mapping[str, Any], settings: Mapping[str, float], rank: int,
-                 bind: Addr, server: Addr, layout: Layout, session: Session) -> None:
+                 bind: Addr, server: Addr, layout: Layout, session: Session,
+                 up: Layout | None = None) -> None:
         ps_rank = native.rank_server()
         if not 0 <= rank < ps_rank:
             raise OptionError(f"an LTP worker rank must be from 0 to {ps_rank - 1}, not {rank}.")
@@ -361,8 +367,10 @@ class LtpWorker(WorkerEnd):
         # pull_threshold of 1.0 every parameter arrives anyway.)
         self.filler = filling.Filler("previous")
         self.linger_s = options["linger_ms"] / 1000.0
-        self.net = _Messages(settings, rank, bind, layout, options.get("critical_segments", ()),
-                             options["rx_drop_frac"], session, [(0, layout.n_floats)])
+        self.up = up or layout   # what this worker pushes
+        self.net = _Messages(settings, rank, bind, self.up, options.get("critical_segments", ()),
+                             options["rx_drop_frac"], session, [(0, layout.n_floats)],
+                             recv_layout=layout)
         self.end = self.net.end
         try:
             self.server_peer = self.end.add_peer(ps_rank, server)

@@ -120,23 +120,29 @@ def _end_stats(end: native.Endpoint) -> dict[str, float]:
 
 
 class _Messages:
-    """One native endpoint carrying messages of one layout: Deliveries and SendReports.
+    """One native endpoint sending messages of one layout and receiving messages of another
+    (the same unless workers compress their pushes): Deliveries and SendReports.
 
-    ``receives`` is every (segment, float count) this end receives; the core is told each one's
-    exact size (segment 0 with the critical span first on the wire) and refuses anything else.
+    ``layout`` is what this end sends, ``recv_layout`` what it receives (None: the same), both
+    with the ``critical`` segments first on the wire. ``receives`` is every (segment, float
+    count) this end receives; the core is told each one's exact size (segment 0 with the
+    critical span first on the wire) and refuses anything else.
     """
 
     def __init__(self, settings: Mapping[str, float], rank: int, bind: Addr, layout: Layout,
                  critical: Sequence[str], rx_drop_frac: float, session: Session,
-                 receives: Sequence[tuple[int, int]]) -> None:
+                 receives: Sequence[tuple[int, int]], recv_layout: Layout | None = None) -> None:
         self.layout = layout
         self.wire = _WireOrder(layout, critical)
+        self.recv_layout = recv_layout or layout
+        self.recv_wire = self.wire if recv_layout is None else _WireOrder(recv_layout, critical)
         self.end = native.Endpoint(settings, rank, bind, rx_drop_frac)
         try:
             if settings.get("auth"):
                 self.end.set_key(session.key)
             for segment, n_floats in receives:
-                self.end.expect(segment, 4 * n_floats, self.wire.critical_bytes if segment == 0 else 0)
+                self.end.expect(segment, 4 * n_floats,
+                                self.recv_wire.critical_bytes if segment == 0 else 0)
         except BaseException:
             self.end.close()
             raise
@@ -174,7 +180,7 @@ class _Messages:
 
     def recv(self, peers: Sequence[int], msg_id: int, timeout_s: float) -> list[Delivery]:
         """Receive message ``msg_id`` (segment 0) from every peer, in one call into C."""
-        return self.recv_parts(peers, msg_id, [(0, 0, self.layout.n_floats)], timeout_s,
+        return self.recv_parts(peers, msg_id, [(0, 0, self.recv_layout.n_floats)], timeout_s,
                                unwire=True)
 
     def recv_parts(self, peers: Sequence[int], msg_id: int,
@@ -186,7 +192,7 @@ class _Messages:
         over the parts, and with several parts each part's close threshold is reported as
         ``threshold_<segment>``. ``unwire`` undoes the critical-first wire order (one part only).
         """
-        n = self.layout.n_floats
+        n = self.recv_layout.n_floats
         # C writes every value and mask byte of each part (zeros where nothing arrived), so parts
         # that tile the vector need no zeroing first: for a 4 MB message that saved a pass over it.
         alloc = np.empty if _tiles(parts, n) else np.zeros
@@ -203,8 +209,8 @@ class _Messages:
         for k in range(len(peers)):
             values, mask = bufs[k], masks[k]
             if unwire:
-                values, mask = self.wire.from_wire(values, mask)
-            out.append(_delivery(self.layout, values, mask, got[k * per:(k + 1) * per],
+                values, mask = self.recv_wire.from_wire(values, mask)
+            out.append(_delivery(self.recv_layout, values, mask, got[k * per:(k + 1) * per],
                                  [seg for seg, _, _ in parts]))
         return out
 

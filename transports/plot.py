@@ -99,22 +99,26 @@ class PlotTransport(LtpTransport):
                 raise OptionError(f"each PLOT bound must be [layer name, fraction from "
                                   f"{bound.low:g} to {bound.high:g}], not {item!r}.")
 
-    def _layer_settings(self, layout: Layout) -> dict[str, float]:
+    def _layer_settings(self, layout: Layout, up: Layout | None) -> dict[str, float]:
         # Every layer is a message: room for this iteration's and the next one's, per peer.
         n = len(layout.segments)
-        return {**_FIXED_CORE, "max_msg_bytes": _msg_bytes(layout),
+        return {**_FIXED_CORE, "max_msg_bytes": _msg_bytes(layout, up),
                 "max_tx_per_peer": max(4, 2 * n), "max_open_per_peer": max(4, 4 * n)}
 
-    def serve(self, bind: Addr, workers: Sequence[Addr], layout: Layout) -> PlotServer:
+    def serve(self, bind: Addr, workers: Sequence[Addr], layout: Layout,
+              up: Layout | None = None) -> PlotServer:
         settings = self.core_settings(self.receive_thresholds(),
-                                      {**self._layer_settings(layout), **self.session_settings()})
-        return PlotServer(self._options, settings, bind, workers, layout, self.session)
+                                      {**self._layer_settings(layout, up),
+                                       **self.session_settings()})
+        return PlotServer(self._options, settings, bind, workers, layout, self.session, up)
 
-    def connect(self, rank: int, bind: Addr, server: Addr, layout: Layout) -> PlotWorker:
+    def connect(self, rank: int, bind: Addr, server: Addr, layout: Layout,
+                up: Layout | None = None) -> PlotWorker:
         pull = self._options["pull_threshold"]
         settings = self.core_settings((pull, pull),
-                                      {**self._layer_settings(layout), **self.session_settings()})
-        return PlotWorker(self._options, settings, rank, bind, server, layout, self.session)
+                                      {**self._layer_settings(layout, up),
+                                       **self.session_settings()})
+        return PlotWorker(self._options, settings, rank, bind, server, layout, self.session, up)
 
 
 def bounds_by_size(layout: Layout, lo: float, hi: float, reliable_below: int) -> list[float]:
@@ -155,17 +159,23 @@ def layer_snr(deliveries: Sequence[Delivery], layout: Layout) -> np.ndarray:
 
 
 class PlotServer(LtpServer):
-    """The PS end: per-layer receive policies, set by the bound rule."""
+    """The PS end: per-layer receive policies, set by the bound rule.
+
+    Bounds and SNR belong to the model's layers (``layout``); with compressed pushes each bound
+    applies to its layer's compressed segment (``up``: the same layers, shorter), and the PS
+    hands :meth:`observe` the decompressed gradients.
+    """
 
     def __init__(self, options: Mapping[str, Any], settings: Mapping[str, float], bind: Addr,
-                 workers: Sequence[Addr], layout: Layout, session: Session) -> None:
+                 workers: Sequence[Addr], layout: Layout, session: Session,
+                 up: Layout | None = None) -> None:
         self.options = dict(options)
         # Segment 0 (parameters, which the PS only sends) keeps the configured thresholds; each
         # layer is segment 1 + its index, with its own policy.
-        self.parts = [(1 + i, s.offset, s.length) for i, s in enumerate(layout.segments)]
+        self.parts = [(1 + i, s.offset, s.length) for i, s in enumerate((up or layout).segments)]
         self.snr_sum = np.zeros(len(layout.segments))
         self.profiled = 0
-        super().__init__(options, settings, bind, workers, layout, session)
+        super().__init__(options, settings, bind, workers, layout, session, up)
         try:
             self._set_bounds(self._initial_bounds())
         except BaseException:
@@ -231,7 +241,7 @@ class PlotWorker(LtpWorker):
     """A worker's end: sends its gradient as one message per layer, in one call."""
 
     def push(self, msg_id: int, values: np.ndarray, timeout_s: float) -> SendReport:
-        flat = _float32_payload(values, self.layout)
+        flat = _float32_payload(values, self.up)
         parts = [(1 + i, flat[s.offset:s.offset + s.length])
-                 for i, s in enumerate(self.layout.segments)]
+                 for i, s in enumerate(self.up.segments)]
         return self.net.send_parts([self.server_peer], msg_id, parts, 0, timeout_s)[0]

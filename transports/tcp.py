@@ -117,11 +117,13 @@ class TcpTransport(Transport):
             return []
         return [f"ip route change {subnet} dev {intf} rto_min {rto:g}ms"]
 
-    def serve(self, bind: Addr, workers: Sequence[Addr], layout: Layout) -> TcpServer:
-        return TcpServer(bind, workers, layout, self._options["cc"])
+    def serve(self, bind: Addr, workers: Sequence[Addr], layout: Layout,
+              up: Layout | None = None) -> TcpServer:
+        return TcpServer(bind, workers, layout, self._options["cc"], up)
 
-    def connect(self, rank: int, bind: Addr, server: Addr, layout: Layout) -> TcpWorker:
-        return TcpWorker(rank, bind, server, layout, self._options["cc"])
+    def connect(self, rank: int, bind: Addr, server: Addr, layout: Layout,
+                up: Layout | None = None) -> TcpWorker:
+        return TcpWorker(rank, bind, server, layout, self._options["cc"], up)
 
 
 class _Inbox:
@@ -211,12 +213,14 @@ class TcpServer(ServerEnd):
     :meth:`gone`: TCP tells the PS at once, where a datagram transport cannot.
     """
 
-    def __init__(self, bind: Addr, workers: Sequence[Addr], layout: Layout, cc: str) -> None:
+    def __init__(self, bind: Addr, workers: Sequence[Addr], layout: Layout, cc: str,
+                 up: Layout | None = None) -> None:
         self.layout = layout
+        self.up = up or layout   # what the workers push
         self.cc = cc
         self.worker_ips = [ip for ip, _ in workers]
         self.socks: list[socket.socket | None] = [None] * len(workers)
-        self.inbox = [_Inbox(layout.n_floats) for _ in workers]
+        self.inbox = [_Inbox(self.up.n_floats) for _ in workers]
         self.outbox: list[_Outbox | None] = [None] * len(workers)
         self._gone: set[int] = set()
         self.rejected_peers = 0
@@ -314,7 +318,7 @@ class TcpServer(ServerEnd):
                     try:
                         if events & selectors.EVENT_READ:
                             if not self.inbox[rank].feed(self.socks[rank], rank,
-                                                         self.layout.n_bytes):
+                                                         self.up.n_bytes):
                                 self._lose(rank)
                                 continue
                         if events & selectors.EVENT_WRITE and self.outbox[rank] is not None:
@@ -337,7 +341,7 @@ class TcpServer(ServerEnd):
                 if rank not in got:
                     whole = self.inbox[rank].take(mid)
                     if whole is not None:
-                        got[rank] = Delivery.whole(whole[1], self.layout, msg_id=whole[0])
+                        got[rank] = Delivery.whole(whole[1], self.up, msg_id=whole[0])
             # A connection that ended returns at once too: the caller learns it now, not at the
             # deadline (a worker that is gone will not deliver).
             return len(got) >= min_count or len(self._gone) > lost_before
@@ -407,11 +411,13 @@ class TcpServer(ServerEnd):
 class TcpWorker(WorkerEnd):
     """A worker's end: one blocking connection to the PS."""
 
-    def __init__(self, rank: int, bind: Addr, server: Addr, layout: Layout, cc: str) -> None:
+    def __init__(self, rank: int, bind: Addr, server: Addr, layout: Layout, cc: str,
+                 up: Layout | None = None) -> None:
         self.rank = rank
         self.bind = bind
         self.server = server
         self.layout = layout
+        self.up = up or layout
         self.cc = cc
         self.sock: socket.socket | None = None
         self.cc_effective = ""
@@ -443,6 +449,9 @@ class TcpWorker(WorkerEnd):
         is left of it, so the next call with the same id goes on where this one stopped."""
         if self._tx is None or self._tx[0].msg_id != msg_id:
             payload = memoryview(np.ascontiguousarray(values, dtype=np.float32)).cast("B")
+            if len(payload) != self.up.n_bytes:
+                raise TransportError(f"the message has {len(payload) // 4} floats but the layout "
+                                     f"has {self.up.n_floats}.")
             header = HEADER.pack(MAGIC, self.rank, msg_id, len(payload))
             self._tx = (_Outbox(msg_id, header, payload), tcp_counters(self.sock)[0], len(payload))
         box, before, nbytes = self._tx

@@ -3,14 +3,16 @@
 import subprocess
 import sys
 
-from harness.runfiles import RunFiles
+from harness.runfiles import RunFiles, write_session
 from harness.spec import RunSpec
+from transports.base import Session
 
 
 def _train(run_dir, spec: RunSpec) -> RunFiles:
     files = RunFiles(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     files.spec.write_text(spec.to_json())
+    write_session(files.session, Session.draw())   # one session for all hosts, as the runner does
     base = [sys.executable, "-m", "harness.node", "--run", str(run_dir), "--loopback"]
     procs = [subprocess.Popen(base + ["--role", "ps"])]
     procs += [subprocess.Popen(base + ["--role", "worker", "--rank", str(r)])
@@ -81,3 +83,20 @@ def test_score_validation_rejects_a_sign_flipping_worker_over_loopback(tmp_path)
         assert rec.agg_f == 1 and rec.agg_s > 0
     evals = files.eval_records()
     assert evals[-1].accuracy > evals[0].accuracy + 0.2
+
+
+def test_compressed_local_steps_learn_and_push_fewer_bytes(tmp_path):
+    """Top-k pushes (1 %) after 4 local steps, with error feedback, over LTP: each push is the
+    up layout's size (about 2 % of the dense gradient), and the model still learns."""
+    spec = RunSpec(transport="ltp", n_workers=2, iterations=30, eval_every=30, port=17400,
+                   timeout_s=120, compress="topk:0.01", local_steps=4, error_reset=0)
+    files = _train(tmp_path, spec)
+    evals = files.eval_records()
+    assert evals[-1].accuracy > 0.5 > evals[0].accuracy
+    records = files.worker_iterations("w1")
+    assert len(records) == 30
+    # (index, value) pairs for ceil(1 % of each of the MLP's six tensors):
+    # 2 x (1004 + 2 + 82 + 1 + 7 + 1) floats, 2.0 % of the dense 109,386
+    assert all(r.grad_bytes == 4 * 2 * 1097 for r in records)
+    rounds = files.ps_iterations()
+    assert sum(s["compress_dropped"] for rec in rounds for s in rec.msg_stats) == 0

@@ -6,6 +6,7 @@ messages before repairing everything (on loopback a repair takes microseconds); 
 report the partial delivery exactly through the mask.
 """
 
+import inspect
 import socket
 import threading
 from pathlib import Path
@@ -34,22 +35,29 @@ def _free_ports(n):
     return ports
 
 
-def _job(slug, options, iterations=3):
-    """Run PS and workers in threads; return (sent gradients, gathered, params sent, pulled)."""
+def _job(slug, options, iterations=3, up=None):
+    """Run PS and workers in threads; return (sent gradients, gathered, params sent, pulled).
+
+    ``up``: the workers push messages of this layout (compressed pushes) instead of ``LAYOUT``.
+    """
     ports = _free_ports(N_WORKERS + 1)
     ps_addr = ("127.0.0.1", ports[0])
     worker_addrs = [("127.0.0.1", p) for p in ports[1:]]
     rng = np.random.default_rng(7)
-    grads = [[rng.standard_normal(LAYOUT.n_floats).astype(np.float32) for _ in range(N_WORKERS)]
-             for _ in range(iterations)]
+    n_up = (up or LAYOUT).n_floats
+    grads = [[rng.standard_normal(n_up).astype(np.float32) if up is None
+              # compressed pushes carry indices and sign bits: any bit pattern, NaNs included
+              else rng.integers(0, 2**32, n_up, dtype=np.uint64).astype(np.uint32).view(np.float32)
+              for _ in range(N_WORKERS)] for _ in range(iterations)]
+    extra = {"up": up} if up is not None else {}
     params = [rng.standard_normal(LAYOUT.n_floats).astype(np.float32) for _ in range(iterations)]
     gathered, pulled, errors = [], [[] for _ in range(N_WORKERS)], []
     transport = registry.create(slug, options)
-    server = transport.serve(ps_addr, worker_addrs, LAYOUT)
+    server = transport.serve(ps_addr, worker_addrs, LAYOUT, **extra)
 
     def worker(rank):
         try:
-            with transport.connect(rank, worker_addrs[rank], ps_addr, LAYOUT) as end:
+            with transport.connect(rank, worker_addrs[rank], ps_addr, LAYOUT, **extra) as end:
                 end.join(TIMEOUT_S)
                 for t in range(iterations):
                     pulled[rank].append(end.pull(t, TIMEOUT_S))
@@ -103,3 +111,23 @@ def test_partial_delivery_with_injected_loss(slug):
                 assert frac == pytest.approx(mask[seg.offset:seg.offset + seg.length].mean())
             partial += d.received_frac < 1.0
     assert partial > 0, "the injected loss never showed in a mask"
+
+
+UP = Layout.from_sizes([("w1", 20), ("b1", 1000), ("w2", 2), ("b2", 42)])
+
+
+@pytest.mark.parametrize("slug", [s for s in registry.slugs()
+                                  if "up" in inspect.signature(registry.get(s).transport_class().serve).parameters])
+def test_compressed_pushes_arrive_bit_for_bit(slug):
+    """Pushes in a shorter layout than the parameters (harness/compress.py), carrying integer
+    indices and sign bits as float32 words: every bit pattern (NaNs included) arrives as sent."""
+    grads, gathered, params, pulled = _job(slug, {}, up=UP)
+    assert any(np.isnan(g).any() for row in grads for g in row)
+    for t, deliveries in enumerate(gathered):
+        for rank, d in enumerate(deliveries):
+            assert d.values.shape == (UP.n_floats,)
+            np.testing.assert_array_equal(d.values.view(np.uint32), grads[t][rank].view(np.uint32))
+            assert len(d.segment_fracs) == len(UP.segments)
+    for rank in range(N_WORKERS):
+        for t, d in enumerate(pulled[rank]):
+            np.testing.assert_array_equal(d.values, params[t])

@@ -211,3 +211,33 @@ def test_byzantine_figure_and_report_section(tmp_path):
     assert "## Byzantine workers and aggregation rules" in text
     assert "byzantine 2:sign-flip, mean:" in text and "collapses" in text
     assert "byzantine 2:sign-flip, score:" in text and ": holds." in text
+
+
+def test_compression_figures_and_report_section(tmp_path):
+    """A sweep over compression settings gets its two figures and its section: bytes per round
+    as a ratio to the uncompressed run with an interval, and the accuracy cost in points, or
+    "within noise" where the interval of the difference holds zero."""
+    rows, curves = [], []
+    settings = {("none", 1, 1): (900_000, 0.76), ("topk:0.01", 1, 0): (20_000, 0.70),
+                ("sign", 1, 0): (30_000, 0.759)}
+    for (comp, steps, reset), (wire, acc) in settings.items():
+        for seed in range(3):
+            r = _run_row("ltp", 0.0, seed, 4.0, acc + 0.001 * seed, compress=comp,
+                         local_steps=steps, error_reset=reset, run_id=f"{comp}_{seed}",
+                         wire_bytes_per_iter=wire * (1 + 0.01 * seed), compress_dropped=0)
+            rows.append(r)
+            curves += [{"run_id": r["run_id"], "scheme": "ltp", "transport": "ltp",
+                        "loss_pct": 0.0, "delay_ms": 0.0, "seed": seed, "sync": "bsp",
+                        "fault": "none", "byzantine": "0", "aggregator": "mean",
+                        "iteration": it, "time_s": it * 0.25, "accuracy": a,
+                        "test_loss": 0.5} for it, a in ((0, 0.1), (50, acc))]
+    results.append_rows(tmp_path / "runs.csv", results.RUNS_COLUMNS, rows)
+    results.append_rows(tmp_path / "curves.csv", results.CURVES_COLUMNS, curves)
+    names = {p.name for p in figures.make(tmp_path)}
+    assert {"compression_tradeoff.png", "compression_accuracy.png"} <= names
+    text = (tmp_path / "report.md").read_text()
+    assert "## Compressed pushes, local steps and error reset" in text
+    top = next(line for line in text.splitlines() if line.startswith("- LTP, 0 % loss, topk"))
+    assert "x0.022 [" in top and "at a cost of 6.0 points of accuracy" in top
+    sign = next(line for line in text.splitlines() if line.startswith("- LTP, 0 % loss, sign"))
+    assert "within noise of the uncompressed run" in sign
