@@ -185,6 +185,9 @@ def run_plan(plan: Plan, folder: Path, progress: Callable[[str], None] = print) 
                 cross = f" cross {spec.cross}" if spec.cross != "none" else ""
                 if spec.byzantine != "0" or spec.aggregator != "mean":
                     cross += f" byzantine {spec.byzantine} aggregator {spec.aggregator}"
+                if spec.compress != "none" or spec.local_steps > 1:
+                    cross += f" compress {spec.compress} H={spec.local_steps}"
+                    cross += f" reset {spec.error_reset}" if spec.compress != "none" else ""
                 loss = spec.loss_model or f"{spec.loss_pct:g}%"
                 progress(f"[{finished + 1}/{len(todo)}] {spec.scheme} loss {loss} "
                          f"bw {spec.bottleneck_mbps:g} Mbit/s{delay}{cross} seed {spec.seed} ...")
