@@ -104,7 +104,8 @@ def draw(sw: Sweep, folder: Path, save) -> list[Path]:
         ax.set_xlabel("push bytes on the wire per round, all workers")
         ax.set_title(f"{sw.names.get(scheme, scheme)}, {loss:g} % loss", fontsize=8)
     axes[0][0].set_ylabel("final test accuracy (median, 95 % CI)")
-    axes[0][-1].legend(fontsize=6, title="compress, local steps, reset", title_fontsize=6)
+    axes[0][-1].legend(fontsize=6, title="compress, local steps, reset", title_fontsize=6,
+                       loc="upper left", bbox_to_anchor=(1.02, 1.0))
     written = save(fig, folder, "compression_tradeoff")
     if sw.curves.empty:
         return written
@@ -152,15 +153,19 @@ def section(sw: Sweep) -> list[str]:
         return []
     lines = ["## Compressed pushes, local steps and error reset", "",
              "Per setting (docs/compression.md): push bytes all workers put on the wire per round "
-             "(headers and retransmissions included), their ratio to the uncompressed "
-             "single-step run of the same scheme and loss, final test accuracy and its "
+             "(headers and retransmissions included, as the transports count them), their ratio "
+             "to the uncompressed "
+             "single-step run of the same scheme and loss, the bytes the switch sent toward the "
+             "PS per round (its port counters: the pushes and the acknowledgements of the "
+             "broadcast), final test accuracy and its "
              "difference from that run in points, training time to the target accuracy "
              "(runs that miss it count as infinitely late) and the index-value pairs or sign "
              "words the PS dropped; median [95 % bootstrap interval] over seeds. A round of "
              "H local steps uses H batches per worker.", "",
              "| scheme | loss | compress | H | reset | runs | wire bytes/round | x uncompressed "
-             "| final accuracy | points vs uncompressed | s to target (reached) | dropped |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| switch bytes/round toward the PS | final accuracy | points vs uncompressed "
+             "| s to target (reached) | dropped |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     verdicts = []
     for scheme, loss in _panels(sw):
         d = sw.ok[(sw.ok.scheme == scheme) & (sw.ok.loss_pct == loss)]
@@ -177,6 +182,7 @@ def section(sw: Sweep) -> list[str]:
                 f"| {r:g} | {len(cell)} "
                 f"| {stats.median_ci(cell.wire_bytes_per_iter).fmt(',.0f')} "
                 f"| {saved.fmt('.3f') if not base.empty else '-'} "
+                f"| {_switch(cell).fmt(',.0f')} "
                 f"| {stats.median_ci(cell.final_accuracy).fmt('.3f')} "
                 f"| {_points(cost) if not base.empty else '-'} "
                 f"| {tta.fmt('.1f')} ({reached}/{len(cell)}) "
@@ -188,6 +194,13 @@ def section(sw: Sweep) -> list[str]:
         lines += ["", "Against the uncompressed single-step run (accuracy difference in points, "
                       "95 % interval; within noise when it holds zero):", "", *verdicts]
     return lines + [""]
+
+
+def _switch(cell: pd.DataFrame) -> stats.Estimate:
+    """Bytes the switch sent toward the PS per round (pushes, and the acknowledgements of the
+    broadcast), from its port counters."""
+    return stats.median_ci(cell.bottleneck_tx_bytes / cell.iterations_done.where(
+        cell.iterations_done > 0))
 
 
 def _points(e: stats.Estimate) -> str:
