@@ -148,6 +148,9 @@ def best(estimates: dict[str, Estimate], higher_is_better: bool = True) -> tuple
     valid = {k: e for k, e in estimates.items() if e.n > 0}
     if not valid:
         return [], "no runs."
+    if len(valid) == 1:
+        only = next(iter(valid))
+        return [only], f"only {only} ran here: nothing to compare it with."
     if min(e.n for e in valid.values()) < MIN_RUNS:
         top = (max if higher_is_better else min)(valid, key=lambda k: valid[k].value)
         return [top], (f"highest median: {top}, but with fewer than {MIN_RUNS} runs in a cell "

@@ -241,3 +241,9 @@ def test_compression_figures_and_report_section(tmp_path):
     assert "x0.022 [" in top and "at a cost of 6.0 points of accuracy" in top
     sign = next(line for line in text.splitlines() if line.startswith("- LTP, 0 % loss, sign"))
     assert "within noise of the uncompressed run" in sign
+
+
+def test_best_of_one_scheme_names_no_winner():
+    one = stats.median_ci([1.0, 1.1, 1.2])
+    names, sentence = stats.best({"LTP": one})
+    assert names == ["LTP"] and "nothing to compare" in sentence
