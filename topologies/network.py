@@ -273,12 +273,17 @@ class Testbed:
         self.control = ControllerClient(control_port, settle=self.ovs.settle_datapath)
         # osken-manager is installed next to the interpreter running the harness (the venv).
         manager = Path(sys.executable).parent / "osken-manager"
+        # A script's sys.path starts at its own folder, not the working directory, so without
+        # this the apps would be imported from wherever the venv's editable install points
+        # (another checkout of the project), not from this one.
+        python_path = os.pathsep.join(filter(None, [str(PROJECT_DIR),
+                                                    os.environ.get("PYTHONPATH")]))
         with open(self.controller_log, "ab") as log:
             self.controller = subprocess.Popen(
                 [str(manager), "--ofp-listen-host", "127.0.0.1", "--ofp-tcp-listen-port", str(port),
                  "topologies.controller_app"],
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=PROJECT_DIR,
-                env={**os.environ, CONTROLLER_CONFIG_ENV: str(config)})
+                env={**os.environ, CONTROLLER_CONFIG_ENV: str(config), "PYTHONPATH": python_path})
         self.controller_ref = ProcessRef.of(self.controller.pid)
         self.ledger.add_process("groups", self.controller_ref)
         deadline = time.monotonic() + CONTROLLER_READY_S
