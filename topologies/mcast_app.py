@@ -72,7 +72,8 @@ class MulticastController(app_manager.OSKenApp):
         self.installed: dict[tuple[str, str], MulticastPlan] = {}
         self.group_ids: dict[tuple[str, str], int] = {}
         self.waiting: dict[int, tuple[object, list]] = {}  # xid -> (event, replies)
-        self.errors: list[dict] = []
+        self.watched: set[int] = set()  # xids of changes whose refusal a command waits to hear
+        self.refused: dict[int, dict] = {}
         self.control = hub.StreamServer(("127.0.0.1", int(config["mcast_control_port"])),
                                         lambda sock, addr: answer_commands(sock, self._command))
         self.control_thread = hub.spawn(self.control.serve_forever)
@@ -108,10 +109,10 @@ class MulticastController(app_manager.OSKenApp):
 
     @set_ev_cls(ofp_event.EventOFPErrorMsg, MAIN_DISPATCHER)
     def error(self, ev) -> None:
-        """Remember what a switch refused, so the command that sent it can fail."""
+        """Remember what a switch refused of a change in progress, so its command can fail."""
         msg = ev.msg
-        self.errors.append({"dpid": msg.datapath.id, "type": msg.type, "code": msg.code,
-                            "xid": msg.xid})
+        if msg.xid in self.watched:
+            self.refused[msg.xid] = {"dpid": msg.datapath.id, "type": msg.type, "code": msg.code}
 
     def _answered(self, msg, last: bool) -> None:
         waiter = self.waiting.get(msg.xid)
@@ -132,6 +133,13 @@ class MulticastController(app_manager.OSKenApp):
         finally:
             self.waiting.pop(msg.xid, None)
         return replies
+
+    def _send_watched(self, dp, msg, xids: set[int]) -> None:
+        """Send a change whose refusal the caller will look for (its xid joins ``xids``)."""
+        dp.set_xid(msg)
+        xids.add(msg.xid)
+        self.watched.add(msg.xid)
+        dp.send_msg(msg)
 
     def _dp(self, dpid: int):
         dp = self.datapaths.get(dpid)
@@ -168,33 +176,21 @@ class MulticastController(app_manager.OSKenApp):
         had = {sp.switch for sp in old.switches} if old else set()
         for sp in new.switches:  # check every switch before changing any
             self._dp(sp.dpid)
-        touched, errors_before = [], len(self.errors)
-        for sp in new.switches:
-            dp = self._dp(sp.dpid)
-            ofp, parser = dp.ofproto, dp.ofproto_parser
-            buckets = [parser.OFPBucket(actions=_bucket_actions(parser, b)) for b in sp.buckets]
-            # The group before the flow that points at it: the switch applies them in order.
-            dp.send_msg(parser.OFPGroupMod(dp, ofp.OFPGC_MODIFY if sp.switch in had
-                                           else ofp.OFPGC_ADD, ofp.OFPGT_ALL, gid, buckets))
-            dp.send_msg(parser.OFPFlowMod(
-                datapath=dp, cookie=self.cookie, priority=MCAST_PRIORITY, match=_match(parser, new),
-                instructions=[parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS,
-                                                           [parser.OFPActionGroup(gid)])]))
-            touched.append(dp)
-        for switch in had - {sp.switch for sp in new.switches}:
-            dp = self.datapaths.get(self.wiring.switches[switch])
-            if dp is None:
-                continue  # gone with its switch
-            ofp, parser = dp.ofproto, dp.ofproto_parser
-            dp.send_msg(parser.OFPFlowMod(
-                datapath=dp, cookie=self.cookie, cookie_mask=0xFFFFFFFFFFFFFFFF,
-                command=ofp.OFPFC_DELETE_STRICT, priority=MCAST_PRIORITY, out_port=ofp.OFPP_ANY,
-                out_group=ofp.OFPG_ANY, match=_match(parser, new)))
-            dp.send_msg(parser.OFPGroupMod(dp, ofp.OFPGC_DELETE, ofp.OFPGT_ALL, gid))
-            touched.append(dp)
-        for dp in touched:
-            self._ask(dp, dp.ofproto_parser.OFPBarrierRequest(dp))
-        refused = [e for e in self.errors[errors_before:] if e["dpid"] in {d.id for d in touched}]
+        touched, xids = [], set()
+        try:
+            for sp in new.switches:
+                touched.append(self._put_group(sp, gid, new, sp.switch in had, xids))
+            for switch in had - {sp.switch for sp in new.switches}:
+                dp = self.datapaths.get(self.wiring.switches[switch])
+                if dp is not None:  # else gone with its switch
+                    touched.append(self._drop_group(dp, gid, new, xids))
+            for dp in touched:  # a refusal arrives before the barrier's reply
+                self._ask(dp, dp.ofproto_parser.OFPBarrierRequest(dp))
+            refused = [self.refused[x] for x in sorted(xids) if x in self.refused]
+        finally:
+            self.watched -= xids
+            for x in xids:
+                self.refused.pop(x, None)
         # What the switches now hold, whether or not one refused a message.
         if new.switches:
             self.installed[key] = new
@@ -206,6 +202,31 @@ class MulticastController(app_manager.OSKenApp):
                              f"multicast change (OpenFlow error type {e['type']}, code "
                              f"{e['code']}).")
         return new
+
+    def _put_group(self, sp, gid: int, new: MulticastPlan, modify: bool, xids: set[int]):
+        """Add (or replace the buckets of) group ``gid`` on ``sp``'s switch, and the flow into
+        it; return the datapath."""
+        dp = self._dp(sp.dpid)
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        buckets = [parser.OFPBucket(actions=_bucket_actions(parser, b)) for b in sp.buckets]
+        # The group before the flow that points at it: the switch applies them in order.
+        self._send_watched(dp, parser.OFPGroupMod(
+            dp, ofp.OFPGC_MODIFY if modify else ofp.OFPGC_ADD, ofp.OFPGT_ALL, gid, buckets), xids)
+        into = parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [parser.OFPActionGroup(gid)])
+        self._send_watched(dp, parser.OFPFlowMod(
+            datapath=dp, cookie=self.cookie, priority=MCAST_PRIORITY, match=_match(parser, new),
+            instructions=[into]), xids)
+        return dp
+
+    def _drop_group(self, dp, gid: int, new: MulticastPlan, xids: set[int]):
+        """Remove the flow into group ``gid`` and the group from ``dp``; return ``dp``."""
+        ofp, parser = dp.ofproto, dp.ofproto_parser
+        self._send_watched(dp, parser.OFPFlowMod(
+            datapath=dp, cookie=self.cookie, cookie_mask=0xFFFFFFFFFFFFFFFF,
+            command=ofp.OFPFC_DELETE_STRICT, priority=MCAST_PRIORITY, out_port=ofp.OFPP_ANY,
+            out_group=ofp.OFPG_ANY, match=_match(parser, new)), xids)
+        self._send_watched(dp, parser.OFPGroupMod(dp, ofp.OFPGC_DELETE, ofp.OFPGT_ALL, gid), xids)
+        return dp
 
     def _group_stats(self) -> list[dict]:
         by_switch: dict[int, dict[int, object]] = {}
