@@ -5,14 +5,17 @@ Run by :mod:`topologies.network` as::
     LTP_CONTROLLER_CONFIG=/path/controller.json osken-manager \
         --ofp-listen-host 127.0.0.1 --ofp-tcp-listen-port PORT topologies.controller_app
 
-The config file (JSON) gives the forwarding table (``hosts``: mac and switch port of every host),
-the port statistics file (``stats_path``, JSON lines) and the polling interval
-(``stats_interval_s``). When the switch connects the app installs, in one go, an exact-match rule
-per host MAC (``priority 100``), a broadcast rule that floods (ARP, should a host ever need it) and
-a table-miss rule that drops: the switch runs in ``secure`` mode, so nothing moves that this app
-did not allow, and nothing ever reaches the controller as a packet-in. Every rule carries
-the cookie from the config so the harness can poll the switch for them. Statistics are emitted as data, one JSON
-object per port per poll, never as text.
+The config file (JSON) gives the forwarding table (``hosts``: mac and switch port of every host;
+with several switches, ``switches`` gives each dpid a table of its own, and ``attached`` marks the
+entry of the switch a host is plugged into), the port statistics file (``stats_path``, JSON
+lines) and the polling interval (``stats_interval_s``). When a switch connects the app installs,
+in one go, an exact-match rule per host MAC (``priority 100``), a broadcast rule that floods
+(ARP, should a host ever need it) and a table-miss rule that drops: the switches run in
+``secure`` mode, so nothing moves that this app did not allow, and nothing ever reaches the
+controller as a packet-in. Every rule carries the cookie from the config so the harness can poll
+the switch for them. Statistics are emitted as data, one JSON object per port per poll, never as
+text. The multicast app (:mod:`topologies.mcast_app`), when it runs alongside, reads the same
+replies.
 
 os-ken is Ryu's maintained fork with the same API; Ryu 4.34 itself no longer installs or starts
 on Python 3.11 (eventlet dropped what it needs).
@@ -53,6 +56,8 @@ class IncastController(app_manager.OSKenApp):
         with open(os.environ[CONFIG_ENV]) as f:
             config = json.load(f)
         self.hosts = config["hosts"]
+        # One table per switch (keyed by dpid) where there are several; else one for all.
+        self.tables = {int(dpid): table for dpid, table in config.get("switches", {}).items()}
         self.cookie = int(config["cookie"])
         self.interval_s = float(config.get("stats_interval_s", 0.5))
         # Line-buffered so the harness can read a consistent prefix at any moment.
@@ -91,6 +96,10 @@ class IncastController(app_manager.OSKenApp):
         dp.send_msg(parser.OFPFlowMod(datapath=dp, cookie=self.cookie, priority=priority,
                                       match=match, instructions=inst))
 
+    def _table(self, dp) -> list[dict]:
+        """The forwarding entries of switch ``dp``."""
+        return self.tables.get(dp.id, self.hosts)
+
     def _forward(self, dp, host: dict, delete: bool = False) -> None:
         """The exact-match rule that delivers to ``host`` (added, or removed)."""
         parser = dp.ofproto_parser
@@ -109,9 +118,9 @@ class IncastController(app_manager.OSKenApp):
         self._flow(dp, 0, parser.OFPMatch(), [])  # table miss: drop, never packet-in
         self._flow(dp, 10, parser.OFPMatch(eth_dst="ff:ff:ff:ff:ff:ff"),
                    [parser.OFPActionOutput(ofp.OFPP_FLOOD)])
-        for host in self.hosts:
+        for host in self._table(dp):
             self._forward(dp, host)
-        self.logger.info("installed %d flows on datapath %016x", len(self.hosts) + 2, dp.id)
+        self.logger.info("installed %d flows on datapath %016x", len(self._table(dp)) + 2, dp.id)
 
     # ---- commands ---------------------------------------------------------------------------
 
@@ -136,18 +145,7 @@ class IncastController(app_manager.OSKenApp):
 
     def _control_connection(self, sock: socket.socket, addr) -> None:
         """Answer one JSON command per line until the client closes the connection."""
-        stream = sock.makefile("rwb")
-        try:
-            for line in stream:
-                try:
-                    reply = {"ok": True, **self._command(json.loads(line))}
-                except (ValueError, KeyError, TypeError) as exc:
-                    reply = {"ok": False, "error": str(exc)}
-                stream.write((json.dumps(reply) + "\n").encode())
-                stream.flush()
-        finally:
-            stream.close()
-            sock.close()
+        answer_commands(sock, self._command)
 
     def _command(self, cmd: dict) -> dict:
         op = cmd["op"]
@@ -161,12 +159,16 @@ class IncastController(app_manager.OSKenApp):
         if not self.datapaths:
             raise ValueError("no switch is connected.")
         for dp in self.datapaths.values():
+            entry = next(h for h in self._table(dp) if h["host"] == host["host"])
+            attached = entry.get("attached", True)  # only where the host is plugged in
             if op == "cut":
-                self._isolate(dp, host)
-                self._forward(dp, host, delete=True)
+                if attached:
+                    self._isolate(dp, entry)
+                self._forward(dp, entry, delete=True)
             else:
-                self._forward(dp, host)
-                self._isolate(dp, host, delete=True)
+                self._forward(dp, entry)
+                if attached:
+                    self._isolate(dp, entry, delete=True)
             self._barrier(dp)
         (self.cut_hosts.add if op == "cut" else self.cut_hosts.discard)(host["host"])
         event = {"t": time.time(), "op": op, "host": host["host"], "port": host["port"]}
@@ -204,3 +206,20 @@ class IncastController(app_manager.OSKenApp):
                 "rx_dropped": s.rx_dropped, "tx_dropped": s.tx_dropped,
                 "rx_errors": s.rx_errors, "tx_errors": s.tx_errors,
             }) + "\n")
+
+
+def answer_commands(sock: socket.socket, command) -> None:
+    """Answer one JSON command per line with ``command(cmd)`` until the client closes the
+    connection; a ValueError, KeyError or TypeError becomes ``{"ok": false, "error": ...}``."""
+    stream = sock.makefile("rwb")
+    try:
+        for line in stream:
+            try:
+                reply = {"ok": True, **command(json.loads(line))}
+            except (ValueError, KeyError, TypeError) as exc:
+                reply = {"ok": False, "error": str(exc)}
+            stream.write((json.dumps(reply) + "\n").encode())
+            stream.flush()
+    finally:
+        stream.close()
+        sock.close()

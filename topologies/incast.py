@@ -45,6 +45,7 @@ from mininet.topo import Topo
 
 PS_NAME = "ps1"
 SWITCH_NAME = "s1"
+SWITCH_DPID = 1
 SUBNET_PREFIX = 24
 PS_PORT = 1
 PS_IP = "10.0.0.254"
@@ -73,6 +74,10 @@ class IncastParams:
     def __post_init__(self) -> None:
         check_params(self.n_workers, self.bottleneck_mbps, self.worker_link_mbps,
                      self.queue_pkts, self.loss_pct, self.n_cross)
+
+    def topo(self) -> IncastTopo:
+        """The Mininet topology (what :class:`topologies.network.Testbed` builds)."""
+        return IncastTopo(**dataclasses.asdict(self))
 
     @property
     def worker_mbps(self) -> float:
@@ -197,7 +202,7 @@ class IncastTopo(Topo):
         self.params = IncastParams(n_workers, float(bottleneck_mbps),
                                    None if worker_link_mbps is None else float(worker_link_mbps),
                                    queue_pkts, float(loss_pct), n_cross)
-        switch = self.addSwitch(SWITCH_NAME, dpid="%016x" % 1)
+        switch = self.addSwitch(SWITCH_NAME, dpid="%016x" % SWITCH_DPID)
         ps = self.addHost(PS_NAME, ip=f"{PS_IP}/{SUBNET_PREFIX}", mac=mac_for(PS_IP))
         self.addLink(ps, switch, port1=0, port2=PS_PORT, cls=TCLink,
                      bw=self.params.bottleneck_mbps, txo=False, rxo=False)
@@ -224,6 +229,14 @@ class IncastTopo(Topo):
             entries.append({"host": cross_name(index), "ip": ip, "mac": mac_for(ip),
                             "port": cross_port(index, self.params.n_workers)})
         return entries
+
+    def switch_tables(self) -> dict[str, dict]:
+        """The one switch, its dpid and its forwarding table."""
+        return {SWITCH_NAME: {"dpid": SWITCH_DPID, "hosts": self.forwarding_table()}}
+
+    def queue_intfs(self) -> list[str]:
+        """The switch ports that get the pfifo of ``queue_pkts``: the bottleneck only."""
+        return [BOTTLENECK_INTF]
 
 
 topos = {"incast": IncastTopo}

@@ -12,6 +12,15 @@
    the topology's uniform loss (:mod:`topologies.impair`), and polls the switch until the
    controller's flows are installed.
 
+The topology comes from the parameters (``params.topo()``): the incast star
+(:class:`~topologies.incast.IncastParams`) or the leaf-spine fabric
+(:class:`~topologies.fabric.FabricParams`). A topology gives the controller one forwarding
+table per switch (``switch_tables()``) and names the switch ports that get the pfifo
+(``queue_intfs()``); one that also describes its wiring (``wiring()``, the fabric) gets the
+controller's multicast app (:mod:`topologies.mcast_app`) next to the forwarding app, and the
+testbed a client for it, :attr:`Testbed.mcast`. :meth:`Testbed.snapshot`, :meth:`Testbed.rtt_ms`
+and :attr:`Testbed.bottleneck_intf` are the incast star's (they name the PS).
+
 Leaving it, also on Ctrl-C, SIGTERM and errors, removes exactly what it created, recorded in a
 ledger on disk (:mod:`topologies.ledger`) as it went. It never runs ``mn -c`` or
 ``mininet.clean.cleanup()``, which kill and delete machine-wide by name.
@@ -35,7 +44,6 @@ Cross traffic through the bottleneck is its own context manager on top of a test
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import json
 import os
@@ -48,6 +56,7 @@ import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mininet.link import TCLink
 from mininet.log import setLogLevel
@@ -61,9 +70,13 @@ from topologies.counters import (LossCounters, Snapshot, parse_dump_ports, parse
 from topologies.delay import DelayLine
 from topologies.impair import CHAINS, Impairment
 from topologies.incast import (BOTTLENECK_INTF, PS_IP, PS_PORT, SUBNET, SWITCH_NAME,
-                               IncastParams, IncastTopo, intf)
+                               IncastParams, intf)
 from topologies.ledger import Ledger, ProcessRef, link_exists, read_sysctl, reclaim, write_sysctl
+from topologies.multicast import MulticastClient
 from topologies.process import HostProcess
+
+if TYPE_CHECKING:
+    from topologies.fabric import FabricParams
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 STATE_DIR = Path(os.environ.get("LTP_STATE_DIR", PROJECT_DIR / ".state"))
@@ -82,6 +95,7 @@ MININET_SYSCTLS = (
 )
 CONTROLLER_CONFIG_ENV = "LTP_CONTROLLER_CONFIG"  # read by topologies/controller_app.py
 FLOW_COOKIE = 0x17B  # marks the controller's flows, so we can poll the switch for them
+MCAST_COOKIE = 0x17C  # marks the multicast app's flows
 CONTROLLER_READY_S = 30.0
 FLOWS_READY_S = 15.0
 
@@ -139,18 +153,19 @@ class _Recorded:
 
 
 class Testbed:
-    """The incast network with its switch and controller; see the module docstring."""
+    """The emulated network (incast star or fabric) with its switches and controller; see the
+    module docstring."""
 
     __test__ = False  # not a pytest test class, despite the name
 
-    def __init__(self, params: IncastParams, folder: Path, *, state_dir: Path = STATE_DIR,
-                 stats_interval_s: float = 0.5) -> None:
+    def __init__(self, params: IncastParams | FabricParams, folder: Path, *,
+                 state_dir: Path = STATE_DIR, stats_interval_s: float = 0.5) -> None:
         self.params = params
         self.folder = Path(folder)
         self.state_dir = state_dir
         self.stats_interval_s = stats_interval_s
         self.ledger = _ledger(state_dir)
-        self.topo = IncastTopo(**dataclasses.asdict(params))
+        self.topo = params.topo()
         self.ovs = ovs.PrivateOVS(state_dir / "ovs")
         self.controller: subprocess.Popen | None = None
         self.controller_ref: ProcessRef | None = None
@@ -158,6 +173,8 @@ class Testbed:
         self.stats_path = self.folder / "port_stats.jsonl"
         self.events_path = self.folder / "controller_events.jsonl"
         self.control: ControllerClient | None = None
+        self.mcast: MulticastClient | None = None
+        """The multicast app's client (topologies that describe their wiring; else None)."""
         self.net: Mininet | None = None
         self.delay = DelayLine(self)
         self.impairments: dict[str, Impairment] = {}
@@ -215,8 +232,9 @@ class Testbed:
         for name in self.host_names():
             self.host_run(name, "sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1",
                           "net.ipv6.conf.default.disable_ipv6=1")
-        _run("tc", "qdisc", "add", "dev", BOTTLENECK_INTF, "parent", "5:1", "handle", "10:",
-             "pfifo", "limit", str(self.params.queue_pkts))
+        for dev in self.topo.queue_intfs():
+            _run("tc", "qdisc", "add", "dev", dev, "parent", "5:1", "handle", "10:",
+                 "pfifo", "limit", str(self.params.queue_pkts))
         self.configure(Impairment(self.params.loss_pct))
         self._wait_for_flows()
 
@@ -264,25 +282,40 @@ class Testbed:
 
     def _start_controller(self) -> int:
         port, control_port = _free_port(), _free_port()
+        settings = {"hosts": self.topo.forwarding_table(),
+                    "switches": {str(t["dpid"]): t["hosts"]
+                                 for t in self.topo.switch_tables().values()},
+                    "stats_path": str(self.stats_path),
+                    "stats_interval_s": self.stats_interval_s,
+                    "cookie": FLOW_COOKIE, "control_port": control_port,
+                    "events_path": str(self.events_path)}
+        apps, ports = ["topologies.controller_app"], [port, control_port]
+        if hasattr(self.topo, "wiring"):
+            ports.append(_free_port())
+            settings.update(wiring=self.topo.wiring(), mcast_control_port=ports[-1],
+                            mcast_cookie=MCAST_COOKIE)
+            apps.append("topologies.mcast_app")
+            self.mcast = MulticastClient(ports[-1], settle=self.ovs.settle_datapath)
         config = self.folder / "controller.json"
-        config.write_text(json.dumps({"hosts": self.topo.forwarding_table(),
-                                      "stats_path": str(self.stats_path),
-                                      "stats_interval_s": self.stats_interval_s,
-                                      "cookie": FLOW_COOKIE, "control_port": control_port,
-                                      "events_path": str(self.events_path)}, indent=1))
+        config.write_text(json.dumps(settings, indent=1))
         self.control = ControllerClient(control_port, settle=self.ovs.settle_datapath)
         # osken-manager is installed next to the interpreter running the harness (the venv).
         manager = Path(sys.executable).parent / "osken-manager"
+        # A script's sys.path starts at its own folder, not the working directory, so without
+        # this the apps would be imported from wherever the venv's editable install points
+        # (another checkout of the project), not from this one.
+        python_path = os.pathsep.join(filter(None, [str(PROJECT_DIR),
+                                                    os.environ.get("PYTHONPATH")]))
         with open(self.controller_log, "ab") as log:
             self.controller = subprocess.Popen(
                 [str(manager), "--ofp-listen-host", "127.0.0.1", "--ofp-tcp-listen-port", str(port),
-                 "topologies.controller_app"],
+                 *apps],
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=PROJECT_DIR,
-                env={**os.environ, CONTROLLER_CONFIG_ENV: str(config)})
+                env={**os.environ, CONTROLLER_CONFIG_ENV: str(config), "PYTHONPATH": python_path})
         self.controller_ref = ProcessRef.of(self.controller.pid)
         self.ledger.add_process("groups", self.controller_ref)
         deadline = time.monotonic() + CONTROLLER_READY_S
-        while not (_listening(port) and _listening(control_port)):
+        while not all(_listening(p) for p in ports):
             if self.controller.poll() is not None:
                 raise TestbedError(f"the controller exited at start; see {self.controller_log}.")
             if time.monotonic() > deadline:
@@ -292,17 +325,19 @@ class Testbed:
         return port
 
     def _wait_for_flows(self) -> None:
-        want = len(self.topo.hosts()) + 2
         deadline = time.monotonic() + FLOWS_READY_S
-        while True:
-            flows = _run("ovs-ofctl", "-O", "OpenFlow13", "dump-flows", SWITCH_NAME,
-                         f"cookie={FLOW_COOKIE:#x}/-1")
-            if flows.count("cookie=") >= want:
-                return
-            if time.monotonic() > deadline:
-                raise TestbedError(f"the controller installed {flows.count('cookie=')} of {want} "
-                                   f"flows within {FLOWS_READY_S:g} s; see {self.controller_log}.")
-            time.sleep(0.02)
+        for switch, table in self.topo.switch_tables().items():
+            want = len(table["hosts"]) + 2
+            while True:
+                flows = _run("ovs-ofctl", "-O", "OpenFlow13", "dump-flows", switch,
+                             f"cookie={FLOW_COOKIE:#x}/-1")
+                if flows.count("cookie=") >= want:
+                    break
+                if time.monotonic() > deadline:
+                    raise TestbedError(f"the controller installed {flows.count('cookie=')} of "
+                                       f"{want} flows on {switch} within {FLOWS_READY_S:g} s; "
+                                       f"see {self.controller_log}.")
+                time.sleep(0.02)
 
     # ---- use -------------------------------------------------------------------------------
 

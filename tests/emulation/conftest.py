@@ -12,10 +12,10 @@ import pytest
 from topologies import impair
 from topologies.network import STATE_DIR
 
-OUR_PROCESS = re.compile(r"mininet:(ps1|s1|w\d+|x\d+)|osken-manager|harness\.node|"
+OUR_PROCESS = re.compile(r"mininet:(ps1|s1|w\d+|x\d+|l\d+|sp\d+)|osken-manager|harness\.node|"
                          r"harness\.zygote|harness\.bench_node|iperf3|nfq-delay|"
-                         r"topologies\.onoff")
-OUR_LINK = re.compile(r"(ps1|s1|w\d+|x\d+)-eth\d+")
+                         r"topologies\.onoff|topologies\.multicast")
+OUR_LINK = re.compile(r"(ps1|s1|w\d+|x\d+|l\d+|sp\d+)-eth\d+")
 
 
 def pytest_collection_modifyitems(config, items):

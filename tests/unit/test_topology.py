@@ -62,3 +62,12 @@ def test_usable_from_the_mn_command_line():
     import topologies.incast as module
 
     assert module.topos["incast"] is IncastTopo
+
+
+def test_what_the_testbed_asks_of_a_topology():
+    params = IncastParams(n_workers=2)
+    topo = params.topo()
+    assert isinstance(topo, IncastTopo) and topo.params == params
+    assert topo.switch_tables() == {"s1": {"dpid": 1, "hosts": topo.forwarding_table()}}
+    assert topo.queue_intfs() == ["s1-eth1"]  # the bottleneck only
+    assert not hasattr(topo, "wiring")  # so the star runs without the multicast app
