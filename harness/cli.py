@@ -13,6 +13,7 @@ from invoke.exceptions import Exit
 from harness.aggregators import AGGREGATORS, AggregatorError
 from harness.bench import BenchError
 from harness.byzantine import ByzantineError, parse_byzantine
+from harness.cluster import ClusterError
 from harness.datasets import DatasetError
 from harness.faults import FaultError, parse_fault
 from harness.presets import UnknownPreset
@@ -33,7 +34,7 @@ from transports.registry import UnknownTransport
 USER_ERRORS = (SpecError, UnknownPreset, UnknownTransport, OptionError, TopologyError,
                TestbedError, OVSError, SweepError, ResultsError, DatasetError, TransportError,
                DelayError, BenchError, LossModelError, CrossError, SyncError, FaultError,
-               SimulationError, ByzantineError, AggregatorError)
+               SimulationError, ByzantineError, AggregatorError, ClusterError)
 
 
 def require_root() -> None:

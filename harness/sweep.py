@@ -154,7 +154,8 @@ def order(specs: list[RunSpec], seed: int) -> list[list[RunSpec]]:
     return out
 
 
-def _fmt_s(seconds: float) -> str:
+def fmt_s(seconds: float) -> str:
+    """``75.2`` -> ``1m15s``; ``42`` -> ``42s``."""
     seconds = int(round(seconds))
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
@@ -251,12 +252,12 @@ class Progress:
         eta = left * sum(self.run_times) / len(self.run_times) / self.parallel
         self.say(
             f"    {row['status']}{' (' + row['reason'][:120] + ')' if row['reason'] else ''}"
-            f" in {_fmt_s(done.run_s)}{where}: accuracy "
+            f" in {fmt_s(done.run_s)}{where}: accuracy "
             f"{'-' if acc is None else f'{acc:.3f}'}, "
             f"{row['iters_per_s'] or 0:.2f} it/s, measured loss "
             f"{row['measured_loss_pct']:.2f}%, queue drops {row['queue_drops']}, "
             f"overhead {row['overhead_s']:.1f}s"
-            f" | {self.finished} done, {left} left, ETA {_fmt_s(eta)}")
+            f" | {self.finished} done, {left} left, ETA {fmt_s(eta)}")
 
 
 def unfinished(plan: Plan, folder: Path, progress: Callable[[str], None]) -> list[RunSpec]:
@@ -298,7 +299,7 @@ def run_plan(plan: Plan, folder: Path, progress: Callable[[str], None] = print) 
     total = time.monotonic() - sweep_t0
     progress(f"overhead: {sum(said.overheads) / len(said.overheads):.1f}s per run, "
              f"{network_s:.0f}s bringing networks up and down; "
-             f"{100 * (total - training) / total:.1f}% of the sweep's {_fmt_s(total)} was not "
+             f"{100 * (total - training) / total:.1f}% of the sweep's {fmt_s(total)} was not "
              "training")
     draw(folder, progress)
     progress(f"wrote {folder}")
