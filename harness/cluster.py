@@ -7,8 +7,9 @@ only when ``--cluster`` is given. The model:
   Open vSwitch and some of its sysctls, so every node offers one custom resource ``testbed``
   (``ray start --address HEAD:6379 --resources '{"testbed": 1}'``); the head may offer none and
   only coordinate.
-- **One task per group.** The runs that share a network (:func:`harness.sweep.order`) are one Ray
-  task that needs one ``testbed``. On its node the task runs :func:`harness.sweep.run_group`, the
+- **One task per group.** The runs that share a network (:func:`harness.sweep.order`), cut into
+  pieces of at most runs / testbeds so that every testbed has work (:func:`split`), are each one
+  Ray task that needs one ``testbed``. On its node the task runs :func:`harness.sweep.run_group`, the
   very code of a local sweep, into a scratch folder, and streams back (a Ray generator task,
   ``num_returns="streaming"``) one item per event: the node's provenance, each run as it starts,
   each run as it ends with its rows and its run folder as a tar, and at the end the group's
@@ -39,9 +40,11 @@ import datetime
 import io
 import json
 import logging
+import math
 import os
 import platform
 import shutil
+import socket
 import tarfile
 import tempfile
 import time
@@ -52,6 +55,7 @@ from harness import results, sweep
 from harness.presets import PROJECT, Plan
 from harness.runner import git_state
 from harness.spec import RunSpec
+from topologies import network
 from topologies.network import STATE_DIR
 from transports import registry
 
@@ -62,6 +66,8 @@ MAX_ATTEMPTS = 3
 WAIT_S = 10.0
 QUIET_S = 60.0           # say what the head waits for after this long without news
 CANCEL_WAIT_S = 120.0    # for cancelled groups to take their networks down and say so
+CONNECT_S = 5.0
+MACHINE_WAIT_S = 60.0    # for a lost worker's testbed on this machine to come down
 SCRATCH = STATE_DIR / "cluster"
 """Where a node's groups write before their files go to the head."""
 APPENDED = (".log", ".jsonl")   # network files a later attempt appends to, as a local resume does
@@ -105,6 +111,7 @@ def run_group_on_node(group: list[RunSpec], sweep_name: str, plugin_files: list[
                            f"out and the head {head_commit[:12]}: check out the same commit on "
                            "every node (docs/cluster.md).")
     _children_use_this_code()
+    _wait_for_the_machine()
     if plugin_files or plugins_env:
         registry.use_plugins([PROJECT / p for p in plugin_files] + list(plugins_env))
     scratch = _scratch()
@@ -129,6 +136,15 @@ def _children_use_this_code() -> None:
     path = os.environ.get("PYTHONPATH", "")
     if path.split(os.pathsep)[0] != str(PROJECT):
         os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT), path]))
+
+
+def _wait_for_the_machine() -> None:
+    # A worker whose node was lost may still be taking its testbed down on this machine when
+    # the group is retried here; give it a moment rather than fail (Testbed says so after that).
+    deadline = time.monotonic() + MACHINE_WAIT_S
+    while (owner := network.running_owner()) is not None and owner.pid != os.getpid() \
+            and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 def _scratch() -> Path:
@@ -201,9 +217,25 @@ def unpack_network(folder: Path, data: bytes) -> None:
 
 # ---- on the head ------------------------------------------------------------------------------
 
+def _check_reachable(address: str) -> None:
+    # Ray waits minutes for a head that is not there; a wrong address should be one sentence now.
+    if address == "auto":
+        return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ClusterError(f"--cluster takes the head's HOST:PORT (e.g. 10.0.0.1:6379) or auto, "
+                           f"not {address!r}.")
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_S).close()
+    except OSError as exc:
+        raise ClusterError(f"nothing answers at {address} ({exc.strerror or exc}): is the "
+                           "head started (`.venv/bin/ray start --head`, docs/cluster.md)?") from None
+
+
 def connect(ray, address: str) -> list[dict]:
     """Join the cluster at ``address`` (``auto``: the one this machine belongs to); return its
     live nodes. Raises :class:`ClusterError` if it cannot, or if no node offers a testbed."""
+    _check_reachable(address)
     try:
         ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING,
                  namespace="ltp-testbed")
@@ -235,7 +267,7 @@ def run_plan(plan: Plan, folder: Path, address: str,
     try:
         todo = sweep.unfinished(plan, folder, progress)
         head = Head(ray, plan, folder, address, nodes, len(todo), progress)
-        head.run(sweep.order(todo, plan.order_seed))
+        head.run(split(sweep.order(todo, plan.order_seed), head.testbeds))
     finally:
         ray.shutdown()
     used = {a["node_id"] for a in head.entry["attempts"] if a["node_id"]}
@@ -248,6 +280,17 @@ def run_plan(plan: Plan, folder: Path, address: str,
                            "were not run; the same command runs them (finished rows are kept).")
     progress(f"wrote {folder}")
     return folder
+
+
+def split(groups: list[list[RunSpec]], testbeds: int) -> list[list[RunSpec]]:
+    """``groups`` cut into pieces of at most ``ceil(runs / testbeds)`` runs, in order.
+
+    Most presets are one network (only transport, loss and seed vary), i.e. one group: whole,
+    it would keep one testbed busy and the others idle. A piece brings the network up again on
+    its node, which costs seconds against tens of seconds per run.
+    """
+    size = max(1, math.ceil(sum(len(g) for g in groups) / max(1, testbeds)))
+    return [g[i:i + size] for g in groups for i in range(0, len(g), size)]
 
 
 @dataclasses.dataclass
@@ -266,7 +309,8 @@ class Head:
     def __init__(self, ray, plan: Plan, folder: Path, address: str, nodes: list[dict],
                  total: int, progress: Callable[[str], None]) -> None:
         self.ray, self.plan, self.folder, self.say = ray, plan, folder, progress
-        self.said = sweep.Progress(total, progress, parallel=sum(n["testbeds"] for n in nodes))
+        self.testbeds = int(sum(n["testbeds"] for n in nodes))
+        self.said = sweep.Progress(total, progress, parallel=self.testbeds)
         self.commit = git_state()[0]
         env = os.environ.get(registry.PLUGINS_ENV, "")
         self.plugins = (list(plan.plugins), [x.strip() for x in env.split(",") if x.strip()])

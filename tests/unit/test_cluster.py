@@ -179,6 +179,7 @@ def fakes(tmp_path, monkeypatch):
     monkeypatch.setattr(sweep, "provenance", lambda: {"git_commit": commit, "host": "fake"})
     monkeypatch.setattr(sweep, "draw", lambda folder, progress: None)
     monkeypatch.setattr(cluster, "SCRATCH", tmp_path / "scratch")
+    monkeypatch.setattr(network, "running_owner", lambda: None)   # no testbed of this checkout
     monkeypatch.setenv("PYTHONPATH", "")
     ray = FakeRay()
     monkeypatch.setattr(cluster, "import_ray", lambda: ray)
@@ -263,6 +264,18 @@ def test_a_failing_group_stops_the_sweep_keeps_rows_and_the_same_command_resumes
     assert "nothing to run" in lines[-1]
 
 
+def test_groups_are_cut_so_that_every_testbed_has_work(fakes):
+    specs = _plan().specs()
+    groups = sweep.order(specs, 0)
+    assert cluster.split(groups, 1) == groups
+    assert [len(g) for g in cluster.split(groups, 4)] == [1, 1, 1, 1]
+    assert [len(g) for g in cluster.split([specs[:3]], 2)] == [2, 1]
+    fakes.ray.testbeds = 4
+    cluster.run_plan(_plan(), fakes.folder, "auto", lambda line: None)
+    assert len(fakes.ray.submitted) == 4
+    assert len(results.read_rows(fakes.folder / "runs.csv")) == 4
+
+
 def test_a_node_at_another_commit_is_refused(fakes):
     fakes.monkeypatch.setattr(sweep, "provenance", lambda: {"git_commit": "0" * 40, "host": "x"})
     with pytest.raises(cluster.ClusterError, match="check out the same commit"):
@@ -327,13 +340,16 @@ print("ok")
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
 
 
-def test_cluster_without_a_cluster_is_one_sentence(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["RAY_TMPDIR"] = str(tmp_path / "no-ray")   # `auto` finds nothing here
-    proc = subprocess.run(INVOKE + ["run-sweep", "--preset", "smoke", "--cluster", "auto",
+# (Not `auto`: Ray finds any cluster running on this machine by its processes, e.g. the one an
+# emulation test runs.)
+@pytest.mark.parametrize("address, words", [("127.0.0.1:1", "nothing answers at 127.0.0.1:1"),
+                                            ("head", "takes the head's HOST:PORT")])
+def test_a_cluster_that_is_not_there_is_one_sentence_and_nothing_written(tmp_path, address,
+                                                                          words):
+    proc = subprocess.run(INVOKE + ["run-sweep", "--preset", "smoke", "--cluster", address,
                                     "--out", str(tmp_path / "sweep")],
-                          capture_output=True, text=True, cwd=PROJECT, env=env)
+                          capture_output=True, text=True, cwd=PROJECT, timeout=60)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "cannot join a Ray cluster at 'auto'" in lines[0], proc.stderr
-    assert not (tmp_path / "sweep" / "runs.csv").exists()
+    assert len(lines) == 1 and words in lines[0], proc.stderr
+    assert not (tmp_path / "sweep").exists()
