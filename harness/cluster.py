@@ -226,7 +226,7 @@ def _check_reachable(address: str) -> None:
         raise ClusterError(f"--cluster takes the head's HOST:PORT (e.g. 10.0.0.1:6379) or auto, "
                            f"not {address!r}.")
     try:
-        socket.create_connection((host, int(port)), timeout=CONNECT_S).close()
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_S).close()
     except OSError as exc:
         raise ClusterError(f"nothing answers at {address} ({exc.strerror or exc}): is the "
                            "head started (`.venv/bin/ray start --head`, docs/cluster.md)?") from None
