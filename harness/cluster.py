@@ -244,7 +244,7 @@ def connect(ray, address: str) -> list[dict]:
                            "docs/cluster.md says.") from None
     nodes = [{"node_id": n["NodeID"], "host": n.get("NodeManagerHostname"),
               "ip": n.get("NodeManagerAddress"),
-              "testbeds": n.get("Resources", {}).get(TESTBED, 0)}
+              "testbeds": int(n.get("Resources", {}).get(TESTBED, 0))}
              for n in ray.nodes() if n.get("Alive")]
     if not sum(n["testbeds"] for n in nodes):
         ray.shutdown()
@@ -309,7 +309,7 @@ class Head:
     def __init__(self, ray, plan: Plan, folder: Path, address: str, nodes: list[dict],
                  total: int, progress: Callable[[str], None]) -> None:
         self.ray, self.plan, self.folder, self.say = ray, plan, folder, progress
-        self.testbeds = int(sum(n["testbeds"] for n in nodes))
+        self.testbeds = sum(n["testbeds"] for n in nodes)
         self.said = sweep.Progress(total, progress, parallel=self.testbeds)
         self.commit = git_state()[0]
         env = os.environ.get(registry.PLUGINS_ENV, "")

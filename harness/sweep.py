@@ -226,19 +226,20 @@ class Progress:
 
     def __init__(self, total: int, say: Callable[[str], None], parallel: int = 1) -> None:
         self.total, self.say, self.parallel = total, say, max(1, parallel)
-        self.started = self.finished = 0
+        self.started: set[str] = set()   # a run started again (its node was lost) counts once
+        self.finished = 0
         self.run_times: list[float] = []
         self.overheads: list[float] = []
 
     def starting(self, spec: RunSpec, where: str = "") -> None:
         """Say that ``spec`` starts (``where``: on which node)."""
-        self.started += 1
+        self.started.add(spec.run_id)
         delay = f" delay {spec.delay_ms:g} ms" if spec.delay_ms else ""
         cross = f" cross {spec.cross}" if spec.cross != "none" else ""
         if spec.byzantine != "0" or spec.aggregator != "mean":
             cross += f" byzantine {spec.byzantine} aggregator {spec.aggregator}"
         loss = spec.loss_model or f"{spec.loss_pct:g}%"
-        self.say(f"[{self.started}/{self.total}] {spec.scheme} loss {loss} "
+        self.say(f"[{len(self.started)}/{self.total}] {spec.scheme} loss {loss} "
                  f"bw {spec.bottleneck_mbps:g} Mbit/s{delay}{cross} seed {spec.seed}{where} ...")
 
     def ended(self, done: Finished, where: str = "") -> None:

@@ -1,5 +1,6 @@
 """A sweep on a Ray cluster (a head that only coordinates and one node, both on this machine)
-gives the rows a local sweep gives, and a node killed mid-sweep loses no finished row.
+gives the rows a local sweep gives, a node killed mid-sweep loses no finished row, and a head
+stopped mid-sweep stops its nodes' groups and resumes.
 
 The cluster is Ray's own test cluster (:class:`ray.cluster_utils.Cluster`): real raylets and
 workers, started and stopped by the fixture; the sweep's head is ``invoke run-sweep --cluster``
@@ -10,6 +11,7 @@ stay under 108 characters), removed after a passing test.
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -165,3 +167,32 @@ def test_a_node_killed_mid_sweep_loses_no_finished_row(tmp_path, clean_machine, 
     assert "lost node" in log.read_text()
     assert not any(ltp_cluster.SCRATCH.iterdir()), "a node's scratch folder was left behind"
     assert leftovers() == []
+
+
+def test_stopping_the_head_stops_the_groups_on_the_nodes_and_the_same_command_resumes(
+        tmp_path, clean_machine, ray_cluster):
+    ray_cluster.add_node(**NODE)
+    out, log = tmp_path / "ray", tmp_path / "head.log"
+    command = _sweep(out, "--cluster", ray_cluster.address)
+    with open(log, "w") as f:
+        head = subprocess.Popen(command, cwd=PROJECT, stdout=f, stderr=subprocess.STDOUT)
+    try:
+        first = _wait_for_a_row(out, head, log)
+        head.send_signal(signal.SIGTERM)
+        assert head.wait(timeout=180) == 130, log.read_text()
+    finally:
+        if head.poll() is None:
+            head.kill()
+            head.wait()
+    assert "resume" in log.read_text()
+    # The head waited for the node to take its network down.
+    assert leftovers() == []
+    assert results.read_rows(out / "runs.csv") == [first]
+    attempts = json.loads((out / "manifest.json").read_text())["cluster"][0]["attempts"]
+    assert [a["outcome"] for a in attempts] == ["cancelled"]
+
+    again = subprocess.run(command, cwd=PROJECT, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    rows = results.read_rows(out / "runs.csv")
+    assert len(rows) == 2 and rows[0] == first and rows[1]["status"] == "ok"
+    assert len(json.loads((out / "manifest.json").read_text())["cluster"]) == 2

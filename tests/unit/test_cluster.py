@@ -232,6 +232,7 @@ def test_a_lost_node_costs_only_its_running_run(fakes):
     assert again[0]["runs"] == first[1:] and again[0]["outcome"] == "done"
     assert again[0]["node_id"] != lost[0]["node_id"]
     assert any("go to another node (attempt 2 of 3)" in line for line in lines)
+    assert not [line for line in lines if line.startswith("[5/")], "a retried run counted twice"
 
 
 def test_a_group_losing_its_node_every_time_is_given_up_and_the_rest_kept(fakes):
