@@ -44,6 +44,7 @@ import math
 import os
 import platform
 import shutil
+import signal
 import socket
 import tarfile
 import tempfile
@@ -236,12 +237,19 @@ def connect(ray, address: str) -> list[dict]:
     """Join the cluster at ``address`` (``auto``: the one this machine belongs to); return its
     live nodes. Raises :class:`ClusterError` if it cannot, or if no node offers a testbed."""
     _check_reachable(address)
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING,
                  namespace="ltp-testbed")
     except Exception as exc:  # Ray raises ConnectionError, ValueError or RuntimeError here
         raise ClusterError(f"cannot join a Ray cluster at {address!r} ({exc}); start one as "
                            "docs/cluster.md says.") from None
+    finally:
+        # Ray's core installs a crash handler on SIGTERM that ends the process at once; put the
+        # sweep's back (SIGTERM as Ctrl-C: cancel the groups, keep the rows).
+        for sig, handler in handlers.items():
+            if handler is not None:
+                signal.signal(sig, handler)
     nodes = [{"node_id": n["NodeID"], "host": n.get("NodeManagerHostname"),
               "ip": n.get("NodeManagerAddress"),
               "testbeds": int(n.get("Resources", {}).get(TESTBED, 0))}
