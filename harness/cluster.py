@@ -57,6 +57,7 @@ from harness.presets import PROJECT, Plan
 from harness.runner import git_state
 from harness.spec import RunSpec
 from topologies import network
+from topologies.ledger import ProcessRef
 from topologies.network import STATE_DIR
 from transports import registry
 
@@ -149,13 +150,17 @@ def _wait_for_the_machine() -> None:
 
 
 def _scratch() -> Path:
-    """A new scratch folder for a group; those of tasks that died with their worker go."""
+    """A new scratch folder for a group, named after its worker process (PID and start time);
+    those of workers that are gone (a lost node's, even one not yet reaped) are removed."""
     SCRATCH.mkdir(parents=True, exist_ok=True)
     for old in SCRATCH.iterdir():
-        pid = old.name.split("-")[0]
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+        pid, _, rest = old.name.partition("-")
+        ticks = rest.partition("-")[0]
+        if pid.isdigit() and ticks.isdigit() \
+                and not ProcessRef(int(pid), int(ticks)).alive():
             shutil.rmtree(old, ignore_errors=True)
-    return Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=SCRATCH))
+    me = ProcessRef.of(os.getpid())
+    return Path(tempfile.mkdtemp(prefix=f"{me.pid}-{me.start_ticks}-", dir=SCRATCH))
 
 
 # ---- files between node and head ----------------------------------------------------------

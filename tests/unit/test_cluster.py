@@ -354,3 +354,16 @@ def test_a_cluster_that_is_not_there_is_one_sentence_and_nothing_written(tmp_pat
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and words in lines[0], proc.stderr
     assert not (tmp_path / "sweep").exists()
+
+
+def test_a_scratch_folder_goes_once_its_worker_is_gone(tmp_path, monkeypatch):
+    from topologies.ledger import ProcessRef
+
+    monkeypatch.setattr(cluster, "SCRATCH", tmp_path)
+    me = ProcessRef.of(os.getpid())
+    mine = tmp_path / f"{me.pid}-{me.start_ticks}-abc"
+    gone = tmp_path / f"{me.pid}-{me.start_ticks + 1}-abc"   # an earlier process with my PID
+    for folder in (mine, gone):
+        folder.mkdir()
+    new = cluster._scratch()
+    assert sorted(tmp_path.iterdir()) == sorted([mine, new])
