@@ -54,7 +54,7 @@ want=$(cat pyproject.toml setup.py $(find transports/native \( -name '*.[ch]' -o
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "setup.sh: installing the project and its Python dependencies into .venv"
     .venv/bin/pip install -q --upgrade pip setuptools wheel
-    .venv/bin/pip install -q -e '.[dev]'
+    .venv/bin/pip install -q -e '.[dev,cluster]'   # cluster: Ray, for run-sweep --cluster
     echo "$want" > "$stamp"
 fi
 
@@ -63,6 +63,6 @@ fi
 make -s -C topologies/delay
 make -s -C topologies/geloss
 
-.venv/bin/python -c 'import torch, mininet.net, os_ken, pandas, seaborn, invoke' \
+.venv/bin/python -c 'import torch, mininet.net, os_ken, pandas, seaborn, invoke, ray' \
     || { echo "setup.sh: the virtual environment is incomplete; delete .venv and run ./setup.sh again" >&2; exit 1; }
 echo "setup.sh: ready (.venv/bin/invoke --list shows the tasks)"

@@ -2,6 +2,7 @@
 
     invoke run-sweep                      # the default sweep into results/<preset>/
     invoke run-sweep --preset smoke --loss 0,5 --iterations 20
+    invoke run-sweep --cluster auto       # each group of runs on a node of a Ray cluster
     invoke bench-network                  # the emulated network against its configuration
     invoke simulate --workers 8,64,1024 --out DIR   # the LTP/PLOT core at scale, simulated
     invoke clean                          # remove what a killed run left behind
@@ -55,12 +56,15 @@ PROJECT = Path(__file__).resolve().parent
     "target": "test accuracy that time-to-accuracy measures (default: the model's, 0.80 for mlp)",
     "stop_at_target": "end each run at the first evaluation that reaches the target",
     "max_train": "cap on each run's training time at the PS, in seconds",
+    "cluster": "run each group of runs sharing a network on a node of a Ray cluster: the head's "
+               "address (HOST:6379) or auto (docs/cluster.md); without it, on this machine",
 })
 def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=None, workers=None,
               queue=None, delay=None, cross=None, sync=None, fault=None, byzantine=None,
               aggregator=None, tolerate=None, score_batch=None, score_penalty=None,
-              score_threshold=None, compress=None, local_steps=None, error_reset=None, model=None, iterations=None, seeds=None, timeout=None,
-              target=None, stop_at_target=False, max_train=None):
+              score_threshold=None, compress=None, local_steps=None, error_reset=None, model=None,
+              iterations=None, seeds=None, timeout=None, target=None, stop_at_target=False,
+              max_train=None, cluster=None):
     """Run a sweep of training runs over the emulated incast network and tabulate the results."""
     from harness import cli
 
@@ -90,6 +94,12 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
             stop_at_target=True if stop_at_target else None, max_train_s=cli.number(max_train, float, "--max-train"))
         folder = Path(out) if out else PROJECT / "results" / plan.name
         sweep.check_folder(folder)
+        if cluster:
+            # The head only coordinates (no root, no network here); Ray is imported only now.
+            from harness import cluster as ray_cluster
+
+            ray_cluster.run_plan(plan, folder, cluster)
+            return
         cli.require_root()
         cli.require_setup()
         sweep.run_plan(plan, folder)

@@ -14,6 +14,7 @@ from harness.aggregators import AGGREGATORS, AggregatorError
 from harness.bench import BenchError
 from harness.byzantine import ByzantineError, parse_byzantine
 from harness.compress import CompressError, parse_compress
+from harness.cluster import ClusterError
 from harness.datasets import DatasetError
 from harness.faults import FaultError, parse_fault
 from harness.presets import UnknownPreset
@@ -34,7 +35,8 @@ from transports.registry import UnknownTransport
 USER_ERRORS = (SpecError, UnknownPreset, UnknownTransport, OptionError, TopologyError,
                TestbedError, OVSError, SweepError, ResultsError, DatasetError, TransportError,
                DelayError, BenchError, LossModelError, CrossError, SyncError, FaultError,
-               SimulationError, ByzantineError, AggregatorError, CompressError)
+               SimulationError, ByzantineError, AggregatorError, CompressError,
+               ClusterError)
 
 
 def require_root() -> None:

@@ -5,10 +5,16 @@ that already has a row in ``runs.csv``, runs the rest in a shuffled order (seed 
 so that runs sharing a topology share one live network (only the loss rate changes between them),
 appends each run's rows the moment it ends, and reports progress. Killed at any moment, it keeps
 every finished row; the same command resumes; a finished sweep re-run does nothing.
+
+One group (one network, its runs in turn) is :func:`run_group`, which writes run folders and
+yields each run's rows as it ends; :func:`record` appends them. A local sweep runs the groups one
+after another here; ``invoke run-sweep --cluster`` runs the same :func:`run_group` on the nodes
+of a Ray cluster and records the rows on the head as they come back (:mod:`harness.cluster`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
@@ -18,7 +24,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from importlib import metadata
 from pathlib import Path
 
@@ -83,7 +89,8 @@ def check_folder(folder: Path) -> None:
         raise SweepError(f"{folder / 'runs.csv'} is not writable; choose another --out.")
 
 
-def _network_dir(spec: RunSpec) -> str:
+def network_dir(spec: RunSpec) -> str:
+    """The name of the folder (under ``network/``) of the network ``spec`` runs on."""
     wl = "" if spec.worker_link_mbps is None else f"_wl{spec.worker_link_mbps:g}"
     cross = f"_x{spec.n_cross}" if spec.n_cross else ""
     return f"n{spec.n_workers}_bw{spec.bottleneck_mbps:g}{wl}_q{spec.queue_pkts}{cross}"
@@ -147,84 +154,163 @@ def order(specs: list[RunSpec], seed: int) -> list[list[RunSpec]]:
     return out
 
 
-def _fmt_s(seconds: float) -> str:
+def fmt_s(seconds: float) -> str:
+    """``75.2`` -> ``1m15s``; ``42`` -> ``42s``."""
     seconds = int(round(seconds))
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
-def run_plan(plan: Plan, folder: Path, progress: Callable[[str], None] = print) -> Path:
-    """Run every unfinished run of ``plan`` into ``folder``; return ``folder``."""
+@dataclasses.dataclass
+class Started:
+    """A run of a group is about to start."""
+
+    spec: RunSpec
+
+
+@dataclasses.dataclass
+class Finished:
+    """A run of a group has ended (ok, timeout or crash): its rows, and how long it took."""
+
+    spec: RunSpec
+    row: dict
+    curves: list[dict]
+    iterations: list[dict]
+    run_s: float
+
+
+def set_aside(run_dir: Path) -> None:
+    """Move an interrupted attempt's folder aside (``<run_id>.interrupted-<stamp>``): raw files
+    are never overwritten."""
+    if run_dir.exists():
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        RunFiles(run_dir).session.unlink(missing_ok=True)   # a dead run's key: gone
+        shutil.move(run_dir, run_dir.with_name(f"{run_dir.name}.interrupted-{stamp}"))
+
+
+def run_group(group: list[RunSpec], folder: Path, sweep: str) -> Iterator[Started | Finished]:
+    """Run ``group`` (runs that share a network) on one live network into ``folder``.
+
+    The network (and its fork server) comes up once, under ``folder/network/``; each run writes
+    ``folder/runs/<run_id>/``. Yields :class:`Started` before each run and :class:`Finished` the
+    moment it ends; writes no table (the caller appends the rows: :func:`record`). The same code
+    runs a local sweep and each group of a cluster sweep (:mod:`harness.cluster`).
+    """
+    net_dir = folder / "network" / network_dir(group[0])
+    with Testbed(group[0].network, net_dir) as testbed, Zygote(net_dir, testbed.ledger) as zygote:
+        spawn = spawn_forked(testbed, zygote)
+        for spec in group:
+            run_dir = folder / "runs" / spec.run_id
+            set_aside(run_dir)
+            yield Started(spec)
+            t0 = time.monotonic()
+            row, curves, iterations = execute(testbed, spec, run_dir, sweep, spawn)
+            yield Finished(spec, row, curves, iterations, time.monotonic() - t0)
+
+
+def record(folder: Path, done: Finished) -> None:
+    """Append a finished run's rows to ``folder``'s tables, dropping partial rows an interrupted
+    attempt of it left; runs.csv last: its row is what marks the run finished."""
+    run_id = done.spec.run_id
+    for table in ("curves.csv", "iterations.csv"):
+        results.drop_rows(folder / table, run_id)
+    results.append_rows(folder / "curves.csv", results.CURVES_COLUMNS, done.curves)
+    results.append_rows(folder / "iterations.csv", results.ITERATIONS_COLUMNS, done.iterations)
+    results.append_rows(folder / "runs.csv", results.RUNS_COLUMNS, [done.row])
+
+
+class Progress:
+    """The progress lines of a sweep: one as each run starts, one as it ends, with an ETA.
+
+    ``parallel`` runs at a time (the testbeds of a cluster) divide the ETA.
+    """
+
+    def __init__(self, total: int, say: Callable[[str], None], parallel: int = 1) -> None:
+        self.total, self.say, self.parallel = total, say, max(1, parallel)
+        self.started: set[str] = set()   # a run started again (its node was lost) counts once
+        self.finished = 0
+        self.run_times: list[float] = []
+        self.overheads: list[float] = []
+
+    def starting(self, spec: RunSpec, where: str = "") -> None:
+        """Say that ``spec`` starts (``where``: on which node)."""
+        self.started.add(spec.run_id)
+        delay = f" delay {spec.delay_ms:g} ms" if spec.delay_ms else ""
+        cross = f" cross {spec.cross}" if spec.cross != "none" else ""
+        if spec.byzantine != "0" or spec.aggregator != "mean":
+            cross += f" byzantine {spec.byzantine} aggregator {spec.aggregator}"
+        if spec.compress != "none" or spec.local_steps > 1:
+            cross += f" compress {spec.compress} H={spec.local_steps}"
+            cross += f" reset {spec.error_reset}" if spec.compress != "none" else ""
+        loss = spec.loss_model or f"{spec.loss_pct:g}%"
+        self.say(f"[{len(self.started)}/{self.total}] {spec.scheme} loss {loss} "
+                 f"bw {spec.bottleneck_mbps:g} Mbit/s{delay}{cross} seed {spec.seed}{where} ...")
+
+    def ended(self, done: Finished, where: str = "") -> None:
+        """Say how ``done`` went and how long the rest should take."""
+        row = done.row
+        self.run_times.append(done.run_s)
+        self.overheads.append(row["overhead_s"])
+        self.finished += 1
+        left = self.total - self.finished
+        acc = row["final_accuracy"]
+        eta = left * sum(self.run_times) / len(self.run_times) / self.parallel
+        self.say(
+            f"    {row['status']}{' (' + row['reason'][:120] + ')' if row['reason'] else ''}"
+            f" in {fmt_s(done.run_s)}{where}: accuracy "
+            f"{'-' if acc is None else f'{acc:.3f}'}, "
+            f"{row['iters_per_s'] or 0:.2f} it/s, measured loss "
+            f"{row['measured_loss_pct']:.2f}%, queue drops {row['queue_drops']}, "
+            f"overhead {row['overhead_s']:.1f}s"
+            f" | {self.finished} done, {left} left, ETA {fmt_s(eta)}")
+
+
+def unfinished(plan: Plan, folder: Path, progress: Callable[[str], None]) -> list[RunSpec]:
+    """Write (or extend) the manifest and return the runs of ``plan`` without a row yet."""
     specs = plan.specs()
     _write_manifest(plan, specs, folder)
     done = results.finished_run_ids(folder)
     todo = [s for s in specs if s.run_id not in done]
     if not todo:
         progress(f"all {len(specs)} runs of {folder} are done; nothing to run.")
+    else:
+        progress(f"{len(todo)} of {len(specs)} runs to go ({len(done)} already done) -> {folder}")
+    return todo
+
+
+def run_plan(plan: Plan, folder: Path, progress: Callable[[str], None] = print) -> Path:
+    """Run every unfinished run of ``plan`` into ``folder``; return ``folder``."""
+    todo = unfinished(plan, folder, progress)
+    if not todo:
         return folder
-    progress(f"{len(todo)} of {len(specs)} runs to go ({len(done)} already done) -> {folder}")
-    finished, run_times, overheads, training = 0, [], [], 0.0
+    said = Progress(len(todo), progress)
+    training = network_s = 0.0
     sweep_t0 = time.monotonic()
-    network_s = 0.0
     for group in order(todo, plan.order_seed):
-        network = group[0].network
-        net_dir = folder / "network" / _network_dir(group[0])
-        t_up = time.monotonic()
-        with Testbed(network, net_dir) as testbed, Zygote(net_dir, testbed.ledger) as zygote:
-            network_s += time.monotonic() - t_up
-            spawn = spawn_forked(testbed, zygote)
-            for spec in group:
-                run_dir = folder / "runs" / spec.run_id
-                if run_dir.exists():
-                    # An earlier attempt was interrupted: keep its files aside, never overwrite.
-                    stamp = time.strftime("%Y%m%dT%H%M%S")
-                    RunFiles(run_dir).session.unlink(missing_ok=True)   # a dead run's key: gone
-                    shutil.move(run_dir, run_dir.with_name(f"{spec.run_id}.interrupted-{stamp}"))
-                for table in ("curves.csv", "iterations.csv"):
-                    results.drop_rows(folder / table, spec.run_id)
-                delay = f" delay {spec.delay_ms:g} ms" if spec.delay_ms else ""
-                cross = f" cross {spec.cross}" if spec.cross != "none" else ""
-                if spec.byzantine != "0" or spec.aggregator != "mean":
-                    cross += f" byzantine {spec.byzantine} aggregator {spec.aggregator}"
-                if spec.compress != "none" or spec.local_steps > 1:
-                    cross += f" compress {spec.compress} H={spec.local_steps}"
-                    cross += f" reset {spec.error_reset}" if spec.compress != "none" else ""
-                loss = spec.loss_model or f"{spec.loss_pct:g}%"
-                progress(f"[{finished + 1}/{len(todo)}] {spec.scheme} loss {loss} "
-                         f"bw {spec.bottleneck_mbps:g} Mbit/s{delay}{cross} seed {spec.seed} ...")
-                t0 = time.monotonic()
-                row, curves, iterations = execute(testbed, spec, run_dir, plan.name, spawn)
-                training += time.monotonic() - t0 - row["overhead_s"]
-                # runs.csv last: its row is what marks the run finished.
-                results.append_rows(folder / "curves.csv", results.CURVES_COLUMNS, curves)
-                results.append_rows(folder / "iterations.csv", results.ITERATIONS_COLUMNS,
-                                    iterations)
-                results.append_rows(folder / "runs.csv", results.RUNS_COLUMNS, [row])
-                run_times.append(time.monotonic() - t0)
-                overheads.append(row["overhead_s"])
-                finished += 1
-                left = len(todo) - finished
-                acc = row["final_accuracy"]
-                progress(
-                    f"    {row['status']}{' (' + row['reason'][:120] + ')' if row['reason'] else ''}"
-                    f" in {_fmt_s(run_times[-1])}: accuracy "
-                    f"{'-' if acc is None else f'{acc:.3f}'}, "
-                    f"{row['iters_per_s'] or 0:.2f} it/s, measured loss "
-                    f"{row['measured_loss_pct']:.2f}%, queue drops {row['queue_drops']}, "
-                    f"overhead {row['overhead_s']:.1f}s"
-                    f" | {finished} done, {left} left, ETA "
-                    f"{_fmt_s(left * sum(run_times) / len(run_times))}")
-            t_down = time.monotonic()
-        network_s += time.monotonic() - t_down
+        in_group, run_s = 0.0, 0.0
+        t = time.monotonic()
+        for event in run_group(group, folder, plan.name):
+            in_group += time.monotonic() - t
+            if isinstance(event, Started):
+                said.starting(event.spec)
+            else:
+                record(folder, event)
+                said.ended(event)
+                run_s += event.run_s
+                training += event.run_s - event.row["overhead_s"]
+            t = time.monotonic()
+        in_group += time.monotonic() - t   # the network coming down
+        network_s += in_group - run_s
     total = time.monotonic() - sweep_t0
-    progress(f"overhead: {sum(overheads) / len(overheads):.1f}s per run, {network_s:.0f}s bringing "
-             f"networks up and down; {100 * (total - training) / total:.1f}% of the sweep's "
-             f"{_fmt_s(total)} was not training")
-    _draw(folder, progress)
+    progress(f"overhead: {sum(said.overheads) / len(said.overheads):.1f}s per run, "
+             f"{network_s:.0f}s bringing networks up and down; "
+             f"{100 * (total - training) / total:.1f}% of the sweep's {fmt_s(total)} was not "
+             "training")
+    draw(folder, progress)
     progress(f"wrote {folder}")
     return folder
 
 
-def _draw(folder: Path, progress: Callable[[str], None]) -> None:
+def draw(folder: Path, progress: Callable[[str], None]) -> None:
     """Regenerate the figures and the report (a sweep with no ok run has nothing to draw)."""
     from harness import figures
 

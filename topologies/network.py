@@ -121,6 +121,14 @@ def clean(state_dir: Path = STATE_DIR) -> list[str]:
     return reclaim(ledger, ovs.stop)
 
 
+def running_owner(state_dir: Path = STATE_DIR) -> ProcessRef | None:
+    """The live process whose testbed holds ``state_dir`` now, if any."""
+    ledger = _ledger(state_dir)
+    ledger.load()
+    owner = ledger.owner()
+    return owner if owner is not None and owner.alive() else None
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
