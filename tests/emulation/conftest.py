@@ -1,5 +1,6 @@
 """Emulation tests need root, Mininet and Open vSwitch; they use the real testbed, no fakes."""
 
+import contextlib
 import os
 import re
 import shutil
@@ -75,3 +76,30 @@ def clean_machine():
     assert leftovers() == [], "leftovers from an earlier run; run `invoke clean`"
     yield
     assert leftovers() == []
+
+
+@contextlib.contextmanager
+def small_incast(folder: Path, n_workers: int, bottleneck_mbps: float = 100):
+    """A live incast testbed and its forked-process spawner, for a module of short runs."""
+    from harness.runner import spawn_forked
+    from harness.zygote import Zygote
+    from topologies.incast import IncastParams
+    from topologies.network import Testbed
+
+    with Testbed(IncastParams(n_workers=n_workers, bottleneck_mbps=bottleneck_mbps), folder) as tb, \
+            Zygote(folder, tb.ledger) as zygote:
+        yield tb, spawn_forked(tb, zygote)
+
+
+def run_ok(bed, folder: Path, **fields):
+    """Run one spec on ``bed`` (from :func:`small_incast`); assert it ended ok after all its
+    iterations; return its (runs row, curves rows, iterations rows)."""
+    from harness.runner import execute
+    from harness.spec import RunSpec
+
+    tb, spawn = bed
+    spec = RunSpec(**fields)
+    row, curves, iters = execute(tb, spec, folder / spec.run_id, "test", spawn)
+    assert row["status"] == "ok", row["reason"]
+    assert row["iterations_done"] == spec.iterations
+    return row, curves, iters

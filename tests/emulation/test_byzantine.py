@@ -10,11 +10,7 @@ honest updates the transport delivered in part are counted.
 
 import pytest
 
-from harness.runner import execute, spawn_forked
-from harness.spec import RunSpec
-from harness.zygote import Zygote
-from topologies.incast import IncastParams
-from topologies.network import Testbed
+from tests.emulation.conftest import run_ok, small_incast
 
 N_WORKERS = 4
 ITERATIONS = 15
@@ -22,19 +18,13 @@ ITERATIONS = 15
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("byzantine")
-    with Testbed(IncastParams(n_workers=N_WORKERS, bottleneck_mbps=100), folder) as tb, \
-            Zygote(folder, tb.ledger) as zygote:
-        yield tb, spawn_forked(tb, zygote)
+    with small_incast(tmp_path_factory.mktemp("byzantine"), N_WORKERS) as bed:
+        yield bed
 
 
 def _run(bed, tmp_path, **fields):
-    tb, spawn = bed
-    spec = RunSpec(n_workers=N_WORKERS, bottleneck_mbps=100, iterations=ITERATIONS,
-                   eval_every=ITERATIONS, timeout_s=120, **fields)
-    row, _, iters = execute(tb, spec, tmp_path / spec.run_id, "test", spawn)
-    assert row["status"] == "ok", row["reason"]
-    assert row["iterations_done"] == ITERATIONS
+    row, _, iters = run_ok(bed, tmp_path, n_workers=N_WORKERS, bottleneck_mbps=100,
+                           iterations=ITERATIONS, eval_every=ITERATIONS, timeout_s=120, **fields)
     return row, iters
 
 

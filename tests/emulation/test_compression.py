@@ -11,11 +11,7 @@ by the PS, counted, and the run still learns.
 
 import pytest
 
-from harness.runner import execute, spawn_forked
-from harness.spec import RunSpec
-from harness.zygote import Zygote
-from topologies.incast import IncastParams
-from topologies.network import Testbed
+from tests.emulation.conftest import run_ok, small_incast
 
 N_WORKERS = 4
 ITERATIONS = 15
@@ -23,19 +19,13 @@ ITERATIONS = 15
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("compression")
-    with Testbed(IncastParams(n_workers=N_WORKERS, bottleneck_mbps=100), folder) as tb, \
-            Zygote(folder, tb.ledger) as zygote:
-        yield tb, spawn_forked(tb, zygote)
+    with small_incast(tmp_path_factory.mktemp("compression"), N_WORKERS) as bed:
+        yield bed
 
 
 def _run(bed, tmp_path, **fields):
-    tb, spawn = bed
-    spec = RunSpec(n_workers=N_WORKERS, bottleneck_mbps=100, iterations=ITERATIONS,
-                   eval_every=ITERATIONS, timeout_s=120, **fields)
-    row, curves, _ = execute(tb, spec, tmp_path / spec.run_id, "test", spawn)
-    assert row["status"] == "ok", row["reason"]
-    assert row["iterations_done"] == ITERATIONS
+    row, curves, _ = run_ok(bed, tmp_path, n_workers=N_WORKERS, bottleneck_mbps=100,
+                            iterations=ITERATIONS, eval_every=ITERATIONS, timeout_s=120, **fields)
     assert curves[-1]["accuracy"] > curves[0]["accuracy"] + 0.2   # it learns
     return row
 
