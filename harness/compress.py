@@ -47,6 +47,7 @@ every encoding exactly.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 
@@ -131,6 +132,7 @@ def _seg_floats(comp: Compression, n: int) -> int:
     return n
 
 
+@functools.lru_cache(maxsize=16)   # asked once per message by encode and decode
 def up_layout(layout: Layout, comp: Compression) -> Layout:
     """The layout of a compressed push: the model's layers, in order, each its encoded size."""
     if not comp.on:

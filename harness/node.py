@@ -237,12 +237,13 @@ def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool,
     ps_addr, worker_addrs = addresses(spec, loopback)
     started = time.monotonic()
     done = 0
-    up = {"up": up_layout(layout, comp)} if comp.on else {}
+    pushes = up_layout(layout, comp)
+    up = {"up": pushes} if comp.on else {}
     with transport.connect(rank, worker_addrs[rank], ps_addr, layout, **up) as end:
         end.join(spec.timeout_s)
         k, joined = generation << GEN_SHIFT, True
         if generation:
-            zeros = np.zeros(up_layout(layout, comp).n_floats, dtype=np.float32)
+            zeros = np.zeros(pushes.n_floats, dtype=np.float32)
             joined = _patiently(lambda s: end.push(k, zeros, s), files, spec.timeout_s) is not None
             k += 1
         while joined:

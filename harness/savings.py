@@ -27,10 +27,9 @@ import numpy as np
 import pandas as pd
 
 from harness import stats
-from harness.analysis import CONDITION_DEFAULTS, Sweep
+from harness.analysis import CONDITION_DEFAULTS, Sweep, reached
 
 KEYS = ("compress", "local_steps", "error_reset")
-N_BOOT = 4000
 
 
 def applies(sw: Sweep) -> bool:
@@ -63,21 +62,6 @@ def _cell(frame: pd.DataFrame, setting) -> pd.DataFrame:
 
 def _baseline(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[(frame.compress == "none") & (frame.local_steps == 1)]
-
-
-def diff_ci(a, b) -> stats.Estimate:
-    """median(a) - median(b), with an interval from resampling both independently."""
-    a = np.asarray(a, dtype=float)
-    b = np.asarray(b, dtype=float)
-    a, b = a[~np.isnan(a)], b[~np.isnan(b)]
-    if a.size == 0 or b.size == 0:
-        return stats.Estimate(float("nan"), float("nan"), float("nan"), 0)
-    rng = np.random.default_rng(stats.SEED)
-    boot = (np.median(a[rng.integers(0, a.size, (N_BOOT, a.size))], axis=1)
-            - np.median(b[rng.integers(0, b.size, (N_BOOT, b.size))], axis=1))
-    tail = 100 * (1 - stats.LEVEL) / 2
-    return stats.Estimate(float(np.median(a) - np.median(b)), float(np.percentile(boot, tail)),
-                          float(np.percentile(boot, 100 - tail)), int(min(a.size, b.size)))
 
 
 def draw(sw: Sweep, folder: Path, save) -> list[Path]:
@@ -174,9 +158,9 @@ def section(sw: Sweep) -> list[str]:
             cell = _cell(d, setting)
             c, h, r = setting
             saved = stats.ratio_ci(cell.wire_bytes_per_iter, base.wire_bytes_per_iter)
-            cost = diff_ci(cell.final_accuracy, base.final_accuracy)
+            cost = stats.diff_ci(cell.final_accuracy, base.final_accuracy)
             tta = sw.time_to_target(cell, scheme)
-            reached = int(cell.target_reached.astype(str).str.lower().eq("true").sum())
+            hits = int(reached(cell).sum())
             lines.append(
                 f"| {sw.names.get(scheme, scheme)} | {loss:g} % | {c} | {h:g} "
                 f"| {r:g} | {len(cell)} "
@@ -185,7 +169,7 @@ def section(sw: Sweep) -> list[str]:
                 f"| {_switch(cell).fmt(',.0f')} "
                 f"| {stats.median_ci(cell.final_accuracy).fmt('.3f')} "
                 f"| {_points(cost) if not base.empty else '-'} "
-                f"| {tta.fmt('.1f')} ({reached}/{len(cell)}) "
+                f"| {tta.fmt('.1f')} ({hits}/{len(cell)}) "
                 f"| {int(cell.compress_dropped.sum())} |")
             if not base.empty and not (c == "none" and h == 1):
                 verdicts.append(_verdict(f"{sw.names.get(scheme, scheme)}, {loss:g} % loss, "

@@ -102,6 +102,18 @@ def ratio_ci(num: Sequence[float], den: Sequence[float]) -> Estimate:
                     float(np.percentile(boot, 100 - tail)), int(min(a.size, b.size)))
 
 
+def diff_ci(a: Sequence[float], b: Sequence[float]) -> Estimate:
+    """median(a) - median(b), with an interval from resampling both independently."""
+    x, y = _clean(a), _clean(b)
+    if x.size == 0 or y.size == 0:
+        return Estimate(float("nan"), float("nan"), float("nan"), 0)
+    rng = np.random.default_rng(SEED)
+    boot = _resampled_medians(x, rng) - _resampled_medians(y, rng)
+    tail = 100 * (1 - LEVEL) / 2
+    return Estimate(float(np.median(x) - np.median(y)), float(np.percentile(boot, tail)),
+                    float(np.percentile(boot, 100 - tail)), int(min(x.size, y.size)))
+
+
 def cells(df: pd.DataFrame, keys: list[str], column: str) -> pd.DataFrame:
     """One row per cell (``keys``): ``n``, ``median``, ``lo``, ``hi`` of ``column`` over its runs."""
     rows = []
