@@ -70,7 +70,29 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
 
     with cli.user_errors():
         from harness import presets, sweep
+        from harness.p2p import spec as p2p
 
+        if preset in p2p.PRESETS:
+            given = [name for name, value in locals().items() if name not in (
+                "c", "preset", "out", "seeds", "iterations", "loss", "sync", "timeout", "cli",
+                "presets", "sweep", "p2p") and value not in (None, False)]
+            if given:
+                raise p2p.PeerSpecError(f"--{given[0].replace('_', '-')} does not apply to the "
+                                    f"peer-to-peer preset {preset}; it takes --seeds, "
+                                    "--iterations (rounds), --loss, --sync and --timeout.")
+            from harness.p2p import run as p2p_run
+
+            plan = p2p.get(preset).override(
+                seeds=cli.numbers(seeds, int, "--seeds"),
+                rounds=cli.number(iterations, int, "--iterations"),
+                loss_pcts=cli.numbers(loss, float, "--loss"), syncs=cli.items(sync),
+                timeout_s=cli.number(timeout, float, "--timeout"))
+            folder = Path(out) if out else PROJECT / "results" / plan.name
+            sweep.check_folder(folder)
+            cli.require_root()
+            cli.require_setup()
+            p2p_run.run_plan(plan, folder)
+            return
         plan = presets.get(preset or presets.DEFAULT_PRESET).override(
             transports=cli.words(transports), loss_pcts=cli.losses(loss), cross=cli.items(cross),
             bottleneck_mbps=cli.numbers(bandwidth, float, "--bandwidth"),

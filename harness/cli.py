@@ -20,6 +20,7 @@ from harness.faults import FaultError, parse_fault
 from harness.presets import UnknownPreset
 from harness.results import ResultsError
 from harness.simulate import SimulationError
+from harness.p2p.spec import PeerSpecError
 from harness.spec import SpecError
 from harness.sweep import SweepError
 from harness.sync import SyncError, parse_sync
@@ -36,7 +37,7 @@ USER_ERRORS = (SpecError, UnknownPreset, UnknownTransport, OptionError, Topology
                TestbedError, OVSError, SweepError, ResultsError, DatasetError, TransportError,
                DelayError, BenchError, LossModelError, CrossError, SyncError, FaultError,
                SimulationError, ByzantineError, AggregatorError, CompressError,
-               ClusterError)
+               ClusterError, PeerSpecError)
 
 
 def require_root() -> None:

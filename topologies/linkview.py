@@ -135,6 +135,9 @@ class LinkState:
     capacity_mbps: float
     measured_mbps: float
     available_mbps: float
+    own_mbps: float = 0.0
+    """The part of the measured rate that the controller's own plans put there (peer-to-peer
+    training it scheduled, :meth:`LinkMeter.planned`); not counted against the link."""
 
     @property
     def utilisation_frac(self) -> float:
@@ -153,6 +156,32 @@ class LinkMeter:
         self.floor_frac = floor_frac
         self._samples: dict[tuple[int, int], collections.deque] = collections.defaultdict(
             lambda: collections.deque(maxlen=256))
+        self._own: collections.deque = collections.deque(maxlen=4096)
+
+    def planned(self, t: float, link_bytes: dict[str, float]) -> None:
+        """Record that the controller's own plan put ``link_bytes`` on these links at ``t``
+        (monotonic seconds): training traffic it scheduled itself, which :meth:`state` takes
+        out of the measured rate so that only other traffic counts against a link."""
+        self._own.append((t, dict(link_bytes)))
+
+    def _own_mbps(self, name: str, t0: float, t1: float) -> float:
+        if t1 <= t0:
+            return 0.0
+        total = sum(b.get(name, 0.0) for t, b in self._own if t0 < t <= t1)
+        return total * 8 / (t1 - t0) / 1e6
+
+    def _span(self, link: Link) -> tuple[tuple, tuple] | None:
+        """The first and last samples of the link's counter within ``window_s`` (None with
+        fewer than two samples)."""
+        samples = self._samples.get((link.dpid, link.port))
+        if not samples or len(samples) < 2:
+            return None
+        last, first = samples[-1], samples[-2]
+        for s in reversed(list(samples)[:-2]):
+            if last[0] - s[0] > self.window_s:
+                break
+            first = s
+        return first, last
 
     def observe(self, dpid: int, port: int, t: float, rx_bytes: int, tx_bytes: int) -> None:
         """Record one port's counters at time ``t`` (seconds)."""
@@ -163,14 +192,10 @@ class LinkMeter:
 
     def rate_mbps(self, link: Link) -> float:
         """The link's rate over the last ``window_s`` seconds (0 with fewer than two samples)."""
-        samples = self._samples.get((link.dpid, link.port))
-        if not samples or len(samples) < 2:
+        span = self._span(link)
+        if span is None:
             return 0.0
-        last, first = samples[-1], samples[-2]
-        for s in reversed(list(samples)[:-2]):
-            if last[0] - s[0] > self.window_s:
-                break
-            first = s
+        first, last = span
         index = 1 if link.counter == "rx_bytes" else 2
         return max(0.0, (last[index] - first[index]) * 8 / (last[0] - first[0]) / 1e6)
 
@@ -178,8 +203,11 @@ class LinkMeter:
         """Capacity, measured rate and available bandwidth of link ``name``."""
         link = self.wiring.links[name]
         measured = self.rate_mbps(link)
-        available = max(link.capacity_mbps - measured, self.floor_frac * link.capacity_mbps)
-        return LinkState(link.capacity_mbps, measured, available)
+        span = self._span(link)
+        own = min(measured, self._own_mbps(name, span[0][0], span[1][0])) if span else 0.0
+        available = max(link.capacity_mbps - (measured - own),
+                        self.floor_frac * link.capacity_mbps)
+        return LinkState(link.capacity_mbps, measured, available, own)
 
     def available(self) -> dict[str, float]:
         """Available bandwidth of every link, by name."""

@@ -25,6 +25,11 @@ app polls every ``stats_interval_s`` (both apps receive each reply; this one kee
   per switch); switches that leave the tree lose flow and group; no receivers removes it all.
   It answers after every switch has confirmed (a barrier) and fails if a switch refused a
   message;
+- ``round`` (``round``, ``senders``, ``p``, ``policy``, ``seed``, ``size_bytes``, ``install``):
+  one round of peer-to-peer training at once (:mod:`harness.p2p`): ``select`` for every sender in
+  the given order on one view of the links, each later sender seeing the earlier ones' trees as
+  load, then ``multicast`` for all of them with one barrier per switch (``install`` false: select
+  only, for unicast copies); answers with the selections and the time each half took;
 - ``groups``: every installed group's packet and byte counters, per bucket, read from the
   switches (``OFPGroupStatsRequest``), with the sender, group address and bucket targets.
 
@@ -46,7 +51,7 @@ from os_ken.ofproto import ofproto_v1_3
 from topologies.controller_app import CONFIG_ENV, answer_commands
 from topologies.linkview import LinkMeter, Wiring
 from topologies.mcast_plan import MulticastPlan, plan
-from topologies.selmcast import MAX_WAIT_ROUNDS, RoundPlan, select
+from topologies.selmcast import MAX_WAIT_ROUNDS, RoundPlan, paces, planned_bytes, select
 
 MCAST_PRIORITY = 150
 REPLY_S = 3.0
@@ -162,46 +167,79 @@ class MulticastController(app_manager.OSKenApp):
                             max_wait_rounds=int(cmd.get("max_wait_rounds", MAX_WAIT_ROUNDS)))
             return {"t": time.time(), **chosen.as_dict()}
         if op == "multicast":
-            return {"t": time.time(), **self._install(
-                plan(self.wiring, cmd["sender"], cmd["receivers"], cmd.get("group"))).as_dict()}
+            new = plan(self.wiring, cmd["sender"], cmd["receivers"], cmd.get("group"))
+            self._install([new])
+            return {"t": time.time(), **new.as_dict()}
+        if op == "round":
+            return self._round(cmd)
         if op == "groups":
             return {"groups": self._group_stats()}
         raise ValueError(f"unknown command {op!r}; the commands are links, select, multicast, "
-                         "groups.")
+                         "round, groups.")
 
-    def _install(self, new: MulticastPlan) -> MulticastPlan:
-        key = (new.sender, new.group)
-        gid = self.group_ids.setdefault(key, len(self.group_ids) + 1)
-        old = self.installed.get(key)
-        had = {sp.switch for sp in old.switches} if old else set()
-        for sp in new.switches:  # check every switch before changing any
-            self._dp(sp.dpid)
-        touched, xids = [], set()
-        try:
+    def _round(self, cmd: dict) -> dict:
+        """Select the receivers of every sender in ``cmd["senders"]`` for one round, in that
+        order and on one view of the links (each later sender sees the earlier ones' trees as
+        load), then install all of their multicasts with one barrier per switch."""
+        t0 = time.monotonic()
+        available = self.meter.available()
+        chosen = [select(cmd.get("policy", "selmcast"), sender, cmd["p"], self.wiring,
+                         available, self.round_plan, round_=int(cmd["round"]),
+                         seed=int(cmd.get("seed", 0)),
+                         size_bytes=int(cmd.get("size_bytes", 437_544)),
+                         max_wait_rounds=int(cmd.get("max_wait_rounds", MAX_WAIT_ROUNDS)))
+                  for sender in cmd["senders"]]
+        install = cmd.get("install", True)
+        # Everyone planned in this round so far (under SSP, senders that asked earlier too).
+        planned = {sender: receivers for sender, (_, receivers) in self.round_plan.trees.items()}
+        pace = paces(self.wiring, available, planned, copies=not install)
+        # Training traffic the controller schedules is not load on a link for the next round.
+        self.meter.planned(time.monotonic(), planned_bytes(
+            self.wiring, {c.sender: c.receivers for c in chosen},
+            int(cmd.get("size_bytes", 437_544)), copies=not install))
+        t1 = time.monotonic()
+        if install:
+            self._install([plan(self.wiring, c.sender, c.receivers) for c in chosen])
+        return {"t": time.time(), "select_s": t1 - t0, "install_s": time.monotonic() - t1,
+                "selections": [{**c.as_dict(), "pace_mbps": pace[c.sender]} for c in chosen]}
+
+    def _install(self, news: list[MulticastPlan]) -> None:
+        """Install each plan (replacing the same sender's earlier one), then wait for one barrier
+        per switch touched; fail if a switch refused any message."""
+        for new in news:  # check every switch before changing any
             for sp in new.switches:
-                touched.append(self._put_group(sp, gid, new, sp.switch in had, xids))
-            for switch in had - {sp.switch for sp in new.switches}:
-                dp = self.datapaths.get(self.wiring.switches[switch])
-                if dp is not None:  # else gone with its switch
-                    touched.append(self._drop_group(dp, gid, new, xids))
-            for dp in touched:  # a refusal arrives before the barrier's reply
+                self._dp(sp.dpid)
+        touched, xids = {}, set()
+        try:
+            for new in news:
+                key = (new.sender, new.group)
+                gid = self.group_ids.setdefault(key, len(self.group_ids) + 1)
+                old = self.installed.get(key)
+                had = {sp.switch for sp in old.switches} if old else set()
+                for sp in new.switches:
+                    dp = self._put_group(sp, gid, new, sp.switch in had, xids)
+                    touched[dp.id] = dp
+                for switch in had - {sp.switch for sp in new.switches}:
+                    dp = self.datapaths.get(self.wiring.switches[switch])
+                    if dp is not None:  # else gone with its switch
+                        touched[dp.id] = self._drop_group(dp, gid, new, xids)
+                # What the switches hold once the barriers return, unless one refused.
+                if new.switches:
+                    self.installed[key] = new
+                else:
+                    self.installed.pop(key, None)
+            for dp in touched.values():  # a refusal arrives before the barrier's reply
                 self._ask(dp, dp.ofproto_parser.OFPBarrierRequest(dp))
             refused = [self.refused[x] for x in sorted(xids) if x in self.refused]
         finally:
             self.watched -= xids
             for x in xids:
                 self.refused.pop(x, None)
-        # What the switches now hold, whether or not one refused a message.
-        if new.switches:
-            self.installed[key] = new
-        else:
-            self.installed.pop(key, None)
         if refused:
             e = refused[0]
             raise ValueError(f"switch {self.wiring.dpid_names.get(e['dpid'])} refused a "
                              f"multicast change (OpenFlow error type {e['type']}, code "
                              f"{e['code']}).")
-        return new
 
     def _put_group(self, sp, gid: int, new: MulticastPlan, modify: bool, xids: set[int]):
         """Add (or replace the buckets of) group ``gid`` on ``sp``'s switch, and the flow into

@@ -39,6 +39,10 @@ HEADER_BYTES = 28  # IPv4 + UDP
 class MulticastClient(ControllerClient):
     """The multicast app's commands (see :mod:`topologies.mcast_app`)."""
 
+    def __init__(self, port: int, timeout_s: float = 5.0, settle=None, purge=None) -> None:
+        super().__init__(port, timeout_s, settle)
+        self.purge = purge
+
     def links(self) -> dict[str, dict]:
         """Every directed link's capacity, measured rate and available bandwidth, by name."""
         return {row.pop("link"): row for row in self.command("links")["links"]}
@@ -59,6 +63,20 @@ class MulticastClient(ControllerClient):
         reply = self.command("multicast", **args)
         if self.settle is not None:
             self.settle()
+        return reply
+
+    def round(self, round_: int, senders, p: int, policy: str = "selmcast", *, seed: int = 0,
+              size_bytes: int = 437_544, install: bool = True) -> dict:
+        """Select every sender's receivers for one round (in the order given) and, with
+        ``install``, put all of their multicasts in the switches; return once the datapaths
+        forward by them (``purge`` drops the datapaths' cached flows: a round cannot wait half
+        a second for :meth:`install`'s settle). Answers ``{"selections": [...], "select_s", "install_s", "settle_s"}``."""
+        reply = self.command("round", round=round_, senders=list(senders), p=p, policy=policy,
+                             seed=seed, size_bytes=size_bytes, install=install)
+        t0 = time.monotonic()
+        if install and self.purge is not None:
+            self.purge()
+        reply["settle_s"] = time.monotonic() - t0
         return reply
 
     def groups(self) -> list[dict]:

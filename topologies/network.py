@@ -303,7 +303,8 @@ class Testbed:
             settings.update(wiring=self.topo.wiring(), mcast_control_port=ports[-1],
                             mcast_cookie=MCAST_COOKIE)
             apps.append("topologies.mcast_app")
-            self.mcast = MulticastClient(ports[-1], settle=self.ovs.settle_datapath)
+            self.mcast = MulticastClient(ports[-1], settle=self.ovs.settle_datapath,
+                                         purge=self.ovs.purge_datapath)
         config = self.folder / "controller.json"
         config.write_text(json.dumps(settings, indent=1))
         self.control = ControllerClient(control_port, settle=self.ovs.settle_datapath)
@@ -457,6 +458,10 @@ class Testbed:
             ps_port=PS_PORT, worker_ports=tuple(self.params.worker_ports),
             cross_ports=tuple(self.params.cross_ports),
         )
+
+    def switch_ports(self, switch: str) -> dict:
+        """Switch ``switch``'s per-port counters now (OpenFlow port number -> PortCounters)."""
+        return parse_dump_ports(_run("ovs-ofctl", "-O", "OpenFlow13", "dump-ports", switch))
 
     def start_process(self, host: str, argv: list[str], log_path: Path,
                       env: dict[str, str] | None = None) -> HostProcess:

@@ -68,6 +68,12 @@ class PrivateOVS:
         """
         self._run("ovs-appctl", "--timeout=5", "-t", "ovs-vswitchd", "revalidator/wait")
 
+    def purge_datapath(self) -> None:
+        """Drop every flow the datapath has cached, so the next packets are forwarded by the
+        current flow table (through the slow path, once). Returns at once, where
+        :meth:`settle_datapath` waits for a revalidation pass (up to half a second)."""
+        self._run("ovs-appctl", "--timeout=5", "-t", "ovs-vswitchd", "revalidator/purge")
+
     def start(self) -> None:
         """Create a fresh database and start both daemons (they detach and write pid files)."""
         for tool in ("ovsdb-server", "ovs-vswitchd", "ovs-vsctl", "ovsdb-tool"):

@@ -2,7 +2,7 @@
 
 Pure and seeded (no OpenFlow, no clock): the controller's multicast app
 (:mod:`topologies.mcast_app`) calls :func:`select` with its view of the network
-(:mod:`topologies.linkview`), and the unit tests call it with synthetic views. Three policies
+(:mod:`topologies.linkview`), and the unit tests call it with synthetic views. Four policies
 (:data:`POLICIES`):
 
 - ``random-p``, the baseline of the state of the art: exactly ``p`` receivers, uniformly at
@@ -10,7 +10,8 @@ Pure and seeded (no OpenFlow, no clock): the controller's multicast app
 - ``broadcast``: every other worker;
 - ``selmcast``: our interpretation of SELMCAST (Luo et al., IEEE TSC 2024), which picks receivers
   from a global view of available bandwidth and load. The paper's text is not at hand; what is
-  built here is stated in full below, and is ours.
+  built here is stated in full below, and is ours;
+- ``selmcast-p``: the same view, exactly ``p`` receivers (below).
 
 **The model.** A multicast of ``size_bytes`` from sender ``s`` to receivers ``R`` follows the
 tree made of the paths from ``s`` to each receiver, and crosses each link of it once (the switches
@@ -39,6 +40,10 @@ multicasts this round are left out while leaving them out pays. ``p`` is a floor
 the chosen ``|R|`` is the round's effective p, and averages above the baseline's whenever
 bandwidth allows.
 
+**selmcast-p** keeps the bandwidth- and load-aware choice but not the growth: exactly ``p``
+receivers, those of largest ``b(r)`` (same ties, same waiting rule). It separates the two things
+selmcast changes against random-p: *which* receivers, and *how many*.
+
 **Everyone takes part eventually.** Training converges only if every worker keeps receiving now
 and then; a worker behind a slow link would otherwise never be chosen. A worker that has received
 from nobody for ``max_wait_rounds`` rounds is added to the next selmcast selection (the objective
@@ -58,7 +63,7 @@ import random
 
 from topologies.linkview import Wiring
 
-POLICIES = ("random-p", "selmcast", "broadcast")
+POLICIES = ("random-p", "selmcast", "selmcast-p", "broadcast")
 MAX_WAIT_ROUNDS = 8
 _TIME_SLACK = 1e-9  # comparisons of estimated times made equal by rounding
 
@@ -184,7 +189,9 @@ def select(policy: str, sender: str, p: int, wiring: Wiring, available_mbps: dic
     elif policy == "random-p":
         chosen = sorted(rng.sample(candidates, p), key=candidates.index)
     else:
-        chosen = _best_prefix(candidates, rate, receptions, p, baseline_s, time_s, rng)
+        # selmcast-p: the deadline of the shortest prefix, so the scan stops at p.
+        deadline_s = baseline_s if policy == "selmcast" else 0.0
+        chosen = _best_prefix(candidates, rate, receptions, p, deadline_s, time_s, rng)
         forced = [w for w in candidates if w not in chosen and plan.waited(w) >= max_wait_rounds]
         chosen = sorted(chosen + forced, key=candidates.index)
     plan.register(sender, tree_links(wiring, sender, chosen), tuple(chosen))
@@ -206,3 +213,48 @@ def _best_prefix(candidates, rate, receptions, p, deadline_s, time_s, rng) -> li
         if score >= best_score * (1 - _TIME_SLACK):
             best_k, best_score = k, max(score, best_score)
     return order[:best_k]
+
+
+def paces(wiring: Wiring, available_mbps: dict[str, float],
+          chosen: dict[str, tuple[str, ...]], copies: bool = False) -> dict[str, float]:
+    """Each sender's pace, in Mbit/s, once every sender's receivers are known (*our
+    interpretation*: an equal share of every link among the transfers that cross it).
+
+    With the switches copying (``copies`` false) a sender's multicast crosses each link of its
+    tree once and runs at its most shared link: ``min over e in tree of available(e) / n(e)``,
+    ``n(e)`` the trees that cross ``e``. With unicast copies every copy is a transfer of its own
+    and ``n(e)`` counts copies (the sender's own link carries all of its ``k``); a sender's copies
+    together go ``k`` times the rate of its slowest copy. The selection's ``b(r)`` saw only the
+    senders planned before it; this sees the whole round.
+    """
+    count: collections.Counter = collections.Counter()
+    paths = {s: [wiring.path(s, r) for r in receivers] for s, receivers in chosen.items()}
+    for s, ps in paths.items():
+        count.update(link for path in ps for link in path) if copies \
+            else count.update(tree_links(wiring, s, chosen[s]))
+    out = {}
+    for s, ps in paths.items():
+        links = {link for path in ps for link in path}
+        if not links:
+            continue
+        per = min(available_mbps[e] / count[e] for e in links)
+        out[s] = per * len(ps) if copies else per
+    return out
+
+
+WIRE_FACTOR = 1.06
+"""Ethernet frame bytes per payload byte of a parameter message (headers of ~1,400-byte
+datagrams); what the switch counters see of ``size_bytes``, roughly."""
+
+
+def planned_bytes(wiring: Wiring, chosen: dict[str, tuple[str, ...]], size_bytes: int,
+                  copies: bool = False) -> dict[str, float]:
+    """Bytes on every link when each sender sends ``size_bytes`` to its receivers: once per
+    tree link with the switches copying, once per copy per path link with unicast copies."""
+    out: collections.Counter = collections.Counter()
+    for s, receivers in chosen.items():
+        links = [e for r in receivers for e in wiring.path(s, r)] if copies \
+            else tree_links(wiring, s, receivers)
+        for e in links:
+            out[e] += size_bytes * WIRE_FACTOR
+    return dict(out)

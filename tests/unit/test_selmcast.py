@@ -10,8 +10,8 @@ import pytest
 from topologies.fabric import FabricParams
 from topologies.linkview import LinkMeter, Wiring, WiringError
 from topologies.mcast_plan import group_address, plan
-from topologies.selmcast import (RoundPlan, SelectionError, random_p_expected_s, select,
-                                 tree_links)
+from topologies.selmcast import (WIRE_FACTOR, RoundPlan, SelectionError, paces, planned_bytes,
+                                 random_p_expected_s, select, tree_links)
 
 
 def fabric(**kwargs) -> Wiring:
@@ -166,6 +166,27 @@ def test_meter_rates_from_port_counters_over_its_window():
     assert meter.state("l1>sp1").utilisation_frac > 1
 
 
+def test_meter_does_not_count_the_controllers_own_plans_as_load():
+    wiring = fabric(n_leaves=2, workers_per_leaf=1)
+    meter = LinkMeter(wiring, window_s=1.0)
+    up = wiring.links["l1>sp1"]
+    for i in range(3):  # 40 Mbit/s out of the uplink
+        meter.observe(up.dpid, up.port, i * 0.5, rx_bytes=0, tx_bytes=i * 2_500_000)
+    meter.planned(0.7, {"l1>sp1": 3_750_000})   # 30 Mbit/s of it over the second: ours
+    state = meter.state("l1>sp1")
+    assert state.own_mbps == pytest.approx(30.0)
+    assert state.available_mbps == pytest.approx(90.0)
+    assert state.measured_mbps == pytest.approx(40.0)
+
+
+def test_planned_bytes_once_per_tree_link_or_per_copy():
+    wiring = fabric(n_leaves=2, workers_per_leaf=2)
+    tree = planned_bytes(wiring, {"w1": ("w3", "w4")}, 1000)
+    assert tree["l1>sp1"] == pytest.approx(1000 * WIRE_FACTOR)
+    copies = planned_bytes(wiring, {"w1": ("w3", "w4")}, 1000, copies=True)
+    assert copies["l1>sp1"] == pytest.approx(2000 * WIRE_FACTOR)
+
+
 # ---- multicast plans ---------------------------------------------------------------------------
 
 def test_plan_copies_once_per_link_and_rewrites_at_the_last_hop():
@@ -196,3 +217,27 @@ def test_plan_without_receivers_is_empty_and_bad_ones_are_refused():
         plan(wiring, "w1", ["w2", "w2"])
     with pytest.raises(WiringError, match="no host named 'w9'"):
         plan(wiring, "w1", ["w9"])
+
+
+def test_paces_share_each_link_among_the_transfers_that_cross_it():
+    # Two leaves of two; w1 and w2 both multicast to w3 and w4 across the one uplink of l1.
+    wiring = fabric(n_leaves=2, workers_per_leaf=2, n_slow=1)
+    view = idle(wiring)
+    chosen = {"w1": ("w3", "w4"), "w2": ("w3", "w4")}
+    both = paces(wiring, view, chosen)
+    assert both == {"w1": pytest.approx(12.5), "w2": pytest.approx(12.5)}  # w4: 25 Mbit/s, 2 trees
+    alone = paces(wiring, view, {"w1": ("w2",)})
+    assert alone == {"w1": pytest.approx(100.0)}
+    # Unicast copies: w1's own link carries both copies, l1's uplink both, w4's link one.
+    copies = paces(wiring, view, {"w1": ("w3", "w4")}, copies=True)
+    assert copies == {"w1": pytest.approx(2 * 25.0)}
+    copies = paces(wiring, view, {"w1": ("w2", "w3")}, copies=True)
+    assert copies == {"w1": pytest.approx(2 * 50.0)}
+
+
+def test_selmcast_p_takes_exactly_p_of_the_fastest():
+    wiring = fabric(n_leaves=2, workers_per_leaf=3, n_slow=2)
+    for seed in range(20):
+        chosen = select("selmcast-p", "w1", 2, wiring, idle(wiring), RoundPlan(), seed=seed)
+        assert len(chosen.receivers) == 2
+        assert not {"w5", "w6"} & set(chosen.receivers)   # the quarter-rate ones

@@ -1,0 +1,288 @@
+"""One peer-to-peer run on the fabric, and a resumable sweep of them into one results folder.
+
+:func:`execute` writes the run's spec and session, applies its loss, starts the round
+coordinator (:mod:`harness.p2p.coord`) and one :mod:`harness.p2p.peer` per worker host, waits for
+them, reads every switch port's counters before and after, and returns the run's row.
+:func:`run_plan` runs every unfinished run of a :class:`~harness.p2p.spec.PeerPlan`, grouping runs
+that share a network on one live fabric, appends each row to ``runs.csv`` the moment the run
+ends (a killed sweep keeps every row and the same command resumes), then writes the report and
+figures (:mod:`harness.p2p.report`). The columns are :data:`P2P_COLUMNS` (units in
+``docs/results-schema.md``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from harness import results
+from harness.p2p.coord import Coordinator, socket_path
+from harness.p2p.spec import PeerPlan, PeerSpec
+from harness.results import Column
+from harness.runfiles import read_jsonl, write_session
+from harness.runner import git_state, spawn_forked, wait
+from harness.sweep import fmt_s, set_aside
+from harness.zygote import Zygote
+from topologies.fabric import SPINE_NAME, UPLINK_PORT, leaf_name
+from topologies.impair import Impairment
+from topologies.incast import worker_name
+from topologies.network import Testbed
+from transports.base import Session
+
+P2P_COLUMNS = (
+    Column("run_id", "", "unique id: policy, copies, transport, sync, p, loss, seed, digest"),
+    Column("sweep", "", "the preset the run belongs to"),
+    Column("status", "", "ok, timeout or crash"),
+    Column("reason", "", "why a run is not ok (empty when ok)"),
+    Column("method", "", "policy/copy/scheme: what the figures group by"),
+    Column("policy", "", "receiver selection: random-p, selmcast or broadcast"),
+    Column("copy", "", "switch (OpenFlow groups copy) or unicast (the sender's own copies)"),
+    Column("scheme", "", "peer transport with options (mcast, mcast+close_frac=0.9, tcp)"),
+    Column("sync", "", "bsp or ssp:S"),
+    Column("p", "receivers", "the floor of receivers per sender and round"),
+    Column("n_workers", "hosts", "peers"),
+    Column("n_slow", "hosts", "peers on a slow access link"),
+    Column("access_mbps", "Mbit/s", "a fast peer's access rate"),
+    Column("slow_frac", "", "a slow peer's access rate over the fast one's"),
+    Column("uplink_mbps", "Mbit/s", "each leaf-spine link's rate"),
+    Column("loss_pct", "%", "random loss per packet at each host's ingress"),
+    Column("seed", "", "model initialisation, data order, random-p's draws"),
+    Column("rounds", "rounds", "rounds asked for"),
+    Column("rounds_done", "rounds", "rounds every peer finished"),
+    Column("wall_s", "s", "from starting the peers to the last one's exit"),
+    Column("train_s", "s", "from the first round's start to the last round's end"),
+    Column("round_s", "s", "median over peers and rounds of a round's duration"),
+    Column("sync_s", "s", "median over peers and rounds of a round's synchronisation time: "
+                          "waiting for the round (barrier or staleness bound, and the plan) plus "
+                          "the send, i.e. the round without mixing and computing"),
+    Column("sync_p90_s", "s", "90th percentile of the same"),
+    Column("send_s", "s", "median over peers and rounds of the send alone (until every receiver "
+                          "closed the message)"),
+    Column("compute_s", "s", "median over peers and rounds of the local steps"),
+    Column("plan_s", "s", "median over rounds of the coordinator's plan: selection, installing "
+                          "the groups and settling the datapaths"),
+    Column("avg_p", "receivers", "mean receivers per sender and round: the achieved p"),
+    Column("delivered_p", "receivers", "mean receivers per sender and round that closed the "
+                                       "message"),
+    Column("mixed_per_round", "messages", "mean messages a peer mixed in per round"),
+    Column("mixed_frac", "", "mean received fraction of the messages mixed in"),
+    Column("early_closes", "messages", "messages received and closed before complete, all peers"),
+    Column("retransmits", "datagrams", "datagrams sent again, all peers"),
+    Column("wire_bytes_per_round", "bytes", "bytes the peers emitted per round (headers counted)"),
+    Column("trunk_bytes_per_round", "bytes", "bytes the leaf-spine links carried per round, "
+                                             "both directions (switch port counters)"),
+    Column("access_bytes_per_round", "bytes", "bytes the switches delivered to the peers per "
+                                              "round"),
+    Column("final_accuracy", "", "test accuracy of the average of the peers' final models"),
+    Column("peer_acc_min", "", "the worst peer's own final test accuracy"),
+    Column("peer_acc_max", "", "the best peer's own final test accuracy"),
+    Column("target_accuracy", "", "the accuracy time to accuracy is measured to"),
+    Column("tta_s", "s", "training time until the mean of the peers' own accuracies first "
+                         "reached the target (empty if never)"),
+    Column("started_at", "", "UTC start of the run"),
+    Column("git_commit", "", "the project's commit"),
+    Column("git_dirty", "", "uncommitted changes at the run"),
+)
+
+P2P_CURVE_COLUMNS = (
+    Column("run_id", "", "the run"),
+    Column("round", "rounds", "rounds done at the evaluation"),
+    Column("t_s", "s", "training time at the evaluation (the slowest peer's)"),
+    Column("acc_mean", "", "mean of the peers' own test accuracies"),
+    Column("acc_min", "", "the worst peer's"),
+    Column("acc_max", "", "the best peer's"),
+)
+
+
+def port_counters(tb: Testbed, switches: list[str]) -> dict[str, dict[int, dict]]:
+    """Every port's counters of every named switch."""
+    return {sw: {port: vars(c) for port, c in tb.switch_ports(sw).items()} for sw in switches}
+
+
+def link_bytes(before: dict, after: dict, n_leaves: int) -> tuple[int, int]:
+    """(bytes on the leaf-spine links both ways, bytes the leaves sent to hosts) between two
+    readings of :func:`port_counters`."""
+    def tx(sw: str, port: int) -> int:
+        return after[sw][port]["tx_bytes"] - before[sw][port]["tx_bytes"]
+
+    leaves = [leaf_name(i) for i in range(n_leaves)]
+    trunk = sum(tx(sw, UPLINK_PORT) for sw in leaves) + sum(tx(SPINE_NAME, p)
+                                                            for p in after[SPINE_NAME])
+    access = sum(tx(sw, p) for sw in leaves for p in after[sw] if p != UPLINK_PORT)
+    return trunk, access
+
+
+def execute(tb: Testbed, spec: PeerSpec, run_dir: Path, sweep: str, spawn) -> tuple[dict, list]:
+    """Run ``spec`` on the live fabric ``tb``; return its row and its curve rows."""
+    raw = run_dir / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    (run_dir / "spec.json").write_text(spec.to_json())
+    session_path = run_dir / "session.key"
+    write_session(session_path, Session.draw())
+    started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    tb.configure(Impairment(spec.loss_pct, 0.0, seed=spec.seed))
+    ips = [tb.host_ips()[worker_name(r)] for r in range(spec.n_workers)]
+    switches = spec.fabric.switch_names
+    before = port_counters(tb, switches)
+    sock = socket_path(f"{spec.seed}")
+    t0 = time.monotonic()
+    try:
+        with Coordinator(spec, tb.mcast, sock, raw / "rounds.jsonl", ips):
+            procs = {}
+            try:
+                for r in range(spec.n_workers):
+                    host = worker_name(r)
+                    procs[host] = spawn(host, "harness.p2p.peer",
+                                        ["--run", str(run_dir), "--rank", str(r), "--coord",
+                                         str(sock), "--session", str(session_path)],
+                                        raw / f"{host}.log")
+                status, reason = wait(procs, t0 + spec.timeout_s)
+            finally:
+                for proc in procs.values():
+                    proc.kill()
+        wall_s = time.monotonic() - t0
+    finally:
+        session_path.unlink(missing_ok=True)
+    after = port_counters(tb, switches)
+    (run_dir / "counters.json").write_text(json.dumps({"before": before, "after": after}))
+    commit, dirty = git_state()
+    row, curves = summarise(spec, raw, before, after)
+    row.update(run_id=spec.run_id, sweep=sweep, status=status, reason=reason, wall_s=wall_s,
+               started_at=started_at, git_commit=commit, git_dirty=dirty)
+    return row, curves
+
+
+def _median(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return float(np.median(values)) if values else None
+
+
+def summarise(spec: PeerSpec, raw: Path, before: dict, after: dict) -> tuple[dict, list[dict]]:
+    """The run's row (all but status and provenance) and its curve rows, from its raw files."""
+    import torch
+
+    from harness import datasets, models
+    from harness.node import evaluate
+
+    hosts = [worker_name(r) for r in range(spec.n_workers)]
+    rounds = pd.DataFrame([dict(rec, host=h) for h in hosts
+                           for rec in read_jsonl(raw / f"{h}.jsonl")])
+    plans = read_jsonl(raw / "rounds.jsonl")
+    evals = pd.DataFrame([dict(rec, host=h) for h in hosts
+                          for rec in read_jsonl(raw / f"{h}.eval.jsonl")])
+    row = {c.name: None for c in P2P_COLUMNS}
+    row.update(method=spec.method, policy=spec.policy, copy=spec.copy, scheme=spec.scheme,
+               sync=spec.sync, p=spec.p, n_workers=spec.n_workers, n_slow=spec.n_slow,
+               access_mbps=spec.access_mbps, slow_frac=spec.slow_frac,
+               uplink_mbps=spec.fabric.uplink_rate_mbps, loss_pct=spec.loss_pct, seed=spec.seed,
+               rounds=spec.rounds, target_accuracy=spec.target_accuracy)
+    t_start = rounds["start_mono"].min() if len(rounds) else None
+    if len(rounds):
+        done = rounds.groupby("host")["round"].max()
+        row["rounds_done"] = int(done.min()) + 1 if len(done) == spec.n_workers else 0
+        rounds = rounds.sort_values(["host", "round"])
+        end = rounds["start_mono"] + rounds["wait_s"] + rounds["mix_s"] + rounds["compute_s"] \
+            + rounds["send_s"]
+        rounds["round_s"] = rounds.groupby("host")["start_mono"].shift(-1) - rounds["start_mono"]
+        rounds["sync_s"] = rounds["wait_s"] + rounds["send_s"]
+        row["train_s"] = float(end.max() - t_start)
+        row["round_s"] = _median(rounds["round_s"].dropna())
+        row["sync_s"] = _median(rounds["sync_s"])
+        row["sync_p90_s"] = float(np.percentile(rounds["sync_s"], 90))
+        row["send_s"] = _median(rounds["send_s"])
+        row["compute_s"] = _median(rounds["compute_s"])
+        row["avg_p"] = float(rounds["receivers"].mean())
+        row["delivered_p"] = float(rounds["delivered"].mean())
+        row["mixed_per_round"] = float(rounds["mixed"].mean())
+        row["mixed_frac"] = _median(rounds["mixed_frac"].dropna()) \
+            if rounds["mixed_frac"].notna().any() else None
+        row["retransmits"] = int(rounds["retransmits"].sum())
+        n_rounds = rounds["round"].nunique()
+        row["wire_bytes_per_round"] = float(rounds["wire_bytes"].sum() / n_rounds)
+        trunk, access = link_bytes(before, after, spec.n_leaves)
+        row["trunk_bytes_per_round"] = trunk / n_rounds
+        row["access_bytes_per_round"] = access / n_rounds
+    if plans:
+        row["plan_s"] = _median([p["plan_s"] for p in plans])
+    summaries = [json.loads((raw / f"{h}.summary.json").read_text()) for h in hosts
+                 if (raw / f"{h}.summary.json").exists()]
+    row["early_closes"] = sum(s["transport_stats"].get("early_closes", 0) for s in summaries)
+    finals = [np.load(raw / f"{h}.final.npy") for h in hosts if (raw / f"{h}.final.npy").exists()]
+    if len(finals) == spec.n_workers:
+        model = models.build(spec.model, spec.seed)
+        models.load_flat(model, torch.from_numpy(np.mean(finals, axis=0).astype(np.float32)))
+        x_test, y_test = datasets.load(spec.dataset, "test")
+        row["final_accuracy"] = evaluate(model, x_test, y_test)[0]
+    curves = []
+    if len(evals):
+        last = evals[evals["round"] == evals["round"].max()]
+        row["peer_acc_min"] = float(last["accuracy"].min())
+        row["peer_acc_max"] = float(last["accuracy"].max())
+        for rnd, g in evals.groupby("round"):
+            if g["host"].nunique() < spec.n_workers:
+                continue
+            t_s = max(0.0, float(g["mono"].max() - t_start)) if t_start is not None else None
+            curves.append({"run_id": spec.run_id, "round": int(rnd), "t_s": t_s,
+                           "acc_mean": float(g["accuracy"].mean()),
+                           "acc_min": float(g["accuracy"].min()),
+                           "acc_max": float(g["accuracy"].max())})
+        reached = [c for c in curves if c["acc_mean"] >= spec.target_accuracy]
+        row["tta_s"] = reached[0]["t_s"] if reached else None
+    return row, curves
+
+
+def unfinished(plan: PeerPlan, folder: Path) -> list[PeerSpec]:
+    """The plan's runs without a row in ``folder/runs.csv``."""
+    done = results.finished_run_ids(folder)
+    return [s for s in plan.specs() if s.run_id not in done]
+
+
+def run_plan(plan: PeerPlan, folder: Path, progress: Callable[[str], None] = print) -> Path:
+    """Run every unfinished run of ``plan`` into ``folder``, then the report; return ``folder``."""
+    from harness.p2p import report
+
+    folder.mkdir(parents=True, exist_ok=True)
+    manifest = folder / "manifest.json"
+    if not manifest.exists():
+        from harness.sweep import provenance
+
+        manifest.write_text(json.dumps({"preset": plan.name, "description": plan.description,
+                                        "runs": [s.run_id for s in plan.specs()],
+                                        "provenance": provenance()}, indent=1))
+    todo = unfinished(plan, folder)
+    progress(f"{plan.name}: {len(plan.specs()) - len(todo)} runs done, {len(todo)} to run")
+    groups: dict[tuple, list[PeerSpec]] = {}
+    for spec in todo:
+        groups.setdefault(spec.network_key, []).append(spec)
+    t_sweep = time.monotonic()
+    n = 0
+    for group in groups.values():
+        net_dir = folder / "network"
+        with Testbed(group[0].fabric, net_dir, stats_interval_s=0.25) as tb, \
+                Zygote(net_dir, tb.ledger) as zygote:
+            spawn = spawn_forked(tb, zygote)
+            for spec in group:
+                run_dir = folder / "runs" / spec.run_id
+                set_aside(run_dir)
+                n += 1
+                progress(f"[{n}/{len(todo)}] {spec.method} {spec.sync} seed {spec.seed}")
+                t0 = time.monotonic()
+                row, curves = execute(tb, spec, run_dir, plan.name, spawn)
+                results.drop_rows(folder / "curves.csv", spec.run_id)
+                results.append_rows(folder / "curves.csv", P2P_CURVE_COLUMNS, curves)
+                results.append_rows(folder / "runs.csv", P2P_COLUMNS, [row])
+                progress(f"    {row['status']} in {fmt_s(time.monotonic() - t0)}: sync "
+                         f"{row['sync_s'] or float('nan'):.3f} s/round, p {row['avg_p'] or 0:.2f}"
+                         f", accuracy {row['final_accuracy'] or float('nan'):.3f}"
+                         + (f" ({row['reason']})" if row["reason"] else ""))
+    if todo:
+        progress(f"{len(todo)} runs in {fmt_s(time.monotonic() - t_sweep)}")
+    written = report.write(folder)
+    progress(f"report {written}")
+    return folder
