@@ -7,6 +7,7 @@ the emulated switches and is not tested here.
 """
 
 import contextlib
+import importlib
 import socket
 import threading
 import time
@@ -95,12 +96,15 @@ def test_every_sender_reaches_exactly_its_receivers_bit_exact(slug):
             assert {(m.sender, m.round) for m in got} == expected and len(got) == len(expected)
             for m in got:
                 assert m.mask is None and m.received_frac == 1.0 and not m.early
-                assert m.values.dtype == np.float32 and _same_bits(m.values, sent[m.sender, m.round])
+                assert m.values.dtype == np.float32
+                assert _same_bits(m.values, sent[m.sender, m.round])
         for (s, k), report in reports.items():
             assert report.delivered == {r: 1.0 for r in plan[s, k]}
             assert report.unfinished == () and report.packets > 0 and report.wire_bytes > 0
+        keys = importlib.import_module(f"transports.peer.{slug}").STATS_KEYS
         for end in ends.values():
-            assert end.stats().get("handler_errors", 0) == 0
+            stats = end.stats()
+            assert set(stats) == set(keys) and stats.get("handler_errors", 0) == 0
 
 
 def _dropper(frac, seed):

@@ -116,12 +116,14 @@ class PeerEnd(abc.ABC):
                  ports: Sequence[int] | None = None) -> None:
         if not 1 <= len(ips) <= MAX_PEERS:
             raise ValueError(f"a peer job has 1 to {MAX_PEERS} peers, not {len(ips)}.")
-        if not (isinstance(rank, int) and 0 <= rank < len(ips)):
+        if not (isinstance(rank, (int, np.integer)) and 0 <= rank < len(ips)):
             raise ValueError(f"rank must be a peer's index from 0 to {len(ips) - 1}, not {rank!r}.")
+        rank = int(rank)
         if ports is not None and len(ports) != len(ips):
             raise ValueError(f"give one port per peer ({len(ips)}), not {len(ports)}.")
-        if not (isinstance(n_floats, int) and n_floats >= 1):
+        if not (isinstance(n_floats, (int, np.integer)) and n_floats >= 1):
             raise ValueError(f"n_floats must be a positive integer, not {n_floats!r}.")
+        n_floats = int(n_floats)
         if not isinstance(session, Session):
             raise ValueError("session must be a transports.base.Session; draw one per run.")
         for ip in ips:

@@ -61,6 +61,10 @@ from transports.peer.inbound import DropHook, Inbound, datagram_count
 TICK_S = 0.1               # the receiving thread looks at its stop flag this often
 FIRST_ANSWER_POLLS = 4     # after the first STATUS of a pass, wait this many polls for the rest
 PACE_SLACK_S = 0.001       # sleep only when ahead of the pace by more than this
+STATS_KEYS = ("datagrams_in", "bytes_in", "datagrams_out", "bytes_out", "retransmits",
+              "status_out", "delivered", "early_closes", "malformed", "foreign", "stranger",
+              "stale", "late", "duplicate_data", "superseded", "dropped_below_min",
+              "test_dropped", "send_errors", "recv_errors", "handler_errors")
 
 
 @dataclasses.dataclass
@@ -312,6 +316,7 @@ class McastPeer(PeerEnd):
 
     def _handle(self, buf: memoryview, src: tuple[str, int]) -> None:
         self._rx["datagrams_in"] += 1
+        self._rx["bytes_in"] += len(buf) + wire.IP_UDP_BYTES
         d = wire.decode(buf)
         if d is None:
             self._rx["malformed"] += 1
@@ -368,16 +373,18 @@ class McastPeer(PeerEnd):
     # --- the rest of the contract ------------------------------------------------------------
 
     def stats(self) -> dict[str, float]:
-        """Counters: datagrams and bytes in and out, dropped by reason (``malformed``,
+        """Counters, every one of :data:`STATS_KEYS` (bytes with IP+UDP headers): datagrams and
+        bytes in and out (STATUS answers included), dropped by reason (``malformed``,
         ``foreign`` session, ``stranger`` source, ``stale``/``late`` round, ``superseded``,
         ``dropped_below_min``, ``test_dropped``), ``delivered``, ``early_closes``,
         ``retransmits``, ``status_out``, errors."""
         rx, tx = dict(self._rx), dict(self._tx)
-        merged = {k: float(v) for k, v in rx.items()}
-        for k, v in tx.items():
-            merged[k] = merged.get(k, 0.0) + v
-        merged["datagrams_out"] = merged.get("datagrams_out", 0.0) + rx.get("status_out", 0)
-        merged["bytes_out"] = merged.get("bytes_out", 0.0) + rx.get("status_bytes_out", 0)
+        merged = dict.fromkeys(STATS_KEYS, 0.0)
+        for k, v in [*rx.items(), *tx.items()]:
+            if k in merged:
+                merged[k] += v
+        merged["datagrams_out"] += rx.get("status_out", 0)
+        merged["bytes_out"] += rx.get("status_bytes_out", 0)
         return merged
 
     def close(self) -> None:

@@ -46,6 +46,8 @@ SEGMENT_BYTES = 1448        # MSS on a 1500-byte MTU with timestamps
 SEGMENT_HEADER_BYTES = 40   # IPv4 + TCP
 TICK_S = 0.1                # the threads look at the stop flag this often
 CONNECT_RETRY_S = 0.05      # a receiver not listening yet (or gone) is tried again this often
+STATS_KEYS = ("messages_out", "delivered", "send_failures", "malformed", "foreign", "stranger",
+              "truncated")
 
 
 class _Stopped(Exception):
@@ -242,11 +244,11 @@ class TcpPeer(PeerEnd):
     # --- the rest of the contract ------------------------------------------------------------
 
     def stats(self) -> dict[str, float]:
-        """Counters: ``messages_out``, ``delivered``, ``send_failures``, and connections closed
+        """Counters, every one of :data:`STATS_KEYS`: ``messages_out``, ``delivered``, ``send_failures``, and connections closed
         because of a ``malformed``, ``foreign`` (session), ``stranger`` (source) or
         ``truncated`` message."""
         with self._lock:
-            return {k: float(v) for k, v in self._counters.items()}
+            return {k: float(self._counters[k]) for k in STATS_KEYS}
 
     def close(self) -> None:
         if self._closed:

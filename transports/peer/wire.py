@@ -7,15 +7,15 @@ Every datagram opens with the same 16-byte header, network byte order::
 ``from`` is the rank of the peer that emitted the datagram and ``round`` the sender's round the
 datagram is about (for STATUS: the round of the message being reported on). After it:
 
-======  =================================================  ==========================================
-kind    tail                                               then
-======  =================================================  ==========================================
-DATA    seq u16, count u16                                 the float32 payload of datagram ``seq``
-POLL    pass u16, count u16                                nothing
-CLOSE   count u16                                          nothing
-STATUS  target u16, pass u16, flags u8, 0 u8, count u16,   when not closed: a bitmap of the
-        have_floats u32                                    datagrams held (bit ``seq``, MSB first)
-======  =================================================  ==========================================
+======  ==============================================  =======================================
+kind    tail                                            then
+======  ==============================================  =======================================
+DATA    seq u16, count u16                              the float32 payload of datagram ``seq``
+POLL    pass u16, count u16                             nothing
+CLOSE   count u16                                       nothing
+STATUS  target u16, pass u16, flags u8, 0 u8,           when not closed: a bitmap of the
+        count u16, have_floats u32                      datagrams held (bit ``seq``, MSB first)
+======  ==============================================  =======================================
 
 ``count`` is the number of data datagrams of a message (every peer derives it from ``n_floats``
 and ``payload_bytes``, so a mismatch marks a malformed datagram); ``target`` is the rank of the
@@ -77,7 +77,8 @@ def decode(buf: memoryview) -> Datagram | None:
 def encode(kind: int, sender: int, session: int, round_: int, *tail: int,
            body: bytes = b"") -> bytes:
     """A whole control datagram (DATA goes out as a header plus a view of the payload)."""
-    return HEADER.pack(MAGIC, VERSION, kind, sender, session, round_) + TAILS[kind].pack(*tail) + body
+    return (HEADER.pack(MAGIC, VERSION, kind, sender, session, round_) + TAILS[kind].pack(*tail)
+            + body)
 
 
 def data_header(sender: int, session: int, round_: int, seq: int, count: int) -> bytes:
