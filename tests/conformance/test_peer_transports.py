@@ -242,3 +242,17 @@ def test_parse_reads_scheme_text():
     for bad in ("udp", "mcast+close_frac"):
         with pytest.raises(OptionError):
             parse(bad)
+
+
+def test_mcast_sender_closes_a_round_it_cannot_repair():
+    v = _vector(np.random.default_rng(9))
+    never = lambda sender, round_, seq: seq % 10 == 3   # lost on every try, repairs included
+    with _peers("mcast", {"close_frac": 1.0, "min_frac": 0.5, "max_wait_ms": 100},
+                drops={1: never}) as (ends, _, _):
+        report = ends[0].send(0, v, [1, 2], rate_mbps=RATE_MBPS, timeout_s=10.0)
+        (m,) = _collect(ends[1], 1)
+        assert m.early and 0.85 < m.received_frac < 0.95 and _same_bits(m.values[m.mask],
+                                                                      v[m.mask])
+        assert report.retransmits > 0 and report.unfinished == ()
+        assert report.delivered == {1: pytest.approx(m.received_frac), 2: 1.0}
+        assert report.seconds < 2.0
