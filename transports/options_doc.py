@@ -1,7 +1,8 @@
 """Transport options as people read them: ``invoke transports`` and the tables in ``docs/``.
 
 Everything here is rendered from the option tables (:class:`transports.base.Option` rows, LTP's
-built from the native core's ``ltp_option`` table) and the registry, so the docs cannot disagree
+built from the native core's ``ltp_option`` table, the peer transports' from
+:data:`transports.peer.SCHEMES`) and the registry, so the docs cannot disagree
 with what validation accepts. ``invoke docs`` calls :func:`regenerate`, which rewrites the text
 between ``<!-- generated: KEY -->`` and ``<!-- /generated -->`` in each page of :data:`PAGES`.
 
@@ -113,6 +114,13 @@ def _tcp() -> type[Transport]:
     return TcpTransport
 
 
+def _peer(slug: str) -> Callable[[], str]:
+    def make() -> str:
+        from transports.peer import SCHEMES
+        return options_markdown(SCHEMES[slug].OPTIONS)
+    return make
+
+
 def _plot_shared() -> str:
     ltp_names = {o.name for o in _ltp().option_table()}
     shared = [o.name for o in _plot().option_table() if o.name in ltp_names]
@@ -128,6 +136,8 @@ PAGES: dict[str, dict[str, Callable[[], str]]] = {
         "plot-options": _table(_plot, lambda o: o.name not in {x.name for x in _ltp().option_table()}),
         "plot-shared": _plot_shared},
     "docs/adding-a-transport.md": {"tcp-options": _table(_tcp), "schemes": schemes_markdown},
+    "docs/peer-transports.md": {"peer-mcast-options": _peer("mcast"),
+                                "peer-tcp-options": _peer("tcp")},
 }
 
 

@@ -1,0 +1,65 @@
+"""Peer-to-peer transports: every peer sends its vector to the receivers chosen for it.
+
+The contract is :mod:`transports.peer.base` (:class:`~transports.peer.base.PeerEnd`); the schemes
+are ``mcast`` (:mod:`transports.peer.mcast`: UDP to a multicast group or as unicast copies,
+NACK-based repair, early close per receiver) and ``tcp`` (:mod:`transports.peer.tcp`: unicast
+copies over TCP). They are named here, not in :mod:`transports.registry`, whose contract is the
+parameter server's. See ``docs/peer-transports.md``.
+
+    >>> from transports.peer import create, parse
+    >>> slug, options = parse("mcast+close_frac=0.9")
+    >>> end = create(slug, 0, ips, 6400, n_floats, session, options)   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from transports.base import OptionError, Session
+from transports.peer.base import Incoming, PeerEnd, SendReport
+from transports.peer.mcast import McastPeer
+from transports.peer.tcp import TcpPeer
+
+SCHEMES: dict[str, type[PeerEnd]] = {"mcast": McastPeer, "tcp": TcpPeer}
+
+__all__ = ["SCHEMES", "Incoming", "PeerEnd", "SendReport", "create", "parse"]
+
+
+def parse(text: str) -> tuple[str, dict[str, Any]]:
+    """``"mcast+close_frac=0.9+poll_ms=2"`` -> ``("mcast", {"close_frac": 0.9, "poll_ms": 2})``.
+
+    The same notation as :func:`harness.spec.parse_scheme` (values read as JSON when they parse,
+    as strings otherwise), written again here so that transports never import the harness. The
+    slug must be one of :data:`SCHEMES`; the options are checked by :func:`create`.
+    """
+    slug, *pairs = text.strip().split("+")
+    if slug not in SCHEMES:
+        raise OptionError(f"unknown peer transport {slug!r}; choose one of "
+                          f"{', '.join(sorted(SCHEMES))}.")
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise OptionError(f"{text!r}: write peer transport options as slug+name=value, "
+                              f"not {pair!r}.")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    return slug, options
+
+
+def create(slug: str, rank: int, ips: Sequence[str], port: int, n_floats: int,
+           session: Session, options: Mapping[str, Any] | None = None,
+           **keywords: Any) -> PeerEnd:
+    """Open peer ``rank``'s end of scheme ``slug`` (its background thread starts receiving).
+
+    ``keywords`` go to the class: ``ports`` (one port per rank, for loopback) and, for ``mcast``,
+    the test hook ``drop``.
+    """
+    if slug not in SCHEMES:
+        raise OptionError(f"unknown peer transport {slug!r}; choose one of "
+                          f"{', '.join(sorted(SCHEMES))}.")
+    return SCHEMES[slug](rank, ips, port, n_floats, session, options, **keywords)
