@@ -34,6 +34,9 @@ evidence presets run three seeds per cell. ``docs/running.md`` has the table wit
   feedback reset never or every round, one or four local steps: bytes on the wire per round
   against accuracy (``docs/compression.md``); about 25 minutes.
 - ``lab1`` .. ``lab5``: the teaching labs (``docs/labs/``).
+
+The peer-to-peer presets (no PS: ``p2p``, ``p2p-smoke``, ``lab6``) are
+:data:`harness.p2p.spec.PRESETS`; ``invoke run-sweep --preset p2p`` runs them the same way.
 """
 
 from __future__ import annotations
@@ -300,4 +303,7 @@ def get(name: str) -> Plan:
     try:
         return PRESETS[name]
     except KeyError:
-        raise UnknownPreset(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}.") from None
+        from harness.p2p.spec import PRESETS as PEER_PRESETS
+
+        raise UnknownPreset(f"unknown preset {name!r}; choose one of: "
+                            f"{', '.join([*PRESETS, *PEER_PRESETS])}.") from None

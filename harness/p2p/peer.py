@@ -64,7 +64,7 @@ class PeerRound:
     mixed_frac: float | None   # their mean received fraction
     receivers: int
     delivered: int         # receivers that closed the message
-    early: int             # messages this peer received and closed before complete
+    early: int             # messages this peer received and closed early, so far (cumulative)
     packets: int
     retransmits: int
     wire_bytes: int

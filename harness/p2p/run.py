@@ -6,7 +6,8 @@ them, reads every switch port's counters before and after, and returns the run's
 :func:`run_plan` runs every unfinished run of a :class:`~harness.p2p.spec.PeerPlan`, grouping runs
 that share a network on one live fabric, appends each row to ``runs.csv`` the moment the run
 ends (a killed sweep keeps every row and the same command resumes), then writes the report and
-figures (:mod:`harness.p2p.report`). The columns are :data:`P2P_COLUMNS` (units in
+figures (:mod:`harness.p2p.report`). The columns are
+:data:`harness.results.P2P_COLUMNS` and :data:`~harness.results.P2P_CURVE_COLUMNS` (units in
 ``docs/results-schema.md``).
 """
 
@@ -24,7 +25,7 @@ import pandas as pd
 from harness import results
 from harness.p2p.coord import Coordinator, socket_path
 from harness.p2p.spec import PeerPlan, PeerSpec
-from harness.results import Column
+from harness.results import P2P_COLUMNS, P2P_CURVE_COLUMNS
 from harness.runfiles import read_jsonl, write_session
 from harness.runner import git_state, spawn_forked, wait
 from harness.sweep import fmt_s, set_aside
@@ -34,71 +35,6 @@ from topologies.impair import Impairment
 from topologies.incast import worker_name
 from topologies.network import Testbed
 from transports.base import Session
-
-P2P_COLUMNS = (
-    Column("run_id", "", "unique id: policy, copies, transport, sync, p, loss, seed, digest"),
-    Column("sweep", "", "the preset the run belongs to"),
-    Column("status", "", "ok, timeout or crash"),
-    Column("reason", "", "why a run is not ok (empty when ok)"),
-    Column("method", "", "policy/copy/scheme: what the figures group by"),
-    Column("policy", "", "receiver selection: random-p, selmcast or broadcast"),
-    Column("copy", "", "switch (OpenFlow groups copy) or unicast (the sender's own copies)"),
-    Column("scheme", "", "peer transport with options (mcast, mcast+close_frac=0.9, tcp)"),
-    Column("sync", "", "bsp or ssp:S"),
-    Column("p", "receivers", "the floor of receivers per sender and round"),
-    Column("n_workers", "hosts", "peers"),
-    Column("n_slow", "hosts", "peers on a slow access link"),
-    Column("access_mbps", "Mbit/s", "a fast peer's access rate"),
-    Column("slow_frac", "", "a slow peer's access rate over the fast one's"),
-    Column("uplink_mbps", "Mbit/s", "each leaf-spine link's rate"),
-    Column("loss_pct", "%", "random loss per packet at each host's ingress"),
-    Column("seed", "", "model initialisation, data order, random-p's draws"),
-    Column("rounds", "rounds", "rounds asked for"),
-    Column("rounds_done", "rounds", "rounds every peer finished"),
-    Column("wall_s", "s", "from starting the peers to the last one's exit"),
-    Column("train_s", "s", "from the first round's start to the last round's end"),
-    Column("round_s", "s", "median over peers and rounds of a round's duration"),
-    Column("sync_s", "s", "median over peers and rounds of a round's synchronisation time: "
-                          "waiting for the round (barrier or staleness bound, and the plan) plus "
-                          "the send, i.e. the round without mixing and computing"),
-    Column("sync_p90_s", "s", "90th percentile of the same"),
-    Column("send_s", "s", "median over peers and rounds of the send alone (until every receiver "
-                          "closed the message)"),
-    Column("compute_s", "s", "median over peers and rounds of the local steps"),
-    Column("plan_s", "s", "median over rounds of the coordinator's plan: selection, installing "
-                          "the groups and settling the datapaths"),
-    Column("avg_p", "receivers", "mean receivers per sender and round: the achieved p"),
-    Column("delivered_p", "receivers", "mean receivers per sender and round that closed the "
-                                       "message"),
-    Column("mixed_per_round", "messages", "mean messages a peer mixed in per round"),
-    Column("mixed_frac", "", "mean received fraction of the messages mixed in"),
-    Column("early_closes", "messages", "messages received and closed before complete, all peers"),
-    Column("retransmits", "datagrams", "datagrams sent again, all peers"),
-    Column("wire_bytes_per_round", "bytes", "bytes the peers emitted per round (headers counted)"),
-    Column("trunk_bytes_per_round", "bytes", "bytes the leaf-spine links carried per round, "
-                                             "both directions (switch port counters)"),
-    Column("access_bytes_per_round", "bytes", "bytes the switches delivered to the peers per "
-                                              "round"),
-    Column("final_accuracy", "", "test accuracy of the average of the peers' final models"),
-    Column("peer_acc_min", "", "the worst peer's own final test accuracy"),
-    Column("peer_acc_max", "", "the best peer's own final test accuracy"),
-    Column("target_accuracy", "", "the accuracy time to accuracy is measured to"),
-    Column("tta_s", "s", "training time until the mean of the peers' own accuracies first "
-                         "reached the target (empty if never)"),
-    Column("started_at", "", "UTC start of the run"),
-    Column("git_commit", "", "the project's commit"),
-    Column("git_dirty", "", "uncommitted changes at the run"),
-)
-
-P2P_CURVE_COLUMNS = (
-    Column("run_id", "", "the run"),
-    Column("round", "rounds", "rounds done at the evaluation"),
-    Column("t_s", "s", "training time at the evaluation (the slowest peer's)"),
-    Column("acc_mean", "", "mean of the peers' own test accuracies"),
-    Column("acc_min", "", "the worst peer's"),
-    Column("acc_max", "", "the best peer's"),
-)
-
 
 def port_counters(tb: Testbed, switches: list[str]) -> dict[str, dict[int, dict]]:
     """Every port's counters of every named switch."""

@@ -208,7 +208,9 @@ def _cells(*dicts: dict) -> tuple:
 
 PRESETS: dict[str, PeerPlan] = {
     "p2p": PeerPlan(
-        "p2p", PeerSpec(rounds=80),
+        # The MLP's averaged model nears 0.8 in about 100 rounds here: time to accuracy is
+        # measured to 0.75, which every method can reach within them.
+        "p2p", PeerSpec(rounds=100, eval_every=10, target_accuracy=0.75),
         _cells(
             # The comparison the issue asks for: the same floor p, chosen blind or by the view
             # (selmcast-p: the view's choice of exactly p).
@@ -224,7 +226,14 @@ PRESETS: dict[str, PeerPlan] = {
         ),
         description="8 peers on 4 leaves (2 of them at a quarter rate), p = 2: random-p, "
                     "selmcast, selmcast-p and broadcast; switch groups and unicast copies; BSP "
-                    "and SSP:2; the UDP multicast transport and TCP copies; 3 seeds, 80 rounds"),
+                    "and SSP:2; the UDP multicast transport and TCP copies; 3 seeds, 100 rounds, "
+                    "time to 0.75 accuracy"),
+    "lab6": PeerPlan(
+        "lab6", PeerSpec(rounds=40, eval_every=10),
+        _cells({"policy": "random-p"}, {"policy": "selmcast"}, {"policy": "broadcast"},
+               {"policy": "selmcast", "copy": "unicast"}), seeds=(0,),
+        description="lab 6: random-p, selmcast and broadcast through the switches' groups, "
+                    "and selmcast as unicast copies; one seed, 40 rounds"),
     "p2p-smoke": PeerPlan(
         "p2p-smoke", PeerSpec(rounds=10, eval_every=5),
         _cells({"policy": "random-p"}, {"policy": "selmcast"}), seeds=(0,),

@@ -14,7 +14,8 @@ from harness import results
 from harness.p2p import report
 from harness.p2p.coord import Coordinator, CoordinatorClient
 from harness.p2p.peer import mix
-from harness.p2p.run import P2P_COLUMNS, P2P_CURVE_COLUMNS, link_bytes
+from harness.p2p.run import link_bytes
+from harness.results import P2P_COLUMNS, P2P_CURVE_COLUMNS
 from harness.p2p.spec import PRESETS, PeerSpec, PeerSpecError
 
 
