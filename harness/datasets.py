@@ -89,3 +89,20 @@ def shard(n_items: int, rank: int, n_workers: int, seed: int) -> np.ndarray:
     """The indices of worker ``rank``'s disjoint share of ``n_items``, fixed by ``seed``."""
     perm = np.random.default_rng(seed).permutation(n_items)
     return perm[rank::n_workers]
+
+
+class Batches:
+    """A worker's minibatches: its shard, in a fresh random order (from ``rng``) every pass."""
+
+    def __init__(self, indices: np.ndarray, rng: np.random.Generator) -> None:
+        self.indices = indices
+        self.rng = rng
+        self.order, self.pos = rng.permutation(indices), 0
+
+    def next(self, size: int) -> np.ndarray:
+        """The next ``size`` indices (a new pass begins when fewer than ``size`` are left)."""
+        if self.pos + size > len(self.order):
+            self.order, self.pos = self.rng.permutation(self.indices), 0
+        batch = self.order[self.pos:self.pos + size]
+        self.pos += size
+        return batch

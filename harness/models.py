@@ -91,3 +91,25 @@ def load_flat(model: nn.Module, values: torch.Tensor) -> None:
     import torch
 
     torch.nn.utils.vector_to_parameters(values, model.parameters())
+
+
+def sgd_steps(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batches, batch_size: int,
+              steps: int, lr: float, apply: bool = True) -> list[float]:
+    """``steps`` minibatch steps of cross-entropy on ``batches`` (:class:`harness.datasets.Batches`);
+    with ``apply`` each gradient is applied at learning rate ``lr``, without it the last one is
+    left in the parameters' ``.grad``. Returns each step's loss."""
+    import torch
+    import torch.nn.functional as F
+
+    losses = []
+    for _ in range(steps):
+        batch = batches.next(batch_size)
+        model.zero_grad(set_to_none=False)
+        loss = F.cross_entropy(model(x[batch]), y[batch])
+        loss.backward()
+        losses.append(loss.item())
+        if apply:
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.add_(p.grad, alpha=-lr)
+    return losses

@@ -224,8 +224,7 @@ def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool,
     layout = models.layout(model)
     x_train, y_train = datasets.load(spec.dataset, "train")
     mine = datasets.shard(len(y_train), rank, spec.n_workers, spec.seed)
-    rng = np.random.default_rng(spec.seed * 1000 + rank + 1)
-    order, pos = rng.permutation(mine), 0
+    batches = datasets.Batches(mine, np.random.default_rng(spec.seed * 1000 + rank + 1))
     fault = parse_fault(spec.fault)
     slow = fault.factor if fault.kind == "straggler" and fault.rank(spec.n_workers) == rank else 1
     attack = parse_byzantine(spec.byzantine)
@@ -255,20 +254,9 @@ def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool,
             pulled = torch.from_numpy(params.values)
             # load_flat makes the parameters views of ``pulled``: local steps need a copy.
             models.load_flat(model, pulled.clone() if spec.local_steps > 1 else pulled)
-            losses = []
-            for _ in range(spec.local_steps):
-                if pos + spec.batch_size > len(order):
-                    order, pos = rng.permutation(mine), 0
-                batch = order[pos:pos + spec.batch_size]
-                pos += spec.batch_size
-                model.zero_grad(set_to_none=False)
-                loss = F.cross_entropy(model(x_train[batch]), y_train[batch])
-                loss.backward()
-                losses.append(loss.item())
-                if spec.local_steps > 1:
-                    with torch.no_grad():
-                        for p in model.parameters():
-                            p.add_(p.grad, alpha=-spec.lr)
+            # One step leaves its gradient to push; several are applied locally.
+            losses = models.sgd_steps(model, x_train, y_train, batches, spec.batch_size,
+                                      spec.local_steps, spec.lr, apply=spec.local_steps > 1)
             if spec.local_steps > 1:
                 # The update in gradient units: the PS's step of lr lands on the local model.
                 grad = ((pulled - models.flat_params(model)) / spec.lr).numpy()

@@ -38,7 +38,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from harness import datasets, models
 from harness.node import evaluate
@@ -118,8 +117,7 @@ def run(spec: PeerSpec, run_dir: Path, rank: int, coord_path: Path, session_path
     x_train, y_train = datasets.load(spec.dataset, "train")
     x_test, y_test = datasets.load(spec.dataset, "test")
     mine = datasets.shard(len(y_train), rank, spec.n_workers, spec.seed)
-    rng = np.random.default_rng(spec.seed * 1000 + rank + 1)
-    order, pos = rng.permutation(mine), 0
+    batches = datasets.Batches(mine, np.random.default_rng(spec.seed * 1000 + rank + 1))
     ips = [worker_ip(r) for r in range(spec.n_workers)]
     session = read_session(session_path)
     coord = CoordinatorClient(coord_path, spec.timeout_s)
@@ -141,19 +139,8 @@ def run(spec: PeerSpec, run_dir: Path, rank: int, coord_path: Path, session_path
             if plan["stop"]:
                 break
             models.load_flat(model, torch.from_numpy(params.copy()))
-            losses = []
-            for _ in range(spec.local_steps):
-                if pos + spec.batch_size > len(order):
-                    order, pos = rng.permutation(mine), 0
-                batch = order[pos:pos + spec.batch_size]
-                pos += spec.batch_size
-                model.zero_grad(set_to_none=False)
-                loss = F.cross_entropy(model(x_train[batch]), y_train[batch])
-                loss.backward()
-                losses.append(loss.item())
-                with torch.no_grad():
-                    for p in model.parameters():
-                        p.add_(p.grad, alpha=-spec.lr)
+            losses = models.sgd_steps(model, x_train, y_train, batches, spec.batch_size,
+                                      spec.local_steps, spec.lr)
             params = models.flat_params(model).clone().numpy()
             t3 = time.monotonic()
             report = end.send(t, params, plan["receivers"], group=plan["group"],
