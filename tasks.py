@@ -224,8 +224,13 @@ def figures(c, sweep):
 
     with cli.user_errors():
         from harness import figures as fig
+        from harness.p2p import report as p2p_report
 
-        for path in fig.make(Path(sweep)):
+        folder = Path(sweep)
+        if p2p_report.is_p2p(folder):
+            print(p2p_report.write(folder))
+            return
+        for path in fig.make(folder):
             print(path)
 
 

@@ -145,6 +145,15 @@ class LinkState:
         return self.measured_mbps / self.capacity_mbps
 
 
+@dataclasses.dataclass
+class _Transfer:
+    """One transfer the controller planned: when it began, when it was over, its bytes per link."""
+
+    start: float
+    end: float | None
+    link_bytes: dict[str, float]
+
+
 class LinkMeter:
     """Per-link rates from successive port statistics (see the module docstring)."""
 
@@ -156,18 +165,40 @@ class LinkMeter:
         self.floor_frac = floor_frac
         self._samples: dict[tuple[int, int], collections.deque] = collections.defaultdict(
             lambda: collections.deque(maxlen=256))
-        self._own: collections.deque = collections.deque(maxlen=4096)
+        self._own: dict[int, _Transfer] = {}   # by handle, oldest first
+        self._next_handle = 0
 
-    def planned(self, t: float, link_bytes: dict[str, float]) -> None:
-        """Record that the controller's own plan put ``link_bytes`` on these links at ``t``
-        (monotonic seconds): training traffic it scheduled itself, which :meth:`state` takes
-        out of the measured rate so that only other traffic counts against a link."""
-        self._own.append((t, dict(link_bytes)))
+    def start_transfer(self, t: float, link_bytes: dict[str, float]) -> int:
+        """Record that a transfer the controller planned itself (peer-to-peer training) puts
+        ``link_bytes`` on these links from ``t`` (monotonic seconds) on; returns its handle for
+        :meth:`end_transfer`. :meth:`state` takes such traffic out of the measured rate, so only
+        other traffic counts against a link."""
+        horizon = t - 10 * self.window_s   # transfers long over no longer matter
+        for handle in [h for h, tr in self._own.items() if tr.end is not None and tr.end < horizon]:
+            del self._own[handle]
+        self._next_handle += 1
+        self._own[self._next_handle] = _Transfer(t, None, dict(link_bytes))
+        return self._next_handle
+
+    def end_transfer(self, handle: int, t: float) -> None:
+        """The transfer ``handle`` was over by ``t`` (an unknown or ended one: nothing)."""
+        tr = self._own.get(handle)
+        if tr is not None and tr.end is None:
+            tr.end = max(t, tr.start)
 
     def _own_mbps(self, name: str, t0: float, t1: float) -> float:
+        """The controller's own transfers' rate on link ``name`` over ``[t0, t1]``: each one's
+        bytes spread evenly over its time (a running one's: until ``t1``)."""
         if t1 <= t0:
             return 0.0
-        total = sum(b.get(name, 0.0) for t, b in self._own if t0 < t <= t1)
+        total = 0.0
+        for tr in self._own.values():
+            b = tr.link_bytes.get(name)
+            stop = tr.end if tr.end is not None else t1
+            if not b or stop <= t0 or tr.start >= t1:
+                continue
+            total += b if stop <= tr.start else \
+                b * (min(stop, t1) - max(tr.start, t0)) / (stop - tr.start)
         return total * 8 / (t1 - t0) / 1e6
 
     def _span(self, link: Link) -> tuple[tuple, tuple] | None:

@@ -72,6 +72,7 @@ class MulticastController(app_manager.OSKenApp):
         self.meter = LinkMeter(self.wiring, window_s=window_s,
                                floor_frac=float(config.get("floor_frac", 0.05)))
         self.round_plan = RoundPlan()
+        self.transfers: dict[str, int] = {}   # sender -> its running transfer (LinkMeter handle)
         self.cookie = int(config["mcast_cookie"])
         self.datapaths = {}
         self.installed: dict[tuple[str, str], MulticastPlan] = {}
@@ -172,16 +173,25 @@ class MulticastController(app_manager.OSKenApp):
             return {"t": time.time(), **new.as_dict()}
         if op == "round":
             return self._round(cmd)
+        if op == "reset":   # a new training run: nobody has received, nothing is running
+            self.round_plan = RoundPlan()
+            for handle in self.transfers.values():
+                self.meter.end_transfer(handle, time.monotonic())
+            self.transfers = {}
+            return {"t": time.time()}
         if op == "groups":
             return {"groups": self._group_stats()}
         raise ValueError(f"unknown command {op!r}; the commands are links, select, multicast, "
-                         "round, groups.")
+                         "round, reset, groups.")
 
     def _round(self, cmd: dict) -> dict:
         """Select the receivers of every sender in ``cmd["senders"]`` for one round, in that
         order and on one view of the links (each later sender sees the earlier ones' trees as
         load), then install all of their multicasts with one barrier per switch."""
         t0 = time.monotonic()
+        for sender in cmd["senders"]:   # a sender asks again once its last transfer is over
+            if sender in self.transfers:
+                self.meter.end_transfer(self.transfers.pop(sender), t0)
         available = self.meter.available()
         chosen = [select(cmd.get("policy", "selmcast"), sender, cmd["p"], self.wiring,
                          available, self.round_plan, round_=int(cmd["round"]),
@@ -194,9 +204,10 @@ class MulticastController(app_manager.OSKenApp):
         planned = {sender: receivers for sender, (_, receivers) in self.round_plan.trees.items()}
         pace = paces(self.wiring, available, planned, copies=not install)
         # Training traffic the controller schedules is not load on a link for the next round.
-        self.meter.planned(time.monotonic(), planned_bytes(
-            self.wiring, {c.sender: c.receivers for c in chosen},
-            int(cmd.get("size_bytes", 437_544)), copies=not install))
+        for c in chosen:
+            self.transfers[c.sender] = self.meter.start_transfer(t0, planned_bytes(
+                self.wiring, {c.sender: c.receivers}, int(cmd.get("size_bytes", 437_544)),
+                copies=not install))
         t1 = time.monotonic()
         if install:
             self._install([plan(self.wiring, c.sender, c.receivers) for c in chosen])

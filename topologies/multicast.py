@@ -79,6 +79,10 @@ class MulticastClient(ControllerClient):
         reply["settle_s"] = time.monotonic() - t0
         return reply
 
+    def reset(self) -> None:
+        """Start afresh: no round planned, nobody has received yet (a new training run)."""
+        self.command("reset")
+
     def groups(self) -> list[dict]:
         """Every installed group's counters per switch and bucket, read from the switches.
 

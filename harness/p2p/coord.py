@@ -75,6 +75,7 @@ class Coordinator:
     # ---- lifecycle ---------------------------------------------------------------------------
 
     def __enter__(self) -> Coordinator:
+        self.mcast.reset()   # the last run's plan and waiting counts are not this run's
         with contextlib.suppress(FileNotFoundError):
             self.sock_path.unlink()
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -42,6 +42,18 @@ METRICS = (  # column, title, format, higher is better
 CELL = ["method", "sync", "loss_pct"]
 
 
+def is_p2p(folder: Path) -> bool:
+    """Whether ``folder`` holds a peer-to-peer sweep (its runs.csv has the peer-to-peer columns)."""
+    from harness import results
+
+    path = folder / "runs.csv"
+    if not path.exists():
+        return False
+    with open(path) as f:
+        header = f.readline().strip().split(",")
+    return header == results.names(results.P2P_COLUMNS)
+
+
 def load(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(ok runs, their curves)."""
     runs = pd.read_csv(folder / "runs.csv")

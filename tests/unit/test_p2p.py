@@ -70,6 +70,9 @@ class FakeMcast:
     def __init__(self, n: int, p: int) -> None:
         self.n, self.p, self.calls = n, p, []
 
+    def reset(self):
+        self.calls.append("reset")
+
     def round(self, round_, senders, p, policy, *, seed, size_bytes, install):
         self.calls.append((round_, list(senders), install))
         sel = []
@@ -108,9 +111,11 @@ def _peers(spec, tmp_path, lag=None):
 def test_bsp_plans_each_round_once_for_everyone_in_rotating_order(tmp_path):
     spec = PeerSpec(n_leaves=2, workers_per_leaf=2, n_slow=0, rounds=3, p=2)
     seen, fake = _peers(spec, tmp_path)
-    assert [c[0] for c in fake.calls] == [0, 1, 2]
-    assert [c[1][0] for c in fake.calls] == ["w1", "w2", "w3"]     # the turn rotates
-    assert all(c[2] for c in fake.calls)                            # switch copies: installed
+    assert fake.calls[0] == "reset"
+    rounds = fake.calls[1:]
+    assert [c[0] for c in rounds] == [0, 1, 2]
+    assert [c[1][0] for c in rounds] == ["w1", "w2", "w3"]     # the turn rotates
+    assert all(c[2] for c in rounds)                            # switch copies: installed
     for rank, replies in seen.items():
         assert [t for t, _, _ in replies] == [0, 1, 2, 3] and replies[-1][1]["stop"]
         t, reply, _ = replies[0]
@@ -123,7 +128,7 @@ def test_bsp_plans_each_round_once_for_everyone_in_rotating_order(tmp_path):
 def test_unicast_copies_install_nothing(tmp_path):
     spec = PeerSpec(n_leaves=2, workers_per_leaf=2, n_slow=0, rounds=1, p=2, copy="unicast")
     seen, fake = _peers(spec, tmp_path)
-    assert not any(c[2] for c in fake.calls)
+    assert not any(c[2] for c in fake.calls[1:])
     reply = seen[1][0][1]
     assert reply["group"] is None and reply["rate_mbps"] == pytest.approx(11.0)
 
@@ -172,6 +177,7 @@ def test_report_names_a_winner_only_where_intervals_separate(tmp_path):
     results.append_rows(tmp_path / "curves.csv", P2P_CURVE_COLUMNS,
                         [{"run_id": r["run_id"], "round": k, "t_s": k * 1.0, "acc_mean": 0.1 * k,
                           "acc_min": 0.1 * k, "acc_max": 0.1 * k} for r in rows for k in range(3)])
+    assert report.is_p2p(tmp_path)
     text = report.write(tmp_path).read_text()
     assert "selmcast/switch/mcast" in text
     sync_line = next(line for line in text.splitlines() if line.startswith("- sync s/round"))

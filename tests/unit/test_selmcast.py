@@ -166,17 +166,24 @@ def test_meter_rates_from_port_counters_over_its_window():
     assert meter.state("l1>sp1").utilisation_frac > 1
 
 
-def test_meter_does_not_count_the_controllers_own_plans_as_load():
+def test_meter_does_not_count_the_controllers_own_transfers_as_load():
     wiring = fabric(n_leaves=2, workers_per_leaf=1)
     meter = LinkMeter(wiring, window_s=1.0)
     up = wiring.links["l1>sp1"]
-    for i in range(3):  # 40 Mbit/s out of the uplink
+    for i in range(3):  # 40 Mbit/s out of the uplink over [0, 1]
         meter.observe(up.dpid, up.port, i * 0.5, rx_bytes=0, tx_bytes=i * 2_500_000)
-    meter.planned(0.7, {"l1>sp1": 3_750_000})   # 30 Mbit/s of it over the second: ours
+    # Ours: 7.5 MB from 0.5 to 2.5 s, so 30 Mbit/s, of which [0.5, 1] falls in the window.
+    handle = meter.start_transfer(0.5, {"l1>sp1": 7_500_000})
+    meter.end_transfer(handle, 2.5)
     state = meter.state("l1>sp1")
-    assert state.own_mbps == pytest.approx(30.0)
-    assert state.available_mbps == pytest.approx(90.0)
+    assert state.own_mbps == pytest.approx(15.0)
+    assert state.available_mbps == pytest.approx(100 - (40 - 15))
     assert state.measured_mbps == pytest.approx(40.0)
+    # A transfer still running counts its bytes so far over the time so far; the own rate never
+    # exceeds the measured one.
+    meter.start_transfer(0.9, {"l1>sp1": 10_000_000})
+    assert meter.state("l1>sp1").own_mbps == pytest.approx(40.0)
+    meter.end_transfer(999, 3.0)   # an unknown handle: nothing
 
 
 def test_planned_bytes_once_per_tree_link_or_per_copy():
