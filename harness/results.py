@@ -275,7 +275,7 @@ P2P_COLUMNS = (
     Column("round_s", "s", "median over peers and rounds of a round's duration"),
     Column("sync_s", "s", "median over peers and rounds of a round's synchronisation time: "
                           "waiting for the round (barrier or staleness bound, and the plan) plus "
-                          "the send, i.e. the round without mixing and computing"),
+                          "the send, i.e. the round without mixing, evaluating and computing"),
     Column("sync_p90_s", "s", "90th percentile of the same"),
     Column("send_s", "s", "median over peers and rounds of the send alone (until every receiver "
                           "closed the message)"),

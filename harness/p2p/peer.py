@@ -15,9 +15,10 @@ Every peer starts from the same model (the run's seed) and trains on its own sha
    receiver has closed the message (or the transport gave up on it).
 
 After the last round a final ``sync`` (a barrier: nobody leaves while a message to it is on its
-way) and a last mix; then the peer evaluates its own model and saves its parameters, from which
-the harness evaluates the averaged model. Every ``eval_every`` rounds it also evaluates its own
-model on the test set (time to accuracy uses the mean over peers).
+way) and a last mix; then the peer saves its parameters, from which the harness evaluates the
+averaged model. Every ``eval_every`` rounds, and at the end, the peer evaluates its own model on
+the test set right after the mix (so every evaluation sees a model that has taken ``t`` steps
+and mixed in what they brought; time to accuracy uses the mean over peers).
 
 Files (in the run's ``raw/``): ``<host>.jsonl`` one :class:`PeerRound` per round,
 ``<host>.eval.jsonl`` one :class:`PeerEval` per evaluation, ``<host>.final.npy`` the final
@@ -57,6 +58,7 @@ class PeerRound:
     start_mono: float
     wait_s: float          # in the coordinator: barrier or staleness bound, plus the plan
     mix_s: float
+    eval_s: float          # evaluating its own model (every eval_every rounds), after the mix
     compute_s: float
     send_s: float
     mixed: int             # messages mixed in at the start of this round
@@ -136,6 +138,9 @@ def run(spec: PeerSpec, run_dir: Path, rank: int, coord_path: Path, session_path
             t1 = time.monotonic()
             params, mixed, frac = mix(params, end.take())
             t2 = time.monotonic()
+            if t and (t % spec.eval_every == 0 or plan["stop"]):
+                evaluation(t)   # t rounds done, and what they brought mixed in
+            te = time.monotonic()
             if plan["stop"]:
                 break
             models.load_flat(model, torch.from_numpy(params.copy()))
@@ -147,15 +152,13 @@ def run(spec: PeerSpec, run_dir: Path, rank: int, coord_path: Path, session_path
                               rate_mbps=plan["rate_mbps"], timeout_s=spec.timeout_s)
             t4 = time.monotonic()
             _append(raw / f"{host}.jsonl", PeerRound(
-                round=t, start_mono=t0, wait_s=t1 - t0, mix_s=t2 - t1, compute_s=t3 - t2,
+                round=t, start_mono=t0, wait_s=t1 - t0, mix_s=t2 - t1, eval_s=te - t2,
+                compute_s=t3 - te,
                 send_s=t4 - t3, mixed=mixed, mixed_frac=frac, receivers=len(plan["receivers"]),
                 delivered=len(report.delivered), early=end.stats().get("early_closes", 0),
                 packets=report.packets, retransmits=report.retransmits,
                 wire_bytes=report.wire_bytes, rate_mbps=plan["rate_mbps"],
                 train_loss=float(np.mean(losses))))
-            if (t + 1) % spec.eval_every == 0 and t + 1 < spec.rounds:
-                evaluation(t + 1)
-        evaluation(spec.rounds)
         np.save(raw / f"{host}.final.npy", params)
         stats = end.stats()
     coord.close()

@@ -123,8 +123,8 @@ def summarise(spec: PeerSpec, raw: Path, before: dict, after: dict) -> tuple[dic
         done = rounds.groupby("host")["round"].max()
         row["rounds_done"] = int(done.min()) + 1 if len(done) == spec.n_workers else 0
         rounds = rounds.sort_values(["host", "round"])
-        end = rounds["start_mono"] + rounds["wait_s"] + rounds["mix_s"] + rounds["compute_s"] \
-            + rounds["send_s"]
+        end = rounds["start_mono"] + rounds["wait_s"] + rounds["mix_s"] + rounds["eval_s"] \
+            + rounds["compute_s"] + rounds["send_s"]
         rounds["round_s"] = rounds.groupby("host")["start_mono"].shift(-1) - rounds["start_mono"]
         rounds["sync_s"] = rounds["wait_s"] + rounds["send_s"]
         row["train_s"] = float(end.max() - t_start)
