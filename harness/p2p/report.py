@@ -140,7 +140,7 @@ def figures(ok: pd.DataFrame, curves: pd.DataFrame, folder: Path) -> list[Path]:
     paths = []
     labels = sorted(ok.groupby(["method", "sync"]).groups, key=str)
     names = [f"{m}\n{s}" for m, s in labels]
-    fig, axes = plt.subplots(1, 2, figsize=(max(7, 1.3 * len(labels) * 2), 3.8),
+    fig, axes = plt.subplots(2, 1, figsize=(max(6, 0.8 * len(labels)), 7.5), sharex=True,
                              layout="constrained")
     for ax, (col, title) in zip(axes, (("sync_s", "synchronisation time per round (s)"),
                                        ("avg_p", "achieved average p (receivers)"))):
