@@ -17,6 +17,7 @@ import pytest
 
 from transports.base import OptionError, Session
 from transports.peer import SCHEMES, create, parse, wire
+from tests.conformance.loopback import free_ports
 
 N_PEERS = 4
 N_FLOATS = 20_011          # 58 datagrams of 1400 bytes, the last one short
@@ -25,13 +26,7 @@ IPS = ["127.0.0.1"] * N_PEERS
 
 
 def _free_ports(n):
-    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+    return free_ports(n, socket.SOCK_STREAM)   # TCP and UDP ends alike
 
 
 @contextlib.contextmanager

@@ -8,7 +8,6 @@ Transports without ``recv_some`` (the lab 3 plugin) are skipped: the PS then run
 bulk-synchronous training without faults only, through ``gather``.
 """
 
-import socket
 import threading
 import time
 
@@ -17,20 +16,11 @@ import pytest
 
 from transports import registry
 from transports.base import Layout, ServerEnd
+from tests.conformance.loopback import free_ports
 
 LAYOUT = Layout.from_sizes([("w1", 3000), ("b1", 40000), ("w2", 7)])
 N = 3
 IDS = {0: 7, 1: 3, 2: 5}   # every worker at its own message
-
-
-def _free_ports(n):
-    socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 # The built-in transports; a plugin (lab 3's) may lack recv_some and then runs BSP only.
@@ -39,7 +29,7 @@ SLUGS = [s for s in registry.slugs() if registry.get(s).target.startswith("trans
 
 @pytest.fixture(params=SLUGS)
 def job(request):
-    ports = _free_ports(N + 1)
+    ports = free_ports(N + 1)
     ps_addr, addrs = ("127.0.0.1", ports[0]), [("127.0.0.1", p) for p in ports[1:]]
     transport = registry.create(request.param, {})
     server = transport.serve(ps_addr, addrs, LAYOUT)

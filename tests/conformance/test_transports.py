@@ -7,7 +7,6 @@ report the partial delivery exactly through the mask.
 """
 
 import inspect
-import socket
 import threading
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 
 from transports import registry
 from transports.base import Layout
+from tests.conformance.loopback import free_ports
 
 # The lab 3 example is a plugin; hold it to the same contract as the built-in transports.
 registry.load_plugins(str(Path(__file__).resolve().parents[2] / "docs/labs/code/udp_blast.py"))
@@ -25,22 +25,12 @@ N_WORKERS = 2
 TIMEOUT_S = 20.0
 
 
-def _free_ports(n):
-    socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
 def _job(slug, options, iterations=3, up=None):
     """Run PS and workers in threads; return (sent gradients, gathered, params sent, pulled).
 
     ``up``: the workers push messages of this layout (compressed pushes) instead of ``LAYOUT``.
     """
-    ports = _free_ports(N_WORKERS + 1)
+    ports = free_ports(N_WORKERS + 1)
     ps_addr = ("127.0.0.1", ports[0])
     worker_addrs = [("127.0.0.1", p) for p in ports[1:]]
     rng = np.random.default_rng(7)
