@@ -189,6 +189,7 @@ class MulticastController(app_manager.OSKenApp):
         order and on one view of the links (each later sender sees the earlier ones' trees as
         load), then install all of their multicasts with one barrier per switch."""
         t0 = time.monotonic()
+        size_bytes = int(cmd.get("size_bytes", 437_544))
         for sender in cmd["senders"]:   # a sender asks again once its last transfer is over
             if sender in self.transfers:
                 self.meter.end_transfer(self.transfers.pop(sender), t0)
@@ -196,7 +197,7 @@ class MulticastController(app_manager.OSKenApp):
         chosen = [select(cmd.get("policy", "selmcast"), sender, cmd["p"], self.wiring,
                          available, self.round_plan, round_=int(cmd["round"]),
                          seed=int(cmd.get("seed", 0)),
-                         size_bytes=int(cmd.get("size_bytes", 437_544)),
+                         size_bytes=size_bytes,
                          max_wait_rounds=int(cmd.get("max_wait_rounds", MAX_WAIT_ROUNDS)))
                   for sender in cmd["senders"]]
         install = cmd.get("install", True)
@@ -206,8 +207,7 @@ class MulticastController(app_manager.OSKenApp):
         # Training traffic the controller schedules is not load on a link for the next round.
         for c in chosen:
             self.transfers[c.sender] = self.meter.start_transfer(t0, planned_bytes(
-                self.wiring, {c.sender: c.receivers}, int(cmd.get("size_bytes", 437_544)),
-                copies=not install))
+                self.wiring, {c.sender: c.receivers}, size_bytes, copies=not install))
         t1 = time.monotonic()
         if install:
             self._install([plan(self.wiring, c.sender, c.receivers) for c in chosen])

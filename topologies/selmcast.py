@@ -227,11 +227,11 @@ def paces(wiring: Wiring, available_mbps: dict[str, float],
     together go ``k`` times the rate of its slowest copy. The selection's ``b(r)`` saw only the
     senders planned before it; this sees the whole round.
     """
-    count: collections.Counter = collections.Counter()
     paths = {s: [wiring.path(s, r) for r in receivers] for s, receivers in chosen.items()}
+    count: collections.Counter = collections.Counter()
     for s, ps in paths.items():
-        count.update(link for path in ps for link in path) if copies \
-            else count.update(tree_links(wiring, s, chosen[s]))
+        count.update([link for path in ps for link in path] if copies
+                     else {link for path in ps for link in path})
     out = {}
     for s, ps in paths.items():
         links = {link for path in ps for link in path}

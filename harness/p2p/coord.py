@@ -40,6 +40,7 @@ import threading
 import time
 from pathlib import Path
 
+from harness import models
 from harness.p2p.spec import PeerSpec
 from harness.sync import parse_sync
 from topologies.incast import worker_name
@@ -63,6 +64,7 @@ class Coordinator:
         self.n = spec.n_workers
         self.names = [worker_name(r) for r in range(self.n)]
         self.bound = parse_sync(spec.sync).bound if spec.sync != "bsp" else None
+        self.size_bytes = 4 * models.n_params(spec.model)   # one parameter message
         self.cond = threading.Condition()
         self.asked: dict[int, set[int]] = {}     # round -> ranks that asked (BSP)
         self.plans: dict[int, dict[int, dict]] = {}
@@ -177,7 +179,7 @@ class Coordinator:
         spec = self.spec
         t0 = time.monotonic()
         reply = self.mcast.round(round_, [self.names[s] for s in senders], spec.p, spec.policy,
-                                 seed=spec.seed, size_bytes=4 * self._n_floats(),
+                                 seed=spec.seed, size_bytes=self.size_bytes,
                                  install=spec.copy == "switch")
         answers, log = {}, []
         for s, sel in zip(senders, reply["selections"]):
@@ -196,11 +198,6 @@ class Coordinator:
                                 "select_s": reply["select_s"], "install_s": reply["install_s"],
                                 "settle_s": reply["settle_s"], "senders": log}) + "\n")
         return answers
-
-    def _n_floats(self) -> int:
-        from harness import models
-
-        return models.n_params(self.spec.model)
 
 
 class CoordinatorClient:
