@@ -382,6 +382,7 @@ class ParameterServer:
             segment_fracs=[list(d.segment_fracs) for d in ds],
             param_wire_bytes=[s.wire_bytes for s in rnd.sent],
             param_retransmits=[s.retransmits for s in rnd.sent],
+            param_stats=[dict(s.stats) for s in rnd.sent],
             msg_stats=[d.stats for d in ds], ranks=list(rnd.ranks),
             staleness=list(rnd.staleness), late=rnd.late,
             missing=[r for r, m in enumerate(self.members) if m.state in ("missing", "gone")],

@@ -83,6 +83,9 @@ class PsIteration:
     agg_used_frac: list[float] = dataclasses.field(default_factory=list)
     agg_f: int = 0
     agg_s: float = 0.0
+    # Each parameter send's transport counters, by rank (LTP: elapsed_us, wait_us,
+    # first_pass_us, max_gap_us, probes, pacing_rate_mbps, ...; empty for TCP).
+    param_stats: list[dict[str, float]] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass

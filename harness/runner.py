@@ -247,7 +247,7 @@ def host_iterations_table(files: RunFiles, spec: RunSpec) -> pd.DataFrame:
         df["min_recv_frac"] = df["recv_frac"].map(lambda v: min(v, default=None))
         for col in ("recv_frac", "segment_fracs", "param_wire_bytes", "param_retransmits",
                     "msg_stats", "ranks", "staleness", "missing", "agg_kept", "agg_reasons",
-                    "agg_scores", "agg_used_frac"):
+                    "agg_scores", "agg_used_frac", "param_stats"):
             if col in df:
                 df[col] = df[col].map(json.dumps)
         frames.append(df)

@@ -71,7 +71,11 @@ def _send_report(nbytes: int, parts: Sequence[Mapping[str, float]]) -> SendRepor
              "refused_stale": float(sum(s["done"] == stale for s in parts)),
              "peer_received": sum(s["peer_received"] for s in parts),
              "elapsed_us": max(s["elapsed_us"] for s in parts), "srtt_us": last["srtt_us"],
-             "pacing_rate_mbps": last["pacing_rate_mbps"], "btl_bw_mbps": last["btl_bw_mbps"]}
+             "pacing_rate_mbps": last["pacing_rate_mbps"], "btl_bw_mbps": last["btl_bw_mbps"],
+             "wait_us": min(s["wait_us"] for s in parts),
+             "first_pass_us": max(s["first_pass_us"] for s in parts),
+             "max_gap_us": max(s["max_gap_us"] for s in parts),
+             "probes": sum(s["probes"] for s in parts)}
     return SendReport(nbytes, int(sum(s["wire_bytes"] for s in parts)),
                       packets=int(sum(s["packets"] + s["retransmits"] for s in parts)),
                       retransmits=int(sum(s["retransmits"] for s in parts)), stats=stats)

@@ -111,6 +111,10 @@ def test_whole_delivery_without_loss() -> None:
         for rep in res["reports"][rank]:
             assert rep.payload_bytes == 4 * N_FLOATS and rep.wire_bytes > rep.payload_bytes
             assert rep.packets >= rep.stats["count"]
+            # The send's own timing: queued, first pass, done, in that order.
+            st = rep.stats
+            assert 0 <= st["wait_us"] <= st["first_pass_us"] <= st["elapsed_us"]
+            assert st["max_gap_us"] <= st["elapsed_us"] and st["probes"] >= 0
     stats = res["server_stats"]
     for name in ("malformed", "unknown_peer", "wrong_session", "stale"):
         assert stats[name] == 0, name

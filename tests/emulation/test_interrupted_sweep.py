@@ -33,7 +33,7 @@ def _wait_for_training(out, proc, deadline_s=120):
 
 def test_sigterm_mid_run_cleans_up_and_the_same_command_resumes(tmp_path, clean_machine):
     out = tmp_path / "sweep"
-    proc = subprocess.Popen(_sweep(out, 150), cwd=PROJECT, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(_sweep(out, 60), cwd=PROJECT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     _wait_for_training(out, proc)
     proc.send_signal(signal.SIGTERM)
@@ -43,19 +43,19 @@ def test_sigterm_mid_run_cleans_up_and_the_same_command_resumes(tmp_path, clean_
     assert leftovers() == []
     assert results.finished_run_ids(out) == set()
 
-    done = subprocess.run(_sweep(out, 150), cwd=PROJECT, capture_output=True, text=True)
+    done = subprocess.run(_sweep(out, 60), cwd=PROJECT, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     rows = results.read_rows(out / "runs.csv")
     assert sorted(r["status"] for r in rows) == ["ok", "ok"]
     assert list(out.glob("runs/*.interrupted-*")), "the interrupted run's files were not kept"
-    again = subprocess.run(_sweep(out, 150), cwd=PROJECT, capture_output=True, text=True)
+    again = subprocess.run(_sweep(out, 60), cwd=PROJECT, capture_output=True, text=True)
     assert again.returncode == 0 and "nothing to run" in again.stdout
     assert len(results.read_rows(out / "runs.csv")) == 2
 
 
 def test_sigkill_leftovers_are_reclaimed_by_clean(tmp_path, clean_machine):
     out = tmp_path / "sweep"
-    proc = subprocess.Popen(_sweep(out, 150), cwd=PROJECT, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen(_sweep(out, 60), cwd=PROJECT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     _wait_for_training(out, proc)
     proc.send_signal(signal.SIGKILL)

@@ -177,6 +177,10 @@ typedef struct ltp_send_stats {
     double srtt_us;
     double pacing_rate_mbps;
     double btl_bw_mbps;
+    uint64_t wait_us;          /* from the send call to its first DATA (a serial schedule queues it) */
+    uint64_t first_pass_us;    /* from the send call to its last first-pass DATA (0: not yet) */
+    uint64_t max_gap_us;       /* longest pause between two of its DATA datagrams */
+    uint64_t probes;           /* probe timeouts that fired (section 4 of docs/ltp-protocol.md) */
 } ltp_send_stats_t;
 
 /* Cumulative counters of an endpoint; names from ltp_stat_name. */

@@ -150,6 +150,8 @@ typedef struct {
     uint64_t packets, retransmits, wire_bytes, peer_received;
     int done_reason;
     uint32_t sent_before;            /* distinct packets cancelled sends of this key sent */
+    uint64_t first_tx_us, last_tx_us, first_pass_us, max_gap_us;   /* ltp_send_stats_t */
+    uint32_t probes;
 } txmsg_t;
 
 typedef struct {

@@ -127,6 +127,7 @@ void tx_on_timers(ltp_core_t *c, peer_t *p, txmsg_t *m, uint64_t now)
     }
     p->probe_credit++;
     m->pto_count++;
+    m->probes++;
     m->last_sent_us = now;
     c->st[LTP_S_PROBES]++;
 }
@@ -282,6 +283,10 @@ int ltp_core_send_status(ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg,
         s->srtt_us = p->srtt_us;
         s->pacing_rate_mbps = pacing_rate(c, p, now) * 8.0;
         s->btl_bw_mbps = p->fl->bbr.btl_bw * 8.0;
+        s->wait_us = m->tx_seq_next ? m->first_tx_us - m->start_us : 0;
+        s->first_pass_us = m->first_pass_us;
+        s->max_gap_us = m->max_gap_us;
+        s->probes = m->probes;
     }
     return m->done ? 1 : 0;
 }
@@ -348,7 +353,11 @@ static void tx_account(ltp_core_t *c, peer_t *p, txmsg_t *m, uint32_t i, int ret
     } else {
         m->next_first++;
         m->packets++;
+        if (m->next_first == m->count) m->first_pass_us = MAX(now - m->start_us, 1);
     }
+    if (m->tx_seq_next == 0) m->first_tx_us = now;
+    else m->max_gap_us = MAX(m->max_gap_us, now - m->last_tx_us);
+    m->last_tx_us = now;
     if (p->fl->inflight_bytes == 0) p->fl->bbr.first_sent_us = p->fl->bbr.delivered_us = now;
     k->state = PK_INFLIGHT;
     k->tx_seq = m->tx_seq_next;

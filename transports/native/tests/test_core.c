@@ -1199,6 +1199,46 @@ static size_t mk_ack(uint8_t *b, uint32_t msg, uint32_t base, uint32_t echo_ts, 
     return LTP_ACK_HDR_BYTES;
 }
 
+/* A send's timing stats: its wait for the first DATA, the longest pause between two DATA, the
+ * probe timeouts that fired, and when its first pass ended. No ACK ever comes: the window
+ * closes after the initial window and only probes go out. */
+static void test_send_timing_stats(void)
+{
+    ltp_config_t c = base_cfg();
+    c.rate_hint = 0;
+    ltp_core_t *tx = ltp_core_new(&c, 0);
+    ltp_core_add_peer(tx, LTP_RANK_SERVER);
+    float *v = make_vec(4096, 9);   /* 12 packets: inside the initial window */
+    CHECK(ltp_core_send(tx, 0, 3, 0, v, 4096 * 4, 0, 1000) == 0, "send");
+    uint8_t b[LTP_MAX_DATAGRAM];
+    int slot, sent = 0;
+    uint64_t now = 1500;
+    ltp_send_stats_t ss;
+    CHECK(ltp_core_send_status(tx, 0, 3, 0, &ss, now) == 0 && ss.wait_us == 0 && ss.first_pass_us == 0,
+          "stats before any DATA: wait %llu first pass %llu", (unsigned long long)ss.wait_us,
+          (unsigned long long)ss.first_pass_us);
+    while (ltp_core_poll_tx(tx, now, b, sizeof b, &slot) > 0) sent++;
+    for (int k = 0; k < 100 && sent < 12; k++) {   /* paced: wait for each packet's turn */
+        now = ltp_core_next_timeout(tx, now);
+        while (ltp_core_poll_tx(tx, now, b, sizeof b, &slot) > 0) sent++;
+    }
+    CHECK(sent == 12, "first pass sent %d of 12", sent);
+    ltp_core_send_status(tx, 0, 3, 0, &ss, now);
+    CHECK(ss.wait_us == 500, "wait %llu us, not 500", (unsigned long long)ss.wait_us);
+    CHECK(ss.first_pass_us > 0 && ss.first_pass_us <= now - 1000, "first pass %llu us", (unsigned long long)ss.first_pass_us);
+    CHECK(ss.probes == 0, "probes %llu before any timeout", (unsigned long long)ss.probes);
+    uint64_t last = now, pto = ltp_core_next_timeout(tx, now);
+    CHECK(pto > now && pto != UINT64_MAX, "no probe timeout armed");
+    CHECK(ltp_core_poll_tx(tx, pto, b, sizeof b, &slot) > 0, "no probe at the timeout");
+    ltp_core_send_status(tx, 0, 3, 0, &ss, pto);
+    CHECK(ss.probes == 1 && ss.retransmits == 1, "probes %llu retransmits %llu", (unsigned long long)ss.probes,
+          (unsigned long long)ss.retransmits);
+    CHECK(ss.max_gap_us >= pto - last, "max gap %llu us < the probe's wait %llu", (unsigned long long)ss.max_gap_us,
+          (unsigned long long)(pto - last));
+    free(v);
+    ltp_core_free(tx);
+}
+
 /* The sender paces at a fresh hint, falls back to BBR when it goes stale or the receiver sends
  * "no hint", and ignores hints entirely with rate_hint off. */
 static void test_rate_hint_sender(void)
@@ -1428,6 +1468,7 @@ int main(void)
     test_broadcast_schedule(LTP_SCHED_SERIAL);
     test_serial_skips_silent_peer();
     test_rate_hint_sender();
+    test_send_timing_stats();
     test_rate_hint_receiver();
     test_incast_push_time();
     test_edge_bsp();
