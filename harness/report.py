@@ -258,6 +258,27 @@ def _bounds(sw: Sweep) -> list[str]:
             "worker's compute and the PS's update; `rest` = iteration p50 - floor is what "
             "the transport and the harness add.", ""] + _scheme_rows(
         sw, ["iteration p50 s", "fd bound s", "compute s", "update s", "rest s", "p50 / floor"],
+        row) + _rest(sw)
+
+
+def _rest(sw: Sweep) -> list[str]:
+    """Where the rest goes: the serial broadcast against its own bound, and what follows it."""
+    cols = ["iter_p50_s", "broadcast_p50_s", "fd_bound_s", "push_bound_s", "n_workers",
+            "compute_p50_s", "update_p50_s"]
+
+    def row(d, scheme, mine):
+        m = mine[cols].median()
+        one_push = m.push_bound_s / m.n_workers
+        down, after = m.fd_bound_s - one_push, m.iter_p50_s - m.broadcast_p50_s
+        after_floor = one_push + m.compute_p50_s + m.update_p50_s
+        return [f"{m.broadcast_p50_s:.3f}", f"{down:.3f}", f"{m.broadcast_p50_s - down:+.3f}",
+                f"{after:.3f}", f"{after_floor:.3f}", f"{after - after_floor:+.3f}"]
+
+    return ["Where the rest goes: the PS's serial broadcast against its bound (every worker's "
+            "parameters at the bottleneck rate), and what follows it (the last worker's compute "
+            "and push, the update) against its floor. A TCP broadcast ends once the kernel has "
+            "the bytes, so for TCP the split says little.", ""] + _scheme_rows(
+        sw, ["broadcast p50 s", "its bound s", "over s", "after it s", "its floor s", "over s"],
         row)
 
 

@@ -22,6 +22,7 @@ def _run_row(scheme, loss, seed, iters_per_s, acc, n_workers=8, **extra):
         retx_avoided=30 if scheme == "ltp" and loss else 0, retransmits=100 * loss,
         queue_drops=10, bottleneck_util_frac=0.8, fd_bound_s=0.165, compute_p50_s=0.002,
         update_p50_s=0.001, iter_bound_s=0.168, iter_over_bound=iter_s / 0.168,
+        push_bound_s=0.14, broadcast_p50_s=0.8 * iter_s,
         cpu_busy_frac=0.7, started_at="2026-11-23T10:00:00+00:00", wall_s=20.0,
         git_commit="abc", git_dirty=False)
     row.update(extra)
@@ -84,6 +85,18 @@ def test_accuracy_verdicts_use_the_one_point_margin(sweep):
     text = report.report_text(load(sweep))
     ltp = [ln for ln in text.splitlines() if ln.startswith("- 8 workers, 5 % loss, LTP:")]
     assert ltp and "within 1 point" in ltp[0]
+
+
+def test_the_rest_is_split_into_the_broadcast_and_what_follows(sweep):
+    text = report.report_text(load(sweep)).splitlines()
+    head = text.index(next(ln for ln in text if ln.startswith("Where the rest goes")))
+    row = next(ln for ln in text[head:] if ln.startswith("| 8 workers | 0 | LTP |"))
+    cells = [c.strip() for c in row.strip("|").split("|")][3:]
+    bcast, bound, over, after, floor, over_after = map(float, cells)
+    assert bound == 0.148   # fd bound 0.165 less one 0.0175 s push: 8 parameter messages
+    assert over == pytest.approx(bcast - bound, abs=0.0015)
+    assert floor == pytest.approx(0.0175 + 0.002 + 0.001, abs=0.0005)
+    assert over_after == pytest.approx(after - floor, abs=0.0015)
 
 
 def test_readme_table_carries_intervals(sweep):
