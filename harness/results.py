@@ -195,7 +195,7 @@ RUNS_COLUMNS = (
                              "delay, counters, starting and joining the processes, collecting"),
     Column("started_at", "ISO 8601", "when the run started (UTC)"),
     Column("git_commit", "", "commit of the project that ran"),
-    Column("git_dirty", "bool", "whether the work tree had uncommitted changes"),
+    Column("git_dirty", "bool", "whether the code had uncommitted changes (results/ aside)"),
 )
 
 ITERATIONS_COLUMNS = (
@@ -302,7 +302,7 @@ P2P_COLUMNS = (
                          "reached the target (empty if never)"),
     Column("started_at", "", "UTC start of the run"),
     Column("git_commit", "", "the project's commit"),
-    Column("git_dirty", "", "uncommitted changes at the run"),
+    Column("git_dirty", "", "uncommitted changes to the code at the run (results/ aside)"),
 )
 
 P2P_CURVE_COLUMNS = (

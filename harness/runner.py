@@ -61,8 +61,10 @@ def git_state() -> tuple[str, bool]:
     try:
         commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
                                 text=True, check=True).stdout.strip()
+        # The committed results folders are the sweeps' output, not code: a sweep writing
+        # into one does not make its own runs "dirty".
         dirty = bool(subprocess.run(["git", "-C", str(root), "status", "--porcelain",
-                                     "--untracked-files=no"],
+                                     "--untracked-files=no", "--", ".", ":!results"],
                                     capture_output=True, text=True).stdout.strip())
         return commit, dirty
     except (subprocess.CalledProcessError, FileNotFoundError):
