@@ -334,6 +334,23 @@ def _format(value) -> str:
     return str(value)
 
 
+def _check_header(path: Path, header: list[str]) -> None:
+    with open(path, newline="") as f:
+        existing = next(csv.reader(f), [])
+    if existing != header:
+        raise ResultsError(f"{path} has other columns than this version writes; "
+                           "write the sweep to a new folder.")
+
+
+def check_tables(folder: Path, tables: Mapping[str, tuple[Column, ...]]) -> None:
+    """Refuse a folder whose tables (file name -> columns) another version of the harness wrote.
+    A sweep asks before its first run, so a refused resume costs no run and changes no file."""
+    for name, columns in tables.items():
+        path = folder / name
+        if path.exists() and path.stat().st_size:
+            _check_header(path, names(columns))
+
+
 def append_rows(path: Path, columns: tuple[Column, ...], rows: Iterable[Mapping]) -> None:
     """Append ``rows`` to the CSV at ``path`` (header first if new), then flush and fsync."""
     header = names(columns)
@@ -346,11 +363,7 @@ def append_rows(path: Path, columns: tuple[Column, ...], rows: Iterable[Mapping]
                                f"(missing {sorted(missing)}, unexpected {sorted(extra)}).")
     new = not path.exists() or path.stat().st_size == 0
     if not new:
-        with open(path, newline="") as f:
-            existing = next(csv.reader(f), [])
-        if existing != header:
-            raise ResultsError(f"{path} has other columns than this version writes; "
-                               "write the sweep to a new folder.")
+        _check_header(path, header)
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     if new:

@@ -267,6 +267,9 @@ class Progress:
 def unfinished(plan: Plan, folder: Path, progress: Callable[[str], None]) -> list[RunSpec]:
     """Write (or extend) the manifest and return the runs of ``plan`` without a row yet."""
     specs = plan.specs()
+    results.check_tables(folder, {"runs.csv": results.RUNS_COLUMNS,
+                                  "curves.csv": results.CURVES_COLUMNS,
+                                  "iterations.csv": results.ITERATIONS_COLUMNS})
     _write_manifest(plan, specs, folder)
     done = results.finished_run_ids(folder)
     todo = [s for s in specs if s.run_id not in done]

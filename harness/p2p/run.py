@@ -184,6 +184,7 @@ def run_plan(plan: PeerPlan, folder: Path, progress: Callable[[str], None] = pri
     from harness.p2p import report
 
     folder.mkdir(parents=True, exist_ok=True)
+    results.check_tables(folder, {"runs.csv": P2P_COLUMNS, "curves.csv": P2P_CURVE_COLUMNS})
     manifest = folder / "manifest.json"
     if not manifest.exists():
         from harness.sweep import provenance

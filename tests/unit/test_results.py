@@ -51,6 +51,20 @@ def test_other_schema_is_refused(tmp_path):
         results.append_rows(path, results.RUNS_COLUMNS, [_row("a")])
 
 
+def test_a_sweep_refuses_another_versions_tables_before_its_first_run(tmp_path):
+    # It used to run a whole run first, append its curves and iterations, and only then refuse
+    # runs.csv: a wasted run, orphan rows and an extended manifest in a folder it refused.
+    from harness import presets, sweep
+
+    (tmp_path / "runs.csv").write_text("run_id,something_else\n")
+    (tmp_path / "curves.csv").write_text("untouched\n")
+    plan = presets.get("smoke").override(transports=("tcp-cubic",), loss_pcts=(0.0,))
+    with pytest.raises(results.ResultsError, match="new folder"):
+        sweep.unfinished(plan, tmp_path, print)
+    assert not (tmp_path / "manifest.json").exists()
+    assert (tmp_path / "curves.csv").read_text() == "untouched\n"
+
+
 def test_drop_rows_of_an_interrupted_run(tmp_path):
     path = tmp_path / "curves.csv"
     rows = [{"run_id": rid, "scheme": "t", "transport": "t", "loss_pct": 0, "delay_ms": 0, "seed": 0, "iteration": i,
