@@ -8,10 +8,11 @@ import pytest
 from harness.runfiles import RunFiles
 from harness.runner import execute
 from harness.spec import RunSpec
+from topologies import network
 from topologies.control import ControlError
 from topologies.impair import Impairment
 from topologies.incast import IncastParams
-from topologies.network import Testbed, TestbedError
+from topologies.network import Testbed
 
 GRADIENT_BYTES = 4 * 109_386
 
@@ -98,7 +99,7 @@ def test_the_controller_cuts_and_restores_a_link_in_the_switch(testbed):
         try:
             testbed.host_run(host, "ping", "-c", "1", "-W", "1", "10.0.0.254")
             return True
-        except TestbedError:
+        except network.TestbedError:
             return False
 
     assert reaches_ps("w1") and reaches_ps("w2")
