@@ -207,15 +207,19 @@ def run_group(group: list[RunSpec], folder: Path, sweep: str) -> Iterator[Starte
             yield Finished(spec, row, curves, iterations, time.monotonic() - t0)
 
 
+# A sweep folder's tables and their columns, in the order a run's rows are appended.
+TABLES = {"curves.csv": results.CURVES_COLUMNS, "iterations.csv": results.ITERATIONS_COLUMNS,
+          "runs.csv": results.RUNS_COLUMNS}
+
+
 def record(folder: Path, done: Finished) -> None:
     """Append a finished run's rows to ``folder``'s tables, dropping partial rows an interrupted
     attempt of it left; runs.csv last: its row is what marks the run finished."""
-    run_id = done.spec.run_id
     for table in ("curves.csv", "iterations.csv"):
-        results.drop_rows(folder / table, run_id)
-    results.append_rows(folder / "curves.csv", results.CURVES_COLUMNS, done.curves)
-    results.append_rows(folder / "iterations.csv", results.ITERATIONS_COLUMNS, done.iterations)
-    results.append_rows(folder / "runs.csv", results.RUNS_COLUMNS, [done.row])
+        results.drop_rows(folder / table, done.spec.run_id)
+    rows = {"curves.csv": done.curves, "iterations.csv": done.iterations, "runs.csv": [done.row]}
+    for table, columns in TABLES.items():
+        results.append_rows(folder / table, columns, rows[table])
 
 
 class Progress:
@@ -267,9 +271,7 @@ class Progress:
 def unfinished(plan: Plan, folder: Path, progress: Callable[[str], None]) -> list[RunSpec]:
     """Write (or extend) the manifest and return the runs of ``plan`` without a row yet."""
     specs = plan.specs()
-    results.check_tables(folder, {"runs.csv": results.RUNS_COLUMNS,
-                                  "curves.csv": results.CURVES_COLUMNS,
-                                  "iterations.csv": results.ITERATIONS_COLUMNS})
+    results.check_tables(folder, TABLES)
     _write_manifest(plan, specs, folder)
     done = results.finished_run_ids(folder)
     todo = [s for s in specs if s.run_id not in done]

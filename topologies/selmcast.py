@@ -228,17 +228,16 @@ def paces(wiring: Wiring, available_mbps: dict[str, float],
     senders planned before it; this sees the whole round.
     """
     paths = {s: [wiring.path(s, r) for r in receivers] for s, receivers in chosen.items()}
+    trees = {s: frozenset(link for path in ps for link in path) for s, ps in paths.items()}
     count: collections.Counter = collections.Counter()
     for s, ps in paths.items():
-        count.update([link for path in ps for link in path] if copies
-                     else {link for path in ps for link in path})
+        count.update([link for path in ps for link in path] if copies else trees[s])
     out = {}
-    for s, ps in paths.items():
-        links = {link for path in ps for link in path}
+    for s, links in trees.items():
         if not links:
             continue
         per = min(available_mbps[e] / count[e] for e in links)
-        out[s] = per * len(ps) if copies else per
+        out[s] = per * len(paths[s]) if copies else per
     return out
 
 

@@ -10,7 +10,8 @@ The report (``report.md``) has:
 - the comparisons the issue asks for, each one sentence that names a winner only where the
   intervals separate: random-p against selmcast, selmcast-p and broadcast (synchronisation
   time, average p, bytes, accuracy, time to accuracy, a run that never reached the target
-  counting as infinitely late), switch groups against unicast copies (bytes on the trunks, synchronisation time),
+  counting as infinitely late), switch groups against unicast copies (bytes on the trunks,
+  synchronisation time),
   BSP against SSP, and the loss-tolerant UDP transport against TCP copies.
 
 Figures (``figures/``): ``p2p_sync`` (synchronisation time per round, and average p, per

@@ -25,15 +25,12 @@ RATE_MBPS = 400.0
 IPS = ["127.0.0.1"] * N_PEERS
 
 
-def _free_ports(n):
-    return free_ports(n, socket.SOCK_STREAM)   # TCP and UDP ends alike
-
-
 @contextlib.contextmanager
 def _peers(slug, options=None, *, ranks=range(N_PEERS), drops=None):
     """Open the ends of ``ranks`` (the others' addresses stay free for the test to use);
     ``drops`` gives some ranks the mcast test hook ``drop``."""
-    ports, session, ends = _free_ports(N_PEERS), Session.draw(), {}
+    # Ports free for TCP, which the tcp ends need; the UDP ends take them too.
+    ports, session, ends = free_ports(N_PEERS, socket.SOCK_STREAM), Session.draw(), {}
     try:
         for r in ranks:
             hook = {"drop": drops[r]} if drops and r in drops else {}
@@ -214,7 +211,8 @@ def test_a_receiver_that_is_gone_is_unfinished_at_the_timeout(slug, options):
 ])
 def test_bad_options_are_refused_in_one_sentence(slug, options):
     with pytest.raises(OptionError) as info:
-        create(slug, 0, IPS, 0, N_FLOATS, Session.draw(), options, ports=_free_ports(N_PEERS))
+        create(slug, 0, IPS, 0, N_FLOATS, Session.draw(), options,
+               ports=free_ports(N_PEERS, socket.SOCK_STREAM))
     text = str(info.value)
     assert text.endswith(".") and "\n" not in text and text.count(". ") == 0
 
