@@ -4,7 +4,10 @@ incast: the settings that define a scheme are read back from the kernel while it
 - every host's route to the subnet, as the cell starts and as it ends: ``rto_min`` exactly for
   ``tcp-cubic-lowrto`` (set by its host commands), and gone again for the cells after it;
 - every TCP worker's socket after its pushes: the congestion control in effect
-  (``TCP_CONGESTION``) and the RTO (``TCP_INFO``), under 50 ms only with the lowered minimum;
+  (``TCP_CONGESTION``) and the RTO (``TCP_INFO``): under the kernel's 200 ms floor only with the
+  lowered minimum (the kernel's RTO is the smoothed RTT plus the larger of four deviations and the
+  minimum; delayed ACKs on these loaded cores put tens of milliseconds into the first two terms,
+  so a tighter bound than the floor would test the cores, not the setting);
 - every LTP end: Ethernet-sized datagrams (the emulated path's MTU is 1500; loopback's would
   give 64 KB), and on the wire, captured at the PS during LTP's cell, every datagram is exactly one
   LTP packet of at most 1,472 bytes although the workers send runs of them as UDP GSO writes.
@@ -110,7 +113,7 @@ def test_scheme_settings_are_in_force_during_its_cell(cells, slug):
             if rto_min_ms is None:
                 assert stats["rto_ms"] >= 200, host
             else:
-                assert stats["rto_ms"] < 50, host
+                assert stats["rto_ms"] < 200, host
         else:
             assert stats["datagram_bytes"] == 1472, host
 

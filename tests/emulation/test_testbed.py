@@ -89,7 +89,9 @@ def test_lowered_rto_applies_to_its_run_only(testbed, tmp_path):
         assert row["status"] == "ok", row["reason"]
         return RunFiles(folder).host_summary("w1").transport_stats["rto_ms"]
 
-    assert worker_rto_ms("tcp-cubic-lowrto", tmp_path / "low") < 50
+    # Below the kernel's 200 ms floor; not a tighter bound: the RTO is the smoothed RTT plus the
+    # larger of four deviations and the minimum, and delayed ACKs on loaded cores add tens of ms.
+    assert worker_rto_ms("tcp-cubic-lowrto", tmp_path / "low") < 200
     # The next run on the same network gets the kernel's 200 ms floor back.
     assert worker_rto_ms("tcp-cubic", tmp_path / "default") >= 200
 
