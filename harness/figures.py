@@ -175,6 +175,11 @@ def _converge(sw: Sweep, folder: Path) -> list[Path]:
             continue
         d = d.assign(acc_gap_pts=100 * (d.final_accuracy - ref.median()))
         _lines(ax, sw, d, "acc_gap_pts", sw.order)
+        # Runs the training-time cap stopped have not converged: marked where their cell is.
+        capped = d[d.stopped_by == "time_cap"]
+        for (scheme, loss), cell in capped.groupby(["scheme", "loss_pct"]):
+            ax.annotate("time cap", (loss, cell.acc_gap_pts.median()), xytext=(4, -10),
+                        textcoords="offset points", fontsize=7, color=sw.palette[scheme])
         ax.axhspan(-1, 1, color="grey", alpha=0.15, lw=0)
         ax.axhline(0, color="black", lw=0.8, ls=":")
         ax.set_ylabel(f"final accuracy - lossless {BASELINE} (points)")

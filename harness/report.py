@@ -210,8 +210,20 @@ def _accuracy(sw: Sweep) -> list[str]:
                 else:
                     verdict = "below by a median of more than a point, but within noise of it"
                 lines.append(f"- {_where(sw, cond, loss)}, {sw.names[scheme]}: "
-                             f"{gap.fmt('+.2f')} points: {verdict}.")
+                             f"{gap.fmt('+.2f')} points: {verdict}{_capped(d, scheme, loss)}.")
     return lines + [""]
+
+
+def _capped(d, scheme: str, loss: float) -> str:
+    """Say so when runs of the cell were stopped by the training-time cap: their final accuracy
+    is where the cap stopped them, not where training converges."""
+    cell = d[(d.scheme == scheme) & (d.loss_pct == loss)]
+    capped = cell[cell.stopped_by == "time_cap"]
+    if capped.empty:
+        return ""
+    done = capped.iterations_done.median()
+    return (f" ({len(capped)} of {len(cell)} runs stopped at the training-time cap after a "
+            f"median of {done:.0f} of {cell.iterations.max():.0f} iterations: not converged)")
 
 
 def _scheme_rows(sw: Sweep, head: list[str], row) -> list[str]:

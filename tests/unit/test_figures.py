@@ -87,6 +87,22 @@ def test_accuracy_verdicts_use_the_one_point_margin(sweep):
     assert ltp and "within 1 point" in ltp[0]
 
 
+def test_accuracy_of_runs_stopped_by_the_time_cap_is_called_not_converged(tmp_path):
+    rows = [_run_row("tcp-cubic", 0, seed, 3.3, 0.86, stopped_by="iterations")
+            for seed in range(3)]
+    rows += [_run_row("tcp-cubic", 10, seed, 0.2, 0.76, stopped_by="time_cap",
+                      iterations_done=12 + seed) for seed in range(3)]
+    rows += [_run_row("ltp", 10, seed, 4.0, 0.86, stopped_by="iterations") for seed in range(3)]
+    results.append_rows(tmp_path / "runs.csv", results.RUNS_COLUMNS, rows)
+    text = report.report_text(load(tmp_path)).splitlines()
+    tcp = next(ln for ln in text if ln.startswith("- 10 % loss, TCP CUBIC:"))
+    assert "more than 1 point below" in tcp
+    assert "3 of 3 runs stopped at the training-time cap after a median of 13 of 50" in tcp
+    ltp = next(ln for ln in text if ln.startswith("- 10 % loss, LTP:"))
+    assert "cap" not in ltp
+    assert tmp_path / "figures" / "converge.png" in figures.make(tmp_path)   # marked there too
+
+
 def test_the_rest_is_split_into_the_broadcast_and_what_follows(sweep):
     text = report.report_text(load(sweep)).splitlines()
     head = text.index(next(ln for ln in text if ln.startswith("Where the rest goes")))
