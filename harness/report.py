@@ -199,7 +199,8 @@ def _accuracy(sw: Sweep) -> list[str]:
             continue
         for loss in sorted(d.loss_pct.unique()):
             for scheme in sw.order:
-                acc = d[(d.scheme == scheme) & (d.loss_pct == loss)].final_accuracy.dropna()
+                cell = d[(d.scheme == scheme) & (d.loss_pct == loss)]
+                acc = cell.final_accuracy.dropna()
                 if acc.empty or (scheme == BASELINE and loss == 0):
                     continue
                 gap = stats.median_ci((100 * (acc - ref.median())).round(6))
@@ -210,14 +211,13 @@ def _accuracy(sw: Sweep) -> list[str]:
                 else:
                     verdict = "below by a median of more than a point, but within noise of it"
                 lines.append(f"- {_where(sw, cond, loss)}, {sw.names[scheme]}: "
-                             f"{gap.fmt('+.2f')} points: {verdict}{_capped(d, scheme, loss)}.")
+                             f"{gap.fmt('+.2f')} points: {verdict}{_capped(cell)}.")
     return lines + [""]
 
 
-def _capped(d, scheme: str, loss: float) -> str:
+def _capped(cell: pd.DataFrame) -> str:
     """Say so when runs of the cell were stopped by the training-time cap: their final accuracy
     is where the cap stopped them, not where training converges."""
-    cell = d[(d.scheme == scheme) & (d.loss_pct == loss)]
     capped = cell[cell.stopped_by == "time_cap"]
     if capped.empty:
         return ""
