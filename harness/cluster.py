@@ -54,7 +54,8 @@ from pathlib import Path, PurePosixPath
 
 from harness import results, sweep
 from harness.presets import PROJECT, Plan
-from harness.runner import git_state
+from harness import provenance
+from harness.provenance import git_state
 from harness.spec import RunSpec
 from topologies import network
 from topologies.ledger import ProcessRef
@@ -105,7 +106,7 @@ def run_group_on_node(group: list[RunSpec], sweep_name: str, plugin_files: list[
     ``plugins_env`` the head's ``$LTP_TRANSPORTS`` items (modules, or paths valid on every node).
     """
     ray = import_ray()
-    info = {k: v for k, v in sweep.provenance().items() if k != "command"}
+    info = {k: v for k, v in provenance.manifest("ps").items() if k not in ("command", "fingerprint")}
     info["node_id"] = ray.get_runtime_context().get_node_id()
     yield ("node", info)
     if info["git_commit"] != head_commit:

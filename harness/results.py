@@ -37,6 +37,21 @@ class Column:
     description: str
 
 
+# What every kind of run records of the code and the machine it ran on (harness/provenance.py).
+PROVENANCE_COLUMNS = (
+    Column("code_fingerprint", "", "digest of the code that produces this kind of run's numbers "
+                                   "(harness/provenance.py); a report calls a folder stale when "
+                                   "today's code has another"),
+    Column("cpu_model", "", "the machine's CPU model (/proc/cpuinfo)"),
+    Column("cpu_cores", "cores", "the machine's logical CPUs"),
+    Column("kernel", "", "the kernel release"),
+    Column("versions", "JSON", "versions of Python, torch, numpy, pandas, os-ken, Mininet and "
+                               "Open vSwitch"),
+    Column("other_load_frac", "fraction", "CPU used by processes outside the testbed during the "
+                                          "run, over all cores' time: near 0 on an otherwise "
+                                          "idle machine"),
+)
+
 RUNS_COLUMNS = (
     Column("run_id", "", "unique id: transport, loss, bandwidth, seed and a digest of the spec"),
     Column("sweep", "", "name of the sweep (preset) the run belongs to"),
@@ -196,6 +211,7 @@ RUNS_COLUMNS = (
     Column("started_at", "ISO 8601", "when the run started (UTC)"),
     Column("git_commit", "", "commit of the project that ran"),
     Column("git_dirty", "bool", "whether the code had uncommitted changes (results/ aside)"),
+    *PROVENANCE_COLUMNS,
 )
 
 ITERATIONS_COLUMNS = (
@@ -303,6 +319,7 @@ P2P_COLUMNS = (
     Column("started_at", "", "UTC start of the run"),
     Column("git_commit", "", "the project's commit"),
     Column("git_dirty", "", "uncommitted changes to the code at the run (results/ aside)"),
+    *PROVENANCE_COLUMNS,
 )
 
 P2P_CURVE_COLUMNS = (

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness import metrics
+from harness import metrics, provenance
 from harness.faults import FaultInjector, parse_fault
 from harness.runfiles import RunFiles, read_jsonl, write_session
 from harness.spec import RunSpec
@@ -53,22 +53,6 @@ AFTER_WORKERS_GRACE_S = 60.0
 
 Spawn = Callable[[str, str, list[str], Path], object]
 """``spawn(host, module, args, log_path)`` starts ``python -m module args`` inside ``host``."""
-
-
-def git_state() -> tuple[str, bool]:
-    """(commit, dirty) of the project's work tree ('unknown' outside git)."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
-                                text=True, check=True).stdout.strip()
-        # The committed results folders are the sweeps' output, not code: a sweep writing
-        # into one does not make its own runs "dirty".
-        dirty = bool(subprocess.run(["git", "-C", str(root), "status", "--porcelain",
-                                     "--untracked-files=no", "--", ".", ":!results"],
-                                    capture_output=True, text=True).stdout.strip())
-        return commit, dirty
-    except (subprocess.CalledProcessError, FileNotFoundError):
-        return "unknown", False
 
 
 def _last_line(path: Path) -> str:
@@ -169,6 +153,7 @@ class Prepared:
     started_at: str
     rtt_ms: float
     t_begin: float
+    fingerprint: str = ""
 
 
 def prepare(testbed: Testbed, spec: RunSpec, run_dir: Path,
@@ -194,7 +179,8 @@ def prepare(testbed: Testbed, spec: RunSpec, run_dir: Path,
     apply_host_settings(testbed, transport)
     rtt_ms = testbed.rtt_ms(worker_name(0))
     testbed.controller_errors()  # only what this run causes counts
-    return Prepared(spec, files, transport, session, started_at, rtt_ms, t_begin)
+    code = provenance.fingerprint("ps").digest   # the code this run starts with
+    return Prepared(spec, files, transport, session, started_at, rtt_ms, t_begin, code)
 
 
 def node_commands(spec: RunSpec, files: RunFiles) -> dict[str, tuple[str, list[str], Path]]:
@@ -263,7 +249,8 @@ def host_iterations_table(files: RunFiles, spec: RunSpec) -> pd.DataFrame:
 
 
 def collect(testbed: Testbed, prep: Prepared, before: Snapshot, after: Snapshot, status: str,
-            reason: str, wall_s: float, sweep: str) -> tuple[dict, list[dict], list[dict]]:
+            reason: str, wall_s: float, sweep: str,
+            other_load: float | None = None) -> tuple[dict, list[dict], list[dict]]:
     """Write the run's derived files; return its runs, curves and iterations rows."""
     spec, files = prep.spec, prep.files
     errors = testbed.controller_errors()
@@ -284,7 +271,7 @@ def collect(testbed: Testbed, prep: Prepared, before: Snapshot, after: Snapshot,
     ps = files.host_summary(PS_NAME)
     training = ([r for r in stats if ps.train_start_time <= r["t"] <= ps.train_end_time]
                 if ps else stats)
-    commit, dirty = git_state()
+    commit, dirty = provenance.git_state()
     row = {
         "run_id": spec.run_id, "sweep": sweep, "status": status, "reason": reason,
         "scheme": spec.scheme, "transport": spec.transport,
@@ -303,6 +290,8 @@ def collect(testbed: Testbed, prep: Prepared, before: Snapshot, after: Snapshot,
         "overhead_s": time.monotonic() - prep.t_begin
         - ((ps.train_end_time - ps.train_start_time) if ps else 0.0),
         "started_at": prep.started_at, "git_commit": commit, "git_dirty": dirty,
+        "code_fingerprint": prep.fingerprint, **provenance.run_columns(),
+        "other_load_frac": other_load,
     }
     return row, curves, iterations
 
@@ -317,8 +306,10 @@ def execute(testbed: Testbed, spec: RunSpec, run_dir: Path, sweep: str,
     """
     prep = prepare(testbed, spec, run_dir, impairment)
     spawn = spawn or spawn_plain(testbed)
+    load = provenance.LoadMeter(testbed.ovs.pids())
     try:
         with CrossTraffic(testbed, cross or spec.cross, prep.files.raw / "cross", seed=spec.seed):
+            load.start()
             before = testbed.snapshot()
             t0 = time.monotonic()
             commands = node_commands(spec, prep.files)
@@ -331,6 +322,7 @@ def execute(testbed: Testbed, spec: RunSpec, run_dir: Path, sweep: str,
                     injector.finish()
             wall_s = time.monotonic() - t0
             after = testbed.snapshot()
+            other_load = load.stop()
     finally:
         prep.files.session.unlink(missing_ok=True)   # the key is no use after the run; keep it nowhere
-    return collect(testbed, prep, before, after, status, reason, wall_s, sweep)
+    return collect(testbed, prep, before, after, status, reason, wall_s, sweep, other_load)

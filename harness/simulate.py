@@ -226,9 +226,17 @@ def _append(path: Path, rows: Iterable[dict]) -> None:
     rows = list(rows)
     if not rows:
         return
+    fields = list(rows[0])
     new = not path.exists()
+    if not new:
+        with open(path, newline="") as f:
+            fields = next(csv.reader(f), [])
+        extra = sorted(set().union(*rows) - set(fields))
+        if extra:
+            raise SimulationError(f"{path} has no column {extra[0]!r}: another version wrote it; "
+                                  "give this simulation another --out.")
     with open(path, "a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer = csv.DictWriter(f, fieldnames=fields, restval="")
         if new:
             writer.writeheader()
         writer.writerows(rows)
@@ -244,14 +252,29 @@ def _done(folder: Path) -> set[tuple]:
 
 def sweep(grid: Sequence[Cell], folder: Path, echo=print) -> Path:
     """Run every cell not yet in ``folder/runs.csv``, appending its rows as it ends."""
+    import datetime
+
+    from harness import provenance
+
     folder.mkdir(parents=True, exist_ok=True)
     build()
     done = _done(folder)
+    record = provenance.manifest("simulate")
+    manifest = folder / "manifest.json"
+    if not manifest.exists():
+        manifest.write_text(json.dumps({"kind": "simulate", "cells": [c.key() for c in grid],
+                                        "provenance": record}, indent=1))
+    stamp = {"git_commit": record["git_commit"], "git_dirty": record["git_dirty"],
+             "code_fingerprint": record["fingerprint"]["digest"], **provenance.run_columns()}
     segments = plot_segments() if any(c.transport == "plot" for c in grid) else None
     for cell in grid:
         if tuple(str(v) for v in cell.key().values()) in done:
             continue
+        meter = provenance.LoadMeter()
+        meter.start()
+        started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         got = run(cell, segments)
+        got.summary.update(started_at=started, **stamp, other_load_frac=meter.stop())
         _append(folder / "pushes.csv", got.pushes)
         _append(folder / "iterations.csv", got.iterations)
         _append(folder / "runs.csv", [got.summary])

@@ -18,20 +18,16 @@ import dataclasses
 import datetime
 import json
 import os
-import platform
 import random
 import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
-from importlib import metadata
 from pathlib import Path
 
-from harness import results
+from harness import provenance, results
 from harness.presets import Plan
 from harness.runfiles import RunFiles
-from harness.runner import execute, git_state, spawn_forked
+from harness.runner import execute, spawn_forked
 from harness.spec import RunSpec
 from harness.zygote import Zygote
 from topologies.network import Testbed
@@ -39,34 +35,6 @@ from topologies.network import Testbed
 
 class SweepError(RuntimeError):
     """The results folder cannot take this sweep."""
-
-
-def _version(cmd: list[str]) -> str:
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True).stdout.splitlines()[0].strip()
-    except (OSError, IndexError):
-        return "unknown"
-
-
-def provenance() -> dict:
-    """Versions of everything that shapes a result, and the project's git state."""
-    commit, dirty = git_state()
-    import mininet.net
-    import torch
-
-    def pkg(name: str) -> str:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            return "unknown"
-
-    return {
-        "git_commit": commit, "git_dirty": dirty, "kernel": platform.release(),
-        "python": platform.python_version(), "mininet": mininet.net.VERSION,
-        "openvswitch": _version(["ovs-vswitchd", "--version"]), "os_ken": pkg("os-ken"),
-        "torch": torch.__version__, "numpy": pkg("numpy"), "pandas": pkg("pandas"),
-        "host": platform.node(), "command": " ".join(sys.argv),
-    }
 
 
 def check_folder(folder: Path) -> None:
@@ -114,7 +82,8 @@ def _write_manifest(plan: Plan, specs: list[RunSpec], folder: Path) -> None:
         "plan": {"name": plan.name, **plan.dimensions(), "order_seed": plan.order_seed,
                  "plugins": plan.plugins,
                  "base": plan.base.as_dict()},
-        "run_ids": ids, "specs": [s.as_dict() for s in specs], "provenance": provenance(),
+        "run_ids": ids, "specs": [s.as_dict() for s in specs],
+        "provenance": provenance.manifest("ps"),
     }
     folder.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(manifest, indent=1))
@@ -137,7 +106,8 @@ def _extend_manifest(path: Path, old: dict, plan: Plan, specs: list[RunSpec]) ->
     if added:
         old.setdefault("extended", []).append({
             "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "runs_added": len(added), "dimensions": dims, "provenance": provenance()})
+            "runs_added": len(added), "dimensions": dims,
+            "provenance": provenance.manifest("ps")})
     path.write_text(json.dumps(old, indent=1, default=list))
 
 

@@ -91,6 +91,10 @@ class PrivateOVS:
         self._run("ovs-vswitchd", "--pidfile", "--detach", "--log-file")
         self._run("ovs-vsctl", "--timeout=10", "show")
 
+    def pids(self) -> list[int]:
+        """The running daemons' process ids (they detach, so they are nobody's children)."""
+        return [ref.pid for ref in (_pid(self.folder, d) for d in DAEMONS) if ref and ref.alive()]
+
     def stop(self) -> list[str]:
         """Stop both daemons; see :func:`stop`."""
         return stop(self.folder)

@@ -22,12 +22,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness import results
+from harness import provenance, results
 from harness.p2p.coord import Coordinator, socket_path
 from harness.p2p.spec import PeerPlan, PeerSpec
 from harness.results import P2P_COLUMNS, P2P_CURVE_COLUMNS
 from harness.runfiles import read_jsonl, write_session
-from harness.runner import git_state, spawn_forked, wait
+from harness.provenance import git_state
+from harness.runner import spawn_forked, wait
 from harness.sweep import fmt_s, set_aside
 from harness.zygote import Zygote
 from topologies.fabric import SPINE_NAME, UPLINK_PORT, leaf_name
@@ -62,11 +63,14 @@ def execute(tb: Testbed, spec: PeerSpec, run_dir: Path, sweep: str, spawn) -> tu
     session_path = run_dir / "session.key"
     write_session(session_path, Session.draw())
     started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    code = provenance.fingerprint("p2p").digest
     tb.configure(Impairment(spec.loss_pct, 0.0, seed=spec.seed))
     ips = [tb.host_ips()[worker_name(r)] for r in range(spec.n_workers)]
     switches = spec.fabric.switch_names
     before = port_counters(tb, switches)
     sock = socket_path(f"{spec.seed}")
+    load = provenance.LoadMeter(tb.ovs.pids())
+    load.start()
     t0 = time.monotonic()
     try:
         with Coordinator(spec, tb.mcast, sock, raw / "rounds.jsonl", ips):
@@ -83,6 +87,7 @@ def execute(tb: Testbed, spec: PeerSpec, run_dir: Path, sweep: str, spawn) -> tu
                 for proc in procs.values():
                     proc.kill()
         wall_s = time.monotonic() - t0
+        other_load = load.stop()
     finally:
         session_path.unlink(missing_ok=True)
     after = port_counters(tb, switches)
@@ -90,7 +95,8 @@ def execute(tb: Testbed, spec: PeerSpec, run_dir: Path, sweep: str, spawn) -> tu
     commit, dirty = git_state()
     row, curves = summarise(spec, raw, before, after)
     row.update(run_id=spec.run_id, sweep=sweep, status=status, reason=reason, wall_s=wall_s,
-               started_at=started_at, git_commit=commit, git_dirty=dirty)
+               started_at=started_at, git_commit=commit, git_dirty=dirty,
+               code_fingerprint=code, other_load_frac=other_load, **provenance.run_columns())
     return row, curves
 
 
@@ -187,11 +193,9 @@ def run_plan(plan: PeerPlan, folder: Path, progress: Callable[[str], None] = pri
     results.check_tables(folder, {"runs.csv": P2P_COLUMNS, "curves.csv": P2P_CURVE_COLUMNS})
     manifest = folder / "manifest.json"
     if not manifest.exists():
-        from harness.sweep import provenance
-
         manifest.write_text(json.dumps({"preset": plan.name, "description": plan.description,
                                         "runs": [s.run_id for s in plan.specs()],
-                                        "provenance": provenance()}, indent=1))
+                                        "provenance": provenance.manifest("p2p")}, indent=1))
     todo = unfinished(plan, folder)
     progress(f"{plan.name}: {len(plan.specs()) - len(todo)} runs done, {len(todo)} to run")
     groups: dict[tuple, list[PeerSpec]] = {}
