@@ -144,18 +144,18 @@ def run_columns() -> dict:
 # ---- the code fingerprint ----------------------------------------------------------------------
 
 
-def _module_path(name: str) -> Path | None:
+def _module_path(name: str, root: Path = PROJECT) -> Path | None:
     parts = name.split(".")
     if parts[0] not in PACKAGES:
         return None
-    base = PROJECT.joinpath(*parts)
+    base = root.joinpath(*parts)
     for candidate in (base.with_suffix(".py"), base / "__init__.py"):
         if candidate.is_file():
             return candidate
     return None
 
 
-def _imports(path: Path, module: str) -> set[str]:
+def _imports(path: Path, module: str, root: Path = PROJECT) -> set[str]:
     """The project modules ``path`` imports (every ``import`` anywhere in it, lazy ones too)."""
     tree = ast.parse(path.read_text(), str(path))
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
@@ -177,19 +177,19 @@ def _imports(path: Path, module: str) -> set[str]:
         parts = name.split(".")
         # a module's parent packages run their __init__ when it is imported
         out.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
-    return {n for n in out if _module_path(n) is not None}
+    return {n for n in out if _module_path(n, root) is not None}
 
 
-def python_closure(entries: Iterable[str]) -> list[Path]:
+def python_closure(entries: Iterable[str], root: Path = PROJECT) -> list[Path]:
     """The project's Python files reachable by import from ``entries`` (sorted)."""
     todo, seen = list(entries), set()
     while todo:
         name = todo.pop()
-        if name in seen or name in NOT_MEASURING or _module_path(name) is None:
+        if name in seen or name in NOT_MEASURING or _module_path(name, root) is None:
             continue
         seen.add(name)
-        todo.extend(_imports(_module_path(name), name) - seen)
-    return sorted({_module_path(n) for n in seen})
+        todo.extend(_imports(_module_path(name, root), name, root) - seen)
+    return sorted({_module_path(n, root) for n in seen})
 
 
 def _python_tokens(text: str) -> str:
@@ -270,21 +270,29 @@ def digest_of(hashes: Iterable[str]) -> str:
     return hashlib.sha256("\n".join(sorted(hashes)).encode()).hexdigest()[:12]
 
 
-def kind_files(kind: str) -> list[Path]:
-    """Every file of ``kind``'s code (:data:`KINDS`), sorted."""
+def kind_files(kind: str, root: Path = PROJECT) -> list[Path]:
+    """Every file of ``kind``'s code (:data:`KINDS`) under ``root``, sorted."""
     spec = KINDS[kind]
-    files = set(python_closure(spec.entries))
+    files = set(python_closure(spec.entries, root))
     for pattern in spec.sources:
-        files.update(p for p in PROJECT.glob(pattern) if p.is_file())
+        files.update(p for p in root.glob(pattern) if p.is_file())
     return sorted(files)
 
 
-def fingerprint(kind: str) -> Fingerprint:
-    """The fingerprint of today's code (the work tree) for runs of ``kind``."""
+@functools.lru_cache(maxsize=None)
+def _fingerprint(kind: str, root: Path) -> Fingerprint:
+    files = {str(p.relative_to(root)): file_hash(p) for p in kind_files(kind, root)}
+    return Fingerprint(kind, digest_of(files.values()), files)
+
+
+def fingerprint(kind: str, root: Path = PROJECT, cached: bool = False) -> Fingerprint:
+    """The fingerprint of the code under ``root`` (today's work tree by default) for runs of
+    ``kind``; ``cached``: computed once per process (reports; a run always reads the files)."""
     if kind not in KINDS:
         raise KeyError(f"unknown kind of run {kind!r}; one of {', '.join(KINDS)}")
-    files = {str(p.relative_to(PROJECT)): file_hash(p) for p in kind_files(kind)}
-    return Fingerprint(kind, digest_of(files.values()), files)
+    if not cached:
+        _fingerprint.cache_clear()
+    return _fingerprint(kind, Path(root))
 
 
 # ---- the load of everything else ---------------------------------------------------------------
@@ -338,29 +346,37 @@ class LoadMeter:
 
         self._before, self._t0 = _proc_table(), time.monotonic()
 
-    def _foreign(self, table: dict) -> dict:
+    def _foreign(self, table: dict) -> set:
         ours = _testbed_pids(table, os.getpid(), self.extra)
-        # our ancestors (the shell that started the sweep) only gain CPU when we end
-        anc, pid = set(), os.getppid()
-        while pid > 1:
-            anc.add(pid)
-            pid = next((pp for (p, _), (pp, _, _) in table.items() if p == pid), 0)
-        return {key: ticks for key, (ppid, flags, ticks) in table.items()
-                if key[0] not in ours and key[0] not in anc and not flags & _PF_KTHREAD
-                and key[0] != 2 and ppid != 2}
+        return {key for key, (ppid, flags, _) in table.items()
+                if key[0] not in ours and not flags & _PF_KTHREAD and key[0] != 2 and ppid != 2}
 
     def stop(self) -> float | None:
-        """The other processes' CPU since :meth:`start`, over every core's time (0-1)."""
+        """The other processes' CPU since :meth:`start`, over every core's time (0-1).
+
+        A process's CPU counts its reaped children's (``cutime``); a process that was already
+        running at the start and has ended since brings its earlier CPU into the count of the
+        ancestor that reaped it, so that is taken off again."""
         import time
 
         if not self._before:
             return None
-        after, wall = _proc_table(), time.monotonic() - self._t0
-        before = self._foreign(self._before)
-        used = sum(t - before.get(key, 0) for key, t in self._foreign(after).items()
-                   if t >= before.get(key, 0))
+        before, after = self._before, _proc_table()
+        wall = time.monotonic() - self._t0
+        ours_before = set(before) - self._foreign(before)
+        foreign = self._foreign(after) - ours_before
+        used = sum(after[k][2] - before.get(k, (0, 0, 0))[2] for k in foreign)
+        alive = {k[0]: k for k in after}
+        at_start = {k[0]: k for k in before}
+        for key in set(before) - set(after) - ours_before:
+            # up the parents it had at the start, through the ones that ended too
+            pid = before[key][0]
+            while pid in at_start and at_start[pid] not in after:
+                pid = before[at_start[pid]][0]
+            if alive.get(pid) in foreign:
+                used -= before[key][2]
         cores = os.cpu_count() or 1
-        return round(used / _TICKS_PER_S / (cores * wall), 4) if wall > 0 else None
+        return round(max(used, 0) / _TICKS_PER_S / (cores * wall), 4) if wall > 0 else None
 
 
 # ---- a folder's record -------------------------------------------------------------------------
@@ -387,3 +403,144 @@ def manifest(kind: str) -> dict:
     commit, dirty = git_state()
     return {"git_commit": commit, "git_dirty": dirty, **machine(), "host": platform.node(),
             "command": " ".join(sys.argv), "fingerprint": fingerprint(kind).as_dict()}
+
+
+# ---- is a folder fresh? ------------------------------------------------------------------------
+
+
+def folder_kind(folder: Path) -> str:
+    """The kind of run a results folder holds: ``p2p``, ``simulate`` or ``ps``."""
+    try:
+        header = (Path(folder) / "runs.csv").open().readline().strip().split(",")
+    except OSError:
+        header = []
+    if "method" in header and "policy" in header:
+        return "p2p"
+    if (Path(folder) / "pushes.csv").exists():
+        return "simulate"
+    return "ps"
+
+
+def read_manifest(folder: Path) -> dict:
+    """The folder's manifest (empty if it has none)."""
+    path = Path(folder) / "manifest.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def recorded_fingerprints(folder: Path) -> dict[str, Fingerprint]:
+    """Every fingerprint the folder's manifest holds (recorded at a sweep's start or extension,
+    or backfilled from a commit), by digest."""
+    found: dict[str, Fingerprint] = {}
+    man = read_manifest(folder)
+    entries = [man.get("provenance", {})] + [e.get("provenance", {})
+                                             for e in man.get("extended", [])]
+    for entry in entries:
+        if "fingerprint" in entry:
+            fp = Fingerprint.from_dict(entry["fingerprint"])
+            found[fp.digest] = fp
+    for data in man.get("backfilled_fingerprints", {}).values():
+        fp = Fingerprint.from_dict(data)
+        found[fp.digest] = fp
+    return found
+
+
+@dataclasses.dataclass(frozen=True)
+class Freshness:
+    """Whether a folder's numbers were measured with today's code."""
+
+    kind: str
+    today: str                    # today's digest
+    recorded: tuple[str, ...]     # the digests its runs ran with
+    unknown_runs: int             # runs with no known fingerprint
+    changed: tuple[str, ...]      # files that differ from today's (every recorded digest)
+
+    @property
+    def fresh(self) -> bool:
+        """Every run ran with today's code."""
+        return self.recorded == (self.today,) and not self.unknown_runs
+
+    def text(self) -> str:
+        """One sentence for a report."""
+        if self.fresh:
+            return (f"Fresh: every run ran with the code of today's fingerprint {self.today} "
+                    f"({self.kind} runs; harness/provenance.py).")
+        parts = []
+        if self.recorded:
+            parts.append(f"its runs ran with code fingerprint{'s' if len(self.recorded) > 1 else ''}"
+                         f" {', '.join(self.recorded)}, today's is {self.today}")
+        if self.unknown_runs:
+            parts.append(f"{self.unknown_runs} run{'s' if self.unknown_runs > 1 else ''} recorded "
+                         "no fingerprint")
+        changed = ""
+        if self.changed:
+            shown = ", ".join(f"`{c}`" for c in self.changed[:6])
+            more = f" and {len(self.changed) - 6} more" if len(self.changed) > 6 else ""
+            changed = f"; changed since: {shown}{more}"
+        return f"**Stale: code changed since** ({'; '.join(parts)}{changed})."
+
+
+def freshness(folder: Path, today: Fingerprint | None = None) -> Freshness:
+    """Compare the fingerprints a folder's runs recorded with today's code's."""
+    import pandas as pd
+
+    folder = Path(folder)
+    kind = folder_kind(folder)
+    today = today or fingerprint(kind, cached=True)
+    runs = pd.read_csv(folder / "runs.csv")
+    man = read_manifest(folder)
+    backfill = {c: d["digest"] for c, d in man.get("backfilled_fingerprints", {}).items()}
+    digests = []
+    for _, row in runs.iterrows():
+        code = row.get("code_fingerprint")
+        if isinstance(code, str) and code:
+            digests.append(code)
+        else:   # written before runs recorded it: the commit's (or the table's first commit's)
+            digests.append(backfill.get(str(row.get("git_commit", man.get("table_commit", ""))),
+                                        ""))
+    known = sorted({d for d in digests if d})
+    table = recorded_fingerprints(folder)
+    changed: set[str] = set()
+    for digest in known:
+        if digest != today.digest and digest in table:
+            changed.update(table[digest].changed(today))
+    return Freshness(kind, today.digest, tuple(known), sum(1 for d in digests if not d),
+                     tuple(sorted(changed)))
+
+
+def backfill(folder: Path) -> dict[str, str]:
+    """Record in the manifest of a folder written before runs recorded fingerprints the
+    fingerprint of the code at each commit its runs name (from git; a table without commits:
+    the commit that first added it). Returns {commit: digest}. The runs' work trees may have
+    differed from their commits (``git_dirty``); the manifest says so."""
+    import tarfile
+    import tempfile
+
+    import pandas as pd
+
+    folder = Path(folder).resolve()
+    kind = folder_kind(folder)
+    runs = pd.read_csv(folder / "runs.csv")
+    if "git_commit" in runs:
+        commits = sorted(set(runs.git_commit.astype(str)) - {"unknown", "nan"})
+    else:
+        first = subprocess.run(["git", "-C", str(PROJECT), "log", "--diff-filter=A", "--format=%H",
+                                "--", str((folder / "runs.csv").relative_to(PROJECT))],
+                               capture_output=True, text=True, check=True).stdout.split()
+        commits = first[-1:]
+    man = read_manifest(folder)
+    done = man.setdefault("backfilled_fingerprints", {})
+    for commit in commits:
+        if commit in done:
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            archive = subprocess.run(["git", "-C", str(PROJECT), "archive", commit, *PACKAGES],
+                                     capture_output=True, check=True).stdout
+            with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+                tar.extractall(tmp)   # our own commit's tree
+            fp = fingerprint(kind, Path(tmp))
+        done[commit] = {**fp.as_dict(), "source": f"the tree of commit {commit[:12]} (backfilled; "
+                        "the runs' own work trees may have had uncommitted changes)"}
+    if "git_commit" not in runs:
+        man["table_commit"] = commits[0] if commits else ""
+    (folder / "manifest.json").write_text(json.dumps(man, indent=1, default=list))
+    return {c: done[c]["digest"] for c in commits}
