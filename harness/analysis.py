@@ -103,6 +103,18 @@ class Sweep:
         """Median and interval of ``column`` over the runs of ``scheme`` in ``frame``."""
         return stats.median_ci(frame.loc[frame.scheme == scheme, column])
 
+    def series(self, frame: pd.DataFrame, scheme: str, column: str) -> pd.Series:
+        """``column`` over the runs of ``scheme`` in ``frame``, indexed by seed (what
+        :func:`stats.compare` pairs)."""
+        return stats.by_seed(frame[frame.scheme == scheme], column)
+
+    def tta_series(self, frame: pd.DataFrame, scheme: str) -> pd.Series:
+        """Time to the target accuracy over the runs of ``scheme`` in ``frame``, indexed by seed,
+        a run that never reached it infinitely late."""
+        mine = frame[frame.scheme == scheme]
+        times = mine.time_to_target_s.astype(float).where(reached(mine), float("inf"))
+        return pd.Series(times.to_numpy(), index=mine.seed.to_numpy())
+
     def time_to_target(self, frame: pd.DataFrame, scheme: str) -> stats.Estimate:
         """Median and interval of the time to the target accuracy over the runs of ``scheme`` in
         ``frame``, runs that never reached it counted as infinitely late

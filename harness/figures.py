@@ -1,8 +1,8 @@
-"""Figures of a sweep, regenerated from its tables alone, with 95 % intervals over seeds.
+"""Figures of a sweep, regenerated from its tables alone, with intervals over seeds.
 
 ``invoke figures --sweep DIR`` reads the tables (:mod:`harness.analysis`) and writes PNG and PDF
-versions under ``DIR/figures/``; every point is the median over a cell's runs with its bootstrap
-interval (:mod:`harness.stats`) as an error bar:
+versions under ``DIR/figures/``; every point is the median over a cell's runs with its
+distribution-free interval (:mod:`harness.stats`) as an error bar:
 
 - ``throughput``: iterations/s against loss, and the ratio to ``tcp-cubic``'s median;
 - ``accuracy``: time to the target accuracy (runs that never reached it are counted, not drawn)
@@ -103,11 +103,11 @@ def _throughput(sw: Sweep, folder: Path) -> list[Path]:
         for scheme in sw.order:
             mine = d[d.scheme == scheme]
             xs = sorted(set(mine.loss_pct) & set(base.loss_pct))
-            _errorbar(axes[1][j], xs, [stats.ratio_ci(mine.loc[mine.loss_pct == x, "iters_per_s"],
-                                                      base.loc[base.loss_pct == x, "iters_per_s"])
-                                       for x in xs], sw, scheme)
+            _errorbar(axes[1][j], xs, [stats.pair_or_not(
+                stats.by_seed(mine[mine.loss_pct == x], "iters_per_s"),
+                stats.by_seed(base[base.loss_pct == x], "iters_per_s")) for x in xs], sw, scheme)
         axes[1][j].axhline(1.0, color="black", lw=0.8, ls=":")
-        axes[1][j].set_ylabel(f"throughput / {BASELINE} (median ratio)")
+        axes[1][j].set_ylabel(f"throughput / {BASELINE} (median per-seed ratio)")
         axes[1][j].set_xlabel("random loss (%)")
     _legend(axes[0][0], 7)
     return _save(fig, folder, "throughput")

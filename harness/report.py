@@ -1,9 +1,12 @@
 """The report of a sweep (``report.md``) and the README's results table, from the tables alone.
 
-Every number is a median over a cell's runs with its 95 % bootstrap interval in brackets
-(:mod:`harness.stats`). A statement that one scheme beats another is made only where the
-intervals separate; otherwise the report says "within noise". :func:`readme_table` renders the
-table the README shows for ``results/reference``; a test checks that the two agree.
+Every number is a median over a cell's runs with a distribution-free interval in brackets whose
+coverage the report states (:mod:`harness.stats`). A statement that one scheme beats another
+follows the rule of :func:`harness.stats.compare` (paired by seed where the cells share seeds),
+and the report counts its comparisons and says how many "beyond noise" verdicts chance alone
+would give among them. The header names the machine, the other load during the runs and
+whether the code that produced the numbers is still today's (:mod:`harness.provenance`).
+:func:`readme_table` renders the headline table the README shows for ``results/reference``.
 """
 
 from __future__ import annotations
@@ -45,7 +48,32 @@ def _where(sw: Sweep, cond: tuple, loss: float) -> str:
     return f"{label + ', ' if label != 'all runs' else ''}{loss:g} % loss"
 
 
-def _header(sw: Sweep) -> list[str]:
+def _machine(runs: pd.DataFrame, folder) -> str:
+    """Where the runs ran, and how busy the rest of the machine was meanwhile."""
+    from harness import provenance
+
+    if "cpu_model" in runs and runs.cpu_model.notna().any():
+        cpus = sorted({f"{m} x {int(c)}" for m, c in zip(runs.cpu_model.astype(str), runs.cpu_cores)
+                       if m != "nan"})
+        kernels = sorted(set(runs.kernel.dropna().astype(str)))
+    else:
+        man = provenance.read_manifest(folder).get("provenance", {})
+        cpus = [f"{man['cpu_model']} x {man['cpu_cores']}"] if "cpu_model" in man else []
+        kernels = [man["kernel"]] if man.get("kernel") else []
+    text = (f"Machine: {'; '.join(cpus) or 'CPU not recorded'}, kernel "
+            f"{', '.join(kernels) or 'not recorded'}.")
+    if "other_load_frac" in runs and runs.other_load_frac.notna().any():
+        load = runs.other_load_frac.dropna()
+        text += (f" Other processes used a median of {load.median():.1%} of the machine during "
+                 f"a run (the most: {load.max():.1%}).")
+    else:
+        text += " The load of other processes was not recorded."
+    return text
+
+
+def _header(sw: Sweep, tally: stats.Tally, estimates: list[stats.Estimate]) -> list[str]:
+    from harness import provenance
+
     runs = sw.runs
     lo, hi = sw.seeds_per_cell()
     statuses = "".join(f", {n} {s}" for s, n in runs.status.value_counts().items() if s != "ok")
@@ -54,27 +82,57 @@ def _header(sw: Sweep) -> list[str]:
     started = pd.to_datetime(runs.started_at, utc=True)
     span_h = ((started.max() - started.min()).total_seconds()
               + float(runs.loc[started.idxmax(), "wall_s"])) / 3600
+    seeds = sorted(int(x) for x in sw.ok.seed.unique())
     cmd = f".venv/bin/invoke figures --sweep {sw.folder}"
     return [f"# Report: {sw.folder.name}", "",
-            f"{len(runs)} runs, {len(sw.ok)} ok{statuses}; {lo}-{hi} runs (seeds) per cell; "
-            f"commit {', '.join(c[:12] for c in commits)}{' (work tree dirty)' if dirty else ''};"
-            f" the sweep ran for {span_h:.1f} h from {started.min():%Y-%m-%d %H:%M} UTC.", "",
-            "Every number is the median over a cell's runs with its 95 % bootstrap interval in "
-            "brackets; one scheme is said to beat another only where the intervals separate. "
+            provenance.freshness(sw.folder).text(), "",
+            f"{len(runs)} runs, {len(sw.ok)} ok{statuses}; {lo}-{hi} runs per cell (seeds "
+            f"{seed_text(seeds)}); commit {', '.join(c[:12] for c in commits)}"
+            f"{' (work tree dirty)' if dirty else ''}; the sweep ran for {span_h:.1f} h from "
+            f"{started.min():%Y-%m-%d %H:%M} UTC. {_machine(runs, sw.folder)}", "",
+            "Every number is the median over a cell's runs. "
+            + stats.intervals_legend(estimates) + " Verdicts: " + stats.RULE + ". "
+            + tally.sentence(), "",
             "Regenerate the figures and this report from the tables with:", "", f"    {cmd}", ""]
+
+
+def seed_text(seeds: list[int]) -> str:
+    """``0-9``, ``0-2, 5``: a list of seeds, runs of consecutive ones as ranges."""
+    out, start = [], None
+    for i, s in enumerate(seeds):
+        if start is None:
+            start = s
+        if i + 1 == len(seeds) or seeds[i + 1] != s + 1:
+            out.append(f"{start}" if start == s else f"{start}-{s}")
+            start = None
+    return ", ".join(out)
+
+
+def speedup(mine: pd.Series, base: pd.Series) -> stats.Estimate:
+    """A scheme's iterations/s over the baseline's: the median per-seed ratio where the two
+    cells share seeds, else the ratio of medians (unpaired)."""
+    if stats.common_seeds(mine, base) >= 2:
+        return stats.paired(mine, base)
+    return stats.ratio_ci(mine, base)
+
+
+# The estimates a report showed, for the legend of its intervals (reset per report).
+_seen: list[stats.Estimate] = []
 
 
 def _headline(sw: Sweep) -> list[str]:
     target = sw.ok.target_accuracy.median()
     cols = [c for c in sw.varying]
     lines = ["## Headline numbers", "",
+             f"`vs {BASELINE}`: the median over seeds of the scheme's iterations/s over "
+             f"{BASELINE}'s with the same seed, with its interval.", "",
              "| " + " | ".join(cols + ["loss %", "transport", "runs", "it/s", f"vs {BASELINE}",
                                       "iteration p50 s", "p99 s", "final acc.",
                                       f"time to {target:.0%} (s)", "measured loss %",
                                       "filled frac."]) + " |",
              "|" + "---|" * (len(cols) + 11)]
     for cond, loss, d in _cells(sw):
-        base = d.loc[d.scheme == BASELINE, "iters_per_s"]
+        base = sw.series(d, BASELINE, "iters_per_s")
         for scheme in sw.order:
             mine = d[d.scheme == scheme]
             if mine.empty:
@@ -83,7 +141,8 @@ def _headline(sw: Sweep) -> list[str]:
             missed = int((~reached(mine)).sum())
             tta_text = ("-" if missed == len(mine) else tta.fmt(".0f")) + (
                 f" ({missed} of {len(mine)} not reached)" if missed else "")
-            speed = stats.ratio_ci(mine.iters_per_s, base)
+            speed = speedup(sw.series(d, scheme, "iters_per_s"), base)
+            _seen.append(sw.estimate(d, scheme, "iters_per_s"))
             lines.append("| " + " | ".join(
                 [_fmt(v) for v in cond] + [f"{loss:g}", sw.names[scheme], str(len(mine)),
                  sw.estimate(d, scheme, "iters_per_s").fmt(),
@@ -98,7 +157,7 @@ def _headline(sw: Sweep) -> list[str]:
 def _fastest(sw: Sweep) -> list[str]:
     lines = ["## Which scheme is fastest where", ""]
     for cond, loss, d in _cells(sw):
-        ests = {sw.names[s]: sw.estimate(d, s, "iters_per_s") for s in sw.order}
+        ests = {sw.names[s]: sw.series(d, s, "iters_per_s") for s in sw.order}
         _, sentence = stats.best(ests)
         lines.append(f"- {_where(sw, cond, loss)}, iterations/s: {sentence}")
     return lines + [""]
@@ -113,26 +172,25 @@ def _tolerance_pays(sw: Sweep) -> list[str]:
              "(iterations/s) and the fraction of each gradient the filler supplied:", ""]
     wins, tried = [], 0
     for cond, loss, d in _cells(sw):
-        rel = sw.estimate(d, "ltp-reliable", "iters_per_s")
+        rel = sw.series(d, "ltp-reliable", "iters_per_s")
         for scheme in ("ltp", "plot"):
             if scheme not in set(d.scheme):
                 continue
-            mine = sw.estimate(d, scheme, "iters_per_s")
+            mine = sw.series(d, scheme, "iters_per_s")
             filled = d.loc[d.scheme == scheme, "filled_frac_mean"].median()
             early = d.loc[d.scheme == scheme, "early_closes_per_iter"].median()
-            sentence = stats.compare(scheme, mine, "ltp-reliable", rel)
-            tried += min(rel.n, mine.n) >= stats.MIN_RUNS
-            lines.append(f"- {_where(sw, cond, loss)}: {sentence} `{scheme}` filled "
+            verdict = stats.compare(scheme, mine, "ltp-reliable", rel)
+            tried += verdict.sign is not None
+            lines.append(f"- {_where(sw, cond, loss)}: {verdict.sentence} `{scheme}` filled "
                          f"{filled:.2%} of a gradient on average, {early:.2f} early closes per "
                          "iteration.")
-            if (min(rel.n, mine.n) >= stats.MIN_RUNS and not mine.overlaps(rel)
-                    and mine.value > rel.value):
+            if verdict.sign == 1:
                 wins.append(f"{scheme} at {_where(sw, cond, loss)} "
-                            f"({mine.value / rel.value:.2f}x)")
-    lines += ["", ("Tolerating loss beat reliable delivery, beyond noise, in: " + "; ".join(wins)
-                   + ". " + stats.chance_wins(tried, sw.seeds_per_cell()[0])) if wins else
-              "In no cell of this sweep did tolerating loss beat reliable delivery beyond noise.",
-              ""]
+                            f"({verdict.estimate.value:.2f}x)")
+    lines += ["", (f"Tolerating loss beat reliable delivery, beyond noise, in {len(wins)} of "
+                   f"{tried} comparisons: " + "; ".join(wins) + ".") if wins else
+              f"In none of its {tried} comparisons did tolerating loss beat reliable delivery "
+              "beyond noise.", ""]
     return lines
 
 
@@ -164,28 +222,30 @@ def _time_to_accuracy(sw: Sweep) -> list[str]:
             if mine.empty:
                 continue
             ests[scheme] = sw.time_to_target(d, scheme)
+            _seen.append(ests[scheme])
             lines.append("| " + " | ".join([
                 where, sw.names[scheme], str(len(mine)), str(int(reached(mine).sum())),
                 ests[scheme].fmt(".1f"),
                 sw.estimate(d, scheme, "iterations_to_target").fmt(".0f"),
                 sw.estimate(d, scheme, "iters_per_s").fmt()]) + " |")
-        _, sentence = stats.best({sw.names[k]: e for k, e in ests.items()},
+        times = {k: sw.tta_series(d, k) for k in ests}
+        _, sentence = stats.best({sw.names[k]: t for k, t in times.items()},
                                  higher_is_better=False)
         sentences.append(f"- {where}, fastest to {target:.0%}: {sentence}")
         for scheme in ("ltp", "plot"):
             if scheme in ests and "ltp-reliable" in ests:
-                verdict = stats.compare(scheme, ests[scheme], "ltp-reliable",
-                                        ests["ltp-reliable"], higher_is_better=False, spec=".1f",
-                                        unit=" s")
-                sentences.append(f"  - tolerating loss: {verdict}")
+                verdict = stats.compare(scheme, times[scheme], "ltp-reliable",
+                                        times["ltp-reliable"], higher_is_better=False,
+                                        spec=".1f", unit=" s")
+                sentences.append(f"  - tolerating loss: {verdict.sentence}")
     return lines + [""] + sentences + [""]
 
 
 def _accuracy(sw: Sweep) -> list[str]:
     lines = ["## Accuracy against lossless TCP", "",
-             f"Final accuracy minus the median of lossless `{BASELINE}` under the same "
-             f"conditions, in points; \"no loss of accuracy\" means within "
-             f"{ACCURACY_MARGIN_PTS:g} point.", ""]
+             f"Final accuracy minus lossless `{BASELINE}`'s under the same conditions and the "
+             f"same seed, in points (median over seeds, with its interval); \"no loss of "
+             f"accuracy\" means a median within {ACCURACY_MARGIN_PTS:g} point.", ""]
     if _stops_at_target(sw):
         return lines[:2] + ["These runs stop once they reach the target accuracy, so their final "
                             "accuracy is where they stopped, not where training converges: no "
@@ -193,17 +253,18 @@ def _accuracy(sw: Sweep) -> list[str]:
                             ""]
     for cond in sw.conditions():
         d = sw.at(sw.ok, cond)
-        ref = d[(d.scheme == BASELINE) & (d.loss_pct == 0)].final_accuracy.dropna()
-        if ref.empty:
+        lossless = d[(d.scheme == BASELINE) & (d.loss_pct == 0)]
+        if lossless.final_accuracy.dropna().empty:
             lines.append(f"- {sw.label(cond)}: no lossless {BASELINE} run to compare with.")
             continue
+        ref = stats.by_seed(lossless, "final_accuracy") * 100
         for loss in sorted(d.loss_pct.unique()):
             for scheme in sw.order:
                 cell = d[(d.scheme == scheme) & (d.loss_pct == loss)]
-                acc = cell.final_accuracy.dropna()
-                if acc.empty or (scheme == BASELINE and loss == 0):
+                if cell.final_accuracy.dropna().empty or (scheme == BASELINE and loss == 0):
                     continue
-                gap = stats.median_ci((100 * (acc - ref.median())).round(6))
+                gap = accuracy_gap(stats.by_seed(cell, "final_accuracy") * 100, ref)
+                _seen.append(gap)
                 if gap.hi < -ACCURACY_MARGIN_PTS:
                     verdict = f"more than {ACCURACY_MARGIN_PTS:g} point below"
                 elif gap.value >= -ACCURACY_MARGIN_PTS:
@@ -213,6 +274,14 @@ def _accuracy(sw: Sweep) -> list[str]:
                 lines.append(f"- {_where(sw, cond, loss)}, {sw.names[scheme]}: "
                              f"{gap.fmt('+.2f')} points: {verdict}{_capped(cell)}.")
     return lines + [""]
+
+
+def accuracy_gap(points: pd.Series, lossless: pd.Series) -> stats.Estimate:
+    """Final accuracy minus lossless TCP's in points: seed by seed where the cells share seeds
+    (the same initialisation and data order), else against lossless TCP's median."""
+    if stats.common_seeds(points, lossless) >= 2:
+        return stats.paired(points.round(6), lossless.round(6), "diff")
+    return stats.median_ci((points - lossless.median()).round(6))
 
 
 def _capped(cell: pd.DataFrame) -> str:
@@ -304,7 +373,7 @@ def _regimes(sw: Sweep) -> list[str]:
             tcp = best_tcp(frame)
             for loss in sorted(frame.loss_pct.unique()):
                 d = frame[frame.loss_pct == loss]
-                ests = {sw.names[s]: sw.estimate(d, s, "iters_per_s")
+                ests = {sw.names[s]: sw.series(d, s, "iters_per_s")
                         for s in ("ltp", "ltp-reliable", "plot", tcp) if s in set(d.scheme)}
                 _, sentence = stats.best(ests)
                 cpu = d.cpu_busy_frac.median()
@@ -316,11 +385,14 @@ def _regimes(sw: Sweep) -> list[str]:
 
 def report_text(sw: Sweep) -> str:
     """The whole report as Markdown."""
-    lines = (_header(sw) + _headline(sw) + _fastest(sw) + _tolerance_pays(sw)
-             + _time_to_accuracy(sw) + _accuracy(sw)
-             + _accounting(sw) + _bounds(sw) + _regimes(sw) + resilience.section(sw)
-             + robustness.section(sw) + savings.section(sw)
-             + ["## Figures", ""])
+    _seen.clear()
+    with stats.tally() as tally:
+        body = (_headline(sw) + _fastest(sw) + _tolerance_pays(sw)
+                + _time_to_accuracy(sw) + _accuracy(sw)
+                + _accounting(sw) + _bounds(sw) + _regimes(sw) + resilience.section(sw)
+                + robustness.section(sw) + savings.section(sw)
+                + ["## Figures", ""])
+    lines = _header(sw, tally, list(_seen)) + body
     for name, what in FIGURES:
         if (sw.folder / "figures" / f"{name}.png").exists():
             lines += [f"### {what}", "", f"![{name}](figures/{name}.png)", ""]
@@ -335,19 +407,21 @@ def write(sw: Sweep) -> object:
 
 
 def readme_table(sw: Sweep) -> str:
-    """The README's table: tcp-cubic's iterations/s, every other scheme as a ratio to it."""
+    """The README's table: tcp-cubic's iterations/s, every other scheme as its median per-seed
+    ratio to it, each with its interval; a legend line says what the intervals cover."""
     losses = sorted(sw.ok.loss_pct.unique())
     lines = ["| random loss | " + " | ".join(f"{x:g} %" for x in losses) + " |",
              "|---|" + "---|" * len(losses)]
-    base = {x: sw.ok[(sw.ok.scheme == BASELINE) & (sw.ok.loss_pct == x)].iters_per_s
-            for x in losses}
+    shown = []
     for scheme in sw.order:
         cells = []
         for x in losses:
-            mine = sw.ok[(sw.ok.scheme == scheme) & (sw.ok.loss_pct == x)].iters_per_s
+            d = sw.ok[sw.ok.loss_pct == x]
+            mine = sw.series(d, scheme, "iters_per_s")
             est = (stats.median_ci(mine) if scheme == BASELINE
-                   else stats.ratio_ci(mine, base[x]))
+                   else speedup(mine, sw.series(d, BASELINE, "iters_per_s")))
+            shown.append(est)
             cells.append(est.fmt(".2f", "" if scheme == BASELINE else "x"))
         name = f"`{scheme}`" + (", iterations/s" if scheme == BASELINE else "")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return "\n".join(lines + ["", stats.intervals_legend(shown)])

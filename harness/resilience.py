@@ -5,7 +5,7 @@ bsp,ssp:2,async --fault none,kill@20,...``; the ``faults`` preset):
 
 - ``faults_tta``: time to ``TTA_LEVEL`` test accuracy (from ``curves.csv``: the training time
   of the first evaluation at or above it) and final accuracy per fault, one line per transport,
-  one column per sync mode (medians with 95 % intervals over seeds). ``TTA_LEVEL`` (0.70) is
+  one column per sync mode (medians with their intervals over seeds). ``TTA_LEVEL`` (0.70) is
   lower than the model's target (0.80) on purpose: short fault runs reach it, so faults and
   modes can be told apart by it; runs that never reach it are counted in the report;
 - ``faults_cdf``: the distribution of round time around a failure, rounds ``K`` to ``K + 10``
@@ -176,7 +176,7 @@ def section(sw: Sweep) -> list[str]:
                     est("fault_iter_max_s"), f"{mine.false_alarms.sum():.0f}",
                     f"{mine.staleness_mean.median():.2f} / {mine.staleness_max.max():.0f}"])
                     + " |")
-    lines += ["", "Detection, transport against transport (medians, 95 % intervals):", ""]
+    lines += ["", "Detection, transport against transport (medians, with intervals):", ""]
     for sync in _syncs(sw):
         for fault in (f for f in _faults(sw) if f != "none" and not f.startswith("straggler")):
             d = sw.ok[(sw.ok.sync == sync) & (sw.ok.fault == fault)]
@@ -185,7 +185,7 @@ def section(sw: Sweep) -> list[str]:
                 continue
             a, b = schemes[0], schemes[1]
             lines.append(f"- {sync}, {fault}: " + stats.compare(
-                sw.names[a], sw.estimate(d, a, "detection_s"), sw.names[b],
-                sw.estimate(d, b, "detection_s"), higher_is_better=False, unit=" s"))
+                sw.names[a], sw.series(d, a, "detection_s"), sw.names[b],
+                sw.series(d, b, "detection_s"), higher_is_better=False, unit=" s").sentence)
     return lines + ["", "![faults_tta](figures/faults_tta.png)", "",
                     "![faults_cdf](figures/faults_cdf.png)", ""]

@@ -8,7 +8,7 @@ preset; ``invoke run-sweep --byzantine 0,2:sign-flip --aggregator mean,score,...
   each evaluation, with the range of the seeds shaded.
 
 :func:`section` writes the report's "Byzantine workers" section: per cell, the final accuracy
-(median and 95 % bootstrap interval over seeds), how many of the attackers' updates the rule kept,
+(median and its interval over seeds), how many of the attackers' updates the rule kept,
 how many honest ones (and honest ones the transport delivered in part) it rejected, and its
 compute time per round; then, per attack, one sentence per rule comparing its final accuracy with
 the attack-free run under plain averaging, as a ratio with its interval: a rule *holds* when the
@@ -98,8 +98,8 @@ def section(sw: Sweep) -> list[str]:
     ok = with_tta(sw)
     lines = ["## Byzantine workers and aggregation rules", "",
              f"Final test accuracy and training time to {TTA_LEVEL:.0%} accuracy (runs that "
-             "never reach it are left out of the time and counted), median [95 % bootstrap "
-             "interval] over seeds. Attackers' updates kept, honest updates rejected, honest "
+             "never reach it are left out of the time and counted), median [interval] over "
+             "seeds. Attackers' updates kept, honest updates rejected, honest "
              "updates the transport delivered in part (filled) that were rejected, against the "
              "share of whole honest updates rejected, summed over the cell's runs; the rule's "
              "compute time per round (median of the runs' medians). The attackers are the "
@@ -124,20 +124,24 @@ def section(sw: Sweep) -> list[str]:
                 f"| {_pct(d.honest_filled_rejected.sum(), d.honest_filled.sum())} "
                 f"| {_whole_rejected(d)} | {1000 * d.agg_p50_s.median():.2f} |")
     lines += ["", f"Against the attack-free run under plain averaging (ratio of final "
-              f"accuracies, median [95 % interval]): a rule *holds* when the interval's lower end "
+              f"accuracies seed by seed, median [interval]): a rule *holds* when the interval's lower end "
               f"is at least {1 - HOLD_MARGIN:.2f} (within {HOLD_MARGIN:.0%}), averaging "
               f"*collapses* when its upper end is below {COLLAPSE_RATIO:g}.", ""]
     for scheme, loss, attack in _panels(sw):
-        base = ok[(ok.scheme == scheme) & (ok.loss_pct == loss) & (ok.byzantine == "0")
-                  & (ok.aggregator == "mean")].final_accuracy
+        bb = ok[(ok.scheme == scheme) & (ok.loss_pct == loss) & (ok.byzantine == "0")
+                & (ok.aggregator == "mean")]
+        base = bb.final_accuracy
         if attack == "0" or base.empty:
             continue
         for rule in _rules(sw):
-            d = ok[(ok.scheme == scheme) & (ok.loss_pct == loss) & (ok.byzantine == attack)
-                   & (ok.aggregator == rule)].final_accuracy
+            dd = ok[(ok.scheme == scheme) & (ok.loss_pct == loss) & (ok.byzantine == attack)
+                    & (ok.aggregator == rule)]
+            d = dd.final_accuracy
             if d.empty:
                 continue
-            r = stats.ratio_ci(d, base)
+            r = stats.pair_or_not(stats.by_seed(dd, "final_accuracy"),
+                                  stats.by_seed(bb, "final_accuracy"))
+            stats.judge(r)
             if min(len(d), len(base)) < stats.MIN_RUNS:
                 verdict = f"fewer than {stats.MIN_RUNS} runs a cell, no verdict"
             elif r.hi < COLLAPSE_RATIO:

@@ -5,7 +5,7 @@ preset; ``invoke run-sweep --compress none,topk:0.01,sign --local-steps 1,4 --er
 :mod:`harness.compress`):
 
 - ``compression_tradeoff``: final test accuracy against the bytes all workers' pushes of one
-  round cost on the wire (``wire_bytes_per_iter``, log scale), one point per setting with 95 %
+  round cost on the wire (``wire_bytes_per_iter``, log scale), one point per setting with its
   intervals on both axes, one panel per scheme and loss rate;
 - ``compression_accuracy``: test accuracy over training time, one line per setting (median over
   seeds at each evaluation, the seeds' range shaded).
@@ -87,7 +87,7 @@ def draw(sw: Sweep, folder: Path, save) -> list[Path]:
         ax.set_xscale("log")
         ax.set_xlabel("push bytes on the wire per round, all workers")
         ax.set_title(f"{sw.names.get(scheme, scheme)}, {loss:g} % loss", fontsize=8)
-    axes[0][0].set_ylabel("final test accuracy (median, 95 % CI)")
+    axes[0][0].set_ylabel("final test accuracy (median, interval)")
     axes[0][-1].legend(fontsize=6, title="compress, local steps, reset", title_fontsize=6,
                        loc="upper left", bbox_to_anchor=(1.02, 1.0))
     written = save(fig, folder, "compression_tradeoff")
@@ -119,10 +119,11 @@ def _verdict(label: str, saved: stats.Estimate, cost: stats.Estimate) -> str:
         return (f"- {label}: bytes per round x{saved.value:.3f}, accuracy "
                 f"{100 * cost.value:+.1f} points; fewer than {stats.MIN_RUNS} runs a cell, no "
                 "verdict.")
-    if cost.lo <= 0 <= cost.hi:
+    sign = stats.judge(cost, 0.0)
+    if sign == 0:
         acc = (f"accuracy {100 * cost.value:+.1f} points [{100 * cost.lo:+.1f}, "
                f"{100 * cost.hi:+.1f}]: within noise of the uncompressed run")
-    elif cost.hi < 0:
+    elif sign == -1:
         acc = (f"at a cost of {-100 * cost.value:.1f} points of accuracy "
                f"[{-100 * cost.hi:.1f}, {-100 * cost.lo:.1f}]")
     else:
@@ -144,7 +145,8 @@ def section(sw: Sweep) -> list[str]:
              "broadcast), final test accuracy and its "
              "difference from that run in points, training time to the target accuracy "
              "(runs that miss it count as infinitely late) and the index-value pairs or sign "
-             "words the PS dropped; median [95 % bootstrap interval] over seeds. A round of "
+             "words the PS dropped; median [interval] over seeds; ratios and differences seed "
+             "by seed where the runs share seeds. A round of "
              "H local steps uses H batches per worker.", "",
              "| scheme | loss | compress | H | reset | runs | wire bytes/round | x uncompressed "
              "| switch bytes/round toward the PS | final accuracy | points vs uncompressed "
@@ -157,8 +159,10 @@ def section(sw: Sweep) -> list[str]:
         for setting in _settings(d):
             cell = _cell(d, setting)
             c, h, r = setting
-            saved = stats.ratio_ci(cell.wire_bytes_per_iter, base.wire_bytes_per_iter)
-            cost = stats.diff_ci(cell.final_accuracy, base.final_accuracy)
+            saved = stats.pair_or_not(stats.by_seed(cell, "wire_bytes_per_iter"),
+                                      stats.by_seed(base, "wire_bytes_per_iter"))
+            cost = stats.pair_or_not(stats.by_seed(cell, "final_accuracy"),
+                                     stats.by_seed(base, "final_accuracy"), "diff")
             tta = sw.time_to_target(cell, scheme)
             hits = int(reached(cell).sum())
             lines.append(
@@ -176,7 +180,7 @@ def section(sw: Sweep) -> list[str]:
                                          f"{setting_label(*setting)}", saved, cost))
     if verdicts:
         lines += ["", "Against the uncompressed single-step run (accuracy difference in points, "
-                      "95 % interval; within noise when it holds zero):", "", *verdicts]
+                      "with its interval; within noise when it holds zero):", "", *verdicts]
     return lines + [""]
 
 

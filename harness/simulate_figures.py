@@ -2,8 +2,8 @@
 
 ``draw(folder)`` writes under ``folder/figures/`` (PNG):
 
-- ``push_vs_workers``: the median push time (over every iteration of every seed, with its 95 %
-  bootstrap interval) against N, one line per scheme, one panel per link rate, and the physical
+- ``push_vs_workers``: the median push time (over every iteration of every seed, with its
+  order-statistic interval) against N, one line per scheme, one panel per link rate, and the physical
   bound ``N x gradient frames / link rate``;
 - ``iteration_vs_workers``: the same for the iteration time (broadcast, compute, push, update);
 - ``push_vs_bandwidth``: push time over its bound against the link rate, one panel per N;
@@ -57,7 +57,7 @@ def _style(slug: str) -> dict:
 
 
 def medians(frame: pd.DataFrame, keys: list[str], column: str) -> pd.DataFrame:
-    """Per group of ``keys``: the median of ``column`` with its bootstrap interval and count."""
+    """Per group of ``keys``: the median of ``column`` with its interval and count."""
     rows = []
     for key, group in frame.groupby(keys):
         est = stats.median_ci(group[column].to_numpy())

@@ -1,7 +1,7 @@
 """The tables, figures and report of a peer-to-peer sweep, from ``runs.csv`` and ``curves.csv``.
 
 Every cell is a method (``policy/copy/scheme``) under a synchronisation mode and loss rate,
-summarised over its seeds by the median and a 95 % bootstrap interval (:mod:`harness.stats`).
+summarised over its seeds by the median and a distribution-free interval (:mod:`harness.stats`).
 The report (``report.md``) has:
 
 - the cell table: per-round synchronisation time, round time, achieved average p, delivered p,
@@ -72,6 +72,14 @@ def _est(frame: pd.DataFrame, column: str) -> stats.Estimate:
     return stats.median_ci(frame[column])
 
 
+def _series(frame: pd.DataFrame, column: str) -> pd.Series:
+    """``column`` by seed (a run that never reached the target: infinitely late)."""
+    values = frame[column].astype(float)
+    if column == "tta_s":
+        values = values.fillna(float("inf"))
+    return pd.Series(values.to_numpy(), index=frame.seed.to_numpy())
+
+
 def _cell(ok: pd.DataFrame, **where) -> pd.DataFrame:
     mask = np.ones(len(ok), dtype=bool)
     for k, v in where.items():
@@ -105,8 +113,8 @@ def comparisons(ok: pd.DataFrame) -> list[str]:
         out.append("")
         for col, label, fmt, higher in METRICS:
             if col in columns:
-                out.append(f"- {label}: " + stats.compare(name_a, _est(ca, col), name_b,
-                                                           _est(cb, col), higher, fmt))
+                out.append(f"- {label}: " + stats.compare(
+                    name_a, _series(ca, col), name_b, _series(cb, col), higher, fmt).sentence)
         out.append("")
 
     for sync in sorted(ok.sync.unique()):
@@ -154,7 +162,7 @@ def figures(ok: pd.DataFrame, curves: pd.DataFrame, folder: Path) -> list[Path]:
         ax.set_xticks(range(len(labels)), names, rotation=60, ha="right", fontsize=7)
         ax.set_title(title, fontsize=9)
         ax.grid(axis="y", alpha=0.3)
-    fig.suptitle("median over seeds, 95 % bootstrap interval; grey: single runs", fontsize=8)
+    fig.suptitle("median over seeds, order-statistic interval; grey: single runs", fontsize=8)
     paths.append(out_dir / "p2p_sync.png")
     fig.savefig(paths[-1], dpi=120)
     plt.close(fig)
@@ -191,36 +199,57 @@ def figures(ok: pd.DataFrame, curves: pd.DataFrame, folder: Path) -> list[Path]:
     return paths
 
 
-def write(folder: Path) -> Path:
-    """Write ``report.md`` and the figures of the sweep in ``folder``; return the report."""
-    path = folder / "report.md"
+def report_text(folder: Path) -> str:
+    """The report of the sweep in ``folder``, from its tables (its figures must exist)."""
+    from harness import provenance
+    from harness.report import seed_text
+
     ok, curves = load(folder)
     if ok.empty:
-        path.write_text("# Peer-to-peer sweep\n\nNo run finished ok: nothing to report.\n")
-        return path
-    figs = figures(ok, curves, folder)
+        return "# Peer-to-peer sweep\n\nNo run finished ok: nothing to report.\n"
+    figs = sorted((folder / "figures").glob("*.png"))
     first = ok.iloc[0]
+    with stats.tally() as tally:
+        cells, compared = table(ok), comparisons(ok)
+    shown = [_est(g, col) for _, g in ok.groupby(CELL, sort=True) for col, *_ in METRICS]
+    commits = sorted(set(ok.git_commit.astype(str)))
     lines = [
         "# Peer-to-peer training with selective multicast",
         "",
-        f"{len(ok)} runs (seeds {', '.join(str(s) for s in sorted(ok.seed.unique()))}) of "
+        provenance.freshness(folder).text(),
+        "",
+        f"{len(ok)} runs (seeds {seed_text(sorted(int(s) for s in ok.seed.unique()))}) of "
         f"{int(first.n_workers)} peers on a leaf-spine fabric: {int(first.n_slow)} peers at "
         f"{first.slow_frac:g} of {first.access_mbps:g} Mbit/s, uplinks {first.uplink_mbps:g} "
         f"Mbit/s, p = {int(first.p)}, {int(first.rounds)} rounds; commit "
-        f"{str(first.git_commit)[:7]}. Each cell: median over seeds [95 % bootstrap interval]. "
-        "Columns are described in docs/p2p.md.",
+        f"{', '.join(c[:7] for c in commits)}. Each cell: the median over seeds [interval]. "
+        + stats.intervals_legend(shown) + " Verdicts: " + stats.RULE + ". " + tally.sentence()
+        + " Columns are described in docs/p2p.md.",
         "",
         "## Per cell",
         "",
-        *table(ok),
+        *cells,
         "",
         "## Comparisons",
         "",
-        *comparisons(ok),
+        *compared,
         "## Figures",
         "",
         *[f"![{p.stem}](figures/{p.name})" for p in figs],
         "",
     ]
-    path.write_text("\n".join(lines))
+    return "\n".join(lines)
+
+
+def draw(folder: Path) -> list[Path]:
+    """Write the figures of the sweep in ``folder``; return their paths."""
+    ok, curves = load(folder)
+    return figures(ok, curves, folder) if not ok.empty else []
+
+
+def write(folder: Path) -> Path:
+    """Write the figures and ``report.md`` of the sweep in ``folder``; return the report."""
+    draw(folder)
+    path = folder / "report.md"
+    path.write_text(report_text(folder))
     return path

@@ -1,0 +1,241 @@
+"""The headline: the loss-tolerant transports against TCP under random loss, whether tolerating
+loss itself pays, and whether a fresh default sweep agrees with the reference.
+
+``results/reference/`` is the default sweep with ten seeds; ``results/tolerance/`` asks where
+tolerating loss pays (edge round trips at 10 % loss); ``results/default-check/`` is a fresh
+default sweep (three seeds) run at the reference's code, which tests the reference's intervals.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from harness import stats
+from harness.analysis import BASELINE
+from harness.publish.claims import Section
+from harness.publish.context import Context, Folder
+from harness.report import readme_table, seed_text
+
+REFERENCE = "results/reference"
+TOLERANCE = "results/tolerance"
+CHECK = "results/default-check"
+STRONGEST_TCP = "tcp-cubic-lowrto"
+TOLERANT = ("ltp", "plot")
+RELIABLE = "ltp-reliable"
+
+
+def _setting(f: Folder) -> str:
+    """What every run of the folder shared, from its manifest's base spec."""
+    base = f.manifest.get("plan", {}).get("base", {})
+    runs = f.ok
+    bw = sorted(runs.bottleneck_mbps.unique())
+    delays = sorted(runs.delay_ms.unique())
+    delay = ("" if delays == [0] else
+             f", {', '.join(f'{d:g}' for d in delays)} ms added one way")
+    cap = base.get("max_train_s")
+    return (f"{int(runs.n_workers.median())} workers and a PS training the "
+            f"{str(runs.model.iloc[0]).upper()} on {runs.dataset.iloc[0]} through a "
+            f"{', '.join(f'{b:g}' for b in bw)} Mbit/s bottleneck with a "
+            f"{int(runs.queue_pkts.median())}-packet queue{delay}, each run "
+            f"{int(base.get('iterations', runs.iterations.max()))} iterations"
+            + (f" or {cap:g} s of training" if cap else ""))
+
+
+def _machine(f: Folder) -> str:
+    runs = f.runs
+    if "cpu_model" not in runs or runs.cpu_model.isna().all():
+        return "machine not recorded"
+    load = runs.other_load_frac.dropna()
+    return (f"{runs.cpu_model.iloc[0]}, {int(runs.cpu_cores.iloc[0])} cores; other processes "
+            f"used a median of {load.median():.1%} of the machine during a run "
+            f"(at most {load.max():.1%})")
+
+
+def _cell(f: Folder, scheme: str, loss: float, column: str = "iters_per_s") -> pd.Series:
+    d = f.ok[(f.ok.scheme == scheme) & (f.ok.loss_pct == loss)]
+    return stats.by_seed(d, column)
+
+
+def _name(scheme: str) -> str:
+    return f"`{scheme}`"
+
+
+def against(f: Folder, scheme: str, other: str, loss: float) -> stats.Verdict:
+    """``scheme``'s iterations/s against ``other``'s at ``loss``, paired by seed."""
+    return stats.compare(scheme, _cell(f, scheme, loss), other, _cell(f, other, loss))
+
+
+def verdicts(f: Folder) -> dict[tuple[str, str, float], stats.Verdict]:
+    """The headline's verdicts: every scheme against TCP CUBIC, LTP against the strongest TCP
+    baseline, and LTP and PLOT against LTP reliable, at every loss rate."""
+    out = {}
+    losses = sorted(f.ok.loss_pct.unique())
+    schemes = [s for s in f.sweep.order if s != BASELINE]
+    for loss in losses:
+        for s in schemes:
+            out[(s, BASELINE, loss)] = against(f, s, BASELINE, loss)
+        if STRONGEST_TCP in schemes:
+            out[("ltp", STRONGEST_TCP, loss)] = against(f, "ltp", STRONGEST_TCP, loss)
+        for s in TOLERANT:
+            if s in schemes and RELIABLE in schemes:
+                out[(s, RELIABLE, loss)] = against(f, s, RELIABLE, loss)
+    return out
+
+
+def _word(sign: int | None) -> str:
+    return {1: "faster", -1: "slower", 0: "within noise", None: "not compared"}[sign]
+
+
+def _group(f: Folder, found: dict, other: str, loss: float) -> str:
+    """``faster: `ltp` 5.24x [4.93, 6.06], ...; within noise: ...`` at one loss rate."""
+    parts = []
+    for sign in (1, 0, -1):
+        names = [f"{_name(s)} {v.estimate.fmt('.2f', 'x')}" for (s, o, x), v in found.items()
+                 if o == other and x == loss and v.sign == sign]
+        if names:
+            parts.append(f"{_word(sign)}: {', '.join(names)}")
+    return "; ".join(parts)
+
+
+def headline(ctx: Context) -> str:
+    """The README's results: the reference table, its provenance, and its verdicts."""
+    f = ctx.folder(REFERENCE)
+    with stats.tally() as tally:
+        found = verdicts(f)
+    losses = sorted(f.ok.loss_pct.unique())
+    status = ("fresh at today's code" if f.fresh else f.freshness.text())
+    lines = [f"The reference sweep {f.cite()}, {status}: {len(f.sweep.order)} schemes at "
+             f"{', '.join(f'{x:g}' for x in losses)} % random loss, {_setting(f)}; "
+             f"{_machine(f)}. The `{BASELINE}` row is its iterations/s; every other row is the "
+             f"scheme's iterations/s over `{BASELINE}`'s with the same seed (a seed sets the "
+             "model's initialisation, the data order and the transports' randomness), the "
+             "median over seeds.", "", readme_table(f.sweep), "",
+             f"Verdicts ({stats.RULE}):", ""]
+    for loss in losses:
+        lines.append(f"- {loss:g} % loss, against `{BASELINE}`: {_group(f, found, BASELINE, loss)}.")
+    for loss in losses:
+        key = ("ltp", STRONGEST_TCP, loss)
+        if key in found:
+            v = found[key]
+            lines.append(f"- {loss:g} % loss, `ltp` against `{STRONGEST_TCP}` (the strongest TCP "
+                         f"here): {_word(v.sign)}, {v.estimate.fmt('.2f', 'x')}.")
+    lines += ["", tally.sentence()]
+    return "\n".join(lines)
+
+
+def tolerance_text(ctx: Context) -> list[str]:
+    """Where tolerating loss pays: `ltp` and `plot` against `ltp-reliable` (the same transport
+    repairing every packet), in the reference (no added delay) and at edge round trips."""
+    ref, tol = ctx.folder(REFERENCE), ctx.folder(TOLERANCE)
+    rows = []   # (where, scheme, verdict, filled fraction)
+    for loss in sorted(ref.ok.loss_pct.unique()):
+        for s in TOLERANT:
+            filled = ref.ok[(ref.ok.scheme == s) & (ref.ok.loss_pct == loss)].filled_frac_mean
+            rows.append((f"{loss:g} % loss, no added delay", s, against(ref, s, RELIABLE, loss),
+                         filled.median()))
+    for delay in sorted(tol.ok.delay_ms.unique()):
+        d = tol.ok[tol.ok.delay_ms == delay]
+        for loss in sorted(d.loss_pct.unique()):
+            cell = d[d.loss_pct == loss]
+            rel = stats.by_seed(cell[cell.scheme == RELIABLE], "iters_per_s")
+            for s in TOLERANT:
+                mine = cell[cell.scheme == s]
+                v = stats.compare(s, stats.by_seed(mine, "iters_per_s"), RELIABLE, rel)
+                rows.append((f"{loss:g} % loss, {delay:g} ms one way "
+                             f"({2 * delay:g} ms added to the round trip)", s, v,
+                             mine.filled_frac_mean.median()))
+    lines = []
+    for sign, head in ((1, "Tolerating loss is faster than repairing every packet"),
+                       (0, "Within noise of repairing every packet"),
+                       (-1, "Slower than repairing every packet")):
+        hits = [f"{_name(s)} at {where} ({v.estimate.fmt('.2f', 'x')}, filling "
+                f"{filled:.2%} of a gradient)" for where, s, v, filled in rows if v.sign == sign]
+        if hits:
+            lines.append(f"- {head} ({len(hits)} of {len(rows)} cells): " + "; ".join(hits) + ".")
+    return lines
+
+
+def tolerance(ctx: Context) -> str:
+    """The README's paragraph on where tolerating loss pays."""
+    ref, tol = ctx.folder(REFERENCE), ctx.folder(TOLERANCE)
+    with stats.tally() as tally:
+        body = tolerance_text(ctx)
+    status = [f"{f.cite()}, {'fresh' if f.fresh else f.freshness.text()}" for f in (ref, tol)]
+    return "\n".join([
+        f"`ltp` and `plot` against `{RELIABLE}`, the same transport repairing every packet, "
+        f"iterations/s over `{RELIABLE}`'s with the same seed; from {status[0]} and "
+        f"{status[1]} ({_setting(tol)}):", "", *body, "", tally.sentence()])
+
+
+def agreement(ctx: Context) -> list[str]:
+    """Does a fresh default sweep (three seeds) agree with the reference (ten)?"""
+    ref, chk = ctx.folder(REFERENCE), ctx.folder(CHECK)
+    return against_reference(chk, ref)
+
+
+def against_reference(chk: Folder, ref: Folder) -> list[str]:
+    """How a sweep's cell medians and verdicts compare with the reference's (used by the report
+    of any default sweep and by the findings page)."""
+    keys = sorted(set(zip(ref.ok.scheme, ref.ok.loss_pct)) & set(zip(chk.ok.scheme,
+                                                                    chk.ok.loss_pct)))
+    order = {s: i for i, s in enumerate(ref.sweep.order)}
+    keys.sort(key=lambda k: (k[1], order.get(k[0], 99)))
+    ref_runs = [_cell(ref, s, x).to_numpy() for s, x in keys]
+    ref_est = [stats.median_ci(r) for r in ref_runs]
+    chk_med = [stats.median_ci(_cell(chk, s, x)).value for s, x in keys]
+    inside = sum(1 for m, e in zip(chk_med, ref_est) if e.lo <= m <= e.hi)
+    n_fresh = int(pd.Series([len(_cell(chk, s, x)) for s, x in keys]).median())
+    expected, lo, hi, _ = stats.fresh_share(ref_runs, ref_est, n_fresh)
+    widths = pd.Series([(stats.median_ci(_cell(chk, s, x)).hi - stats.median_ci(_cell(chk, s, x)).lo)
+                        / (e.hi - e.lo) for (s, x), e in zip(keys, ref_est) if e.hi > e.lo])
+    cov_chk = stats.coverage(n_fresh, stats.rank(n_fresh))
+    ref_n = int(pd.Series([len(r) for r in ref_runs]).median())
+    lines = [f"Of this sweep's {len(keys)} cell medians (iterations/s, {n_fresh} runs a cell), "
+             f"{inside} lie inside the reference's intervals ({ref.cite()}). A fresh sweep of "
+             f"{n_fresh} runs a cell should put {expected:.1f} of {len(keys)} there on average, and "
+             f"{lo}-{hi} in 95 % of such sweeps: predicted by drawing {n_fresh} runs at a time "
+             "from each reference cell's own runs (every draw, with replacement) and counting how "
+             "often their median falls inside that cell's interval, then adding up the cells "
+             "(harness/stats.py, fresh_share). The prediction treats runs as exchangeable and "
+             "leaves out drift between the days two sweeps run; the observed count includes it. "
+             + ("The observed count is inside the predicted range." if lo <= inside <= hi else
+                "**The observed count is outside the predicted range.**"),
+             "",
+             f"This sweep's own intervals ({n_fresh} runs: the range, "
+             f"{stats.level_text(cov_chk)}) are a median of {widths.median():.1f}x as wide as the "
+             f"reference's ({ref_n} runs, {stats.level_text(stats.coverage(ref_n, stats.rank(ref_n)))})."]
+    mine, theirs = verdicts(chk), verdicts(ref)
+    same = [k for k in theirs if k in mine and mine[k].sign == theirs[k].sign]
+    differ = [k for k in theirs if k in mine and mine[k].sign != theirs[k].sign]
+    lines += ["", f"Its verdicts agree with the reference's in {len(same)} of "
+                  f"{len(same) + len(differ)} comparisons (every scheme against `{BASELINE}`, "
+                  f"`ltp` against `{STRONGEST_TCP}`, `ltp` and `plot` against `{RELIABLE}`, at "
+                  "every loss rate)" + (":" if differ else ".")]
+    for s, o, x in differ:
+        lines.append(f"- {_name(s)} against {_name(o)} at {x:g} % loss: here "
+                     f"{_word(mine[(s, o, x)].sign)} ({mine[(s, o, x)].estimate.fmt('.2f', 'x')}), "
+                     f"the reference {_word(theirs[(s, o, x)].sign)} "
+                     f"({theirs[(s, o, x)].estimate.fmt('.2f', 'x')}).")
+    return lines
+
+
+def _speed_body(ctx: Context) -> list[str]:
+    return headline(ctx).splitlines()
+
+
+def _tolerance_body(ctx: Context) -> list[str]:
+    tol = ctx.folder(TOLERANCE)
+    return [f"Same machinery, one difference: `{RELIABLE}` repairs every packet. In "
+            f"`{TOLERANCE}/`: {_setting(tol)}. Iterations/s over `{RELIABLE}`'s with the same "
+            "seed:", "", *tolerance_text(ctx)]
+
+
+BLOCKS = {"headline": headline, "tolerance": tolerance}
+SECTIONS = [
+    Section("speed", "How much faster than TCP are the loss-tolerant transports under random "
+                     "loss?", (REFERENCE,), _speed_body),
+    Section("tolerance", "Does tolerating loss itself pay, or the repair?",
+            (REFERENCE, TOLERANCE), _tolerance_body),
+    Section("agreement", "Does a fresh default sweep agree with the reference?",
+            (REFERENCE, CHECK), agreement),
+]

@@ -1,0 +1,4 @@
+"""Findings: peers (to be written)."""
+
+BLOCKS: dict = {}
+SECTIONS: list = []

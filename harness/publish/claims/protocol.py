@@ -1,0 +1,4 @@
+"""Findings: protocol (to be written)."""
+
+BLOCKS: dict = {}
+SECTIONS: list = []

@@ -1,0 +1,4 @@
+"""Findings: regimes (to be written)."""
+
+BLOCKS: dict = {}
+SECTIONS: list = []

@@ -1,0 +1,4 @@
+"""Findings: simulation (to be written)."""
+
+BLOCKS: dict = {}
+SECTIONS: list = []

@@ -1,0 +1,4 @@
+"""Findings: training (to be written)."""
+
+BLOCKS: dict = {}
+SECTIONS: list = []

@@ -1,0 +1,4 @@
+"""Findings: trust (to be written)."""
+
+BLOCKS: dict = {}
+SECTIONS: list = []
