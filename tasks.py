@@ -5,6 +5,7 @@
     invoke run-sweep --cluster auto       # each group of runs on a node of a Ray cluster
     invoke bench-network                  # the emulated network against its configuration
     invoke simulate --workers 8,64,1024 --out DIR   # the LTP/PLOT core at scale, simulated
+    invoke publish [--check]              # every report, figure and published number, from the tables
     invoke clean                          # remove what a killed run left behind
 """
 
@@ -232,6 +233,32 @@ def figures(c, sweep):
             return
         for path in fig.make(folder):
             print(path)
+
+
+@task(help={"check": "write nothing; list what would change and fail if anything would",
+            "no_figures": "regenerate the text only (reports, generated blocks, the findings "
+                          "page), not the figures"})
+def publish(c, check=False, no_figures=False):
+    """Regenerate everything published (reports, figures, README and docs blocks, findings)
+    from the committed tables; --check fails on any difference."""
+    from invoke import Exit
+
+    from harness import cli
+
+    with cli.user_errors():
+        from harness.publish import build
+
+        out = build.publish(check=check, figures=not no_figures and not check,
+                            say=lambda line: None)
+        if check:
+            if out.changed:
+                raise Exit("published files differ from what the tables give (run "
+                           ".venv/bin/invoke publish): " + ", ".join(out.changed), code=1)
+            print("every published file matches the tables.")
+            return
+        print("\n".join(f"wrote {p}" for p in out.changed) or "nothing changed.")
+        if out.figures:
+            print(f"redrew {out.figures} figure files.")
 
 
 @task(help={"seconds": "how long libFuzzer drives the stateful core target (default 60)",

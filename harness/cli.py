@@ -32,12 +32,13 @@ from topologies.network import TestbedError
 from topologies.ovs import OVSError
 from transports.base import OptionError, TransportError
 from transports.registry import UnknownTransport
+from harness.publish.blocks import BlockError
 
 USER_ERRORS = (SpecError, UnknownPreset, UnknownTransport, OptionError, TopologyError,
                TestbedError, OVSError, SweepError, ResultsError, DatasetError, TransportError,
                DelayError, BenchError, LossModelError, CrossError, SyncError, FaultError,
                SimulationError, ByzantineError, AggregatorError, CompressError,
-               ClusterError, PeerSpecError)
+               ClusterError, PeerSpecError, BlockError)
 
 
 def require_root() -> None:

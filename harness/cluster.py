@@ -106,7 +106,8 @@ def run_group_on_node(group: list[RunSpec], sweep_name: str, plugin_files: list[
     ``plugins_env`` the head's ``$LTP_TRANSPORTS`` items (modules, or paths valid on every node).
     """
     ray = import_ray()
-    info = {k: v for k, v in provenance.manifest("ps").items() if k not in ("command", "fingerprint")}
+    info = {k: v for k, v in provenance.manifest("ps").items()
+            if k not in ("command", "fingerprint")}
     info["node_id"] = ray.get_runtime_context().get_node_id()
     yield ("node", info)
     if info["git_commit"] != head_commit:

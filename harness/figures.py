@@ -52,7 +52,9 @@ def _save(fig, folder: Path, name: str) -> list[Path]:
     out = []
     for ext in ("png", "pdf"):
         path = folder / f"{name}.{ext}"
-        fig.savefig(path, dpi=130, bbox_inches="tight")
+        # no creation date in a PDF: the same tables give the same bytes
+        fig.savefig(path, dpi=130, bbox_inches="tight",
+                    metadata={"CreationDate": None} if ext == "pdf" else None)
         out.append(path)
     plt.close(fig)
     return out

@@ -11,9 +11,9 @@ Three records, each written with every run (``runs.csv``) and every folder (``ma
   apps), plus the C sources they load or run (the native core, the delay line, the loss program;
   the simulator for simulated runs). Reporting code is not in it: a new table or a new sentence
   changes no measured number. Each file is hashed after dropping what cannot change behaviour
-  (comments, docstrings, blank lines and indentation width in Python; comments and whitespace in
-  C), and the digest is over the sorted file hashes, not their paths, so moving an unchanged file
-  keeps it. The manifest keeps the per-file hashes, so a stale report names what changed.
+  (comments, the text of docstrings, blank lines and indentation width in Python; comments and
+  whitespace in C), and the digest is over the sorted file hashes, not their paths, so moving an
+  unchanged file keeps it. The manifest keeps the per-file hashes, so a stale report names what changed.
 - **Other load** (:class:`LoadMeter`): the CPU that processes outside the testbed used during a
   run, as a fraction of the whole machine. The testbed is this process's descendants (hosts,
   controller, fork server and its children, delay line, cross traffic) and the private Open
@@ -193,7 +193,10 @@ def python_closure(entries: Iterable[str], root: Path = PROJECT) -> list[Path]:
 
 
 def _python_tokens(text: str) -> str:
-    """The source without comments, docstrings, blank lines or indentation width."""
+    """The source without comments, docstring texts, blank lines or indentation width.
+
+    This rule is frozen: every recorded fingerprint was computed with it, and changing it makes
+    every results folder stale (``tests/unit/test_provenance.py`` pins it)."""
     tree = ast.parse(text)
     docstrings = set()
     for node in ast.walk(tree):
@@ -207,7 +210,7 @@ def _python_tokens(text: str) -> str:
         if tok.type in (tokenize.COMMENT, tokenize.NL, tokenize.ENCODING):
             continue
         if tok.type == tokenize.STRING and tok.start in docstrings:
-            continue
+            continue   # its statement's NEWLINE stays: adding a docstring changes the hash
         out.append({tokenize.INDENT: "<in>", tokenize.DEDENT: "<out>",
                     tokenize.NEWLINE: "<nl>"}.get(tok.type, tok.string))
     return "\x1f".join(out)
@@ -335,19 +338,23 @@ def _testbed_pids(table: dict, root: int, extra: Iterable[int]) -> set[int]:
 class LoadMeter:
     """The CPU processes outside the testbed used between :meth:`start` and :meth:`stop`."""
 
-    def __init__(self, extra_pids: Iterable[int] = ()) -> None:
+    def __init__(self, extra_pids: Iterable[int] = (), table=None, clock=None,
+                 root_pid: int | None = None) -> None:
+        import time
+
         self.extra = list(extra_pids)     # testbed daemons that are not our descendants (OVS)
+        self._table = table or _proc_table          # tests pass their own process tables
+        self._clock = clock or time.monotonic
+        self._root = root_pid or os.getpid()
         self._before: dict = {}
         self._t0 = 0.0
 
     def start(self) -> None:
         """Take the first snapshot."""
-        import time
-
-        self._before, self._t0 = _proc_table(), time.monotonic()
+        self._before, self._t0 = self._table(), self._clock()
 
     def _foreign(self, table: dict) -> set:
-        ours = _testbed_pids(table, os.getpid(), self.extra)
+        ours = _testbed_pids(table, self._root, self.extra)
         return {key for key, (ppid, flags, _) in table.items()
                 if key[0] not in ours and not flags & _PF_KTHREAD and key[0] != 2 and ppid != 2}
 
@@ -357,12 +364,10 @@ class LoadMeter:
         A process's CPU counts its reaped children's (``cutime``); a process that was already
         running at the start and has ended since brings its earlier CPU into the count of the
         ancestor that reaped it, so that is taken off again."""
-        import time
-
         if not self._before:
             return None
-        before, after = self._before, _proc_table()
-        wall = time.monotonic() - self._t0
+        before, after = self._before, self._table()
+        wall = self._clock() - self._t0
         ours_before = set(before) - self._foreign(before)
         foreign = self._foreign(after) - ours_before
         used = sum(after[k][2] - before.get(k, (0, 0, 0))[2] for k in foreign)
@@ -466,8 +471,9 @@ class Freshness:
                     f"({self.kind} runs; harness/provenance.py).")
         parts = []
         if self.recorded:
-            parts.append(f"its runs ran with code fingerprint{'s' if len(self.recorded) > 1 else ''}"
-                         f" {', '.join(self.recorded)}, today's is {self.today}")
+            plural = "s" if len(self.recorded) > 1 else ""
+            parts.append(f"its runs ran with code fingerprint{plural} "
+                         f"{', '.join(self.recorded)}, today's is {self.today}")
         if self.unknown_runs:
             parts.append(f"{self.unknown_runs} run{'s' if self.unknown_runs > 1 else ''} recorded "
                          "no fingerprint")

@@ -86,7 +86,8 @@ def _header(sw: Sweep, tally: stats.Tally, estimates: list[stats.Estimate]) -> l
     cmd = f".venv/bin/invoke figures --sweep {sw.folder}"
     return [f"# Report: {sw.folder.name}", "",
             provenance.freshness(sw.folder).text(), "",
-            f"{len(runs)} runs, {len(sw.ok)} ok{statuses}; {lo}-{hi} runs per cell (seeds "
+            f"{len(runs)} runs, {len(sw.ok)} ok{statuses}; {lo if lo == hi else f'{lo}-{hi}'} "
+            f"runs per cell (seeds "
             f"{seed_text(seeds)}); commit {', '.join(c[:12] for c in commits)}"
             f"{' (work tree dirty)' if dirty else ''}; the sweep ran for {span_h:.1f} h from "
             f"{started.min():%Y-%m-%d %H:%M} UTC. {_machine(runs, sw.folder)}", "",
@@ -205,8 +206,9 @@ def _time_to_accuracy(sw: Sweep) -> list[str]:
     target = sw.ok.target_accuracy.median()
     cap = sw.ok.max_train_s.max()
     lines = ["## Time to accuracy", "",
-             f"Training time at the PS (evaluations excluded) until the first evaluation at or above "
-             f"{target:.0%} test accuracy. A run that had not reached it when its training-time cap "
+             "Training time at the PS (evaluations excluded) until the first evaluation at or "
+             f"above {target:.0%} test accuracy. A run that had not reached it when its "
+             "training-time cap "
              f"({cap:g} s) ended it is *not reached*: it counts as infinitely late, so a scheme "
              "that often misses cannot look fast by dropping its misses, and a median is \"not "
              "reached\" once half its runs missed.", "",
@@ -383,11 +385,32 @@ def _regimes(sw: Sweep) -> list[str]:
     return lines
 
 
+def _against_reference(sw: Sweep) -> list[str]:
+    """A default sweep against the committed reference (the default sweep with more seeds): how
+    many of its cell medians fall inside the reference's intervals, against the prediction,
+    and whether its verdicts agree."""
+    from pathlib import Path
+
+    from harness import provenance
+    from harness.publish.claims import headline
+    from harness.publish.context import Folder
+
+    project = Path(__file__).resolve().parent.parent
+    ref = project / headline.REFERENCE
+    name = provenance.read_manifest(sw.folder).get("plan", {}).get("name")
+    if name != "default" or not (ref / "runs.csv").exists() \
+            or sw.folder.resolve() == ref.resolve():
+        return []
+    return (["## Against the reference sweep", ""]
+            + headline.against_reference(Folder(sw.folder, project), Folder(ref, project))
+            + [""])
+
+
 def report_text(sw: Sweep) -> str:
     """The whole report as Markdown."""
     _seen.clear()
     with stats.tally() as tally:
-        body = (_headline(sw) + _fastest(sw) + _tolerance_pays(sw)
+        body = (_headline(sw) + _against_reference(sw) + _fastest(sw) + _tolerance_pays(sw)
                 + _time_to_accuracy(sw) + _accuracy(sw)
                 + _accounting(sw) + _bounds(sw) + _regimes(sw) + resilience.section(sw)
                 + robustness.section(sw) + savings.section(sw)

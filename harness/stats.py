@@ -249,16 +249,17 @@ class Tally:
         """How many such verdicts chance alone would give were nothing different."""
         return sum(v.false_rate for v in self.verdicts)
 
-    def sentence(self) -> str:
-        """One paragraph: how many comparisons, how made, what chance alone would give."""
+    def sentence(self, what: str = "report") -> str:
+        """One paragraph: how many comparisons this ``what`` made, how, and what chance alone
+        would give among them."""
         n = len(self.verdicts)
         if not n:
-            return "This report compares no two cells."
+            return f"This {what} compares no two cells."
         paired_n = sum(1 for v in self.verdicts if v.paired)
         rates = sorted({round(100 * v.false_rate, 1) for v in self.verdicts})
         rate_text = (f"{rates[0]:g} %" if len(rates) == 1
                      else f"{rates[0]:g}-{rates[-1]:g} %")
-        return (f"This report makes {n} comparisons ({paired_n} paired by seed, "
+        return (f"This {what} makes {n} comparisons ({paired_n} paired by seed, "
                 f"{n - paired_n} unpaired); {self.beyond_noise} of them name a better side. "
                 f"Were there no difference anywhere, each would name one with probability "
                 f"{rate_text}, so chance alone would give about {self.expected_by_chance:.1f} "

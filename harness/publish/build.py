@@ -23,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.publish import blocks
+from harness.publish.claims.common import anchor
 from harness.publish.context import PROJECT, Context, MissingFolder
 
 # Folders whose tables are other folders' tables concatenated (columns: the union; a column a
@@ -106,8 +107,8 @@ def report(ctx: Context, rel: str, check: bool, figures: bool, out: Outcome) -> 
 
 def pages(root: Path) -> list[Path]:
     """The hand-written pages that may hold generated blocks."""
-    return [root / "README.md", *sorted((root / "docs").glob("*.md")),
-            *sorted((root / "docs" / "labs").glob("*.md"))]
+    return [root / "README.md", root / "results" / "README.md",
+            *sorted((root / "docs").glob("*.md")), *sorted((root / "docs" / "labs").glob("*.md"))]
 
 
 def findings(ctx: Context) -> str:
@@ -126,16 +127,11 @@ def findings(ctx: Context) -> str:
              "labelled with the coverage its method has, and every verdict follows the rule of "
              "`harness/stats.py` and is counted. The README's results come from the fresh "
              "sections only.", ""]
-    lines += [f"- [{s.question}](#{_anchor(s.question)})" for s in sections]
+    lines += [f"- [{s.question}](#{anchor(s.question)})" for s in sections]
     lines.append("")
     for s in sections:
         lines.append(s.render(ctx))
     return "\n".join(lines).rstrip("\n") + "\n"
-
-
-def _anchor(title: str) -> str:
-    keep = "".join(c for c in title.lower() if c.isalnum() or c in " -")
-    return keep.replace(" ", "-")
 
 
 def publish(root: Path = PROJECT, check: bool = False, figures: bool = True,

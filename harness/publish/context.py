@@ -36,7 +36,10 @@ class Folder:
     def __init__(self, path: Path, root: Path = PROJECT) -> None:
         self.path = Path(path)
         self.root = root
-        self.rel = str(self.path.relative_to(root))
+        try:
+            self.rel = str(self.path.resolve().relative_to(Path(root).resolve()))
+        except ValueError:   # a folder outside the project (run-sweep --out elsewhere)
+            self.rel = str(self.path)
         if not (self.path / "runs.csv").exists():
             raise MissingFolder(f"`{self.rel}/` has not been run (it holds no runs.csv)")
         self.kind = provenance.folder_kind(self.path)

@@ -181,7 +181,7 @@ def test_report_names_a_winner_only_where_intervals_separate(tmp_path):
     text = report.write(tmp_path).read_text()
     assert "selmcast/switch/mcast" in text
     sync_line = next(line for line in text.splitlines() if line.startswith("- sync s/round"))
-    assert "beats random-p" in sync_line
+    assert "selmcast/switch/mcast/bsp is better" in sync_line
     acc_line = next(line for line in text.splitlines() if line.startswith("- accuracy"))
     assert "within noise" in acc_line
     assert (tmp_path / "figures" / "p2p_sync.png").exists()

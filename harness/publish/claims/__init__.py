@@ -20,7 +20,8 @@ from harness.publish.context import Context, MissingFolder
 Render = Callable[[Context], str]
 
 # The topics, in the order the findings page takes them.
-TOPICS = ("headline", "training", "regimes", "trust", "peers", "simulation", "protocol")
+TOPICS = ("headline", "training", "compression", "regimes", "traffic", "trust", "peers",
+          "simulation", "protocol", "folders")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,8 +53,7 @@ class Section:
             lines.append(f"- {f.cite()}: {f.status()}")
             for cmd in f.commands():
                 lines.append(f"  - `{cmd}`")
-        lines += [""] + body + ["", tally.sentence() if tally.verdicts else
-                                "This section compares no two cells.", ""]
+        lines += [""] + body + ["", tally.sentence("section"), ""]
         return "\n".join(lines)
 
 

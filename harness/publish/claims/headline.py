@@ -13,32 +13,18 @@ import pandas as pd
 from harness import stats
 from harness.analysis import BASELINE
 from harness.publish.claims import Section
+from harness.publish.claims.common import RELIABLE, STRONGEST_TCP, TOLERANT, name, setting
 from harness.publish.context import Context, Folder
 from harness.report import readme_table, seed_text
 
 REFERENCE = "results/reference"
 TOLERANCE = "results/tolerance"
 CHECK = "results/default-check"
-STRONGEST_TCP = "tcp-cubic-lowrto"
-TOLERANT = ("ltp", "plot")
-RELIABLE = "ltp-reliable"
 
 
 def _setting(f: Folder) -> str:
-    """What every run of the folder shared, from its manifest's base spec."""
-    base = f.manifest.get("plan", {}).get("base", {})
-    runs = f.ok
-    bw = sorted(runs.bottleneck_mbps.unique())
-    delays = sorted(runs.delay_ms.unique())
-    delay = ("" if delays == [0] else
-             f", {', '.join(f'{d:g}' for d in delays)} ms added one way")
-    cap = base.get("max_train_s")
-    return (f"{int(runs.n_workers.median())} workers and a PS training the "
-            f"{str(runs.model.iloc[0]).upper()} on {runs.dataset.iloc[0]} through a "
-            f"{', '.join(f'{b:g}' for b in bw)} Mbit/s bottleneck with a "
-            f"{int(runs.queue_pkts.median())}-packet queue{delay}, each run "
-            f"{int(base.get('iterations', runs.iterations.max()))} iterations"
-            + (f" or {cap:g} s of training" if cap else ""))
+    """What every run of the folder shared (:func:`common.setting`)."""
+    return setting(f.ok)
 
 
 def _machine(f: Folder) -> str:
@@ -54,10 +40,6 @@ def _machine(f: Folder) -> str:
 def _cell(f: Folder, scheme: str, loss: float, column: str = "iters_per_s") -> pd.Series:
     d = f.ok[(f.ok.scheme == scheme) & (f.ok.loss_pct == loss)]
     return stats.by_seed(d, column)
-
-
-def _name(scheme: str) -> str:
-    return f"`{scheme}`"
 
 
 def against(f: Folder, scheme: str, other: str, loss: float) -> stats.Verdict:
@@ -90,11 +72,11 @@ def _group(f: Folder, found: dict, other: str, loss: float) -> str:
     """``faster: `ltp` 5.24x [4.93, 6.06], ...; within noise: ...`` at one loss rate."""
     parts = []
     for sign in (1, 0, -1):
-        names = [f"{_name(s)} {v.estimate.fmt('.2f', 'x')}" for (s, o, x), v in found.items()
+        names = [f"{name(s)} {v.estimate.fmt('.2f', 'x')}" for (s, o, x), v in found.items()
                  if o == other and x == loss and v.sign == sign]
         if names:
             parts.append(f"{_word(sign)}: {', '.join(names)}")
-    return "; ".join(parts)
+    return "; ".join(parts) or f"no cell has {stats.MIN_RUNS} runs of both schemes to compare"
 
 
 def headline(ctx: Context) -> str:
@@ -112,14 +94,15 @@ def headline(ctx: Context) -> str:
              "median over seeds.", "", readme_table(f.sweep), "",
              f"Verdicts ({stats.RULE}):", ""]
     for loss in losses:
-        lines.append(f"- {loss:g} % loss, against `{BASELINE}`: {_group(f, found, BASELINE, loss)}.")
+        lines.append(f"- {loss:g} % loss, against `{BASELINE}`: "
+                     f"{_group(f, found, BASELINE, loss)}.")
     for loss in losses:
         key = ("ltp", STRONGEST_TCP, loss)
         if key in found:
             v = found[key]
             lines.append(f"- {loss:g} % loss, `ltp` against `{STRONGEST_TCP}` (the strongest TCP "
                          f"here): {_word(v.sign)}, {v.estimate.fmt('.2f', 'x')}.")
-    lines += ["", tally.sentence()]
+    lines += ["", tally.sentence("table")]
     return "\n".join(lines)
 
 
@@ -148,7 +131,7 @@ def tolerance_text(ctx: Context) -> list[str]:
     for sign, head in ((1, "Tolerating loss is faster than repairing every packet"),
                        (0, "Within noise of repairing every packet"),
                        (-1, "Slower than repairing every packet")):
-        hits = [f"{_name(s)} at {where} ({v.estimate.fmt('.2f', 'x')}, filling "
+        hits = [f"{name(s)} at {where} ({v.estimate.fmt('.2f', 'x')}, filling "
                 f"{filled:.2%} of a gradient)" for where, s, v, filled in rows if v.sign == sign]
         if hits:
             lines.append(f"- {head} ({len(hits)} of {len(rows)} cells): " + "; ".join(hits) + ".")
@@ -164,7 +147,7 @@ def tolerance(ctx: Context) -> str:
     return "\n".join([
         f"`ltp` and `plot` against `{RELIABLE}`, the same transport repairing every packet, "
         f"iterations/s over `{RELIABLE}`'s with the same seed; from {status[0]} and "
-        f"{status[1]} ({_setting(tol)}):", "", *body, "", tally.sentence()])
+        f"{status[1]} ({_setting(tol)}):", "", *body, "", tally.sentence("paragraph")])
 
 
 def agreement(ctx: Context) -> list[str]:
@@ -186,13 +169,15 @@ def against_reference(chk: Folder, ref: Folder) -> list[str]:
     inside = sum(1 for m, e in zip(chk_med, ref_est) if e.lo <= m <= e.hi)
     n_fresh = int(pd.Series([len(_cell(chk, s, x)) for s, x in keys]).median())
     expected, lo, hi, _ = stats.fresh_share(ref_runs, ref_est, n_fresh)
-    widths = pd.Series([(stats.median_ci(_cell(chk, s, x)).hi - stats.median_ci(_cell(chk, s, x)).lo)
-                        / (e.hi - e.lo) for (s, x), e in zip(keys, ref_est) if e.hi > e.lo])
+    own = [stats.median_ci(_cell(chk, s, x)) for s, x in keys]
+    widths = pd.Series([(o.hi - o.lo) / (e.hi - e.lo) for o, e in zip(own, ref_est)
+                        if e.hi > e.lo])
     cov_chk = stats.coverage(n_fresh, stats.rank(n_fresh))
     ref_n = int(pd.Series([len(r) for r in ref_runs]).median())
     lines = [f"Of this sweep's {len(keys)} cell medians (iterations/s, {n_fresh} runs a cell), "
              f"{inside} lie inside the reference's intervals ({ref.cite()}). A fresh sweep of "
-             f"{n_fresh} runs a cell should put {expected:.1f} of {len(keys)} there on average, and "
+             f"{n_fresh} runs a cell should put {expected:.1f} of {len(keys)} there on average, "
+             "and "
              f"{lo}-{hi} in 95 % of such sweeps: predicted by drawing {n_fresh} runs at a time "
              "from each reference cell's own runs (every draw, with replacement) and counting how "
              "often their median falls inside that cell's interval, then adding up the cells "
@@ -203,7 +188,8 @@ def against_reference(chk: Folder, ref: Folder) -> list[str]:
              "",
              f"This sweep's own intervals ({n_fresh} runs: the range, "
              f"{stats.level_text(cov_chk)}) are a median of {widths.median():.1f}x as wide as the "
-             f"reference's ({ref_n} runs, {stats.level_text(stats.coverage(ref_n, stats.rank(ref_n)))})."]
+             f"reference's ({ref_n} runs, "
+             f"{stats.level_text(stats.coverage(ref_n, stats.rank(ref_n)))})."]
     mine, theirs = verdicts(chk), verdicts(ref)
     same = [k for k in theirs if k in mine and mine[k].sign == theirs[k].sign]
     differ = [k for k in theirs if k in mine and mine[k].sign != theirs[k].sign]
@@ -212,11 +198,41 @@ def against_reference(chk: Folder, ref: Folder) -> list[str]:
                   f"`ltp` against `{STRONGEST_TCP}`, `ltp` and `plot` against `{RELIABLE}`, at "
                   "every loss rate)" + (":" if differ else ".")]
     for s, o, x in differ:
-        lines.append(f"- {_name(s)} against {_name(o)} at {x:g} % loss: here "
+        lines.append(f"- {name(s)} against {name(o)} at {x:g} % loss: here "
                      f"{_word(mine[(s, o, x)].sign)} ({mine[(s, o, x)].estimate.fmt('.2f', 'x')}), "
                      f"the reference {_word(theirs[(s, o, x)].sign)} "
                      f"({theirs[(s, o, x)].estimate.fmt('.2f', 'x')}).")
     return lines
+
+
+def span_minutes(f: Folder) -> float:
+    """From the first run's start to the last run's end, in minutes (networks coming up and
+    down included)."""
+    started = pd.to_datetime(f.runs.started_at, utc=True)
+    last = started.idxmax()
+    return ((started.max() - started.min()).total_seconds() + float(f.runs.wall_s[last])) / 60
+
+
+def quickstart(ctx: Context) -> str:
+    """What the README's first command runs, from the default preset, and how long it took."""
+    from harness import presets
+
+    plan = presets.get(presets.DEFAULT_PRESET)
+    f = ctx.folder(CHECK)
+    n = len(plan.specs())
+    return (f"The first command installs everything the machine lacks and runs the default "
+            f"sweep: {len(plan.transports)} transports "
+            f"({', '.join(f'`{t}`' for t in plan.transports)}) "
+            f"at {', '.join(f'{x:g}' for x in plan.loss_pcts)} % random loss, {len(plan.seeds)} "
+            f"seeds each, {plan.workers[0]} workers, a {plan.bottleneck_mbps[0]:g} Mbit/s "
+            f"bottleneck: {n} runs, which took {span_minutes(f):.0f} minutes on this 2-core "
+            f"machine (`{CHECK}/`). It prints its progress and, at the end, the folder it "
+            "wrote: `results/default/` with `runs.csv`, `curves.csv`, `iterations.csv`, "
+            "`figures/`, the raw per-run files and `report.md`, which also says how its medians "
+            f"compare with the reference's intervals (`{REFERENCE}/`). Run it again and it "
+            "resumes (or, if finished, does nothing). The second command runs the tests: unit, "
+            "conformance (every transport on loopback, the native C tests, a short fuzz run) "
+            "and emulation (real network, real training).")
 
 
 def _speed_body(ctx: Context) -> list[str]:
@@ -230,7 +246,7 @@ def _tolerance_body(ctx: Context) -> list[str]:
             "seed:", "", *tolerance_text(ctx)]
 
 
-BLOCKS = {"headline": headline, "tolerance": tolerance}
+BLOCKS = {"headline": headline, "tolerance": tolerance, "quickstart": quickstart}
 SECTIONS = [
     Section("speed", "How much faster than TCP are the loss-tolerant transports under random "
                      "loss?", (REFERENCE,), _speed_body),

@@ -1,0 +1,108 @@
+"""Provenance: the code fingerprint, freshness, the machine, and the load of other processes."""
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from harness import provenance
+
+
+def test_comments_docstrings_and_layout_do_not_change_a_file_hash(tmp_path):
+    a, b, c = tmp_path / "a.py", tmp_path / "b.py", tmp_path / "c.py"
+    a.write_text('"""Doc."""\n\ndef f(x):\n    """F."""\n    return x + 1\n')
+    b.write_text('"""Other doc."""\n# a comment\n\ndef f(x):\n\n        """Says f, at length."""\n'
+                 '        return x + 1  # why\n')
+    c.write_text('"""Doc."""\n\ndef f(x):\n    return x + 2\n')
+    assert provenance.file_hash(a) == provenance.file_hash(b) != provenance.file_hash(c)
+    x, y = tmp_path / "x.c", tmp_path / "y.c"
+    x.write_text("/* doc */ int f(void) { return 1; } // why\n")
+    y.write_text("int f(void)\n{\n    return 1;\n}\n")
+    assert provenance.file_hash(x) == provenance.file_hash(y)
+
+
+def test_the_fingerprint_of_training_runs_covers_the_measuring_code_only():
+    fp = provenance.fingerprint("ps")
+    files = set(fp.files)
+    assert {"harness/node.py", "harness/ps.py", "harness/runner.py", "transports/ltp.py",
+            "topologies/network.py", "transports/native/src/ltp_core.c"} <= files
+    assert not files & {"harness/report.py", "harness/stats.py", "harness/figures.py",
+                        "harness/presets.py", "harness/provenance.py"}
+    assert fp.digest == provenance.digest_of(fp.files.values())
+    # a moved file keeps the digest: it is over the hashes, not the paths
+    assert provenance.digest_of(reversed(list(fp.files.values()))) == fp.digest
+
+
+def _folder(tmp_path: Path, digest: str, files: dict) -> Path:
+    pd.DataFrame({"run_id": ["a", "b"], "status": ["ok", "ok"], "git_commit": ["c1", "c1"],
+                  "code_fingerprint": [digest, digest]}).to_csv(tmp_path / "runs.csv",
+                                                                index=False)
+    (tmp_path / "manifest.json").write_text(json.dumps({"provenance": {"fingerprint": {
+        "kind": "ps", "digest": digest, "files": files}}}))
+    return tmp_path
+
+
+def test_a_folder_is_fresh_only_at_todays_fingerprint(tmp_path):
+    today = provenance.fingerprint("ps")
+    fresh = provenance.freshness(_folder(tmp_path / "f", today.digest, today.files)
+                                 if (tmp_path / "f").mkdir() is None else None, today)
+    assert fresh.fresh and fresh.text().startswith("Fresh")
+    old = dict(today.files, **{"harness/ps.py": "0" * 16})
+    (tmp_path / "s").mkdir()
+    stale = provenance.freshness(_folder(tmp_path / "s", "feedbeef0000", old), today)
+    assert not stale.fresh and stale.changed == ("harness/ps.py",)
+    assert "Stale: code changed since" in stale.text() and "`harness/ps.py`" in stale.text()
+
+
+def test_a_folder_without_fingerprints_is_stale(tmp_path):
+    pd.DataFrame({"run_id": ["a"], "status": ["ok"], "git_commit": ["c1"]}).to_csv(
+        tmp_path / "runs.csv", index=False)
+    f = provenance.freshness(tmp_path)
+    assert not f.fresh and f.unknown_runs == 1
+
+
+def test_the_machine_is_recorded():
+    m = provenance.run_columns()
+    assert m["cpu_cores"] >= 1 and m["kernel"] and "torch" in json.loads(m["versions"])
+
+
+class _Procs:
+    """A fake /proc: (pid, start) -> (ppid, flags, cpu ticks incl. reaped children)."""
+
+    def __init__(self, table):
+        self.table = table
+
+    def __call__(self):
+        return dict(self.table)
+
+
+def test_other_load_counts_only_what_others_used_during_the_run():
+    hz = provenance._TICKS_PER_S
+    procs = _Procs({(100, 1): (1, 0, 0),          # the sweep
+                    (101, 2): (100, 0, 50 * hz),  # a host process: ours
+                    (200, 3): (1, 0, 10 * hz),    # someone else's shell
+                    (201, 4): (200, 0, 30 * hz),  # its child, running since before
+                    (300, 5): (2, 0, 99 * hz)})   # a kernel thread (child of kthreadd)
+    now = [0.0]
+    meter = provenance.LoadMeter(table=procs, clock=lambda: now[0], root_pid=100)
+    meter.start()
+    # 10 s later: our host used 20 s (not counted); the child used 4 s more and ended, so its
+    # parent reaped all 34 s; a new foreign process used 2 s
+    procs.table = {(100, 1): (1, 0, 0), (101, 2): (100, 0, 70 * hz),
+                   (200, 3): (1, 0, (10 + 34) * hz), (300, 5): (2, 0, 500 * hz),
+                   (400, 9): (1, 0, 2 * hz)}
+    now[0] = 10.0
+    cores = provenance.os.cpu_count()
+    assert meter.stop() == round((4 + 2) / (cores * 10.0), 4)
+
+
+def test_the_hash_rule_is_frozen(tmp_path):
+    """Every recorded fingerprint was computed with this rule: changing it would make every
+    results folder stale at once. Change it only together with rerunning (or re-backfilling)
+    every folder."""
+    py, c = tmp_path / "pin.py", tmp_path / "pin.c"
+    py.write_text('"""Doc."""\nimport os  # why\n\n\ndef f(x):\n    """F."""\n'
+                  '    return os.sep + x\n')
+    c.write_text("/* doc */\nint f(void) { return 1; } // why\n")
+    assert provenance.file_hash(py) == "3d1b36da798c886f"
+    assert provenance.file_hash(c) == "f164f72ced4b9d66"

@@ -1,0 +1,86 @@
+"""Everything published is what the committed tables give (claims as code).
+
+`invoke publish --check` in test form: every results folder's report, every generated block of
+README.md and docs/, and docs/findings.md regenerate byte for byte from the committed tables;
+a hand-edited number fails; the README states no measured number outside its generated blocks
+and rests only on folders whose code is still today's.
+"""
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness.publish import blocks, build, claims
+from harness.publish.claims import headline
+from harness.publish.context import Context, published_folders
+
+PROJECT = Path(__file__).resolve().parents[2]
+
+
+def test_every_published_file_matches_the_tables():
+    out = build.publish(check=True, say=lambda line: None)
+    assert not out.changed, ("these files differ from what the tables give; run "
+                             f".venv/bin/invoke publish: {out.changed}")
+
+
+def _copy(tmp_path: Path) -> Path:
+    """The published files in a scratch root (the tables linked, the pages copied)."""
+    root = tmp_path / "root"
+    root.mkdir()
+    shutil.copytree(PROJECT / "results", root / "results",
+                    ignore=shutil.ignore_patterns("runs", "network", "*.png", "*.pdf"))
+    shutil.copytree(PROJECT / "docs", root / "docs")
+    shutil.copy(PROJECT / "README.md", root / "README.md")
+    return root
+
+
+def test_a_hand_edited_number_fails_the_check(tmp_path):
+    root = _copy(tmp_path)
+    readme = (root / "README.md").read_text()
+    block = re.search(r"<!-- generated:headline -->.*?<!-- /generated:headline -->", readme,
+                      re.S).group(0)
+    number = re.search(r"\d+\.\d\d", block).group(0)
+    edited = block.replace(number, f"{float(number) + 0.01:.2f}", 1)
+    (root / "README.md").write_text(readme.replace(block, edited))
+    findings = (root / "docs" / "findings.md").read_text()
+    (root / "docs" / "findings.md").write_text(findings.replace("[", "[0", 1))
+    out = build.publish(root=root, check=True, say=lambda line: None)
+    assert "README.md" in out.changed and "docs/findings.md" in out.changed
+
+
+_MEASURED = re.compile(r"\d+\.\d+|\b\d+(\.\d+)?x\b|\[\d")
+
+
+@pytest.mark.parametrize("page", ["README.md", "results/README.md"])   # findings: all generated
+def test_no_measured_number_outside_generated_blocks(page):
+    text = blocks.outside((PROJECT / page).read_text())
+    found = [m.group(0) for m in _MEASURED.finditer(text)]
+    assert not found, f"{page} types numbers by hand outside its generated blocks: {found}"
+
+
+def test_the_readme_rests_only_on_fresh_folders():
+    ctx = Context()
+    for rel in (headline.REFERENCE, headline.TOLERANCE, headline.CHECK):
+        f = ctx.folder(rel)
+        assert f.fresh, (f"{rel} was measured with other code than today's; rerun it (or take "
+                         f"its findings out of the README): {f.freshness.text()}")
+    assert "Stale" not in (PROJECT / "README.md").read_text()
+
+
+def test_every_block_a_page_names_is_generated_and_every_folder_is_cited():
+    known = claims.blocks()
+    for page in build.pages(PROJECT):
+        for name in blocks.names(page.read_text()):
+            assert name in known, f"{page.name} names the block {name!r} nobody generates"
+    cited = {f for s in claims.sections() for f in s.folders}
+    cited |= {s for sources in build.COMBINED.values() for s in sources}
+    for folder in published_folders(PROJECT):
+        rel = str(folder.relative_to(PROJECT))
+        assert rel in cited or rel in build.COMBINED, f"no finding cites {rel}"
+
+
+def test_unpaired_markers_are_one_sentence():
+    with pytest.raises(blocks.BlockError, match="do not pair"):
+        blocks.fill("<!-- generated:a -->\nx\n", lambda name: "")
