@@ -74,6 +74,9 @@ class Sweep:
     markers: dict[str, str]
     names: dict[str, str]
     varying: list[str]      # condition columns with more than one value
+    block_of: dict[int, int] | None = None
+    """seed -> block in a blocked sweep (its manifest's plan cut the seeds into blocks, each
+    run on a testbed of its own): its cells are summarised over blocks (:func:`stats.blocked`)."""
 
     def cond_label(self, row) -> str:
         """The facet label of a row (or of a dict of condition values)."""
@@ -100,8 +103,34 @@ class Sweep:
         return self.cond_label(dict(zip(self.varying, cond)))
 
     def estimate(self, frame: pd.DataFrame, scheme: str, column: str) -> stats.Estimate:
-        """Median and interval of ``column`` over the runs of ``scheme`` in ``frame``."""
-        return stats.median_ci(frame.loc[frame.scheme == scheme, column])
+        """Median and interval of ``column`` over the runs of ``scheme`` in ``frame`` (over its
+        blocks in a blocked sweep)."""
+        return self.ci(frame[frame.scheme == scheme], column)
+
+    def ci(self, frame: pd.DataFrame, column: str) -> stats.Estimate:
+        """Median and interval of ``column`` over the runs of ``frame`` (one cell), over their
+        blocks in a blocked sweep."""
+        if self.block_of:
+            return stats.blocked(stats.by_seed(frame, column), self.block_of)
+        return stats.median_ci(frame[column])
+
+    def compare(self, a_name: str, a: pd.Series, b_name: str, b: pd.Series,
+                **kw) -> stats.Verdict:
+        """:func:`stats.compare`, by block in a blocked sweep."""
+        return stats.compare(a_name, a, b_name, b, block_of=self.block_of, **kw)
+
+    def best(self, cells: dict, higher_is_better: bool = True) -> tuple[list[str], str]:
+        """:func:`stats.best`, by block in a blocked sweep."""
+        return stats.best(cells, higher_is_better, block_of=self.block_of)
+
+    def ratio(self, mine: pd.Series, base: pd.Series) -> stats.Estimate:
+        """``mine`` over ``base`` (Series by seed): per block in a blocked sweep, else the
+        median per-seed ratio where they share seeds, else the ratio of medians."""
+        if self.block_of:
+            return stats.blocked_pairs(mine, base, self.block_of)
+        if stats.common_seeds(mine, base) >= 2:
+            return stats.paired(mine, base)
+        return stats.ratio_ci(mine, base)
 
     def series(self, frame: pd.DataFrame, scheme: str, column: str) -> pd.Series:
         """``column`` over the runs of ``scheme`` in ``frame``, indexed by seed (what
@@ -215,4 +244,17 @@ def load(folder: Path) -> Sweep:
     varying = [c for c in CONDITION_COLUMNS if ok[c].nunique() > 1]
     ids = set(ok.run_id)
     return Sweep(folder, runs, ok, curves[curves.run_id.isin(ids)], iters[iters.run_id.isin(ids)],
-                 order, palette, markers, names, varying)
+                 order, palette, markers, names, varying, _blocks(folder))
+
+
+def _blocks(folder: Path) -> dict[int, int] | None:
+    """seed -> block from the manifest of a blocked sweep (None for an unblocked one)."""
+    import json
+
+    path = folder / "manifest.json"
+    plan = json.loads(path.read_text()).get("plan", {}) if path.exists() else {}
+    blocks, seeds = int(plan.get("blocks") or 1), list(plan.get("seeds") or [])
+    if blocks < 2 or not seeds:
+        return None
+    per = -(-len(seeds) // blocks)
+    return {int(s): i // per for i, s in enumerate(seeds)}

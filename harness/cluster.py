@@ -282,7 +282,7 @@ def run_plan(plan: Plan, folder: Path, address: str,
     try:
         todo = sweep.unfinished(plan, folder, progress)
         head = Head(ray, plan, folder, address, nodes, len(todo), progress)
-        head.run(split(sweep.order(todo, plan.order_seed), head.testbeds))
+        head.run(split(sweep.order(todo, plan.order_seed, plan.block_of), head.testbeds))
     finally:
         ray.shutdown()
     used = {a["node_id"] for a in head.entry["attempts"] if a["node_id"]}

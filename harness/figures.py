@@ -83,7 +83,7 @@ def _lines(ax, sw: Sweep, frame: pd.DataFrame, y: str, schemes, x: str = "loss_p
         if d.empty or y not in d or d[y].isna().all():
             continue
         xs = sorted(d[x].unique())
-        _errorbar(ax, xs, [stats.median_ci(d.loc[d[x] == v, y]) for v in xs], sw, scheme)
+        _errorbar(ax, xs, [sw.ci(d[d[x] == v], y) for v in xs], sw, scheme)
     if x == "loss_pct":
         ax.set_xlabel("random loss (%)")
 
@@ -105,11 +105,11 @@ def _throughput(sw: Sweep, folder: Path) -> list[Path]:
         for scheme in sw.order:
             mine = d[d.scheme == scheme]
             xs = sorted(set(mine.loss_pct) & set(base.loss_pct))
-            _errorbar(axes[1][j], xs, [stats.pair_or_not(
+            _errorbar(axes[1][j], xs, [sw.ratio(
                 stats.by_seed(mine[mine.loss_pct == x], "iters_per_s"),
                 stats.by_seed(base[base.loss_pct == x], "iters_per_s")) for x in xs], sw, scheme)
         axes[1][j].axhline(1.0, color="black", lw=0.8, ls=":")
-        axes[1][j].set_ylabel(f"throughput / {BASELINE} (median per-seed ratio)")
+        axes[1][j].set_ylabel(f"throughput / {BASELINE} (per-seed ratio, median)")
         axes[1][j].set_xlabel("random loss (%)")
     _legend(axes[0][0], 7)
     return _save(fig, folder, "throughput")

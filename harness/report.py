@@ -84,12 +84,17 @@ def _header(sw: Sweep, tally: stats.Tally, estimates: list[stats.Estimate]) -> l
               + float(runs.loc[started.idxmax(), "wall_s"])) / 3600
     seeds = sorted(int(x) for x in sw.ok.seed.unique())
     cmd = f".venv/bin/invoke figures --sweep {sw.folder}"
+    fresh = provenance.freshness(sw.folder)
+    if dirty:
+        dirty_text = (" (the work tree had uncommitted changes; the code that produces these "
+                      "numbers is today's, by its fingerprint)" if fresh.fresh else
+                      " (work tree dirty)")
     return [f"# Report: {sw.folder.name}", "",
-            provenance.freshness(sw.folder).text(), "",
+            fresh.text(), "",
             f"{len(runs)} runs, {len(sw.ok)} ok{statuses}; {lo if lo == hi else f'{lo}-{hi}'} "
             f"runs per cell (seeds "
             f"{seed_text(seeds)}); commit {', '.join(c[:12] for c in commits)}"
-            f"{' (work tree dirty)' if dirty else ''}; the sweep ran for {span_h:.1f} h from "
+            f"{dirty_text if dirty else ''}; the sweep ran for {span_h:.1f} h from "
             f"{started.min():%Y-%m-%d %H:%M} UTC. {_machine(runs, sw.folder)}", "",
             "Every number is the median over a cell's runs. "
             + stats.intervals_legend(estimates) + " Verdicts: " + stats.RULE + ". "
@@ -109,14 +114,6 @@ def seed_text(seeds: list[int]) -> str:
     return ", ".join(out)
 
 
-def speedup(mine: pd.Series, base: pd.Series) -> stats.Estimate:
-    """A scheme's iterations/s over the baseline's: the median per-seed ratio where the two
-    cells share seeds, else the ratio of medians (unpaired)."""
-    if stats.common_seeds(mine, base) >= 2:
-        return stats.paired(mine, base)
-    return stats.ratio_ci(mine, base)
-
-
 # The estimates a report showed, for the legend of its intervals (reset per report).
 _seen: list[stats.Estimate] = []
 
@@ -125,8 +122,9 @@ def _headline(sw: Sweep) -> list[str]:
     target = sw.ok.target_accuracy.median()
     cols = [c for c in sw.varying]
     lines = ["## Headline numbers", "",
-             f"`vs {BASELINE}`: the median over seeds of the scheme's iterations/s over "
-             f"{BASELINE}'s with the same seed, with its interval.", "",
+             f"`vs {BASELINE}`: the scheme's iterations/s over {BASELINE}'s with the same seed, "
+             "the median over seeds (over blocks, each block's median of its seeds, in a "
+             "blocked sweep), with its interval.", "",
              "| " + " | ".join(cols + ["loss %", "transport", "runs", "it/s", f"vs {BASELINE}",
                                       "iteration p50 s", "p99 s", "final acc.",
                                       f"time to {target:.0%} (s)", "measured loss %",
@@ -142,7 +140,7 @@ def _headline(sw: Sweep) -> list[str]:
             missed = int((~reached(mine)).sum())
             tta_text = ("-" if missed == len(mine) else tta.fmt(".0f")) + (
                 f" ({missed} of {len(mine)} not reached)" if missed else "")
-            speed = speedup(sw.series(d, scheme, "iters_per_s"), base)
+            speed = sw.ratio(sw.series(d, scheme, "iters_per_s"), base)
             _seen.append(sw.estimate(d, scheme, "iters_per_s"))
             lines.append("| " + " | ".join(
                 [_fmt(v) for v in cond] + [f"{loss:g}", sw.names[scheme], str(len(mine)),
@@ -159,7 +157,7 @@ def _fastest(sw: Sweep) -> list[str]:
     lines = ["## Which scheme is fastest where", ""]
     for cond, loss, d in _cells(sw):
         ests = {sw.names[s]: sw.series(d, s, "iters_per_s") for s in sw.order}
-        _, sentence = stats.best(ests)
+        _, sentence = sw.best(ests)
         lines.append(f"- {_where(sw, cond, loss)}, iterations/s: {sentence}")
     return lines + [""]
 
@@ -180,7 +178,7 @@ def _tolerance_pays(sw: Sweep) -> list[str]:
             mine = sw.series(d, scheme, "iters_per_s")
             filled = d.loc[d.scheme == scheme, "filled_frac_mean"].median()
             early = d.loc[d.scheme == scheme, "early_closes_per_iter"].median()
-            verdict = stats.compare(scheme, mine, "ltp-reliable", rel)
+            verdict = sw.compare(scheme, mine, "ltp-reliable", rel)
             tried += verdict.sign is not None
             lines.append(f"- {_where(sw, cond, loss)}: {verdict.sentence} `{scheme}` filled "
                          f"{filled:.2%} of a gradient on average, {early:.2f} early closes per "
@@ -231,14 +229,14 @@ def _time_to_accuracy(sw: Sweep) -> list[str]:
                 sw.estimate(d, scheme, "iterations_to_target").fmt(".0f"),
                 sw.estimate(d, scheme, "iters_per_s").fmt()]) + " |")
         times = {k: sw.tta_series(d, k) for k in ests}
-        _, sentence = stats.best({sw.names[k]: t for k, t in times.items()},
-                                 higher_is_better=False)
+        _, sentence = sw.best({sw.names[k]: t for k, t in times.items()},
+                              higher_is_better=False)
         sentences.append(f"- {where}, fastest to {target:.0%}: {sentence}")
         for scheme in ("ltp", "plot"):
             if scheme in ests and "ltp-reliable" in ests:
-                verdict = stats.compare(scheme, times[scheme], "ltp-reliable",
-                                        times["ltp-reliable"], higher_is_better=False,
-                                        spec=".1f", unit=" s")
+                verdict = sw.compare(scheme, times[scheme], "ltp-reliable",
+                                     times["ltp-reliable"], higher_is_better=False,
+                                     spec=".1f", unit=" s")
                 sentences.append(f"  - tolerating loss: {verdict.sentence}")
     return lines + [""] + sentences + [""]
 
@@ -265,7 +263,7 @@ def _accuracy(sw: Sweep) -> list[str]:
                 cell = d[(d.scheme == scheme) & (d.loss_pct == loss)]
                 if cell.final_accuracy.dropna().empty or (scheme == BASELINE and loss == 0):
                     continue
-                gap = accuracy_gap(stats.by_seed(cell, "final_accuracy") * 100, ref)
+                gap = accuracy_gap(stats.by_seed(cell, "final_accuracy") * 100, ref, sw.block_of)
                 _seen.append(gap)
                 if gap.hi < -ACCURACY_MARGIN_PTS:
                     verdict = f"more than {ACCURACY_MARGIN_PTS:g} point below"
@@ -278,9 +276,13 @@ def _accuracy(sw: Sweep) -> list[str]:
     return lines + [""]
 
 
-def accuracy_gap(points: pd.Series, lossless: pd.Series) -> stats.Estimate:
+def accuracy_gap(points: pd.Series, lossless: pd.Series,
+                 block_of: dict | None = None) -> stats.Estimate:
     """Final accuracy minus lossless TCP's in points: seed by seed where the cells share seeds
-    (the same initialisation and data order), else against lossless TCP's median."""
+    (the same initialisation and data order; by block in a blocked sweep), else against
+    lossless TCP's median."""
+    if block_of:
+        return stats.blocked_pairs(points.round(6), lossless.round(6), block_of, "diff")
     if stats.common_seeds(points, lossless) >= 2:
         return stats.paired(points.round(6), lossless.round(6), "diff")
     return stats.median_ci((points - lossless.median()).round(6))
@@ -377,7 +379,7 @@ def _regimes(sw: Sweep) -> list[str]:
                 d = frame[frame.loss_pct == loss]
                 ests = {sw.names[s]: sw.series(d, s, "iters_per_s")
                         for s in ("ltp", "ltp-reliable", "plot", tcp) if s in set(d.scheme)}
-                _, sentence = stats.best(ests)
+                _, sentence = sw.best(ests)
                 cpu = d.cpu_busy_frac.median()
                 lines.append(f"- {setting} {_fmt(value)}, {loss:g} % loss: {sentence} "
                              f"(CPU busy {cpu:.0%})")
@@ -440,9 +442,9 @@ def readme_table(sw: Sweep) -> str:
         cells = []
         for x in losses:
             d = sw.ok[sw.ok.loss_pct == x]
-            mine = sw.series(d, scheme, "iters_per_s")
-            est = (stats.median_ci(mine) if scheme == BASELINE
-                   else speedup(mine, sw.series(d, BASELINE, "iters_per_s")))
+            est = (sw.estimate(d, scheme, "iters_per_s") if scheme == BASELINE
+                   else sw.ratio(sw.series(d, scheme, "iters_per_s"),
+                                 sw.series(d, BASELINE, "iters_per_s")))
             shown.append(est)
             cells.append(est.fmt(".2f", "" if scheme == BASELINE else "x"))
         name = f"`{scheme}`" + (", iterations/s" if scheme == BASELINE else "")

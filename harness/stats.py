@@ -85,6 +85,7 @@ class Estimate:
     n: int
     coverage: float = 0.0
     at_least: bool = False
+    over: str = "runs"        # what n counts: runs, or blocks (:func:`blocked`)
 
     def overlaps(self, other: Estimate) -> bool:
         """True if the two intervals share any value (so neither is clearly larger)."""
@@ -111,7 +112,7 @@ class Estimate:
             return f"{x:{spec}}{unit}"
 
         if self.n < 2:
-            return one(self.value, unit) + " (one run)"
+            return one(self.value, unit) + f" (one {self.over[:-1]})"
         return f"{one(self.value, unit)} [{one(self.lo)}, {one(self.hi)}]"
 
 
@@ -155,9 +156,9 @@ def censored_median_ci(values: Sequence[float], reached: Sequence[bool]) -> Esti
     return _order(arr[~np.isnan(arr)])
 
 
-def _per_seed(a: pd.Series, b: pd.Series, op: str) -> np.ndarray:
-    """``a / b`` or ``a - b`` seed by seed, over the seeds both have (a miss, inf, against a
-    miss counts as a tie)."""
+def per_seed(a: pd.Series, b: pd.Series, op: str) -> pd.Series:
+    """``a / b`` or ``a - b`` seed by seed, over the seeds both have, indexed by seed (a miss,
+    inf, against a miss counts as a tie; a ratio that is undefined is dropped)."""
     joined = pd.concat([a.groupby(level=0).median().rename("a"),
                         b.groupby(level=0).median().rename("b")], axis=1, join="inner").dropna()
     x, y = joined.a.to_numpy(dtype=float), joined.b.to_numpy(dtype=float)
@@ -165,13 +166,35 @@ def _per_seed(a: pd.Series, b: pd.Series, op: str) -> np.ndarray:
         out = x / y if op == "ratio" else x - y
     both_inf = np.isinf(x) & np.isinf(y)
     out[both_inf] = 1.0 if op == "ratio" else 0.0
-    return out[~np.isnan(out)]
+    series = pd.Series(out, index=joined.index)
+    return series[~np.isnan(out)]
 
 
 def paired(a: pd.Series, b: pd.Series, op: str = "ratio") -> Estimate:
     """The median of the per-seed ratio (``op="ratio"``) or difference (``"diff"``) of two
     cells, each a Series of runs indexed by seed, with its distribution-free interval."""
-    return _order(_per_seed(a, b, op))
+    return _order(per_seed(a, b, op).to_numpy())
+
+
+def _by_block(values: pd.Series, block_of: Mapping[int, int]) -> np.ndarray:
+    """The median of each block's runs (``values`` indexed by seed)."""
+    frame = pd.DataFrame({"v": values.to_numpy(dtype=float),
+                          "b": [block_of.get(int(s), -1) for s in values.index]}).dropna()
+    return frame.groupby("b").v.median().to_numpy()
+
+
+def blocked(values: pd.Series, block_of: Mapping[int, int]) -> Estimate:
+    """A cell of a blocked sweep (the runs of a block share a testbed and an hour, those of
+    different blocks do not): the median of its blocks' medians, with the order-statistic
+    interval over them. The unit of observation is the block, so ``n`` counts blocks."""
+    return dataclasses.replace(_order(_by_block(values, block_of)), over="blocks")
+
+
+def blocked_pairs(a: pd.Series, b: pd.Series, block_of: Mapping[int, int],
+                  op: str = "ratio") -> Estimate:
+    """Two cells of a blocked sweep compared: per seed ``a / b`` (or ``a - b``), the median of
+    each block's, and the order-statistic interval over the blocks."""
+    return blocked(per_seed(a, b, op), block_of)
 
 
 def common_seeds(a: pd.Series, b: pd.Series) -> int:
@@ -287,23 +310,30 @@ def _counted(verdict: Verdict) -> Verdict:
 
 
 RULE = ("a verdict names a better side only where the interval of the per-seed ratio (paired "
-        "runs) excludes 1, or, for cells without common seeds, where the two cells' intervals "
-        "separate; otherwise it says \"within noise\"")
+        "runs; in a blocked sweep, of the blocks' medians of it) excludes 1, or, for cells "
+        "without common seeds, where the two cells' intervals separate; otherwise it says "
+        "\"within noise\"")
 
 
 def compare(a_name: str, a: pd.Series, b_name: str, b: pd.Series,
             higher_is_better: bool = True, spec: str = ".2f", unit: str = "",
-            op: str = "ratio") -> Verdict:
+            op: str = "ratio", block_of: Mapping[int, int] | None = None) -> Verdict:
     """Compare two cells, each a Series of runs indexed by seed: paired when they share at least
-    :data:`MIN_RUNS` seeds (the per-seed ``op``, ``ratio`` or ``diff``), unpaired otherwise.
-    The verdict is counted in every open :func:`tally`."""
-    ea, eb = median_ci(a), median_ci(b)
+    :data:`MIN_RUNS` seeds (the per-seed ``op``, ``ratio`` or ``diff``), unpaired otherwise; in
+    a blocked sweep (``block_of``: seed -> block) paired by block, each block's median of the
+    per-seed ratios. The verdict is counted in every open :func:`tally`."""
+    if block_of:
+        ea, eb = blocked(a, block_of), blocked(b, block_of)
+    else:
+        ea, eb = median_ci(a), median_ci(b)
     head = f"{a_name} {ea.fmt(spec, unit)} and {b_name} {eb.fmt(spec, unit)}"
     nan = float("nan")
-    if common_seeds(a, b) >= MIN_RUNS:
-        est = paired(a, b, op)
+    pairs = blocked_pairs(a, b, block_of, op) if block_of else None
+    if (pairs.n if pairs is not None else common_seeds(a, b)) >= MIN_RUNS:
+        est = pairs if pairs is not None else paired(a, b, op)
         null = 1.0 if op == "ratio" else 0.0
-        what = "per-seed ratio" if op == "ratio" else "per-seed difference"
+        unit_name = "per-block" if pairs is not None else "per-seed"
+        what = f"{unit_name} ratio" if op == "ratio" else f"{unit_name} difference"
         shown = est.fmt(".2f", "x") if op == "ratio" else est.fmt("+" + spec.lstrip("+"))
         rate = 1 - est.coverage
         if not est.excludes(null):
@@ -346,7 +376,8 @@ def pair_or_not(a: pd.Series, b: pd.Series, op: str = "ratio") -> Estimate:
     return ratio_ci(a, b) if op == "ratio" else diff_ci(a, b)
 
 
-def best(cells: Mapping[str, pd.Series], higher_is_better: bool = True) -> tuple[list[str], str]:
+def best(cells: Mapping[str, pd.Series], higher_is_better: bool = True,
+         block_of: Mapping[int, int] | None = None) -> tuple[list[str], str]:
     """(names that cannot be told apart from the best by median, one sentence saying so); each
     cell a Series of runs indexed by seed. The best by median is compared with every other
     cell (:func:`compare`, each comparison counted)."""
@@ -356,13 +387,15 @@ def best(cells: Mapping[str, pd.Series], higher_is_better: bool = True) -> tuple
     if len(valid) == 1:
         only = next(iter(valid))
         return [only], f"only {only} ran here: nothing to compare it with."
-    meds = {k: median_ci(v).value for k, v in valid.items()}
+    meds = {k: (blocked(v, block_of) if block_of else median_ci(v)).value
+            for k, v in valid.items()}
     top = (max if higher_is_better else min)(valid, key=lambda k: meds[k])
     if min(len(v) for v in valid.values()) < MIN_RUNS:
         return [top], (f"highest median: {top}, but with fewer than {MIN_RUNS} runs in a cell "
                        "no winner is named.")
     tied = [k for k in valid if k != top and
-            compare(top, valid[top], k, valid[k], higher_is_better).sign == 0]
+            compare(top, valid[top], k, valid[k], higher_is_better,
+                    block_of=block_of).sign == 0]
     if not tied:
         return [top], f"best: {top} (better than every other, {RULE.split(';')[0]})."
     return [top] + tied, (f"best by median: {top}, but within noise of "
@@ -388,12 +421,34 @@ def by_seed(frame: pd.DataFrame, column: str) -> pd.Series:
 
 def intervals_legend(estimates: Sequence[Estimate]) -> str:
     """One sentence: what the brackets of a block are and the coverage they have."""
-    labels = sorted({(e.n, e.label) for e in estimates if e.n}, reverse=True)
+    labels = sorted({(e.n, e.label, e.over) for e in estimates if e.n}, reverse=True)
     if not labels:
         return ""
-    parts = ", ".join(f"{lab} with {n} run{'s' if n != 1 else ''}" for n, lab in labels)
+    parts = ", ".join(f"{lab} with {n} {over if n != 1 else over[:-1]}"
+                      for n, lab, over in labels)
+    if any(over == "blocks" for _, _, over in labels):
+        return ("Brackets: a distribution-free interval of the median (order statistics) over "
+                "the cell's blocks, each block's value the median of its runs (a block is a run "
+                "of the sweep on a testbed of its own, in an hour of its own), covering the "
+                f"median a block draws from with probability {parts}.")
     return ("Brackets: a distribution-free interval of the median over the cell's runs (order "
-            f"statistics), covering it with probability {parts}.")
+            f"statistics), covering it with probability {parts}. The runs of one sweep share its "
+            "testbed and its hour; a sweep run at another time can differ by more than their "
+            "spread (docs/findings.md: \"Does a fresh default sweep agree with the reference?\").")
+
+
+def one_more_block(n_blocks: int, cells: int) -> tuple[float, int, int]:
+    """A fresh sweep that is one more block of a blocked reference (the same number of seeds,
+    its own testbed and hour): its cell value is exchangeable with the reference's block values,
+    so it falls within their [min, max] with probability ``(B - 1) / (B + 1)``, exactly. Returns
+    that probability times ``cells`` and the 2.5th and 97.5th percentiles of the count were the
+    cells independent (cells of one sweep share its testbed, which widens the range)."""
+    import math
+
+    p = (n_blocks - 1) / (n_blocks + 1)
+    pmf = [math.comb(cells, k) * p ** k * (1 - p) ** (cells - k) for k in range(cells + 1)]
+    cdf = np.cumsum(pmf)
+    return p * cells, int(np.searchsorted(cdf, 0.025)), int(np.searchsorted(cdf, 0.975))
 
 
 def fresh_share(cells: Sequence[Sequence[float]], intervals: Sequence[Estimate], n_fresh: int,

@@ -80,7 +80,7 @@ def _write_manifest(plan: Plan, specs: list[RunSpec], folder: Path) -> None:
     manifest = {
         "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "plan": {"name": plan.name, **plan.dimensions(), "order_seed": plan.order_seed,
-                 "plugins": plan.plugins,
+                 "plugins": plan.plugins, "blocks": plan.blocks,
                  "base": plan.base.as_dict()},
         "run_ids": ids, "specs": [s.as_dict() for s in specs],
         "provenance": provenance.manifest("ps"),
@@ -111,16 +111,26 @@ def _extend_manifest(path: Path, old: dict, plan: Plan, specs: list[RunSpec]) ->
     path.write_text(json.dumps(old, indent=1, default=list))
 
 
-def order(specs: list[RunSpec], seed: int) -> list[list[RunSpec]]:
-    """Group runs by the network they need, shuffling groups and runs with ``seed``."""
+def order(specs: list[RunSpec], seed: int, block_of=None) -> list[list[RunSpec]]:
+    """Group runs by the network they need, shuffling groups and runs with ``seed``.
+
+    ``block_of(seed)`` (a blocked plan's :meth:`~harness.presets.Plan.block_of`) cuts each
+    group by block: the blocks run one after another, each on a network of its own."""
     rng = random.Random(seed)
+    block_of = block_of or (lambda s: 0)
     groups: dict[tuple, list[RunSpec]] = {}
     for spec in specs:
-        groups.setdefault(spec.network_key, []).append(spec)
-    out = list(groups.values())
-    rng.shuffle(out)
-    for group in out:
-        rng.shuffle(group)
+        groups.setdefault((block_of(spec.seed), spec.network_key), []).append(spec)
+    blocks: dict[int, list[list[RunSpec]]] = {}
+    for (block, _), group in groups.items():
+        blocks.setdefault(block, []).append(group)
+    out = []
+    for block in sorted(blocks):
+        mine = blocks[block]
+        rng.shuffle(mine)
+        for group in mine:
+            rng.shuffle(group)
+        out += mine
     return out
 
 
@@ -260,7 +270,7 @@ def run_plan(plan: Plan, folder: Path, progress: Callable[[str], None] = print) 
     said = Progress(len(todo), progress)
     training = network_s = 0.0
     sweep_t0 = time.monotonic()
-    for group in order(todo, plan.order_seed):
+    for group in order(todo, plan.order_seed, plan.block_of):
         in_group, run_s = 0.0, 0.0
         t = time.monotonic()
         for event in run_group(group, folder, plan.name):

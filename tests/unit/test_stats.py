@@ -98,3 +98,33 @@ def test_fresh_share_enumerates_the_draws_and_sums_the_cells():
     assert probs[0] == pytest.approx(1 - 2 * 0.028)
     assert expected == pytest.approx(4 * (1 - 2 * 0.028))
     assert 0 <= lo <= hi <= 4
+
+
+def test_a_blocked_cell_is_summarised_over_its_blocks():
+    # six blocks of three seeds; block b's runs sit around 1 + b / 100
+    values = pd.Series([1 + b / 100 + r / 1000 for b in range(6) for r in range(3)],
+                       index=range(18))
+    block_of = {s: s // 3 for s in range(18)}
+    est = stats.blocked(values, block_of)
+    assert est.n == 6 and est.over == "blocks" and est.label == "96.9 %"
+    assert (est.lo, est.hi) == pytest.approx((1.001, 1.051))
+    assert "with 6 blocks" in stats.intervals_legend([est])
+
+
+def test_blocked_pairs_compare_block_by_block():
+    block_of = {s: s // 3 for s in range(18)}
+    a = pd.Series([2.0 + 0.01 * s for s in range(18)], index=range(18))
+    b = pd.Series([1.0 + 0.01 * s for s in range(18)], index=range(18))
+    v = stats.compare("a", a, "b", b, block_of=block_of)
+    assert v.sign == 1 and "per-block ratio" in v.sentence
+    assert v.false_rate == pytest.approx(1 / 32)
+
+
+def test_one_more_block_falls_in_the_range_of_the_others_with_b_minus_1_over_b_plus_1():
+    expected, lo, hi = stats.one_more_block(6, 20)
+    assert expected == pytest.approx(20 * 5 / 7) and lo <= expected <= hi
+    # and a simulation agrees: a new draw against the range of six exchangeable ones
+    rng = np.random.default_rng(3)
+    draws = rng.normal(size=(20000, 7))
+    inside = (draws[:, 6] >= draws[:, :6].min(1)) & (draws[:, 6] <= draws[:, :6].max(1))
+    assert inside.mean() == pytest.approx(5 / 7, abs=0.01)

@@ -106,3 +106,14 @@ def test_a_folder_grows_to_the_union_of_chunks_of_one_preset(tmp_path):
     other = presets.get("tta").override(iterations=5)   # another base: another sweep
     with pytest.raises(sweep.SweepError, match="holds a different sweep"):
         sweep._write_manifest(other, other.specs(), tmp_path)
+
+
+def test_a_blocked_plan_runs_each_block_on_a_network_of_its_own_in_turn():
+    from harness import presets, sweep
+
+    plan = presets.get("reference")
+    groups = sweep.order(plan.specs(), plan.order_seed, plan.block_of)
+    assert len(groups) == plan.blocks
+    seeds = [sorted({s.seed for s in g}) for g in groups]
+    assert seeds == [list(range(3 * b, 3 * b + 3)) for b in range(plan.blocks)]
+    assert len(sweep.order(presets.get("default").specs(), 0)) == 1

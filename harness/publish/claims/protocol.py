@@ -18,6 +18,7 @@ import pandas as pd
 
 from harness import stats
 from harness.publish.claims import Section
+from harness.publish.claims.common import dataset
 from harness.publish.context import Context, Folder
 from harness.report import seed_text
 
@@ -59,7 +60,7 @@ def _setting(f: Folder) -> str:
     auth = {bool(_options(r).get("auth")) for _, r in runs.iterrows()}
     auth_text = (", `auth` on" if auth == {True} else ", `auth` off" if auth == {False} else "")
     return (f"{int(runs.n_workers.median())} workers and a PS training the "
-            f"{str(runs.model.iloc[0]).upper()} on {runs.dataset.iloc[0]} through a "
+            f"{str(runs.model.iloc[0]).upper()} on {dataset(runs.dataset.iloc[0])} through a "
             f"{_list(runs.bottleneck_mbps)} Mbit/s bottleneck with a "
             f"{int(runs.queue_pkts.median())}-packet queue{delay}, {'/'.join(models)} loss of "
             f"{_list(runs.loss_pct)} % per packet and direction{auth_text}, seeds "
@@ -188,7 +189,7 @@ def ack_extra_block(ctx: Context) -> str:
         body = _ack_extra_lines(f)
     return "\n".join([_head(f), "", f"What ran: `ltp` with `{OPTION}` at "
                       f"{', '.join(f'{v:g}' for v in _allowance(f).values())} ms, "
-                      f"{_setting(f)}.", "", *body, "", tally.sentence()])
+                      f"{_setting(f)}.", "", *body, "", tally.sentence("passage")])
 
 
 def _ack_extra_body(ctx: Context) -> list[str]:
@@ -367,7 +368,7 @@ def edge_block(ctx: Context) -> str:
                       "ACKs and CLOSEs included; *gradients closed early* and the smallest "
                       "fraction any gradient delivered are summed and taken over the cell's "
                       "runs.", "",
-                      *body, "", tally.sentence()])
+                      *body, "", tally.sentence("passage")])
 
 
 BLOCKS = {"ltp-ack-extra": ack_extra_block, "ltp-edge": edge_block}

@@ -20,6 +20,7 @@ from harness import stats
 from harness.aggregators import AGGREGATORS
 from harness.byzantine import parse_byzantine
 from harness.publish.claims import Section
+from harness.publish.claims.common import dataset
 from harness.publish.context import Context, Folder
 from harness.resilience import TTA_LEVEL, with_tta
 from harness.robustness import COLLAPSE_RATIO, HOLD_MARGIN
@@ -99,7 +100,8 @@ def _setting(f: Folder, d: pd.DataFrame) -> str:
     losses = ", ".join(f"{x:g}" for x in sorted(d.loss_pct.unique()))
     tolerate = ", ".join(f"{t:g}" for t in sorted(d.tolerate.unique()))
     return (f"{int(d.n_workers.median())} workers and a PS train the "
-            f"{str(d.model.iloc[0]).upper()} on {d.dataset.iloc[0]} over {schemes} at {losses} % "
+            f"{str(d.model.iloc[0]).upper()} on {dataset(d.dataset.iloc[0])} over {schemes} at "
+            f"{losses} % "
             f"random loss through a {d.bottleneck_mbps.median():g} Mbit/s bottleneck, "
             f"{int(d.iterations.median())} iterations a run; {_attack_text(d)}. Every rule "
             f"tolerates f = {tolerate} attackers in every run, attacked or not (a real PS "
