@@ -1,6 +1,7 @@
 /* sim_net.c: the discrete-event network of sim_net.h (the model is described there). */
 #define _POSIX_C_SOURCE 200809L   /* clock_gettime */
 #include "sim_net.h"
+#include "event_heap.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -25,6 +26,7 @@ static double uniform(uint64_t *s) { return (double)(splitmix(s) >> 11) / 900719
 enum { EV_SWITCH = 1, EV_DELIVER = 2, EV_RUN = 3 };
 
 typedef struct { uint64_t at, seq; int kind, node, slot, len; uint8_t *data; } ev_t;
+EVENT_HEAP(evq, ev_t)
 
 /* A FIFO link: departure times of the frames it holds, in a ring. */
 typedef struct { uint64_t *dep; int cap, head, len; uint64_t last; double bytes_per_us; } fifo_t;
@@ -41,9 +43,8 @@ struct sim {
     sim_ops_t ops;
     int n;                      /* nodes: n_workers + 1 */
     node_t *node;
-    ev_t *heap;
-    int heap_n, heap_cap, heap_peak;
-    uint64_t seq, now, app_at, wake_rng;
+    evq_t q;                    /* the events, earliest first */
+    uint64_t now, app_at, wake_rng;
     fifo_t btl, ps_link, *wlink;
     double tb_tokens;           /* the bottleneck's token bucket, bytes as of tb_us */
     uint64_t tb_us;
@@ -62,37 +63,9 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static int ev_before(const ev_t *a, const ev_t *b) { return a->at < b->at || (a->at == b->at && a->seq < b->seq); }
-
 static void heap_push(sim_t *s, ev_t e)
 {
-    if (s->heap_n == s->heap_cap) {
-        s->heap_cap = s->heap_cap ? 2 * s->heap_cap : 4096;
-        ev_t *h = realloc(s->heap, (size_t)s->heap_cap * sizeof *h);
-        if (!h) { fprintf(stderr, "sim: out of memory for events\n"); exit(2); }
-        s->heap = h;
-    }
-    int i = s->heap_n++;
-    if (s->heap_n > s->heap_peak) s->heap_peak = s->heap_n;
-    e.seq = s->seq++;   /* ties in time keep their order of scheduling, like a wire */
-    while (i > 0 && ev_before(&e, &s->heap[(i - 1) / 2])) { s->heap[i] = s->heap[(i - 1) / 2]; i = (i - 1) / 2; }
-    s->heap[i] = e;
-}
-
-static ev_t heap_pop(sim_t *s)
-{
-    ev_t top = s->heap[0], last = s->heap[--s->heap_n];
-    int i = 0;
-    for (;;) {
-        int l = 2 * i + 1, r = l + 1, m = i;
-        if (l < s->heap_n && ev_before(&s->heap[l], &last)) m = l;
-        if (r < s->heap_n && ev_before(&s->heap[r], m == i ? &last : &s->heap[l])) m = r;
-        if (m == i) break;
-        s->heap[i] = s->heap[m];
-        i = m;
-    }
-    if (s->heap_n) s->heap[i] = last;
-    return top;
+    if (evq_push(&s->q, e)) { fprintf(stderr, "sim: out of memory for events\n"); exit(2); }
 }
 
 static int fifo_init(fifo_t *f, int cap, double mbps)
@@ -287,8 +260,8 @@ sim_t *sim_new(const sim_netcfg_t *c, const sim_ops_t *ops, void **eps, char *er
 void sim_free(sim_t *s)
 {
     if (!s) return;
-    for (int i = 0; i < s->heap_n; i++) free(s->heap[i].data);
-    free(s->heap);
+    for (int i = 0; i < s->q.n; i++) free(s->q.ev[i].data);
+    free(s->q.ev);
     free(s->btl.dep);
     free(s->ps_link.dep);
     if (s->wlink) for (int w = 0; w < s->c.n_workers; w++) free(s->wlink[w].dep);
@@ -304,21 +277,21 @@ const sim_counters_t *sim_counters(const sim_t *s) { return &s->k; }
 uint64_t sim_in_flight(const sim_t *s)
 {
     uint64_t n = 0;
-    for (int i = 0; i < s->heap_n; i++) n += s->heap[i].kind != EV_RUN;
+    for (int i = 0; i < s->q.n; i++) n += s->q.ev[i].kind != EV_RUN;
     return n;
 }
 
 size_t sim_peak_bytes(const sim_t *s)
 {
     size_t q = (size_t)(s->c.queue_pkts + s->c.ps_queue_pkts + s->c.n_workers * s->c.worker_queue_pkts);
-    return (size_t)s->heap_peak * (sizeof(ev_t) + 1514) + q * sizeof(uint64_t) + (size_t)s->n * sizeof(node_t);
+    return (size_t)s->q.peak * (sizeof(ev_t) + 1514) + q * sizeof(uint64_t) + (size_t)s->n * sizeof(node_t);
 }
 
 int sim_run(sim_t *s, uint64_t limit_us, sim_hook_fn hook, void *arg)
 {
     uint64_t end = s->now + limit_us;
     for (;;) {
-        uint64_t next = s->heap_n ? s->heap[0].at : NEVER_US;
+        uint64_t next = s->q.n ? s->q.ev[0].at : NEVER_US;
         if (s->app_at != NEVER_US && s->app_at < next) {   /* the application's timer first */
             if (s->app_at > end) { s->now = end; return 0; }
             if (s->app_at > s->now) s->now = s->app_at;
@@ -327,7 +300,7 @@ int sim_run(sim_t *s, uint64_t limit_us, sim_hook_fn hook, void *arg)
             continue;
         }
         if (next == NEVER_US || next > end) { s->now = end; return 0; }
-        ev_t e = heap_pop(s);
+        ev_t e = evq_pop(&s->q);
         s->now = e.at;
         s->k.events++;
         int stop = 0;
