@@ -224,7 +224,7 @@ def figures(c, sweep):
     from harness import cli
 
     with cli.user_errors():
-        from harness import figures as fig
+        from harness.reporting import figures as fig
         from harness.p2p import report as p2p_report
 
         folder = Path(sweep)
@@ -246,7 +246,7 @@ def publish(c, check=False, no_figures=False):
     from harness import cli
 
     with cli.user_errors():
-        from harness.publish import build
+        from harness.reporting.publish import build
 
         out = build.publish(check=check, figures=not no_figures and not check,
                             say=lambda line: None)

@@ -32,7 +32,7 @@ from topologies.network import TestbedError
 from topologies.ovs import OVSError
 from transports.base import OptionError, TransportError
 from transports.registry import UnknownTransport
-from harness.publish.blocks import BlockError
+from harness.reporting.publish.blocks import BlockError
 
 USER_ERRORS = (SpecError, UnknownPreset, UnknownTransport, OptionError, TopologyError,
                TestbedError, OVSError, SweepError, ResultsError, DatasetError, TransportError,

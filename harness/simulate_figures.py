@@ -25,7 +25,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from harness import stats  # noqa: E402
+from harness.reporting import stats  # noqa: E402
 from harness.simulate import GRADIENT_BYTES  # noqa: E402
 from transports import registry  # noqa: E402
 

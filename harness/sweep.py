@@ -297,7 +297,7 @@ def run_plan(plan: Plan, folder: Path, progress: Callable[[str], None] = print) 
 
 def draw(folder: Path, progress: Callable[[str], None]) -> None:
     """Regenerate the figures and the report (a sweep with no ok run has nothing to draw)."""
-    from harness import figures
+    from harness.reporting import figures
 
     try:
         figures.make(folder)

@@ -1,8 +1,8 @@
 """Figures of a sweep, regenerated from its tables alone, with intervals over seeds.
 
-``invoke figures --sweep DIR`` reads the tables (:mod:`harness.analysis`) and writes PNG and PDF
-versions under ``DIR/figures/``; every point is the median over a cell's runs with its
-distribution-free interval (:mod:`harness.stats`) as an error bar:
+``invoke figures --sweep DIR`` reads the tables (:mod:`harness.reporting.tables`) and writes PNG and
+PDF versions under ``DIR/figures/``; every point is the median over a cell's runs with its
+distribution-free interval (:mod:`harness.reporting.stats`) as an error bar:
 
 - ``throughput``: iterations/s against loss, and the ratio to ``tcp-cubic``'s median;
 - ``accuracy``: time to the target accuracy (runs that never reached it are counted, not drawn)
@@ -18,12 +18,15 @@ distribution-free interval (:mod:`harness.stats`) as an error bar:
 - ``regime_<setting>``: for each setting that varies besides loss (workers, queue, delay, ...),
   ``ltp``, ``ltp-reliable``, ``plot`` and the best TCP against that setting;
 - ``faults_tta`` and ``faults_cdf``: time to accuracy per fault and sync mode, and round times
-  around a failure, when the sweep has faults or sync modes (:mod:`harness.resilience`);
-- ``byzantine_accuracy`` under attacks and aggregation rules (:mod:`harness.robustness`);
+  around a failure, when the sweep has faults or sync modes
+  (:mod:`harness.reporting.sections.faults`);
+- ``byzantine_accuracy`` under attacks and aggregation rules
+  (:mod:`harness.reporting.sections.byzantine`);
 - ``compression_tradeoff`` and ``compression_accuracy``: accuracy against push bytes on the
-  wire, and over time, per compression setting (:mod:`harness.savings`).
+  wire, and over time, per compression setting (:mod:`harness.reporting.sections.compression`).
 
-:mod:`harness.report` writes ``DIR/report.md`` from the same tables. Only ``ok`` runs are drawn.
+:mod:`harness.reporting.report` writes ``DIR/report.md`` from the same tables. Only ``ok`` runs are
+drawn.
 """
 
 from __future__ import annotations
@@ -39,9 +42,9 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from harness import resilience, robustness, savings, stats  # noqa: E402
-from harness.analysis import (BASELINE, CONDITION_COLUMNS, OWN_SECTIONS, Sweep, is_tcp,  # noqa: E402
-                              load, reached)
+from harness.reporting import sections, stats  # noqa: E402
+from harness.reporting.tables import (BASELINE, CONDITION_COLUMNS, OWN_SECTIONS,  # noqa: E402
+                                      Sweep, best_tcp, is_tcp, load, reached)
 
 TOLERANT = ("ltp", "ltp-reliable", "plot")
 REGIME_AXES = {"n_workers": "workers", "queue_pkts": "bottleneck queue (packets)",
@@ -273,14 +276,6 @@ def _bounds(sw: Sweep, folder: Path) -> list[Path]:
     return _save(fig, folder, "bounds")
 
 
-def best_tcp(frame: pd.DataFrame) -> str | None:
-    """The TCP scheme with the highest median throughput over ``frame``'s runs."""
-    tcp = frame[frame.scheme.map(is_tcp)]
-    if tcp.empty:
-        return None
-    return str(tcp.groupby("scheme").iters_per_s.median().idxmax())
-
-
 def regime_schemes(sw: Sweep, frame: pd.DataFrame) -> list[str]:
     """What a regime figure compares: ltp, ltp-reliable, plot and the best TCP, where present."""
     out = [s for s in TOLERANT if s in set(frame.scheme)]
@@ -331,13 +326,12 @@ def draw(sw: Sweep) -> list[Path]:
     for setting in sw.varying:
         if setting not in OWN_SECTIONS:
             written += _regime(sw, folder, setting)
-    return (written + resilience.draw(sw, folder, _save)
-            + robustness.draw(sw, folder, _save) + savings.draw(sw, folder, _save))
+    return written + sections.draw(sw, folder, _save)
 
 
 def make(folder: Path) -> list[Path]:
     """Write every figure and the report of the sweep in ``folder``; return the paths written."""
-    from harness import report
+    from harness.reporting import report
 
     sw = load(folder)
     written = draw(sw)

@@ -1,10 +1,10 @@
 """The report of a sweep (``report.md``) and the README's results table, from the tables alone.
 
 Every number is a median over a cell's runs with a distribution-free interval in brackets whose
-coverage the report states (:mod:`harness.stats`). A statement that one scheme beats another
-follows the rule of :func:`harness.stats.compare` (paired by seed where the cells share seeds),
-and the report counts its comparisons and says how many "beyond noise" verdicts chance alone
-would give among them. The header names the machine, the other load during the runs and
+coverage the report states (:mod:`harness.reporting.stats`). A statement that one scheme beats
+another follows the rule of :func:`harness.reporting.stats.compare` (paired by seed where the cells
+share seeds), and the report counts its comparisons and says how many "beyond noise" verdicts chance
+alone would give among them. The header names the machine, the other load during the runs and
 whether the code that produced the numbers is still today's (:mod:`harness.provenance`).
 :func:`readme_table` renders the headline table the README shows for ``results/reference``.
 """
@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness import resilience, robustness, savings, stats
-from harness.analysis import BASELINE, OWN_SECTIONS, Sweep, reached
-from harness.figures import best_tcp
+from harness.reporting import sections, stats
+from harness.reporting.tables import BASELINE, OWN_SECTIONS, Sweep, best_tcp, reached
 
 ACCURACY_MARGIN_PTS = 1.0   # "no loss of final accuracy": within this many points of lossless TCP
 FIGURES = (("throughput", "training throughput and ratio to tcp-cubic vs loss"),
@@ -25,9 +24,7 @@ FIGURES = (("throughput", "training throughput and ratio to tcp-cubic vs loss"),
            ("loss_tolerance", "filled fraction, early closes, avoided and actual retransmissions"),
            ("bottleneck", "bottleneck utilisation and queue drops vs loss"),
            ("bounds", "where the median iteration goes, and the iteration over its floor"),
-           ("byzantine_accuracy", "test accuracy over time per attack and aggregation rule"),
-           ("compression_tradeoff", "final accuracy against push bytes on the wire per round"),
-           ("compression_accuracy", "test accuracy over time per compression setting"))
+           ) + sections.FIGURES
 
 
 def _fmt(value) -> str:
@@ -394,8 +391,8 @@ def _against_reference(sw: Sweep) -> list[str]:
     from pathlib import Path
 
     from harness import provenance
-    from harness.publish.claims import headline
-    from harness.publish.context import Folder
+    from harness.reporting.publish.claims import headline
+    from harness.reporting.publish.context import Folder
 
     project = Path(__file__).resolve().parent.parent
     ref = project / headline.REFERENCE
@@ -414,8 +411,7 @@ def report_text(sw: Sweep) -> str:
     with stats.tally() as tally:
         body = (_headline(sw) + _against_reference(sw) + _fastest(sw) + _tolerance_pays(sw)
                 + _time_to_accuracy(sw) + _accuracy(sw)
-                + _accounting(sw) + _bounds(sw) + _regimes(sw) + resilience.section(sw)
-                + robustness.section(sw) + savings.section(sw)
+                + _accounting(sw) + _bounds(sw) + _regimes(sw) + sections.text(sw)
                 + ["## Figures", ""])
     lines = _header(sw, tally, list(_seen)) + body
     for name, what in FIGURES:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness import stats
+from harness.reporting import stats
 from harness.results import ResultsError
 from transports import registry
 
@@ -258,3 +258,11 @@ def _blocks(folder: Path) -> dict[int, int] | None:
         return None
     per = -(-len(seeds) // blocks)
     return {int(s): i // per for i, s in enumerate(seeds)}
+
+
+def best_tcp(frame: pd.DataFrame) -> str | None:
+    """The TCP scheme with the highest median throughput over ``frame``'s runs."""
+    tcp = frame[frame.scheme.map(is_tcp)]
+    if tcp.empty:
+        return None
+    return str(tcp.groupby("scheme").iters_per_s.median().idxmax())

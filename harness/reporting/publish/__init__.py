@@ -6,10 +6,11 @@ docs/findings.md are rendered here from the folders' tables. ``invoke publish`` 
 ``invoke publish --check`` (and ``tests/unit/test_publish.py``) fails on any difference, so a
 hand-edited number, a table that moved or code that changed the numbers' freshness shows up.
 
-- :mod:`harness.publish.context`: the published results folders, loaded once, with their
+- :mod:`harness.reporting.publish.context`: the published results folders, loaded once, with their
   provenance and freshness;
-- :mod:`harness.publish.blocks`: the markers and how a block is filled;
-- :mod:`harness.publish.claims`: the registry of generated blocks (name -> function of the
+- :mod:`harness.reporting.publish.blocks`: the markers and how a block is filled;
+- :mod:`harness.reporting.publish.claims`: the registry of generated blocks (name -> function of the
   context) and the findings page's sections, organised by question;
-- :mod:`harness.publish.build`: regenerate (or check) every report, figure, block and page.
+- :mod:`harness.reporting.publish.build`: regenerate (or check) every report, figure, block and
+  page.
 """

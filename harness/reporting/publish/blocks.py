@@ -1,8 +1,9 @@
 """Generated blocks in Markdown: ``<!-- generated:NAME -->`` ... ``<!-- /generated:NAME -->``.
 
 Everything between the two markers belongs to the block's function
-(:data:`harness.publish.claims.BLOCKS`); the text around it is written by hand and must state no
-measured number (``tests/unit/test_publish.py`` checks README.md and docs/findings.md for that).
+(:data:`harness.reporting.publish.claims.BLOCKS`); the text around it is written by hand and must
+state no measured number (``tests/unit/test_publish.py`` checks README.md and docs/findings.md for
+that).
 """
 
 from __future__ import annotations

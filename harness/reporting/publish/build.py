@@ -5,7 +5,7 @@ In order:
 1. the combined folders (:data:`COMBINED`: one figure across several sweeps) get their tables
    again by concatenating their sources' tables;
 2. every results folder's ``report.md`` (and, unless ``figures`` is off, its figures): PS sweeps
-   through :mod:`harness.report`, peer-to-peer sweeps through :mod:`harness.p2p.report`,
+   through :mod:`harness.reporting.report`, peer-to-peer sweeps through :mod:`harness.p2p.report`,
    simulations through :mod:`harness.simulate_figures` (figures and ``crossovers.csv``);
 3. every generated block of README.md, docs/*.md and docs/labs/*.md;
 4. docs/findings.md, the findings page, whole.
@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.publish import blocks
-from harness.publish.claims.common import anchor
-from harness.publish.context import PROJECT, Context, MissingFolder
+from harness.reporting.publish import blocks
+from harness.reporting.publish.claims.common import anchor
+from harness.reporting.publish.context import PROJECT, Context, MissingFolder
 
 # Folders whose tables are other folders' tables concatenated (columns: the union; a column a
 # source lacks is empty in its rows), for one figure across the settings of several sweeps.
@@ -96,8 +96,8 @@ def report(ctx: Context, rel: str, check: bool, figures: bool, out: Outcome) -> 
             out.figures += len(p2p_report.draw(folder))
         _put(folder / "report.md", p2p_report.report_text(folder), check, out, ctx.root)
         return
-    from harness import figures as fig
-    from harness import report as ps_report
+    from harness.reporting import figures as fig
+    from harness.reporting import report as ps_report
 
     sw = ctx.folder(rel).sweep
     if figures and not check:
@@ -113,7 +113,7 @@ def pages(root: Path) -> list[Path]:
 
 def findings(ctx: Context) -> str:
     """docs/findings.md, whole."""
-    from harness.publish import claims
+    from harness.reporting.publish import claims
 
     sections = claims.sections()
     lines = ["# Findings", "",
@@ -125,7 +125,7 @@ def findings(ctx: Context) -> str:
              "today's (\"stale\" otherwise: the numbers then describe the code at those "
              "commits). Every number is computed from the folders' tables; every interval is "
              "labelled with the coverage its method has, and every verdict follows the rule of "
-             "`harness/stats.py` and is counted. The README's results come from the fresh "
+             "`harness/reporting/stats.py` and is counted. The README's results come from the fresh "
              "sections only.", ""]
     lines += [f"- [{s.question}](#{anchor(s.question)})" for s in sections]
     lines.append("")
@@ -137,7 +137,7 @@ def findings(ctx: Context) -> str:
 def publish(root: Path = PROJECT, check: bool = False, figures: bool = True,
             say=print) -> Outcome:
     """Regenerate (``check``: compare) everything published; see the module docstring."""
-    from harness.publish import claims
+    from harness.reporting.publish import claims
 
     out = Outcome()
     ctx = Context(root)
@@ -151,7 +151,7 @@ def publish(root: Path = PROJECT, check: bool = False, figures: bool = True,
 
     def one(name: str) -> str:
         if name not in render:
-            raise blocks.BlockError(f"no topic of harness/publish/claims generates the block "
+            raise blocks.BlockError(f"no topic of harness/reporting/publish/claims generates the block "
                                     f"{name!r}.")
         try:
             return render[name](ctx)

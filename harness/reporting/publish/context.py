@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness import analysis, provenance, stats
-from harness.report import seed_text
+from harness import provenance
+from harness.reporting import stats, tables
+from harness.reporting.report import seed_text
 
 PROJECT = Path(__file__).resolve().parents[2]
 RESULTS = PROJECT / "results"
@@ -55,9 +56,9 @@ class Folder:
         return self.runs[self.runs.status == "ok"] if "status" in self.runs else self.runs
 
     @functools.cached_property
-    def sweep(self) -> analysis.Sweep:
+    def sweep(self) -> tables.Sweep:
         """The tables arranged for reports (PS sweeps)."""
-        return analysis.load(self.path)
+        return tables.load(self.path)
 
     @functools.cached_property
     def manifest(self) -> dict:

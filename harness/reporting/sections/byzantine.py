@@ -22,13 +22,14 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from harness import stats
+from harness.reporting import stats
 from harness.aggregators import AGGREGATORS
-from harness.analysis import Sweep
-from harness.resilience import TTA_LEVEL, with_tta
+from harness.reporting.tables import Sweep
+from harness.reporting.sections.faults import TTA_LEVEL, with_tta
 
 HOLD_MARGIN = 0.03     # a rule holds if its accuracy is within 3 % of the attack-free run's
 COLLAPSE_RATIO = 0.5   # and averaging collapses below half of it
+FIGURES = (("byzantine_accuracy", "test accuracy over time per attack and aggregation rule"),)
 
 
 def applies(sw: Sweep) -> bool:

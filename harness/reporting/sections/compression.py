@@ -26,10 +26,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from harness import stats
-from harness.analysis import CONDITION_DEFAULTS, Sweep, reached
+from harness.reporting import stats
+from harness.reporting.tables import CONDITION_DEFAULTS, Sweep, reached
 
 KEYS = ("compress", "local_steps", "error_reset")
+FIGURES = (("compression_tradeoff", "final accuracy against push bytes on the wire per round"),
+           ("compression_accuracy", "test accuracy over time per compression setting"))
 
 
 def applies(sw: Sweep) -> bool:

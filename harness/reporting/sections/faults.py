@@ -27,11 +27,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from harness import stats
-from harness.analysis import Sweep
+from harness.reporting import stats
+from harness.reporting.tables import Sweep
 
 WINDOW = 10   # rounds after the fault that "around the failure" covers
 TTA_LEVEL = 0.70   # the accuracy whose time the fault figures and tables compare
+FIGURES: tuple = ()   # its figures are shown inside its section
 
 
 def with_tta(sw: Sweep) -> pd.DataFrame:
@@ -153,7 +154,7 @@ def section(sw: Sweep) -> list[str]:
              "lost are rounds from the fault on without the worker's gradient; rejoin is from "
              "the end of the fault (link restored, process continued) until the PS had the "
              "worker back; false alarms are workers counted missing that no fault had hit.", "",
-             f"Time to accuracy is to {TTA_LEVEL:.0%} (`harness.resilience.TTA_LEVEL`), from the "
+             f"Time to accuracy is to {TTA_LEVEL:.0%} (`harness.reporting.sections.faults.TTA_LEVEL`), from the "
              "evaluations in `curves.csv`; `(n not)` counts runs that never reached it.", "",
              "| sync | fault | transport | runs | final acc. | time to "
              f"{TTA_LEVEL:.0%} (s) | detection s | seen as | iterations lost | rejoin s | "

@@ -1,11 +1,12 @@
 """The generated blocks and the findings page's sections, by topic.
 
 Each module of this package defines ``BLOCKS`` (block name -> function of the
-:class:`~harness.publish.context.Context` returning Markdown; README.md and docs/*.md hold the
-markers) and ``SECTIONS`` (the findings page's sections, each a question with the folders that
+:class:`~harness.reporting.publish.context.Context` returning Markdown; README.md and docs/*.md hold
+the markers) and ``SECTIONS`` (the findings page's sections, each a question with the folders that
 answer it and a function writing the answer). Every number in them is computed from the tables;
-every verdict comes from :func:`harness.stats.compare` or :func:`harness.stats.judge`, and each
-section says how many comparisons it made (:class:`Section`).
+every verdict comes from :func:`harness.reporting.stats.compare` or
+:func:`harness.reporting.stats.judge`, and each section says how many comparisons it made
+(:class:`Section`).
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import dataclasses
 import importlib
 from collections.abc import Callable
 
-from harness import stats
-from harness.publish.context import Context, MissingFolder
+from harness.reporting import stats
+from harness.reporting.publish.context import Context, MissingFolder
 
 Render = Callable[[Context], str]
 
@@ -58,7 +59,7 @@ class Section:
 
 
 def _modules():
-    return [importlib.import_module(f"harness.publish.claims.{t}") for t in TOPICS]
+    return [importlib.import_module(f"harness.reporting.publish.claims.{t}") for t in TOPICS]
 
 
 def blocks() -> dict[str, Render]:

@@ -8,8 +8,8 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from harness import stats
-from harness.analysis import reached
+from harness.reporting import stats
+from harness.reporting.tables import reached
 
 DATASETS = {"fashion-mnist": "Fashion-MNIST"}   # how a data set's name is written in prose
 

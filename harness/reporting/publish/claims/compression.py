@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness import stats
-from harness.publish.claims import Section
-from harness.publish.claims.common import (DIFF_RULE, anchor, legend, listing, name, phrase,
-                                           reached_text, runs_of, setting, time_fmt, tta_est,
-                                           tta_of, verdict_text)
-from harness.publish.context import Context, Folder
+from harness.reporting import stats
+from harness.reporting.publish.claims import Section
+from harness.reporting.publish.claims.common import (DIFF_RULE, anchor, legend, listing, name,
+                                                     phrase, reached_text, runs_of, setting,
+                                                     time_fmt, tta_est, tta_of, verdict_text)
+from harness.reporting.publish.context import Context, Folder
 
 COMPRESSION = "results/compression"
 COMPRESSION_QUESTION = "What do compressed pushes save, and what do they cost?"

@@ -3,14 +3,14 @@ filled, whether it is fresh, and which findings rest on it."""
 
 from __future__ import annotations
 
-from harness.publish.claims import Section
-from harness.publish.claims.common import anchor
-from harness.publish.context import Context
+from harness.reporting.publish.claims import Section
+from harness.reporting.publish.claims.common import anchor
+from harness.reporting.publish.context import Context
 
 
 def index(ctx: Context) -> str:
     """One entry per committed folder."""
-    from harness.publish import build, claims
+    from harness.reporting.publish import build, claims
 
     users: dict[str, list[Section]] = {}
     for section in claims.sections():

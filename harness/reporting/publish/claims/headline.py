@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness import stats
-from harness.analysis import BASELINE
-from harness.publish.claims import Section
-from harness.publish.claims.common import RELIABLE, STRONGEST_TCP, TOLERANT, name, setting
-from harness.publish.context import Context, Folder
-from harness.report import readme_table, seed_text
+from harness.reporting import stats
+from harness.reporting.tables import BASELINE
+from harness.reporting.publish.claims import Section
+from harness.reporting.publish.claims.common import RELIABLE, STRONGEST_TCP, TOLERANT, name, setting
+from harness.reporting.publish.context import Context, Folder
+from harness.reporting.report import readme_table, seed_text
 
 REFERENCE = "results/reference"
 TOLERANCE = "results/tolerance"
@@ -263,7 +263,7 @@ def _resampled(ref: Folder, keys: list, ref_est: list, n_fresh: int, inside: int
             f"cell would put {expected:.1f} of {len(keys)} there on average, and {lo}-{hi} in "
             f"95 % of such sweeps: drawing {n_fresh} runs at a time from each reference cell's "
             "own runs (every draw, with replacement), counting how often their median falls "
-            "inside that cell's interval, and adding up the cells (harness/stats.py, "
+            "inside that cell's interval, and adding up the cells (harness/reporting/stats.py, "
             "fresh_share). A sweep at another time, on a testbed brought up anew, adds its own "
             "offset to every run, which this leaves out and the observed count includes. "
             + _verdict_on(inside, lo, hi))

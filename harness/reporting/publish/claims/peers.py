@@ -6,7 +6,7 @@ which synchronisation.
 each sending its parameters every round to at least ``p`` others chosen by a policy (at random,
 or by the SDN controller from its view of the links), the copies made by the switches' groups or
 as unicast copies, over the UDP multicast transport or TCP, under BSP or SSP. Every comparison is
-:func:`harness.stats.compare`, paired by seed.
+:func:`harness.reporting.stats.compare`, paired by seed.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from harness import stats
+from harness.reporting import stats
 from harness.p2p import report as p2p_report
-from harness.publish.claims import Section
-from harness.publish.context import Context, Folder
+from harness.reporting.publish.claims import Section
+from harness.reporting.publish.context import Context, Folder
 
 P2P = "results/p2p"
 RANDOM = "random-p"

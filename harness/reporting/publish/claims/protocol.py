@@ -7,7 +7,7 @@ runs ``ltp`` and ``ltp-reliable`` at 25 ms one way, the regime of issue 10 (§12
 ``ltp-edge``.
 
 Every number is computed from the folders' tables, every verdict comes from
-:func:`harness.stats.compare` and every phrase that states one is picked by its sign.
+:func:`harness.reporting.stats.compare` and every phrase that states one is picked by its sign.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import json
 
 import pandas as pd
 
-from harness import stats
-from harness.publish.claims import Section
-from harness.publish.claims.common import dataset
-from harness.publish.context import Context, Folder
-from harness.report import seed_text
+from harness.reporting import stats
+from harness.reporting.publish.claims import Section
+from harness.reporting.publish.claims.common import dataset
+from harness.reporting.publish.context import Context, Folder
+from harness.reporting.report import seed_text
 
 ACK_EXTRA = "results/ablations/cwnd-ack-extra"
 EDGE = "results/regimes/edge-25ms"

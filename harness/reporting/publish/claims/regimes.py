@@ -1,6 +1,6 @@
 """Findings on two regimes beyond uniform random loss at a short round trip: edge round-trip
 times and incast through a shallow queue (cross traffic and bursty loss:
-:mod:`harness.publish.claims.traffic`).
+:mod:`harness.reporting.publish.claims.traffic`).
 
 Each section asks whether tolerating loss pays there (``ltp`` and ``plot`` against
 ``ltp-reliable``, the same transport repairing every packet) and what the regime does to TCP.
@@ -16,14 +16,15 @@ import math
 import numpy as np
 import pandas as pd
 
-from harness import stats
-from harness.publish.claims import Section
-from harness.publish.claims.common import (DIFF_RULE, FAMILY, RELIABLE, STRONGEST_TCP, TOLERANT,
-                                           against, cap_text, cell, legend, listing, name, phrase,
-                                           reached_text, runs_of, scheme_order, setting,
-                                           speed_ratio, time_fmt, tolerance_summary, tta_est,
-                                           tta_of, verdict_text)
-from harness.publish.context import Context, Folder
+from harness.reporting import stats
+from harness.reporting.publish.claims import Section
+from harness.reporting.publish.claims.common import (DIFF_RULE, FAMILY, RELIABLE, STRONGEST_TCP,
+                                                     TOLERANT, against, cap_text, cell, legend,
+                                                     listing, name, phrase, reached_text, runs_of,
+                                                     scheme_order, setting, speed_ratio, time_fmt,
+                                                     tolerance_summary, tta_est, tta_of,
+                                                     verdict_text)
+from harness.reporting.publish.context import Context, Folder
 
 EDGE = ("results/regimes/edge-10ms", "results/regimes/edge-25ms", "results/regimes/edge")
 INCAST = "results/regimes/incast"

@@ -4,10 +4,10 @@ for ``ltp``, ``ltp-reliable``, ``plot`` and the TCP reference model ``tcp-ref``.
 
 ``results/simulate-scaling/n/`` varies N without loss, ``loss2/`` with uniform loss at every host,
 ``rate/`` varies the link rate at one N. Each cell is one run (two in ``loss2/``) of a few pushes.
-The pushes of one run are not independent runs, so an order-statistic interval over them does
-not have the coverage :mod:`harness.stats` computes for runs: the text labels those brackets
-"over pushes of one run; no coverage stated", draws no verdict from them, and compares the
-cells' medians as single-run measurements (ratios and orderings). Crossovers are recomputed from
+The pushes of one run are not independent runs, so an order-statistic interval over them does not
+have the coverage :mod:`harness.reporting.stats` computes for runs: the text labels those brackets
+"over pushes of one run; no coverage stated", draws no verdict from them, and compares the cells'
+medians as single-run measurements (ratios and orderings). Crossovers are recomputed from
 ``iterations.csv`` by :func:`harness.simulate_figures.crossovers`, the function that writes each
 folder's ``crossovers.csv``.
 """
@@ -18,9 +18,9 @@ import re
 
 import pandas as pd
 
-from harness import stats
-from harness.publish.claims import Section
-from harness.publish.context import PROJECT, Context, Folder
+from harness.reporting import stats
+from harness.reporting.publish.claims import Section
+from harness.reporting.publish.context import PROJECT, Context, Folder
 from harness.simulate import SCHEMES
 from harness.simulate_figures import bound_s, crossovers, medians
 from topologies.impair import Uniform, parse_loss

@@ -14,13 +14,13 @@ import math
 
 import pandas as pd
 
-from harness import stats
-from harness.publish.claims import Section
-from harness.publish.claims.common import (FAMILY, RELIABLE, STRONGEST_TCP, TOLERANT, against,
-                                           cap_text, capped, cell, legend, listing, name, runs_of,
-                                           scheme_order, setting, speed_ratio, tolerance_summary,
-                                           verdict_text)
-from harness.publish.context import Context, Folder
+from harness.reporting import stats
+from harness.reporting.publish.claims import Section
+from harness.reporting.publish.claims.common import (FAMILY, RELIABLE, STRONGEST_TCP, TOLERANT,
+                                                     against, cap_text, capped, cell, legend,
+                                                     listing, name, runs_of, scheme_order, setting,
+                                                     speed_ratio, tolerance_summary, verdict_text)
+from harness.reporting.publish.context import Context, Folder
 
 CROSS = "results/regimes/cross"
 CROSS_IDLE = "results/regimes/cross-idle"

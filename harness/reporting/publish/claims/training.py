@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness import stats
-from harness.analysis import BASELINE, reached
-from harness.publish.claims import Section
-from harness.publish.claims.common import (DIFF_RULE, FAMILY, RELIABLE, STRONGEST_TCP, TOLERANT,
-                                           cap_text, capped, cell, legend, listing, name,
-                                           per_iteration, phrase, reached_text, runs_of, setting,
-                                           time_fmt, tta_est, tta_of, verdict_text)
-from harness.publish.context import Context, Folder
-from harness.report import ACCURACY_MARGIN_PTS, accuracy_gap
+from harness.reporting import stats
+from harness.reporting.tables import BASELINE, reached
+from harness.reporting.publish.claims import Section
+from harness.reporting.publish.claims.common import (DIFF_RULE, FAMILY, RELIABLE, STRONGEST_TCP,
+                                                     TOLERANT, cap_text, capped, cell, legend,
+                                                     listing, name, per_iteration, phrase,
+                                                     reached_text, runs_of, setting, time_fmt,
+                                                     tta_est, tta_of, verdict_text)
+from harness.reporting.publish.context import Context, Folder
+from harness.reporting.report import ACCURACY_MARGIN_PTS, accuracy_gap
 
 TTA = "results/tta"
 CONVERGE = "results/converge"

@@ -2,13 +2,13 @@
 sign-flipped gradient, and whether score-based validation takes an honest update that a
 loss-tolerant transport delivered in part (holes filled) for an attack.
 
-``results/byzantine/`` is the ``byzantine`` preset (every rule, with and without attackers, TCP,
-no loss); ``results/byzantine-5seeds/`` adds seeds to its ``mean`` and ``score`` cells;
-``results/byzantine-loss/`` and ``results/byzantine-loss-plot/`` run ``mean`` and ``score``
-over LTP and PLOT under random loss. Every rule is judged by the per-seed ratio of its final
-accuracy to the attack-free run under plain averaging (:func:`harness.stats.judge`): against 1
-("within noise" of that run or not) and against ``1 - HOLD_MARGIN`` (does it hold within the
-margin :mod:`harness.robustness` states before any run).
+``results/byzantine/`` is the ``byzantine`` preset (every rule, with and without attackers, TCP, no
+loss); ``results/byzantine-5seeds/`` adds seeds to its ``mean`` and ``score`` cells;
+``results/byzantine-loss/`` and ``results/byzantine-loss-plot/`` run ``mean`` and ``score`` over LTP
+and PLOT under random loss. Every rule is judged by the per-seed ratio of its final accuracy to the
+attack-free run under plain averaging (:func:`harness.reporting.stats.judge`): against 1 ("within
+noise" of that run or not) and against ``1 - HOLD_MARGIN`` (does it hold within the margin
+:mod:`harness.reporting.sections.byzantine` states before any run).
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from harness import stats
+from harness.reporting import stats
 from harness.aggregators import AGGREGATORS
 from harness.byzantine import parse_byzantine
-from harness.publish.claims import Section
-from harness.publish.claims.common import dataset
-from harness.publish.context import Context, Folder
-from harness.resilience import TTA_LEVEL, with_tta
-from harness.robustness import COLLAPSE_RATIO, HOLD_MARGIN
+from harness.reporting.publish.claims import Section
+from harness.reporting.publish.claims.common import dataset
+from harness.reporting.publish.context import Context, Folder
+from harness.reporting.sections.faults import TTA_LEVEL, with_tta
+from harness.reporting.sections.byzantine import COLLAPSE_RATIO, HOLD_MARGIN
 
 BYZANTINE = "results/byzantine"
 FIVE_SEEDS = "results/byzantine-5seeds"
@@ -194,7 +194,7 @@ def byzantine_text(ctx: Context) -> list[str]:
              f"Each rule under attack against the attack-free run under `{BASE_RULE}`, as the "
              "ratio of final accuracies with the same seed; the verdicts apply the rule to that "
              f"ratio twice, against 1 and against {1 - HOLD_MARGIN:.2f} (holding within "
-             f"{_margin_text()}, the margin `harness/robustness.py` states before any run; each "
+             f"{_margin_text()}, the margin `harness/reporting/sections/byzantine.py` states before any run; each "
              "ratio's bracket is the interval of the median over the seeds' ratios, with the "
              "coverage it names):", ""]
     ratios = []
