@@ -296,8 +296,8 @@ def simulate(c, out=None, workers="8", transports="ltp", bandwidth="10000", queu
     from harness import cli
 
     with cli.user_errors():
-        from harness import simulate as sim
-        from harness import simulate_figures
+        from harness.simulation import driver as sim
+        from harness.simulation import figures as simulate_figures
 
         grid = sim.cells(cli.words(transports), cli.numbers(workers, int, "--workers"),
                          cli.numbers(bandwidth, float, "--bandwidth"),
@@ -320,7 +320,7 @@ def bench_simulate(c, workers="8,64,256,1024", bandwidth="100000", iterations="2
     from harness import cli
 
     with cli.user_errors():
-        from harness import simulate as sim
+        from harness.simulation import driver as sim
 
         sim.bench(cli.numbers(workers, int, "--workers"),
                   cli.number(bandwidth, float, "--bandwidth"),

@@ -19,7 +19,7 @@ from harness.datasets import DatasetError
 from harness.faults import FaultError, parse_fault
 from harness.presets import UnknownPreset
 from harness.results import ResultsError
-from harness.simulate import SimulationError
+from harness.simulation.driver import SimulationError
 from harness.p2p.spec import PeerSpecError
 from harness.spec import SpecError
 from harness.sweep import SweepError

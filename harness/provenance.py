@@ -62,7 +62,7 @@ _TRANSPORTS = ("transports.tcp", "transports.ltp", "transports.plot", "transport
 # spec), the command line, and this module (which only describes runs).
 NOT_MEASURING = frozenset({
     "harness.reporting", "harness.p2p.report",
-    "harness.simulate_figures", "harness.simulate_validate", "harness.presets", "harness.cli",
+    "harness.simulation.figures", "harness.simulation.validate", "harness.presets", "harness.cli",
     "harness.provenance", "harness.bench", "harness.bench_node", "harness.bench_loopback",
     "harness.sweep", "harness.cluster", "transports.options_doc"})
 KINDS: dict[str, Kind] = {
@@ -77,7 +77,7 @@ KINDS: dict[str, Kind] = {
                  "transports.peer.tcp") + _TRANSPORTS,
                 _NATIVE + _NETWORK),
     # The simulator: the same C core over a discrete-event network, and its driver.
-    "simulate": Kind(("harness.simulate",), _NATIVE + ("transports/native/sim/*.[ch]",)),
+    "simulate": Kind(("harness.simulation.driver",), _NATIVE + ("transports/native/sim/*.[ch]",)),
 }
 
 

@@ -388,13 +388,11 @@ def _against_reference(sw: Sweep) -> list[str]:
     """A default sweep against the committed reference (the default sweep with more seeds): how
     many of its cell medians fall inside the reference's intervals, against the prediction,
     and whether its verdicts agree."""
-    from pathlib import Path
-
     from harness import provenance
     from harness.reporting.publish.claims import headline
     from harness.reporting.publish.context import Folder
 
-    project = Path(__file__).resolve().parent.parent
+    project = provenance.PROJECT
     ref = project / headline.REFERENCE
     name = provenance.read_manifest(sw.folder).get("plan", {}).get("name")
     if name != "default" or not (ref / "runs.csv").exists() \

@@ -1,4 +1,4 @@
-"""The simulator and its driver (harness/simulate.py): settings refused with one sentence, one
+"""The simulator and its driver (harness/simulation/driver.py): settings refused with one sentence, one
 seed one run, every datagram accounted for, and a sweep's tables, resume and figures.
 
 The binary is built once (``make -C transports/native sim``, a few seconds); each run here is a
@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from harness import simulate as sim
+from harness.simulation import driver as sim
 from topologies.impair import LossModelError
 
 
@@ -98,7 +98,7 @@ def test_push_time_meets_the_bound_without_loss(binary):
 
 
 def test_sweep_writes_tables_resumes_and_draws(binary, tmp_path):
-    from harness import simulate_figures
+    from harness.simulation import figures as simulate_figures
 
     grid = sim.cells(("ltp", "ltp-reliable"), (2, 4), (100.0,), (32,), (0.0,), (0.0,), (1, 2),
                      iterations=2)
@@ -118,7 +118,7 @@ def test_sweep_writes_tables_resumes_and_draws(binary, tmp_path):
 
 
 def test_compare_states_ratios_and_the_targets():
-    from harness import simulate_validate as val
+    from harness.simulation import validate as val
 
     rows = val.compare({8: [1.0] * 10, 16: [2.0] * 9 + [4.0]}, {8: [1.1] * 10, 16: [2.0] * 10})
     assert rows[0]["median_ratio"] == pytest.approx(1.1) and rows[0]["within_targets"]
@@ -129,7 +129,7 @@ def test_compare_states_ratios_and_the_targets():
 def test_crossovers_need_separated_intervals():
     import pandas as pd
 
-    from harness.simulate_figures import crossovers
+    from harness.simulation.figures import crossovers
 
     rows = []
     for n, (a, b) in {8: (1.0, 2.0), 64: (3.0, 3.0), 512: (9.0, 5.0)}.items():

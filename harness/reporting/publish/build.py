@@ -6,7 +6,7 @@ In order:
    again by concatenating their sources' tables;
 2. every results folder's ``report.md`` (and, unless ``figures`` is off, its figures): PS sweeps
    through :mod:`harness.reporting.report`, peer-to-peer sweeps through :mod:`harness.p2p.report`,
-   simulations through :mod:`harness.simulate_figures` (figures and ``crossovers.csv``);
+   simulations through :mod:`harness.simulation.figures` (figures and ``crossovers.csv``);
 3. every generated block of README.md, docs/*.md and docs/labs/*.md;
 4. docs/findings.md, the findings page, whole.
 
@@ -85,7 +85,7 @@ def report(ctx: Context, rel: str, check: bool, figures: bool, out: Outcome) -> 
     kind = ctx.folder(rel).kind
     if kind == "simulate":
         if figures and not check:
-            from harness import simulate_figures
+            from harness.simulation import figures as simulate_figures
 
             out.figures += len(simulate_figures.draw(folder))
         return

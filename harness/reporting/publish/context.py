@@ -17,7 +17,7 @@ from harness import provenance
 from harness.reporting import stats, tables
 from harness.reporting.report import seed_text
 
-PROJECT = Path(__file__).resolve().parents[2]
+PROJECT = provenance.PROJECT
 RESULTS = PROJECT / "results"
 
 

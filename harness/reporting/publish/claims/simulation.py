@@ -8,7 +8,7 @@ The pushes of one run are not independent runs, so an order-statistic interval o
 have the coverage :mod:`harness.reporting.stats` computes for runs: the text labels those brackets
 "over pushes of one run; no coverage stated", draws no verdict from them, and compares the cells'
 medians as single-run measurements (ratios and orderings). Crossovers are recomputed from
-``iterations.csv`` by :func:`harness.simulate_figures.crossovers`, the function that writes each
+``iterations.csv`` by :func:`harness.simulation.figures.crossovers`, the function that writes each
 folder's ``crossovers.csv``.
 """
 
@@ -21,8 +21,8 @@ import pandas as pd
 from harness.reporting import stats
 from harness.reporting.publish.claims import Section
 from harness.reporting.publish.context import PROJECT, Context, Folder
-from harness.simulate import SCHEMES
-from harness.simulate_figures import bound_s, crossovers, medians
+from harness.simulation.driver import SCHEMES
+from harness.simulation.figures import bound_s, crossovers, medians
 from topologies.impair import Uniform, parse_loss
 
 BY_N = "results/simulate-scaling/n"
@@ -45,7 +45,7 @@ def pushes(f: Folder) -> pd.DataFrame:
 
 def cell_medians(f: Folder) -> pd.DataFrame:
     """Per cell (rate, scheme, N): median push and iteration time over its pushes, the interval
-    bounds (:func:`harness.simulate_figures.medians`), how many pushes, and the bound."""
+    bounds (:func:`harness.simulation.figures.medians`), how many pushes, and the bound."""
     its = pushes(f)
     med = medians(its, CELL, "push_s")
     it = medians(its, CELL, "iteration_s").rename(columns={"median": "iteration"})
@@ -179,7 +179,7 @@ def _order(med: pd.DataFrame, a: str, b: str, axis: str, unit: str, what: str) -
 
 
 def _separated(f: Folder, a: str, b: str) -> str:
-    """Where :func:`harness.simulate_figures.crossovers` finds the two schemes' push intervals
+    """Where :func:`harness.simulation.figures.crossovers` finds the two schemes' push intervals
     apart (recomputed from iterations.csv: what crossovers.csv holds)."""
     cross = crossovers(pushes(f))
     row = cross[((cross.a == a) & (cross.b == b)) | ((cross.a == b) & (cross.b == a))]

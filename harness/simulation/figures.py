@@ -1,4 +1,4 @@
-"""Figures and the scaling summary of a simulated sweep (:mod:`harness.simulate`), from its tables.
+"""Figures and the scaling summary of a simulated sweep (:mod:`harness.simulation.driver`), from its tables.
 
 ``draw(folder)`` writes under ``folder/figures/`` (PNG):
 
@@ -26,7 +26,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from harness.reporting import stats  # noqa: E402
-from harness.simulate import GRADIENT_BYTES  # noqa: E402
+from harness.simulation.driver import GRADIENT_BYTES  # noqa: E402
 from transports import registry  # noqa: E402
 
 # A 437,544-byte gradient in 1,420-byte chunks is 309 DATA frames of (chunk + 52 header + 8 MAC

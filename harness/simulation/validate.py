@@ -6,7 +6,7 @@ end minus the release, per iteration. Simulated: the same scenario (``--scenario
 same link rate, queue and loss, over several seeds. The targets (issue 16): the simulated median
 within 15 % of the emulated one and the p99 within 25 %.
 
-    sudo flock /work/emu.lock .venv/bin/python -m harness.simulate_validate --iterations 20 --loss 0
+    sudo flock /work/emu.lock .venv/bin/python -m harness.simulation.validate --iterations 20 --loss 0
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import simulate as sim
+from harness.simulation import driver as sim
 
 MEDIAN_TOLERANCE = 0.15
 P99_TOLERANCE = 0.25
@@ -80,7 +80,7 @@ def compare(emulated: dict[int, list[float]], simulated: dict[int, list[float]])
 
 def main(argv: list[str] | None = None) -> int:
     """Run both halves and print the comparison as JSON lines (needs root and the testbed)."""
-    p = argparse.ArgumentParser(prog="python -m harness.simulate_validate")
+    p = argparse.ArgumentParser(prog="python -m harness.simulation.validate")
     p.add_argument("--workers", default="8,16")
     p.add_argument("--iterations", type=int, default=20)
     p.add_argument("--seeds", default="1,2,3")

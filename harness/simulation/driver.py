@@ -35,7 +35,7 @@ from pathlib import Path
 
 from topologies.impair import GilbertElliott, GilbertElliottTime, Uniform, parse_loss
 
-PROJECT = Path(__file__).resolve().parent.parent
+PROJECT = Path(__file__).resolve().parents[2]
 NATIVE = PROJECT / "transports" / "native"
 BINARY = NATIVE / "build" / "ltp_sim"
 GRADIENT_BYTES = 437_544     # the MLP's 109,386 float32 values (harness.models.mlp)
