@@ -22,7 +22,7 @@ from harness.results import ResultsError
 from harness.simulation.driver import SimulationError
 from harness.p2p.spec import PeerSpecError
 from harness.spec import SpecError
-from harness.sweep import SweepError
+from harness.running.engine import SweepError
 from harness.sync import SyncError, parse_sync
 from topologies.delay import DelayError
 from topologies.cross import CrossError

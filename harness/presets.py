@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from typing import Any
+from typing import Any, ClassVar
 
 from pathlib import Path
 
@@ -76,6 +76,7 @@ GRID: dict[str, str] = {
 class Plan:
     """A named grid of runs: every combination of the dimensions in :data:`GRID`."""
 
+    kind: ClassVar[str] = "ps"   # its kind of run (harness.running.kinds)
     name: str
     transports: tuple[str, ...]
     loss_pcts: tuple[float | str, ...]

@@ -64,7 +64,8 @@ NOT_MEASURING = frozenset({
     "harness.reporting", "harness.p2p.report",
     "harness.simulation.figures", "harness.simulation.validate", "harness.presets", "harness.cli",
     "harness.provenance", "harness.bench", "harness.bench_node", "harness.bench_loopback",
-    "harness.sweep", "harness.cluster", "transports.options_doc"})
+    "harness.running.engine", "harness.running.kinds", "harness.running.ps", "harness.cluster",
+    "transports.options_doc"})
 KINDS: dict[str, Kind] = {
     # Training through a PS on the emulated network: the host processes, the fork server that
     # starts them, the runner and the metrics that turn their records into rows, the network and

@@ -10,8 +10,9 @@ time passes only on the network, so a host's processing costs nothing unless a `
 adds the lateness of a busy machine (:data:`HOSTS`). docs/simulation.md has the model, its
 validation against the testbed and the scaling results.
 
-One simulated run is a :class:`Cell`; :func:`sweep` runs a grid of them and writes, into its
-folder, as each run ends (a restarted sweep skips cells already in ``runs.csv``):
+One simulated run is a :class:`Cell`; a :class:`SimPlan` is a grid of them, which the one sweep
+loop (:func:`harness.running.engine.run_plan`, with :data:`KIND`) runs into a folder, appending
+as each run ends (a restarted sweep skips runs already in ``runs.csv``):
 
 - ``runs.csv``: one row per run, its settings and summary (status, counters, the simulator's own
   wall time, events per second and peak memory);
@@ -20,19 +21,27 @@ folder, as each run ends (a restarted sweep skips cells already in ``runs.csv``)
 - ``pushes.csv``: one row per worker per iteration (its push time, received fraction,
   retransmissions, early and max-wait closes).
 
+The columns and their units: :data:`harness.results.SIM_RUNS_COLUMNS` and its siblings
+(docs/results-schema.md).
+
     .venv/bin/invoke simulate --workers 8,64,1024 --transports ltp,ltp-reliable,plot --out DIR
 """
 
 from __future__ import annotations
 
-import csv
+import contextlib
 import dataclasses
+import datetime
+import hashlib
 import itertools
 import json
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
+from typing import ClassVar
 
+from harness import results
+from harness.running import kinds
 from topologies.impair import GilbertElliott, GilbertElliottTime, Uniform, parse_loss
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -105,9 +114,16 @@ class Cell:
             raise SimulationError(f"--seeds must be from 0 to 2^60, not {self.seed!r}.")
         loss_flags(self.loss)   # a bad loss model: one sentence
 
+    @property
+    def run_id(self) -> str:
+        """A readable id with a digest of every setting (so two cells never share one)."""
+        digest = hashlib.sha256(json.dumps(dataclasses.asdict(self), sort_keys=True,
+                                           default=str).encode()).hexdigest()[:8]
+        return f"{self.transport}_n{self.workers}_bw{self.bottleneck_mbps:g}_s{self.seed}_{digest}"
+
     def key(self) -> dict:
         """The settings as a row's leading columns."""
-        return {"transport": self.transport, "n_workers": self.workers,
+        return {"run_id": self.run_id, "transport": self.transport, "n_workers": self.workers,
                 "bottleneck_mbps": self.bottleneck_mbps, "queue_pkts": self.queue_pkts,
                 "loss": loss_text(self.loss), "delay_ms": self.delay_ms, "seed": self.seed,
                 "iterations": self.iterations, "scenario": self.scenario, "host": self.host}
@@ -222,69 +238,84 @@ def cells(transports: Sequence[str] = ("ltp",), workers: Sequence[int] = (8,),
                                                          losses, delays, seeds)]
 
 
-def _append(path: Path, rows: Iterable[dict]) -> None:
-    rows = list(rows)
-    if not rows:
-        return
-    fields = list(rows[0])
-    new = not path.exists()
-    if not new:
-        with open(path, newline="") as f:
-            fields = next(csv.reader(f), [])
-        extra = sorted(set().union(*rows) - set(fields))
-        if extra:
-            raise SimulationError(f"{path} has no column {extra[0]!r}: another version wrote it; "
-                                  "give this simulation another --out.")
-    with open(path, "a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields, restval="")
-        if new:
-            writer.writeheader()
-        writer.writerows(rows)
+@dataclasses.dataclass(frozen=True)
+class SimPlan:
+    """A named grid of simulated runs."""
+
+    kind: ClassVar[str] = "simulate"   # its kind of run (harness.running.kinds)
+    name: str
+    cells: tuple[Cell, ...]
+    description: str = ""
+
+    def specs(self) -> list[Cell]:
+        """Every run of the plan, in order."""
+        return list(self.cells)
 
 
-def _done(folder: Path) -> set[tuple]:
-    path = folder / "runs.csv"
-    if not path.exists():
-        return set()
-    with open(path) as f:
-        return {tuple(str(r[k]) for k in Cell().key()) for r in csv.DictReader(f)}
+def _fill(columns, row: dict) -> dict:
+    """``row`` with every column of the table (what a crashed run did not report: empty)."""
+    return {c.name: row.get(c.name) for c in columns}
 
 
-def sweep(grid: Sequence[Cell], folder: Path, echo=print) -> Path:
-    """Run every cell not yet in ``folder/runs.csv``, appending its rows as it ends."""
-    import datetime
+class SimKind(kinds.Kind):
+    """Simulated runs: no network to bring up; each run is one process of the simulator."""
 
-    from harness import provenance
+    name = "simulate"
+    tables = {"pushes.csv": results.SIM_PUSH_COLUMNS,
+              "iterations.csv": results.SIM_ITERATION_COLUMNS,
+              "runs.csv": results.SIM_RUNS_COLUMNS}
 
-    folder.mkdir(parents=True, exist_ok=True)
-    build()
-    done = _done(folder)
-    record = provenance.manifest("simulate")
-    manifest = folder / "manifest.json"
-    if not manifest.exists():
-        manifest.write_text(json.dumps({"kind": "simulate", "cells": [c.key() for c in grid],
-                                        "provenance": record}, indent=1))
-    stamp = {"git_commit": record["git_commit"], "git_dirty": record["git_dirty"],
-             "code_fingerprint": record["fingerprint"]["digest"], **provenance.run_columns()}
-    segments = plot_segments() if any(c.transport == "plot" for c in grid) else None
-    for cell in grid:
-        if tuple(str(v) for v in cell.key().values()) in done:
-            continue
+    @contextlib.contextmanager
+    def network(self, spec: Cell, net_dir: Path):
+        from harness import provenance
+
+        build()
+        record = provenance.manifest("simulate")
+        yield {"segments": None,
+               "stamp": {"git_commit": record["git_commit"], "git_dirty": record["git_dirty"],
+                         "code_fingerprint": record["fingerprint"]["digest"],
+                         **provenance.run_columns()}}
+
+    def execute(self, site: dict, spec: Cell, run_dir: Path, sweep: str) -> dict[str, list[dict]]:
+        from harness import provenance
+
+        if spec.transport == "plot" and site["segments"] is None:
+            site["segments"] = plot_segments()
         meter = provenance.LoadMeter()
         meter.start()
         started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        got = run(cell, segments)
-        got.summary.update(started_at=started, **stamp, other_load_frac=meter.stop())
-        _append(folder / "pushes.csv", got.pushes)
-        _append(folder / "iterations.csv", got.iterations)
-        _append(folder / "runs.csv", [got.summary])
-        s = got.summary
-        med = sorted(r["push_s"] for r in got.iterations)
-        echo(f"{cell.transport:<13} N={cell.workers:<5} {cell.bottleneck_mbps:>8g} Mbit/s "
-             f"loss {loss_text(cell.loss):<18} seed {cell.seed}: {s['status']}, median push "
-             f"{med[len(med) // 2] if med else float('nan'):.4f} s, {s.get('events', 0):,} events in "
-             f"{s.get('wall_s', 0):.1f} s, {s.get('peak_rss_mb', 0):.0f} MB")
-    return folder
+        got = run(spec, site["segments"] if spec.transport == "plot" else None)
+        got.summary.update(started_at=started, **site["stamp"], other_load_frac=meter.stop())
+        return {"pushes.csv": [_fill(results.SIM_PUSH_COLUMNS, r) for r in got.pushes],
+                "iterations.csv": [_fill(results.SIM_ITERATION_COLUMNS, r)
+                                   for r in got.iterations],
+                "runs.csv": [_fill(results.SIM_RUNS_COLUMNS, got.summary)]}
+
+    def manifest(self, plan: SimPlan, specs: list[Cell], folder: Path) -> None:
+        from harness import provenance
+
+        path = folder / "manifest.json"
+        if not path.exists():
+            path.write_text(json.dumps({"kind": "simulate", "preset": plan.name,
+                                        "cells": [c.key() for c in specs],
+                                        "provenance": provenance.manifest("simulate")}, indent=1))
+
+    def started(self, spec: Cell) -> str:
+        return (f"{spec.transport} N={spec.workers} {spec.bottleneck_mbps:g} Mbit/s "
+                f"loss {loss_text(spec.loss)} seed {spec.seed}")
+
+    def ended(self, row: dict) -> str:
+        return (f"mean received fraction {row['mean_recv_frac'] or 0:.3f}, "
+                f"{row['virtual_s'] or 0:.4f} virtual s, {row['events'] or 0:,} events in "
+                f"{row['wall_s'] or 0:.1f} s, {row['peak_rss_mb'] or 0:.0f} MB")
+
+    def report(self, folder: Path) -> list[Path]:
+        from harness.simulation import figures
+
+        return figures.draw(folder)
+
+
+KIND = SimKind()
 
 
 def bench(workers: Sequence[int], bandwidth_mbps: float, iterations: int, echo=print) -> list[dict]:

@@ -98,22 +98,25 @@ def test_push_time_meets_the_bound_without_loss(binary):
 
 
 def test_sweep_writes_tables_resumes_and_draws(binary, tmp_path):
-    from harness.simulation import figures as simulate_figures
+    from harness import results
+    from harness.running import engine
 
     grid = sim.cells(("ltp", "ltp-reliable"), (2, 4), (100.0,), (32,), (0.0,), (0.0,), (1, 2),
                      iterations=2)
+    plan = sim.SimPlan("test", tuple(grid))
     lines = []
-    sim.sweep(grid, tmp_path, echo=lines.append)
-    assert len(lines) == 8
+    engine.run_plan(plan, tmp_path, lines.append)
+    assert sum(line.startswith("[") for line in lines) == 8   # one line as each run starts
     with open(tmp_path / "runs.csv") as f:
         runs = list(csv.DictReader(f))
     assert len(runs) == 8 and {r["status"] for r in runs} == {"ok"}
-    assert {"events_per_s", "peak_rss_mb", "wall_s", "queue_drops"} <= set(runs[0])
+    assert list(runs[0]) == results.names(results.SIM_RUNS_COLUMNS)   # the documented schema
+    assert len({r["run_id"] for r in runs}) == 8 and runs[0]["code_fingerprint"]
+    with open(tmp_path / "pushes.csv") as f:
+        assert {r["run_id"] for r in csv.DictReader(f)} == {r["run_id"] for r in runs}
     lines.clear()
-    sim.sweep(grid, tmp_path, echo=lines.append)   # everything done: nothing runs again
-    assert lines == []
-    paths = simulate_figures.draw(tmp_path)
-    assert all(p.exists() for p in paths)
+    engine.run_plan(plan, tmp_path, lines.append)   # everything done: nothing runs again
+    assert lines == [f"all 8 runs of {tmp_path} are done; nothing to run."]
     assert (tmp_path / "figures" / "push_vs_workers.png").stat().st_size > 1000
 
 
