@@ -2,6 +2,10 @@
 #define _POSIX_C_SOURCE 200809L   /* clock_gettime */
 #include "sim_net.h"
 #include "event_heap.h"
+#include "ltp_internal.h"
+#define GE_U64 uint64_t
+#define GE_U32 uint32_t
+#include "ge_chain.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -12,16 +16,9 @@
 #define NEVER_US UINT64_MAX
 #define FRAME_OVERHEAD 42   /* Ethernet 14 + IPv4 20 + UDP 8 */
 
-/* SplitMix64, as the core's own generator (ltp_internal.h): one seed, one sequence. */
-static uint64_t splitmix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static double uniform(uint64_t *s) { return (double)(splitmix(s) >> 11) / 9007199254740992.0; }
+/* The project's one generator (SplitMix64, ltp_internal.h) and the one Gilbert-Elliott chain (the
+ * eBPF program's, topologies/geloss/ge_chain.h): one seed, one sequence of decisions. */
+static double uniform(uint64_t *s) { return ltp_uniform(s); }
 
 enum { EV_SWITCH = 1, EV_DELIVER = 2, EV_RUN = 3 };
 
@@ -34,8 +31,7 @@ typedef struct { uint64_t *dep; int cap, head, len; uint64_t last; double bytes_
 typedef struct {
     void *ep;
     uint64_t run_at;            /* the pending RUN event's time, NEVER_US if none */
-    int bad, last_dropped;      /* the ingress loss chain's state and its last decision */
-    uint64_t loss_rng;
+    struct ge_chain loss;       /* the ingress loss chain: its generator, state and counters */
 } node_t;
 
 struct sim {
@@ -44,6 +40,7 @@ struct sim {
     int n;                      /* nodes: n_workers + 1 */
     node_t *node;
     evq_t q;                    /* the events, earliest first */
+    struct ge_config ge;        /* the loss chain's probabilities, as thresholds */
     uint64_t now, app_at, wake_rng;
     fifo_t btl, ps_link, *wlink;
     double tb_tokens;           /* the bottleneck's token bucket, bytes as of tb_us */
@@ -112,16 +109,20 @@ static uint64_t bottleneck_put(sim_t *s, int frame_bytes)
     return dep;
 }
 
+/* A probability as the chain's threshold out of 2^32 (GE_ONE: always). */
+static GE_U64 threshold(double p)
+{
+    return p >= 1 ? GE_ONE : p <= 0 ? 0 : (GE_U64)(p * (double)GE_ONE);
+}
+
 /* The receiving host's ingress: one step of its Gilbert-Elliott chain. 1: dropped. */
 static int ingress_drops(sim_t *s, int dst)
 {
-    node_t *n = &s->node[dst];
-    double p = n->bad ? s->c.loss_bad : s->c.loss_good;
-    int drop = p > 0 && uniform(&n->loss_rng) < p;
-    if (n->bad) { if (uniform(&n->loss_rng) < s->c.p_bg) n->bad = 0; }
-    else if (s->c.p_gb > 0 && uniform(&n->loss_rng) < s->c.p_gb) n->bad = 1;
-    if (drop) { s->k.random_drops++; s->k.loss_bursts += !n->last_dropped; }
-    n->last_dropped = drop;
+    struct ge_chain *chain = &s->node[dst].loss;
+    GE_U64 bursts = chain->bursts;
+    int drop = ge_step(&s->ge, chain);
+    s->k.random_drops += (uint64_t)drop;
+    s->k.loss_bursts += chain->bursts - bursts;
     return drop;
 }
 
@@ -242,6 +243,8 @@ sim_t *sim_new(const sim_netcfg_t *c, const sim_ops_t *ops, void **eps, char *er
     s->node = calloc((size_t)s->n, sizeof *s->node);
     s->wlink = calloc((size_t)c->n_workers, sizeof *s->wlink);
     s->wake_rng = c->seed ^ 0x5DEECE66Dull;
+    s->ge = (struct ge_config){threshold(c->p_gb), threshold(c->p_bg), threshold(c->loss_good),
+                               threshold(c->loss_bad)};
     int ok = s->node && s->wlink && fifo_init(&s->btl, c->queue_pkts, c->bottleneck_mbps) &&
              fifo_init(&s->ps_link, c->ps_queue_pkts, c->ps_mbps);
     for (int w = 0; ok && w < c->n_workers; w++) ok = fifo_init(&s->wlink[w], c->worker_queue_pkts, c->worker_mbps);
@@ -249,10 +252,11 @@ sim_t *sim_new(const sim_netcfg_t *c, const sim_ops_t *ops, void **eps, char *er
     for (int k = 0; k < s->n; k++) {
         s->node[k].ep = eps[k];
         s->node[k].run_at = NEVER_US;
-        s->node[k].loss_rng = c->seed * 0x9E3779B97F4A7C15ull + (uint64_t)k + 1;
+        struct ge_chain *chain = &s->node[k].loss;
+        chain->rng = c->seed * 0x9E3779B97F4A7C15ull + (uint64_t)k + 1;
         /* The chain starts in its stationary state, as the eBPF program's restart does. */
         double pi_bad = c->p_gb > 0 ? c->p_gb / (c->p_gb + c->p_bg) : 0;
-        s->node[k].bad = uniform(&s->node[k].loss_rng) < pi_bad;
+        chain->bad = uniform(&chain->rng) < pi_bad;
     }
     return s;
 }
