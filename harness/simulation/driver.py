@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import functools
 import hashlib
 import itertools
 import json
@@ -52,7 +53,6 @@ GRADIENT_BYTES = 437_544     # the MLP's 109,386 float32 values (harness.models.
 # window, Linux's 200 ms least RTO) in the same event simulator, sim/tcp_model.h.
 SCHEMES = ("ltp", "ltp-reliable", "plot", "tcp-ref")
 SCENARIOS = ("push", "bsp")
-MAX_WORKERS = 65_534         # the core's ranks are 16 bits, one of them the PS's
 
 # How hosts depart from instant ones. "ideal": a thread acts the moment it is due, and the PS
 # reads its socket in 20 us batches (what recvmmsg of up to 64 datagrams does at 40 Gbit/s and
@@ -65,6 +65,16 @@ HOSTS = {
     "ideal": {"wake_mean_us": 0, "rx_poll_us": 20, "burst_bytes": 0},
     "testbed": {"wake_mean_us": 1000, "rx_poll_us": 1000, "burst_bytes": 15000},
 }
+
+
+# Settings checked against the simulator's own ranges (ltp_sim --ranges): the field, the
+# simulator's flag, the command line's, the flag's units per the field's unit, that unit, whole.
+CHECKED = (("workers", "--workers", "--workers", 1, "", True),
+           ("bottleneck_mbps", "--bottleneck-mbps", "--bandwidth", 1, " Mbit/s", False),
+           ("queue_pkts", "--queue-pkts", "--queue", 1, " packets", True),
+           ("delay_ms", "--delay-us", "--delay", 1000, " ms", False),
+           ("iterations", "--iterations", "--iterations", 1, "", True),
+           ("seed", "--seed", "--seeds", 1, "", True))
 
 
 class SimulationError(ValueError):
@@ -92,26 +102,17 @@ class Cell:
     def __post_init__(self) -> None:
         if self.transport not in SCHEMES:
             raise SimulationError(f"the simulator runs {', '.join(SCHEMES)}, not {self.transport!r}.")
-        if isinstance(self.workers, bool) or not isinstance(self.workers, int) \
-                or not 1 <= self.workers <= MAX_WORKERS:
-            raise SimulationError(f"--workers must be whole numbers from 1 to {MAX_WORKERS}, "
-                                  f"not {self.workers!r}.")
-        if not 0.001 <= self.bottleneck_mbps <= 10_000_000:
-            raise SimulationError(f"--bandwidth must be from 0.001 to 10,000,000 Mbit/s, "
-                                  f"not {self.bottleneck_mbps!r}.")
-        if isinstance(self.queue_pkts, bool) or not isinstance(self.queue_pkts, int) \
-                or not 1 <= self.queue_pkts <= 10_000_000:
-            raise SimulationError(f"--queue must be from 1 to 10,000,000 packets, not {self.queue_pkts!r}.")
-        if not 0 <= self.delay_ms <= 10_000:
-            raise SimulationError(f"--delay must be from 0 to 10,000 ms, not {self.delay_ms!r}.")
-        if not 1 <= self.iterations <= 100_000:
-            raise SimulationError(f"--iterations must be from 1 to 100,000, not {self.iterations!r}.")
+        for name, flag, what, per_unit, unit, whole in CHECKED:
+            value = getattr(self, name)
+            lo, hi = (x / per_unit for x in ranges()[flag])
+            if (whole and (isinstance(value, bool) or not isinstance(value, int))) \
+                    or not isinstance(value, (int, float)) or not lo <= value <= hi:
+                raise SimulationError(f"{what} must be {'a whole number ' if whole else ''}from "
+                                      f"{_number(lo)} to {_number(hi)}{unit}, not {value!r}.")
         if self.scenario not in SCENARIOS:
             raise SimulationError(f"--scenario must be push or bsp, not {self.scenario!r}.")
         if self.host not in HOSTS:
             raise SimulationError(f"--host must be one of {', '.join(HOSTS)}, not {self.host!r}.")
-        if not 0 <= self.seed < 2**60:
-            raise SimulationError(f"--seeds must be from 0 to 2^60, not {self.seed!r}.")
         loss_flags(self.loss)   # a bad loss model: one sentence
 
     @property
@@ -193,6 +194,22 @@ def build() -> Path:
         raise SimulationError(f"building the simulator failed (make -C {NATIVE} sim): "
                               f"{got.stderr.strip()[-300:]}")
     return BINARY
+
+
+def _number(x: float) -> str:
+    """``10000000.0`` -> ``10,000,000``; ``0.001`` -> ``0.001``."""
+    return f"{int(x):,}" if x == int(x) and abs(x) < 1e16 else f"{x:g}"
+
+
+@functools.lru_cache(maxsize=None)
+def ranges() -> dict[str, tuple[float, float]]:
+    """Every numeric flag's range as the simulator states it (``ltp_sim --ranges``), so the
+    ranges are written once, in ``sim/sim_args.c``."""
+    build()
+    got = subprocess.run([str(BINARY), "--ranges"], capture_output=True, text=True)
+    if got.returncode != 0:
+        raise SimulationError(f"the simulator did not state its ranges: {got.stderr.strip()}")
+    return {flag: (float(lo), float(hi)) for flag, (lo, hi) in json.loads(got.stdout).items()}
 
 
 @dataclasses.dataclass

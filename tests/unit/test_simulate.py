@@ -20,10 +20,10 @@ def binary():
 
 
 @pytest.mark.parametrize("kwargs, words", [
-    ({"workers": 0}, "--workers must be whole numbers from 1"),
+    ({"workers": 0}, "--workers must be a whole number from 1 to"),
     ({"transport": "tcp-vegas"}, "the simulator runs ltp, ltp-reliable, plot, tcp-ref"),
     ({"bottleneck_mbps": 0}, "--bandwidth must be from"),
-    ({"queue_pkts": 0}, "--queue must be from 1"),
+    ({"queue_pkts": 0}, "--queue must be a whole number from 1"),
     ({"scenario": "ring"}, "--scenario must be push or bsp"),
     ({"host": "cloud"}, "--host must be one of ideal, testbed"),
     ({"loss": "get:5:2"}, "steps in time"),

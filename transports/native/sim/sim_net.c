@@ -230,7 +230,7 @@ static void run_node(sim_t *s, int k)
 sim_t *sim_new(const sim_netcfg_t *c, const sim_ops_t *ops, void **eps, char *err, size_t err_len)
 {
 #define BAD(...) do { snprintf(err, err_len, __VA_ARGS__); return NULL; } while (0)
-    if (c->n_workers < 1 || c->n_workers > 65534) BAD("the number of workers must be from 1 to 65534, not %d.", c->n_workers);
+    if (c->n_workers < 1 || c->n_workers > LTP_RANK_SERVER - 1) BAD("the number of workers must be from 1 to %u, not %d.", LTP_RANK_SERVER - 1, c->n_workers);
     if (!(c->bottleneck_mbps > 0 && c->worker_mbps > 0 && c->ps_mbps > 0)) BAD("link rates must be above 0 Mbit/s.");
     if (c->queue_pkts < 1 || c->worker_queue_pkts < 1 || c->ps_queue_pkts < 1) BAD("queues must hold at least 1 packet.");
     double probs[4] = {c->p_gb, c->p_bg, c->loss_good, c->loss_bad};
