@@ -403,6 +403,24 @@ SIM_PUSH_COLUMNS = SIM_KEY_COLUMNS + (
     Column("max_wait_closes", "closes", "closes of this push at the maximum wait"),
 )
 
+# The benchmarks' tables (invoke bench-transport, under .state/bench/transport-<stamp>/).
+BENCH_LOOPBACK_COLUMNS = (
+    Column("transport", "", "the scheme"),
+    Column("bytes", "bytes", "the message pushed, one worker to the PS over 127.0.0.1"),
+    Column("push", "", "the push's index"),
+    Column("push_s", "s", "from the send call to the PS's whole delivery"),
+    Column("cpu_s", "s", "CPU of the process (both ends, user + system) during the push"),
+)
+BENCH_PUSH_COLUMNS = (
+    Column("bottleneck_mbps", "Mbit/s", "the bottleneck's rate"),
+    Column("loss_pct", "%", "random loss at every host's ingress"),
+    Column("transport", "", "the scheme"),
+    Column("median_s", "s", "median over iterations of the synchronized 8-to-1 push"),
+    Column("p99_s", "s", "99th percentile of the same"),
+    Column("bound_s", "s", "the physical bound: 8 messages through the bottleneck"),
+    Column("min_recv_frac", "", "the least fraction of a push the PS received"),
+)
+
 def names(columns: Iterable[Column]) -> list[str]:
     """The column names, in order."""
     return [c.name for c in columns]
@@ -504,7 +522,9 @@ def schema_markdown() -> str:
                            ("curves.csv of a peer-to-peer sweep", P2P_CURVE_COLUMNS),
                            ("runs.csv of a simulation", SIM_RUNS_COLUMNS),
                            ("iterations.csv of a simulation", SIM_ITERATION_COLUMNS),
-                           ("pushes.csv of a simulation", SIM_PUSH_COLUMNS)):
+                           ("pushes.csv of a simulation", SIM_PUSH_COLUMNS),
+                           ("loopback.csv of bench-transport", BENCH_LOOPBACK_COLUMNS),
+                           ("push_times.csv of bench-transport", BENCH_PUSH_COLUMNS)):
         out += [f"## `{title}`", "", "| column | unit | meaning |", "|---|---|---|"]
         out += [f"| `{c.name}` | {c.unit} | {c.description} |" for c in columns]
         out.append("")
