@@ -70,29 +70,28 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
     from harness import cli
 
     with cli.user_errors():
-        from harness import presets, sweep
+        from harness import presets
+        from harness.running import engine
         from harness.p2p import spec as p2p
 
         if preset in p2p.PRESETS:
             given = [name for name, value in locals().items() if name not in (
                 "c", "preset", "out", "seeds", "iterations", "loss", "sync", "timeout", "cli",
-                "presets", "sweep", "p2p") and value not in (None, False)]
+                "presets", "engine", "p2p") and value not in (None, False)]
             if given:
                 raise p2p.PeerSpecError(f"--{given[0].replace('_', '-')} does not apply to the "
                                     f"peer-to-peer preset {preset}; it takes --seeds, "
                                     "--iterations (rounds), --loss, --sync and --timeout.")
-            from harness.p2p import run as p2p_run
-
             plan = p2p.get(preset).override(
                 seeds=cli.numbers(seeds, int, "--seeds"),
                 rounds=cli.number(iterations, int, "--iterations"),
                 loss_pcts=cli.numbers(loss, float, "--loss"), syncs=cli.items(sync),
                 timeout_s=cli.number(timeout, float, "--timeout"))
             folder = Path(out) if out else PROJECT / "results" / plan.name
-            sweep.check_folder(folder)
+            engine.check_folder(folder)
             cli.require_root()
             cli.require_setup()
-            p2p_run.run_plan(plan, folder)
+            engine.run_plan(plan, folder)
             return
         plan = presets.get(preset or presets.DEFAULT_PRESET).override(
             transports=cli.words(transports), loss_pcts=cli.losses(loss), cross=cli.items(cross),
@@ -116,7 +115,7 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
             target_accuracy=cli.number(target, float, "--target"),
             stop_at_target=True if stop_at_target else None, max_train_s=cli.number(max_train, float, "--max-train"))
         folder = Path(out) if out else PROJECT / "results" / plan.name
-        sweep.check_folder(folder)
+        engine.check_folder(folder)
         if cluster:
             # The head only coordinates (no root, no network here); Ray is imported only now.
             from harness import cluster as ray_cluster
@@ -125,7 +124,7 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
             return
         cli.require_root()
         cli.require_setup()
-        sweep.run_plan(plan, folder)
+        engine.run_plan(plan, folder)
 
 
 @task(help={
@@ -224,7 +223,7 @@ def figures(c, sweep):
     from harness import cli
 
     with cli.user_errors():
-        from harness import figures as fig
+        from harness.reporting import figures as fig
         from harness.p2p import report as p2p_report
 
         folder = Path(sweep)
@@ -246,7 +245,7 @@ def publish(c, check=False, no_figures=False):
     from harness import cli
 
     with cli.user_errors():
-        from harness.publish import build
+        from harness.reporting.publish import build
 
         out = build.publish(check=check, figures=not no_figures and not check,
                             say=lambda line: None)
@@ -296,8 +295,8 @@ def simulate(c, out=None, workers="8", transports="ltp", bandwidth="10000", queu
     from harness import cli
 
     with cli.user_errors():
-        from harness import simulate as sim
-        from harness import simulate_figures
+        from harness.running import engine
+        from harness.simulation import driver as sim
 
         grid = sim.cells(cli.words(transports), cli.numbers(workers, int, "--workers"),
                          cli.numbers(bandwidth, float, "--bandwidth"),
@@ -307,9 +306,8 @@ def simulate(c, out=None, workers="8", transports="ltp", bandwidth="10000", queu
                          host=host, compute_ms=cli.number(compute_ms, float, "--compute-ms"),
                          update_ms=cli.number(update_ms, float, "--update-ms"))
         folder = Path(out) if out else PROJECT / "results" / "simulate"
-        sim.sweep(grid, folder)
-        for path in simulate_figures.draw(folder):
-            print(path)
+        engine.check_folder(folder)
+        engine.run_plan(sim.SimPlan("simulate", tuple(grid)), folder)
 
 
 @task(help={"workers": "comma-separated numbers of workers (default 8,64,256,1024)",
@@ -320,7 +318,7 @@ def bench_simulate(c, workers="8,64,256,1024", bandwidth="100000", iterations="2
     from harness import cli
 
     with cli.user_errors():
-        from harness import simulate as sim
+        from harness.simulation import driver as sim
 
         sim.bench(cli.numbers(workers, int, "--workers"),
                   cli.number(bandwidth, float, "--bandwidth"),

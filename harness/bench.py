@@ -25,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 
+from harness import results
 from harness.runner import counter_deltas
 from harness.spec import parse_scheme
 from topologies.impair import Impairment
@@ -187,17 +188,7 @@ def loopback(slugs: tuple[str, ...], folder: Path, n_bytes: int = 437_544,
             rows += got.rows()
             print(f"  {size:>9,} {slug:<22} {got.goodput_gbps:7.2f} {got.median_s * 1e3:9.3f} "
                   f"{got.cpu_s_per_gb:8.3f}")
-    _write_csv(folder / "loopback.csv", rows)
-
-
-def _write_csv(path: Path, rows: list[dict]) -> None:
-    import csv
-
-    with open(path, "w", newline="") as f:
-        if rows:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+    results.append_rows(folder / "loopback.csv", results.BENCH_LOOPBACK_COLUMNS, rows)
 
 
 @dataclasses.dataclass
@@ -298,4 +289,4 @@ def transport(slugs: tuple[str, ...], losses: tuple[float, ...], bandwidths: tup
                                  "min_recv_frac": frac})
                     print(f"  {bw:>6g} {loss:>6g} {slug:<22} {med:9.3f} {p99:8.3f} {bound_s:8.3f} "
                           f"{med / bound_s:12.2f} {p99 / bound_s:9.2f} {frac:8.3f}")
-    _write_csv(folder / "push_times.csv", rows)
+    results.append_rows(folder / "push_times.csv", results.BENCH_PUSH_COLUMNS, rows)

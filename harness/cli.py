@@ -19,10 +19,10 @@ from harness.datasets import DatasetError
 from harness.faults import FaultError, parse_fault
 from harness.presets import UnknownPreset
 from harness.results import ResultsError
-from harness.simulate import SimulationError
+from harness.simulation.driver import SimulationError
 from harness.p2p.spec import PeerSpecError
 from harness.spec import SpecError
-from harness.sweep import SweepError
+from harness.running.engine import SweepError
 from harness.sync import SyncError, parse_sync
 from topologies.delay import DelayError
 from topologies.cross import CrossError
@@ -32,7 +32,7 @@ from topologies.network import TestbedError
 from topologies.ovs import OVSError
 from transports.base import OptionError, TransportError
 from transports.registry import UnknownTransport
-from harness.publish.blocks import BlockError
+from harness.reporting.publish.blocks import BlockError
 
 USER_ERRORS = (SpecError, UnknownPreset, UnknownTransport, OptionError, TopologyError,
                TestbedError, OVSError, SweepError, ResultsError, DatasetError, TransportError,

@@ -7,9 +7,9 @@ only when ``--cluster`` is given. The model:
   Open vSwitch and some of its sysctls, so every node offers one custom resource ``testbed``
   (``ray start --address HEAD:6379 --resources '{"testbed": 1}'``); the head may offer none and
   only coordinate.
-- **One task per group.** The runs that share a network (:func:`harness.sweep.order`), cut into
+- **One task per group.** The runs that share a network (:meth:`harness.running.ps.PsKind.groups`), cut into
   pieces of at most runs / testbeds so that every testbed has work (:func:`split`), are each one
-  Ray task that needs one ``testbed``. On its node the task runs :func:`harness.sweep.run_group`, the
+  Ray task that needs one ``testbed``. On its node the task runs :func:`harness.running.engine.run_group`, the
   very code of a local sweep, into a scratch folder, and streams back (a Ray generator task,
   ``num_returns="streaming"``) one item per event: the node's provenance, each run as it starts,
   each run as it ends with its rows and its run folder as a tar, and at the end the group's
@@ -52,7 +52,9 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 
-from harness import results, sweep
+from harness import results
+from harness.running import engine
+from harness.running.ps import KIND
 from harness.presets import PROJECT, Plan
 from harness import provenance
 from harness.provenance import git_state
@@ -101,7 +103,7 @@ def run_group_on_node(group: list[RunSpec], sweep_name: str, plugin_files: list[
     """The task of one group, on the node Ray chose: run it and stream back what it produced.
 
     Yields ``("node", provenance)``, then per run ``("start", run_id)`` and ``("run",
-    sweep.Finished, tar bytes of runs/<run_id>/)``, and last ``("network", tar bytes of
+    engine.Finished, tar bytes of runs/<run_id>/)``, and last ``("network", tar bytes of
     network/)``. ``plugin_files`` are the plan's transport plugins (relative to the project),
     ``plugins_env`` the head's ``$LTP_TRANSPORTS`` items (modules, or paths valid on every node).
     """
@@ -120,8 +122,8 @@ def run_group_on_node(group: list[RunSpec], sweep_name: str, plugin_files: list[
         registry.use_plugins([PROJECT / p for p in plugin_files] + list(plugins_env))
     scratch = _scratch()
     try:
-        for event in sweep.run_group(group, scratch, sweep_name):
-            if isinstance(event, sweep.Started):
+        for event in engine.run_group(KIND, group, scratch, sweep_name):
+            if isinstance(event, engine.Started):
                 yield ("start", event.spec.run_id)
                 continue
             rel = Path("runs") / event.spec.run_id
@@ -203,7 +205,7 @@ def unpack_run(folder: Path, run_id: str, data: bytes) -> None:
             else:
                 tar.extractall(staging, members=members)
         dest = folder / top
-        sweep.set_aside(dest)
+        engine.set_aside(dest)
         os.replace(staging / top, dest)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -274,22 +276,22 @@ def run_plan(plan: Plan, folder: Path, address: str,
     """Run every unfinished run of ``plan`` on the Ray cluster at ``address`` into ``folder``."""
     done = results.finished_run_ids(folder)
     if all(s.run_id in done for s in plan.specs()):
-        sweep.unfinished(plan, folder, progress)   # says so
+        engine.unfinished(plan, folder, progress)   # says so
         return folder
     ray = import_ray()
     nodes = connect(ray, address)   # before writing anything: an unreachable cluster leaves no trace
     t0 = time.monotonic()
     try:
-        todo = sweep.unfinished(plan, folder, progress)
+        todo = engine.unfinished(plan, folder, progress)
         head = Head(ray, plan, folder, address, nodes, len(todo), progress)
-        head.run(split(sweep.order(todo, plan.order_seed, plan.block_of), head.testbeds))
+        head.run(split(KIND.groups(plan, todo), head.testbeds))
     finally:
         ray.shutdown()
     used = {a["node_id"] for a in head.entry["attempts"] if a["node_id"]}
     lost = sum(a["outcome"].startswith("node lost") for a in head.entry["attempts"])
     progress(f"{head.said.finished} runs on {len(used)} node(s) in "
-             f"{sweep.fmt_s(time.monotonic() - t0)}; {lost} group attempt(s) lost with their node")
-    sweep.draw(folder, progress)
+             f"{engine.fmt_s(time.monotonic() - t0)}; {lost} group attempt(s) lost with their node")
+    engine.draw(KIND, folder, progress)
     if head.given_up:
         raise ClusterError(f"{len(head.given_up)} run(s) lost their node {MAX_ATTEMPTS} times and "
                            "were not run; the same command runs them (finished rows are kept).")
@@ -325,7 +327,7 @@ class Head:
                  total: int, progress: Callable[[str], None]) -> None:
         self.ray, self.plan, self.folder, self.say = ray, plan, folder, progress
         self.testbeds = sum(n["testbeds"] for n in nodes)
-        self.said = sweep.Progress(total, progress, parallel=self.testbeds)
+        self.said = engine.Progress(KIND, total, progress, parallel=self.testbeds)
         self.commit = git_state()[0]
         env = os.environ.get(registry.PLUGINS_ENV, "")
         self.plugins = (list(plan.plugins), [x.strip() for x in env.split(",") if x.strip()])
@@ -356,7 +358,7 @@ class Head:
     def submit(self, group: list[RunSpec], number: int) -> None:
         """Send ``group`` to the cluster as attempt ``number``."""
         gen = self.task.remote(group, self.plan.name, *self.plugins, self.commit)
-        record = {"network": sweep.network_dir(group[0]), "attempt": number,
+        record = {"network": KIND.network_dir(group[0]), "attempt": number,
                   "runs": [s.run_id for s in group], "node_id": None, "host": None,
                   "finished": [], "outcome": "running"}
         self.entry["attempts"].append(record)
@@ -408,7 +410,7 @@ class Head:
         elif kind == "run":
             done, data = item[1], item[2]
             unpack_run(self.folder, done.spec.run_id, data)
-            sweep.record(self.folder, done)
+            engine.record(KIND, self.folder, done)
             attempt.record["finished"].append(done.spec.run_id)
             self.save()
             self.said.ended(done, where)

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from typing import Any
+from typing import Any, ClassVar
 
 from pathlib import Path
 
@@ -76,6 +76,7 @@ GRID: dict[str, str] = {
 class Plan:
     """A named grid of runs: every combination of the dimensions in :data:`GRID`."""
 
+    kind: ClassVar[str] = "ps"   # its kind of run (harness.running.kinds)
     name: str
     transports: tuple[str, ...]
     loss_pcts: tuple[float | str, ...]
@@ -109,7 +110,7 @@ class Plan:
     """Into how many blocks the seeds are cut, in order: each block runs on a network of its
     own, one block after another, so the runs of one block share a testbed instance and an hour
     and those of different blocks do not. Reports then take a cell's interval over its blocks'
-    medians, which covers what a fresh sweep would measure (:mod:`harness.stats`)."""
+    medians, which covers what a fresh sweep would measure (:mod:`harness.reporting.stats`)."""
 
     def block_of(self, seed: int) -> int:
         """The block of ``seed`` (0 for every seed of an unblocked plan)."""
@@ -214,12 +215,12 @@ PRESETS: dict[str, Plan] = {
         name="default", transports=MAIN, loss_pcts=(0.0, 2.0, 5.0, 10.0),
         bottleneck_mbps=(200.0,), seeds=SEEDS,
         base=_INCAST.replace(iterations=40, max_train_s=30.0, timeout_s=600.0)),
-    # The README's headline: the default sweep six times over, each time (a block) with three
-    # seeds of its own on a testbed of its own, one block after another. Runs of one sweep share
-    # a testbed instance and an hour, and a fresh sweep differs from them by more than their own
-    # spread (results/default-check measured it): so the unit is the block, a cell's interval is
-    # taken over its six blocks' medians (96.9 %, harness/stats.py), and a fresh default sweep
-    # is one more block. About 95 minutes.
+    # The README's headline: the default sweep six times over, each time (a block) with three seeds
+    # of its own on a testbed of its own, one block after another. Runs of one sweep share a testbed
+    # instance and an hour, and a fresh sweep differs from them by more than their own spread
+    # (results/default-check measured it): so the unit is the block, a cell's interval is taken over
+    # its six blocks' medians (96.9 %, harness/reporting/stats.py), and a fresh default sweep is one
+    # more block. About 95 minutes.
     "reference": Plan(
         name="reference", transports=MAIN, loss_pcts=(0.0, 2.0, 5.0, 10.0),
         bottleneck_mbps=(200.0,), seeds=tuple(range(18)), blocks=6,

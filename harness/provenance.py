@@ -58,14 +58,14 @@ _NETWORK = ("topologies/delay/*.c", "topologies/geloss/*.[ch]")
 # The registry loads the transports by name, so no import statement leads to them.
 _TRANSPORTS = ("transports.tcp", "transports.ltp", "transports.plot", "transports.filling")
 # Modules whose changes cannot change a measured number, even where run code imports them:
-# reports, figures and their statistics, the named plans (every run records its own spec), the
-# command line, and this module (which only describes runs).
+# reporting (a package, with everything in it), the named plans (every run records its own
+# spec), the command line, and this module (which only describes runs).
 NOT_MEASURING = frozenset({
-    "harness.analysis", "harness.stats", "harness.figures", "harness.report",
-    "harness.resilience", "harness.robustness", "harness.savings", "harness.p2p.report",
-    "harness.simulate_figures", "harness.simulate_validate", "harness.presets", "harness.cli",
+    "harness.reporting", "harness.p2p.report",
+    "harness.simulation.figures", "harness.simulation.validate", "harness.presets", "harness.cli",
     "harness.provenance", "harness.bench", "harness.bench_node", "harness.bench_loopback",
-    "harness.sweep", "harness.cluster", "transports.options_doc"})
+    "harness.running.engine", "harness.running.kinds", "harness.running.ps", "harness.cluster",
+    "transports.options_doc"})
 KINDS: dict[str, Kind] = {
     # Training through a PS on the emulated network: the host processes, the fork server that
     # starts them, the runner and the metrics that turn their records into rows, the network and
@@ -78,7 +78,7 @@ KINDS: dict[str, Kind] = {
                  "transports.peer.tcp") + _TRANSPORTS,
                 _NATIVE + _NETWORK),
     # The simulator: the same C core over a discrete-event network, and its driver.
-    "simulate": Kind(("harness.simulate",), _NATIVE + ("transports/native/sim/*.[ch]",)),
+    "simulate": Kind(("harness.simulation.driver",), _NATIVE + ("transports/native/sim/*.[ch]",)),
 }
 
 
@@ -180,12 +180,18 @@ def _imports(path: Path, module: str, root: Path = PROJECT) -> set[str]:
     return {n for n in out if _module_path(n, root) is not None}
 
 
+def _not_measuring(name: str) -> bool:
+    """Whether module ``name`` is, or is inside a package that is, in :data:`NOT_MEASURING`."""
+    parts = name.split(".")
+    return any(".".join(parts[:i]) in NOT_MEASURING for i in range(1, len(parts) + 1))
+
+
 def python_closure(entries: Iterable[str], root: Path = PROJECT) -> list[Path]:
     """The project's Python files reachable by import from ``entries`` (sorted)."""
     todo, seen = list(entries), set()
     while todo:
         name = todo.pop()
-        if name in seen or name in NOT_MEASURING or _module_path(name, root) is None:
+        if name in seen or _not_measuring(name) or _module_path(name, root) is None:
             continue
         seen.add(name)
         todo.extend(_imports(_module_path(name, root), name, root) - seen)

@@ -332,6 +332,95 @@ P2P_CURVE_COLUMNS = (
 )
 
 
+# A simulated run (harness/simulation, docs/simulation.md): its settings lead every table's rows.
+SIM_KEY_COLUMNS = (
+    Column("run_id", "", "unique id: transport, workers, link rate, seed and a digest of the "
+                         "settings"),
+    Column("transport", "", "ltp, ltp-reliable, plot or tcp-ref (the simulator's TCP model)"),
+    Column("n_workers", "workers", "workers pushing to the PS"),
+    Column("bottleneck_mbps", "Mbit/s", "the PS's link rate"),
+    Column("queue_pkts", "packets", "the bottleneck's queue"),
+    Column("loss", "", "the loss model, as run-sweep's --loss"),
+    Column("delay_ms", "ms", "one-way delay per direction at every host's ingress"),
+    Column("seed", "", "seed of the network's and the core's randomness"),
+    Column("iterations", "iterations", "iterations asked for"),
+    Column("scenario", "", "push (synchronized pushes) or bsp (training iterations)"),
+    Column("host", "", "ideal (instant hosts) or testbed (this machine's lateness)"),
+)
+SIM_RUNS_COLUMNS = SIM_KEY_COLUMNS + (
+    Column("status", "", "ok, timeout (an iteration passed its virtual limit), stalled or crash"),
+    Column("reason", "", "why a run is not ok (empty when ok)"),
+    Column("iterations_done", "iterations", "iterations finished"),
+    Column("pushes", "pushes", "worker pushes closed by the PS"),
+    Column("mean_recv_frac", "", "mean fraction of a push the PS received before closing it"),
+    Column("early_closes", "pushes", "pushes closed early (Early Close)"),
+    Column("max_wait_closes", "pushes", "pushes closed at the maximum wait"),
+    Column("virtual_s", "s", "simulated time"),
+    Column("events", "events", "events the simulator processed"),
+    Column("datagrams", "datagrams", "datagrams sent: delivered + queue drops + worker-link "
+                                     "drops + random drops + in flight"),
+    Column("delivered", "datagrams", "datagrams delivered"),
+    Column("in_flight", "datagrams", "datagrams still in the network at the end"),
+    Column("data_sent", "datagrams", "data datagrams sent (acknowledgements aside)"),
+    Column("retransmits_ps", "datagrams", "datagrams the PS sent again"),
+    Column("retransmits_workers", "datagrams", "datagrams the workers sent again"),
+    Column("queue_drops", "datagrams", "bottleneck queue drops"),
+    Column("worker_link_drops", "datagrams", "drops at the workers' own links"),
+    Column("ps_refused", "datagrams", "datagrams the PS's full link refused (held for later)"),
+    Column("random_drops", "datagrams", "drops by the loss model"),
+    Column("loss_bursts", "bursts", "runs of consecutive random drops"),
+    Column("data_lost_ps", "datagrams", "data datagrams of the PS lost"),
+    Column("data_lost_workers", "datagrams", "data datagrams of the workers lost"),
+    Column("bottleneck_frames", "frames", "frames through the bottleneck"),
+    Column("ps_core_us_per_datagram", "us", "CPU the PS's core spent per datagram (wall clock, "
+                                            "not simulated)"),
+    Column("wall_s", "s", "the simulator's wall-clock time"),
+    Column("events_per_s", "events/s", "events per wall-clock second"),
+    Column("peak_rss_mb", "MB", "the simulator process's peak memory (VmHWM)"),
+    Column("network_peak_mb", "MB", "memory the simulated network held at its peak"),
+    Column("started_at", "", "UTC start of the run"),
+    Column("git_commit", "", "the project's commit"),
+    Column("git_dirty", "", "uncommitted changes to the code at the run (results/ aside)"),
+    *PROVENANCE_COLUMNS,
+)
+SIM_ITERATION_COLUMNS = SIM_KEY_COLUMNS + (
+    Column("iteration", "", "iteration index"),
+    Column("push_s", "s", "from the iteration's start to the PS's last close"),
+    Column("iteration_s", "s", "the whole iteration, broadcast included"),
+    Column("broadcast_s", "s", "the PS's broadcast of the parameters"),
+    Column("min_recv_frac", "", "the least fraction of a push the PS received"),
+    Column("early_closes", "pushes", "pushes of the iteration closed early"),
+    Column("max_wait_closes", "pushes", "pushes of the iteration closed at the maximum wait"),
+    Column("queue_drops", "datagrams", "bottleneck queue drops so far"),
+)
+SIM_PUSH_COLUMNS = SIM_KEY_COLUMNS + (
+    Column("iteration", "", "iteration index"),
+    Column("worker", "", "the worker's rank"),
+    Column("push_s", "s", "from the worker's send call to the PS's close"),
+    Column("recv_frac", "", "fraction of the push the PS received"),
+    Column("retransmits", "datagrams", "datagrams the worker sent again (its send statistics)"),
+    Column("early_closes", "closes", "early closes of this push (Early Close)"),
+    Column("max_wait_closes", "closes", "closes of this push at the maximum wait"),
+)
+
+# The benchmarks' tables (invoke bench-transport, under .state/bench/transport-<stamp>/).
+BENCH_LOOPBACK_COLUMNS = (
+    Column("transport", "", "the scheme"),
+    Column("bytes", "bytes", "the message pushed, one worker to the PS over 127.0.0.1"),
+    Column("push", "", "the push's index"),
+    Column("push_s", "s", "from the send call to the PS's whole delivery"),
+    Column("cpu_s", "s", "CPU of the process (both ends, user + system) during the push"),
+)
+BENCH_PUSH_COLUMNS = (
+    Column("bottleneck_mbps", "Mbit/s", "the bottleneck's rate"),
+    Column("loss_pct", "%", "random loss at every host's ingress"),
+    Column("transport", "", "the scheme"),
+    Column("median_s", "s", "median over iterations of the synchronized 8-to-1 push"),
+    Column("p99_s", "s", "99th percentile of the same"),
+    Column("bound_s", "s", "the physical bound: 8 messages through the bottleneck"),
+    Column("min_recv_frac", "", "the least fraction of a push the PS received"),
+)
+
 def names(columns: Iterable[Column]) -> list[str]:
     """The column names, in order."""
     return [c.name for c in columns]
@@ -430,7 +519,12 @@ def schema_markdown() -> str:
     for title, columns in (("runs.csv", RUNS_COLUMNS), ("curves.csv", CURVES_COLUMNS),
                            ("iterations.csv", ITERATIONS_COLUMNS),
                            ("runs.csv of a peer-to-peer sweep", P2P_COLUMNS),
-                           ("curves.csv of a peer-to-peer sweep", P2P_CURVE_COLUMNS)):
+                           ("curves.csv of a peer-to-peer sweep", P2P_CURVE_COLUMNS),
+                           ("runs.csv of a simulation", SIM_RUNS_COLUMNS),
+                           ("iterations.csv of a simulation", SIM_ITERATION_COLUMNS),
+                           ("pushes.csv of a simulation", SIM_PUSH_COLUMNS),
+                           ("loopback.csv of bench-transport", BENCH_LOOPBACK_COLUMNS),
+                           ("push_times.csv of bench-transport", BENCH_PUSH_COLUMNS)):
         out += [f"## `{title}`", "", "| column | unit | meaning |", "|---|---|---|"]
         out += [f"| `{c.name}` | {c.unit} | {c.description} |" for c in columns]
         out.append("")

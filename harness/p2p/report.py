@@ -1,8 +1,8 @@
 """The tables, figures and report of a peer-to-peer sweep, from ``runs.csv`` and ``curves.csv``.
 
 Every cell is a method (``policy/copy/scheme``) under a synchronisation mode and loss rate,
-summarised over its seeds by the median and a distribution-free interval (:mod:`harness.stats`).
-The report (``report.md``) has:
+summarised over its seeds by the median and a distribution-free interval
+(:mod:`harness.reporting.stats`). The report (``report.md``) has:
 
 - the cell table: per-round synchronisation time, round time, achieved average p, delivered p,
   bytes on the leaf-spine links per round, final accuracy of the averaged model, the peers'
@@ -30,7 +30,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from harness import stats  # noqa: E402
+from harness.reporting import stats  # noqa: E402
 
 METRICS = (  # column, title, format, higher is better
     ("sync_s", "sync s/round", ".3f", False),
@@ -202,7 +202,7 @@ def figures(ok: pd.DataFrame, curves: pd.DataFrame, folder: Path) -> list[Path]:
 def report_text(folder: Path) -> str:
     """The report of the sweep in ``folder``, from its tables (its figures must exist)."""
     from harness import provenance
-    from harness.report import seed_text
+    from harness.reporting.report import seed_text
 
     ok, curves = load(folder)
     if ok.empty:

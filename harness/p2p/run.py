@@ -3,39 +3,40 @@
 :func:`execute` writes the run's spec and session, applies its loss, starts the round
 coordinator (:mod:`harness.p2p.coord`) and one :mod:`harness.p2p.peer` per worker host, waits for
 them, reads every switch port's counters before and after, and returns the run's row.
-:func:`run_plan` runs every unfinished run of a :class:`~harness.p2p.spec.PeerPlan`, grouping runs
-that share a network on one live fabric, appends each row to ``runs.csv`` the moment the run
-ends (a killed sweep keeps every row and the same command resumes), then writes the report and
-figures (:mod:`harness.p2p.report`). The columns are
+:data:`KIND` is what the one sweep loop (:func:`harness.running.engine.run_plan`) needs to run a
+:class:`~harness.p2p.spec.PeerPlan`: runs that share a network share one live fabric, each row is
+appended the moment its run ends (a killed sweep keeps every row and the same command resumes),
+and the report and figures come last (:mod:`harness.p2p.report`). The columns are
 :data:`harness.results.P2P_COLUMNS` and :data:`~harness.results.P2P_CURVE_COLUMNS` (units in
 ``docs/results-schema.md``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from harness import provenance, results
+from harness import provenance
 from harness.p2p.coord import Coordinator, socket_path
 from harness.p2p.spec import PeerPlan, PeerSpec
 from harness.results import P2P_COLUMNS, P2P_CURVE_COLUMNS
 from harness.runfiles import read_jsonl, write_session
 from harness.provenance import git_state
 from harness.runner import spawn_forked, wait
-from harness.sweep import fmt_s, set_aside
+from harness.running import kinds
 from harness.zygote import Zygote
 from topologies.fabric import SPINE_NAME, UPLINK_PORT, leaf_name
 from topologies.impair import Impairment
 from topologies.incast import worker_name
 from topologies.network import Testbed
 from transports.base import Session
+
 
 def port_counters(tb: Testbed, switches: list[str]) -> dict[str, dict[int, dict]]:
     """Every port's counters of every named switch."""
@@ -179,51 +180,47 @@ def summarise(spec: PeerSpec, raw: Path, before: dict, after: dict) -> tuple[dic
     return row, curves
 
 
-def unfinished(plan: PeerPlan, folder: Path) -> list[PeerSpec]:
-    """The plan's runs without a row in ``folder/runs.csv``."""
-    done = results.finished_run_ids(folder)
-    return [s for s in plan.specs() if s.run_id not in done]
+class PeerKind(kinds.Kind):
+    """Peer-to-peer training on the leaf-spine fabric (one live fabric per network)."""
 
+    name = "p2p"
+    tables = {"curves.csv": P2P_CURVE_COLUMNS, "runs.csv": P2P_COLUMNS}
 
-def run_plan(plan: PeerPlan, folder: Path, progress: Callable[[str], None] = print) -> Path:
-    """Run every unfinished run of ``plan`` into ``folder``, then the report; return ``folder``."""
-    from harness.p2p import report
+    def group_key(self, spec: PeerSpec) -> tuple:
+        return spec.network_key
 
-    folder.mkdir(parents=True, exist_ok=True)
-    results.check_tables(folder, {"runs.csv": P2P_COLUMNS, "curves.csv": P2P_CURVE_COLUMNS})
-    manifest = folder / "manifest.json"
-    if not manifest.exists():
-        manifest.write_text(json.dumps({"preset": plan.name, "description": plan.description,
-                                        "runs": [s.run_id for s in plan.specs()],
-                                        "provenance": provenance.manifest("p2p")}, indent=1))
-    todo = unfinished(plan, folder)
-    progress(f"{plan.name}: {len(plan.specs()) - len(todo)} runs done, {len(todo)} to run")
-    groups: dict[tuple, list[PeerSpec]] = {}
-    for spec in todo:
-        groups.setdefault(spec.network_key, []).append(spec)
-    t_sweep = time.monotonic()
-    n = 0
-    for group in groups.values():
-        net_dir = folder / "network"
-        with Testbed(group[0].fabric, net_dir, stats_interval_s=0.25) as tb, \
+    def network_dir(self, spec: PeerSpec) -> str:
+        return ""   # the sweep's network/ itself
+
+    @contextlib.contextmanager
+    def network(self, spec: PeerSpec, net_dir: Path):
+        with Testbed(spec.fabric, net_dir, stats_interval_s=0.25) as tb, \
                 Zygote(net_dir, tb.ledger) as zygote:
-            spawn = spawn_forked(tb, zygote)
-            for spec in group:
-                run_dir = folder / "runs" / spec.run_id
-                set_aside(run_dir)
-                n += 1
-                progress(f"[{n}/{len(todo)}] {spec.method} {spec.sync} seed {spec.seed}")
-                t0 = time.monotonic()
-                row, curves = execute(tb, spec, run_dir, plan.name, spawn)
-                results.drop_rows(folder / "curves.csv", spec.run_id)
-                results.append_rows(folder / "curves.csv", P2P_CURVE_COLUMNS, curves)
-                results.append_rows(folder / "runs.csv", P2P_COLUMNS, [row])
-                progress(f"    {row['status']} in {fmt_s(time.monotonic() - t0)}: sync "
-                         f"{row['sync_s'] or float('nan'):.3f} s/round, p {row['avg_p'] or 0:.2f}"
-                         f", accuracy {row['final_accuracy'] or float('nan'):.3f}"
-                         + (f" ({row['reason']})" if row["reason"] else ""))
-    if todo:
-        progress(f"{len(todo)} runs in {fmt_s(time.monotonic() - t_sweep)}")
-    written = report.write(folder)
-    progress(f"report {written}")
-    return folder
+            yield tb, spawn_forked(tb, zygote)
+
+    def execute(self, site, spec: PeerSpec, run_dir: Path, sweep: str) -> dict[str, list[dict]]:
+        tb, spawn = site
+        row, curves = execute(tb, spec, run_dir, sweep, spawn)
+        return {"curves.csv": curves, "runs.csv": [row]}
+
+    def manifest(self, plan: PeerPlan, specs: list[PeerSpec], folder: Path) -> None:
+        path = folder / "manifest.json"
+        if not path.exists():
+            path.write_text(json.dumps({"preset": plan.name, "description": plan.description,
+                                        "runs": [s.run_id for s in specs],
+                                        "provenance": provenance.manifest("p2p")}, indent=1))
+
+    def started(self, spec: PeerSpec) -> str:
+        return f"{spec.method} {spec.sync} seed {spec.seed}"
+
+    def ended(self, row: dict) -> str:
+        return (f"sync {row['sync_s'] or float('nan'):.3f} s/round, p {row['avg_p'] or 0:.2f}, "
+                f"accuracy {row['final_accuracy'] or float('nan'):.3f}")
+
+    def report(self, folder: Path) -> list[Path]:
+        from harness.p2p import report
+
+        return [report.write(folder)]
+
+
+KIND = PeerKind()

@@ -14,7 +14,7 @@ import dataclasses
 import hashlib
 import itertools
 import json
-from typing import Any
+from typing import Any, ClassVar
 
 from harness import datasets, models
 from harness.spec import parse_scheme
@@ -169,6 +169,7 @@ class PeerSpec:
 class PeerPlan:
     """A named sweep: cells (each a dict of :class:`PeerSpec` fields) times seeds."""
 
+    kind: ClassVar[str] = "p2p"   # its kind of run (harness.running.kinds)
     name: str
     base: PeerSpec
     cells: tuple[tuple[tuple[str, Any], ...], ...]

@@ -1,14 +1,78 @@
-"""What the loopback conformance tests share: free ports on 127.0.0.1."""
+"""What the loopback conformance tests share: ports on 127.0.0.1, and a retry when one was taken.
 
+A port found free is free only a moment: between the probe and the transport's own bind another
+socket (an ephemeral port of any connection on the machine) may take it. :func:`on_free_ports`
+therefore runs a job on fresh ports again when it failed because an address was in use, so the
+race costs a retry instead of a red CI run.
+"""
+
+from __future__ import annotations
+
+import errno
 import socket
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
+ATTEMPTS = 5
 
 
 def free_ports(n: int, kind: int = socket.SOCK_DGRAM) -> list[int]:
-    """``n`` distinct ports that were free on 127.0.0.1 for sockets of ``kind`` a moment ago."""
-    socks = [socket.socket(socket.AF_INET, kind) for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+    """``n`` distinct ports that were free on 127.0.0.1 a moment ago, for UDP and for TCP alike.
+
+    ``kind`` is the kind probed first (its port-0 bind picks the number); the same number must
+    also bind for the other kind, so a transport may use either."""
+    other = socket.SOCK_STREAM if kind == socket.SOCK_DGRAM else socket.SOCK_DGRAM
+    held: list[socket.socket] = []
+    ports: list[int] = []
+    try:
+        while len(ports) < n:
+            first = socket.socket(socket.AF_INET, kind)
+            held.append(first)
+            first.bind(("127.0.0.1", 0))
+            port = first.getsockname()[1]
+            second = socket.socket(socket.AF_INET, other)
+            held.append(second)
+            try:
+                second.bind(("127.0.0.1", port))
+            except OSError:
+                continue          # taken for the other kind: hold it (so it is not drawn again)
+            ports.append(port)
+        return ports
+    finally:
+        for s in held:
+            s.close()
+
+
+def address_in_use(exc: BaseException | None, _depth: int = 0) -> bool:
+    """Whether ``exc``, or an exception it carries (cause, context, a list in its arguments, an
+    exception group's members), says an address was already in use."""
+    if exc is None or _depth > 8:
+        return False
+    if getattr(exc, "errno", None) == errno.EADDRINUSE:
+        return True
+    text = str(exc)
+    if "EADDRINUSE" in text or "Address already in use" in text:
+        return True
+    inner = [*getattr(exc, "exceptions", ()), *_flat(exc.args), exc.__cause__, exc.__context__]
+    return any(address_in_use(e, _depth + 1) for e in inner if isinstance(e, BaseException))
+
+
+def _flat(items) -> list:
+    """The items of nested lists and tuples (a list of (rank, exception) pairs, say)."""
+    out = []
+    for item in items:
+        out.extend(_flat(item) if isinstance(item, (list, tuple)) else [item])
+    return out
+
+
+def on_free_ports(n: int, job: Callable[[list[int]], T],
+                  kind: int = socket.SOCK_DGRAM) -> T:
+    """``job(ports)`` on ``n`` free ports; run again on fresh ports, up to :data:`ATTEMPTS`
+    times in all, when it failed because one of them was taken in between."""
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            return job(free_ports(n, kind))
+        except Exception as exc:
+            if attempt == ATTEMPTS or not address_in_use(exc):
+                raise
+    raise AssertionError("unreachable")

@@ -20,6 +20,7 @@ import pytest
 from transports import filling, native, registry
 from transports.base import (Delivery, Layout, OptionError, Session, TransportError,
                              TransportTimeout)
+from tests.conformance.loopback import free_ports, on_free_ports
 
 ltp = pytest.importorskip("transports.ltp")
 try:
@@ -29,18 +30,6 @@ except TransportError as exc:  # pragma: no cover - depends on the build
 
 N_FLOATS = 109_386           # 437,544 bytes, the reference model's gradient
 TIMEOUT_S = 20.0
-
-
-def free_ports(n: int) -> list[int]:
-    """n distinct UDP ports that were free a moment ago (held open together so they differ)."""
-    socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def gradient(rank: int, it: int, n: int = N_FLOATS) -> np.ndarray:
@@ -54,8 +43,13 @@ def params(it: int, n: int = N_FLOATS) -> np.ndarray:
 def run_job(options: dict, layout: Layout, n_workers: int, iterations: int,
             on_server: Callable | None = None) -> dict:
     """One PS and n workers for some iterations; returns what each side received and its stats."""
+    return on_free_ports(n_workers + 1, lambda ports: _run_job_on(
+        ports, options, layout, n_workers, iterations, on_server))
+
+
+def _run_job_on(ports: list[int], options: dict, layout: Layout, n_workers: int,
+                iterations: int, on_server: Callable | None) -> dict:
     transport = registry.create("ltp", options)
-    ports = free_ports(n_workers + 1)
     server_addr = ("127.0.0.1", ports[0])
     worker_addrs = [("127.0.0.1", p) for p in ports[1:]]
     out: dict = {"gathered": [], "pulled": {r: [] for r in range(n_workers)}, "errors": [],

@@ -17,7 +17,7 @@ import pytest
 
 from transports.base import OptionError, Session
 from transports.peer import SCHEMES, create, parse, wire
-from tests.conformance.loopback import free_ports
+from tests.conformance.loopback import free_ports, on_free_ports
 
 N_PEERS = 4
 N_FLOATS = 20_011          # 58 datagrams of 1400 bytes, the last one short
@@ -25,16 +25,30 @@ RATE_MBPS = 400.0
 IPS = ["127.0.0.1"] * N_PEERS
 
 
+def _open(slug, options, ranks, drops, session, ports):
+    """The ends of ``ranks`` on ``ports``, and the ports; what was opened is closed on failure."""
+    ends = {}
+    try:
+        for r in ranks:
+            hook = {"drop": drops[r]} if drops and r in drops else {}
+            ends[r] = create(slug, r, IPS, 0, N_FLOATS, session, options, ports=ports, **hook)
+    except BaseException:
+        for end in ends.values():
+            end.close()
+        raise
+    return ends, ports
+
+
 @contextlib.contextmanager
 def _peers(slug, options=None, *, ranks=range(N_PEERS), drops=None):
     """Open the ends of ``ranks`` (the others' addresses stay free for the test to use);
     ``drops`` gives some ranks the mcast test hook ``drop``."""
     # Ports free for TCP, which the tcp ends need; the UDP ends take them too.
-    ports, session, ends = free_ports(N_PEERS, socket.SOCK_STREAM), Session.draw(), {}
+    session = Session.draw()
+    ends, ports = on_free_ports(
+        N_PEERS, lambda ports: _open(slug, options, ranks, drops, session, ports),
+        socket.SOCK_STREAM)
     try:
-        for r in ranks:
-            hook = {"drop": drops[r]} if drops and r in drops else {}
-            ends[r] = create(slug, r, IPS, 0, N_FLOATS, session, options, ports=ports, **hook)
         yield ends, ports, session
     finally:
         for end in ends.values():

@@ -16,7 +16,7 @@ import pytest
 
 from transports import registry
 from transports.base import Layout, ServerEnd
-from tests.conformance.loopback import free_ports
+from tests.conformance.loopback import on_free_ports
 
 LAYOUT = Layout.from_sizes([("w1", 3000), ("b1", 40000), ("w2", 7)])
 N = 3
@@ -27,23 +27,34 @@ IDS = {0: 7, 1: 3, 2: 5}   # every worker at its own message
 SLUGS = [s for s in registry.slugs() if registry.get(s).target.startswith("transports.")]
 
 
-@pytest.fixture(params=SLUGS)
-def job(request):
-    ports = free_ports(N + 1)
+def _bring_up(slug, ports):
+    """A PS and N workers of ``slug`` on ``ports``, joined; what was opened is closed on failure."""
     ps_addr, addrs = ("127.0.0.1", ports[0]), [("127.0.0.1", p) for p in ports[1:]]
-    transport = registry.create(request.param, {})
+    transport = registry.create(slug, {})
     server = transport.serve(ps_addr, addrs, LAYOUT)
     workers = []
     try:
         for r in range(N):
-            end = transport.connect(r, addrs[r], ps_addr, LAYOUT)
-            workers.append(end)
+            workers.append(transport.connect(r, addrs[r], ps_addr, LAYOUT))
         joins = [threading.Thread(target=w.join, args=(20.0,)) for w in workers]
         for t in joins:
             t.start()
         server.wait_for_workers(20.0)
         for t in joins:
             t.join()
+    except BaseException:
+        for w in workers:
+            w.close()
+        server.close()
+        raise
+    return server, workers, ps_addr, addrs, transport
+
+
+@pytest.fixture(params=SLUGS)
+def job(request):
+    server, workers, ps_addr, addrs, transport = on_free_ports(
+        N + 1, lambda ports: _bring_up(request.param, ports))
+    try:
         yield request.param, server, workers, ps_addr, addrs, transport
     finally:
         for w in workers:

@@ -15,7 +15,7 @@ import pytest
 
 from transports import registry
 from transports.base import Layout
-from tests.conformance.loopback import free_ports
+from tests.conformance.loopback import on_free_ports
 
 # The lab 3 example is a plugin; hold it to the same contract as the built-in transports.
 registry.load_plugins(str(Path(__file__).resolve().parents[2] / "docs/labs/code/udp_blast.py"))
@@ -30,7 +30,10 @@ def _job(slug, options, iterations=3, up=None):
 
     ``up``: the workers push messages of this layout (compressed pushes) instead of ``LAYOUT``.
     """
-    ports = free_ports(N_WORKERS + 1)
+    return on_free_ports(N_WORKERS + 1, lambda ports: _job_on(ports, slug, options, iterations, up))
+
+
+def _job_on(ports, slug, options, iterations, up):
     ps_addr = ("127.0.0.1", ports[0])
     worker_addrs = [("127.0.0.1", p) for p in ports[1:]]
     rng = np.random.default_rng(7)
@@ -67,7 +70,8 @@ def _job(slug, options, iterations=3, up=None):
     finally:
         for th in threads:
             th.join(TIMEOUT_S)
-    assert not errors, errors
+    if errors:
+        raise errors[0]
     return grads, gathered, params, pulled
 
 

@@ -79,16 +79,48 @@ def clean_machine():
 
 
 @contextlib.contextmanager
-def small_incast(folder: Path, n_workers: int, bottleneck_mbps: float = 100):
-    """A live incast testbed and its forked-process spawner, for a module of short runs."""
+def network(params, folder: Path, *, forked: bool = False, **testbed_kw):
+    """A live testbed of ``params`` (the incast star's or the fabric's) under ``folder``; with
+    ``forked``, also its fork server, and then it yields ``(testbed, spawn)``."""
     from harness.runner import spawn_forked
     from harness.zygote import Zygote
-    from topologies.incast import IncastParams
     from topologies.network import Testbed
 
-    with Testbed(IncastParams(n_workers=n_workers, bottleneck_mbps=bottleneck_mbps), folder) as tb, \
-            Zygote(folder, tb.ledger) as zygote:
-        yield tb, spawn_forked(tb, zygote)
+    with Testbed(params, folder, **testbed_kw) as tb:
+        if not forked:
+            yield tb
+            return
+        with Zygote(folder, tb.ledger) as zygote:
+            yield tb, spawn_forked(tb, zygote)
+
+
+def network_fixture(label: str, params, *, forked: bool = False, scope: str = "module",
+                    **testbed_kw):
+    """A fixture of one live :func:`network` shared by a module's (or a class's) tests: the one
+    way the emulation tests bring a network up. ``label`` names its folder."""
+    @pytest.fixture(scope=scope)
+    def fixture(tmp_path_factory):
+        with network(params, tmp_path_factory.mktemp(label), forked=forked, **testbed_kw) as bed:
+            yield bed
+    return fixture
+
+
+@contextlib.contextmanager
+def small_incast(folder: Path, n_workers: int, bottleneck_mbps: float = 100):
+    """A live incast testbed and its forked-process spawner, for a module of short runs."""
+    from topologies.incast import IncastParams
+
+    with network(IncastParams(n_workers=n_workers, bottleneck_mbps=bottleneck_mbps), folder,
+                 forked=True) as bed:
+        yield bed
+
+
+def incast_fixture(label: str, n_workers: int, bottleneck_mbps: float = 100):
+    """:func:`network_fixture` of a forked incast star: ``(testbed, spawn)`` for short runs."""
+    from topologies.incast import IncastParams
+
+    return network_fixture(label, IncastParams(n_workers=n_workers,
+                                               bottleneck_mbps=bottleneck_mbps), forked=True)
 
 
 def run_ok(bed, folder: Path, **fields):

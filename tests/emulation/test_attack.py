@@ -26,11 +26,10 @@ import json
 import sys
 import time
 
-import pytest
-
 from harness.runfiles import RunFiles
 from harness.runner import collect, launched, node_commands, prepare, spawn_plain, wait
 from harness.spec import RunSpec
+from tests.emulation.conftest import network_fixture
 from topologies.incast import IncastParams, worker_name
 from topologies.network import Testbed
 from transports import native
@@ -44,11 +43,8 @@ VICTIM_HOSTS = {"ps": "ps1", "worker": worker_name(0)}
 ATTACKER_HOST = worker_name(N_WORKERS - 1)
 
 
-@pytest.fixture(scope="module")
-def testbed(tmp_path_factory):
-    with Testbed(IncastParams(n_workers=N_WORKERS, bottleneck_mbps=100, queue_pkts=64),
-                 tmp_path_factory.mktemp("attack")) as tb:
-        yield tb
+testbed = network_fixture("attack", IncastParams(n_workers=N_WORKERS, bottleneck_mbps=100,
+                                                  queue_pkts=64))
 
 
 def _count_forgeries(tb: Testbed, host: str) -> None:

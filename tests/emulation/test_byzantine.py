@@ -8,18 +8,13 @@ the defender tolerating one, each round keeps exactly ``n - 1`` updates, and the
 honest updates the transport delivered in part are counted.
 """
 
-import pytest
-
-from tests.emulation.conftest import run_ok, small_incast
+from tests.emulation.conftest import incast_fixture, run_ok
 
 N_WORKERS = 4
 ITERATIONS = 15
 
 
-@pytest.fixture(scope="module")
-def bed(tmp_path_factory):
-    with small_incast(tmp_path_factory.mktemp("byzantine"), N_WORKERS) as bed:
-        yield bed
+bed = incast_fixture("byzantine", N_WORKERS)
 
 
 def _run(bed, tmp_path, **fields):

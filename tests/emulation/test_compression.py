@@ -9,18 +9,13 @@ counts; the models still learn. At 10 % random loss over LTP, lost index-value p
 by the PS, counted, and the run still learns.
 """
 
-import pytest
-
-from tests.emulation.conftest import run_ok, small_incast
+from tests.emulation.conftest import incast_fixture, run_ok
 
 N_WORKERS = 4
 ITERATIONS = 15
 
 
-@pytest.fixture(scope="module")
-def bed(tmp_path_factory):
-    with small_incast(tmp_path_factory.mktemp("compression"), N_WORKERS) as bed:
-        yield bed
+bed = incast_fixture("compression", N_WORKERS)
 
 
 def _run(bed, tmp_path, **fields):

@@ -8,6 +8,7 @@ import pytest
 
 from harness.runner import execute
 from harness.spec import RunSpec
+from tests.emulation.conftest import network_fixture
 from topologies.cross import CrossError, CrossTraffic
 from topologies.incast import PS_IP, IncastParams, cross_port, worker_ip
 from topologies.network import Testbed
@@ -32,11 +33,8 @@ def tcp_mbps(bed, folder, name) -> float:
     return json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e6
 
 
-@pytest.fixture(scope="class")
-def bed(tmp_path_factory):
-    with Testbed(IncastParams(n_workers=1, n_cross=2, bottleneck_mbps=100),
-                 tmp_path_factory.mktemp("cross")) as tb:
-        yield tb
+bed = network_fixture("cross", IncastParams(n_workers=1, n_cross=2, bottleneck_mbps=100),
+                      scope="class")
 
 
 class TestCrossTraffic:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.emulation.conftest import network
 from topologies import delay
 from topologies.delay import DelayLine
 from topologies.incast import PS_IP, IncastParams, worker_ip
@@ -66,7 +67,7 @@ def tcp_mbps(bed, folder: Path, name: str, seconds: int = 5) -> float:
 def bed(tmp_path_factory):
     delay.binary()  # a missing build fails here with "run ./setup.sh", not deep inside a test
     folder = tmp_path_factory.mktemp("delay")
-    with Testbed(IncastParams(n_workers=2), folder) as tb:
+    with network(IncastParams(n_workers=2), folder) as tb:
         line = DelayLine(tb)
         try:
             yield tb, line

@@ -12,11 +12,9 @@ import pytest
 
 from harness import ps
 from harness.runfiles import RunFiles
-from harness.runner import execute, spawn_forked
+from harness.runner import execute
 from harness.spec import RunSpec
-from harness.zygote import Zygote
-from topologies.incast import IncastParams
-from topologies.network import Testbed
+from tests.emulation.conftest import incast_fixture
 
 N_WORKERS = 3
 ITERATIONS = 14
@@ -24,12 +22,7 @@ DETECT_BOUND_S = ps.MISS_FLOOR_S + 1.0
 RUN_BOUND_S = 60.0   # a run that waited for its 120 s timeout would fail this
 
 
-@pytest.fixture(scope="module")
-def bed(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("faults")
-    with Testbed(IncastParams(n_workers=N_WORKERS, bottleneck_mbps=100), folder) as tb, \
-            Zygote(folder, tb.ledger) as zygote:
-        yield tb, spawn_forked(tb, zygote)
+bed = incast_fixture("faults", N_WORKERS)
 
 
 def _run(bed, tmp_path, iterations=ITERATIONS, **fields):

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from tests.emulation.conftest import network
 from topologies import impair
 from topologies.impair import GilbertElliott, Impairment, Uniform
 from topologies.incast import PS_IP, IncastParams, intf
@@ -53,7 +54,7 @@ def ge_programs(want: int | None = None, deadline_s: float = 5.0) -> int:
 @pytest.fixture(scope="class")
 def bed(tmp_path_factory):
     impair.ge_binary()  # a missing build fails here with "run ./setup.sh"
-    with Testbed(IncastParams(n_workers=1), tmp_path_factory.mktemp("loss")) as tb:
+    with network(IncastParams(n_workers=1), tmp_path_factory.mktemp("loss")) as tb:
         yield tb
 
 

@@ -9,11 +9,11 @@ import time
 
 import pytest
 
+from tests.emulation.conftest import network
 from tests.emulation.test_loss_models import ge_programs, settled
 from topologies import impair
 from topologies.impair import GilbertElliottTime, Impairment
 from topologies.incast import PS_IP, IncastParams, intf
-from topologies.network import Testbed
 
 PORT = 9000
 MODEL = GilbertElliottTime.from_mean(10, 2)  # get:loss=10,burst_ms=2: good periods of 18 ms
@@ -76,7 +76,7 @@ def runs_of_losses(seen: list[int], sent: int) -> list[int]:
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory):
     impair.ge_binary()  # a missing build fails here with "run ./setup.sh"
-    with Testbed(IncastParams(n_workers=1), tmp_path_factory.mktemp("loss-time")) as tb:
+    with network(IncastParams(n_workers=1), tmp_path_factory.mktemp("loss-time")) as tb:
         yield tb
 
 

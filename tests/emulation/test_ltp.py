@@ -1,18 +1,13 @@
 """LTP over the real emulated incast: training under loss keeps accuracy close to lossless TCP."""
 
-import pytest
-
 from harness.runner import execute
 from harness.spec import RunSpec
+from tests.emulation.conftest import network_fixture
 from topologies.incast import IncastParams
-from topologies.network import Testbed
 
 
-@pytest.fixture(scope="module")
-def testbed(tmp_path_factory):
-    with Testbed(IncastParams(n_workers=4, bottleneck_mbps=100, queue_pkts=64),
-                 tmp_path_factory.mktemp("ltp")) as tb:
-        yield tb
+testbed = network_fixture("ltp", IncastParams(n_workers=4, bottleneck_mbps=100,
+                                              queue_pkts=64))
 
 
 def test_ltp_at_5pct_loss_trains_as_well_as_tcp_without_loss(testbed, tmp_path):

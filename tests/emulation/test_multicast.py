@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from tests.emulation.conftest import network_fixture
 from topologies.fabric import FabricParams
 from topologies.multicast import udp_in_datagrams
 from topologies import network
@@ -40,11 +41,9 @@ def _wait(condition, what: str, deadline_s: float = READY_S) -> None:
         time.sleep(0.01)
 
 
-@pytest.fixture(scope="class")
-def bed(tmp_path_factory):
-    params = FabricParams(n_leaves=3, workers_per_leaf=2, n_slow=1, cross_per_leaf=1)
-    with Testbed(params, tmp_path_factory.mktemp("fabric"), stats_interval_s=0.25) as tb:
-        yield tb
+bed = network_fixture("fabric", FabricParams(n_leaves=3, workers_per_leaf=2, n_slow=1,
+                                             cross_per_leaf=1),
+                      scope="class", stats_interval_s=0.25)
 
 
 @pytest.fixture(scope="class")

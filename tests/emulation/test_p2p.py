@@ -9,25 +9,17 @@ something in seconds.
 import json
 
 import numpy as np
-import pytest
 
 from harness.p2p.run import execute
 from harness.p2p.spec import PeerSpec
-from harness.runner import spawn_forked
 from harness.runfiles import read_jsonl
-from harness.zygote import Zygote
-from topologies.network import Testbed
+from tests.emulation.conftest import network_fixture
 
 BASE = PeerSpec(n_leaves=2, workers_per_leaf=3, n_slow=1, rounds=6, local_steps=5,
                 eval_every=3, timeout_s=120)
 
 
-@pytest.fixture(scope="module")
-def fabric(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("p2p-net")
-    with Testbed(BASE.fabric, folder, stats_interval_s=0.25) as tb, \
-            Zygote(folder, tb.ledger) as zygote:
-        yield tb, spawn_forked(tb, zygote)
+fabric = network_fixture("p2p-net", BASE.fabric, forked=True, stats_interval_s=0.25)
 
 
 def _run(fabric, tmp_path, **fields):

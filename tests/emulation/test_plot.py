@@ -1,19 +1,14 @@
 """PLOT over the real emulated incast: it trains under loss and every layer meets its bound."""
 
-import pytest
-
 from harness.runfiles import RunFiles
 from harness.runner import execute
 from harness.spec import RunSpec
+from tests.emulation.conftest import network_fixture
 from topologies.incast import IncastParams
-from topologies.network import Testbed
 
 
-@pytest.fixture(scope="module")
-def testbed(tmp_path_factory):
-    with Testbed(IncastParams(n_workers=4, bottleneck_mbps=100, queue_pkts=64),
-                 tmp_path_factory.mktemp("plot")) as tb:
-        yield tb
+testbed = network_fixture("plot", IncastParams(n_workers=4, bottleneck_mbps=100,
+                                               queue_pkts=64))
 
 
 def test_plot_trains_under_loss_and_respects_per_layer_bounds(testbed, tmp_path):

@@ -1,11 +1,11 @@
 """The simulator against the real testbed (issue 16): ``ltp``'s synchronized pushes at 8 and 16
 workers, 100 Mbit/s, a 64-packet bottleneck queue, no random loss, emulated (one testbed of 16
 workers, 8 pushes per N) and simulated (the same scenario, seeds 1-3): the simulated median push
-time within 15 % of the emulated one and the p99 within 25 % (harness/simulate_validate.py).
+time within 15 % of the emulated one and the p99 within 25 % (harness/simulation/validate.py).
 About 45 s, most of it the testbed and its 16-worker pushes.
 """
 
-from harness import simulate_validate as val
+from harness.simulation import validate as val
 
 WORKERS = (8, 16)
 ITERATIONS = 8

@@ -8,20 +8,17 @@ import pytest
 from harness.runfiles import RunFiles
 from harness.runner import execute
 from harness.spec import RunSpec
+from tests.emulation.conftest import network_fixture
 from topologies import network
 from topologies.control import ControlError
 from topologies.impair import Impairment
 from topologies.incast import IncastParams
-from topologies.network import Testbed
 
 GRADIENT_BYTES = 4 * 109_386
 
 
-@pytest.fixture(scope="module")
-def testbed(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("testbed")
-    with Testbed(IncastParams(n_workers=2, bottleneck_mbps=100, queue_pkts=64), folder) as tb:
-        yield tb
+testbed = network_fixture("testbed", IncastParams(n_workers=2, bottleneck_mbps=100,
+                                                   queue_pkts=64))
 
 
 def test_gradient_bytes_cross_the_bottleneck(testbed, tmp_path):

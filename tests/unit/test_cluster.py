@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import cluster, presets, results, sweep
+from harness import cluster, presets, results
+from harness.running import engine
+from harness.running import ps as ps_kind
 from harness import provenance
 from harness.provenance import git_state
 from topologies import network
@@ -138,14 +140,14 @@ def _row(columns, spec, **values):
 
 
 class FakeGroups:
-    """Stands in for sweep.run_group; notes how many rows the head held as each run started."""
+    """Stands in for engine.run_group; notes how many rows the head held as each run started."""
 
     def __init__(self, head_folder, fail_on=None):
         self.head_folder, self.fail_on = head_folder, fail_on
         self.rows_seen, self.ran = [], []
 
-    def __call__(self, group, folder, sweep_name):
-        net = folder / "network" / sweep.network_dir(group[0])
+    def __call__(self, kind, group, folder, sweep_name):
+        net = folder / "network" / kind.network_dir(group[0])
         net.mkdir(parents=True)
         (net / "controller.log").write_text("up\n")
         for spec in group:
@@ -155,13 +157,14 @@ class FakeGroups:
             run_dir = folder / "runs" / spec.run_id
             (run_dir / "raw").mkdir(parents=True)
             (run_dir / "raw" / "ps1.log").write_text(f"trained {spec.run_id}\n")
-            yield sweep.Started(spec)
+            yield engine.Started(spec)
             self.ran.append(spec.run_id)
             row = _row(results.RUNS_COLUMNS, spec, status="ok", final_accuracy=0.5,
                        iters_per_s=2.0, measured_loss_pct=0.0, queue_drops=0, overhead_s=0.1)
             curves = [_row(results.CURVES_COLUMNS, spec)]
             iterations = [_row(results.ITERATIONS_COLUMNS, spec, iteration=i) for i in range(3)]
-            yield sweep.Finished(spec, row, curves, iterations, 0.2)
+            yield engine.Finished(spec, {"curves.csv": curves, "iterations.csv": iterations,
+                                         "runs.csv": [row]}, 0.2)
 
 
 def _plan():
@@ -176,9 +179,9 @@ def fakes(tmp_path, monkeypatch):
     folder = tmp_path / "sweep"
     groups = FakeGroups(folder)
     commit = git_state()[0]
-    monkeypatch.setattr(sweep, "run_group", groups)
+    monkeypatch.setattr(engine, "run_group", groups)
     monkeypatch.setattr(provenance, "manifest", lambda kind: {"git_commit": commit, "host": "fake"})
-    monkeypatch.setattr(sweep, "draw", lambda folder, progress: None)
+    monkeypatch.setattr(engine, "draw", lambda kind, folder, progress: None)
     monkeypatch.setattr(cluster, "SCRATCH", tmp_path / "scratch")
     monkeypatch.setattr(network, "running_owner", lambda: None)   # no testbed of this checkout
     monkeypatch.setenv("PYTHONPATH", "")
@@ -246,7 +249,7 @@ def test_a_group_losing_its_node_every_time_is_given_up_and_the_rest_kept(fakes)
 
 
 def test_a_failing_group_stops_the_sweep_keeps_rows_and_the_same_command_resumes(fakes):
-    specs = [s for g in sweep.order(_plan().specs(), _plan().order_seed) for s in g]
+    specs = [s for g in ps_kind.order(_plan().specs(), _plan().order_seed) for s in g]
     fakes.groups.fail_on = specs[1].run_id   # the second run of the first group
     with pytest.raises(cluster.ClusterError, match="s1-eth1 exists already"):
         cluster.run_plan(_plan(), fakes.folder, "auto", lambda line: None)
@@ -268,7 +271,7 @@ def test_a_failing_group_stops_the_sweep_keeps_rows_and_the_same_command_resumes
 
 def test_groups_are_cut_so_that_every_testbed_has_work(fakes):
     specs = _plan().specs()
-    groups = sweep.order(specs, 0)
+    groups = ps_kind.order(specs, 0)
     assert cluster.split(groups, 1) == groups
     assert [len(g) for g in cluster.split(groups, 4)] == [1, 1, 1, 1]
     assert [len(g) for g in cluster.split([specs[:3]], 2)] == [2, 1]
@@ -328,10 +331,11 @@ def test_without_cluster_ray_is_never_imported(tmp_path):
 import sys
 import invoke
 import tasks
-from harness import cli, sweep
+from harness import cli
+from harness.running import engine
 ran = []
 cli.require_root = cli.require_setup = lambda: None
-sweep.run_plan = lambda plan, folder: ran.append(folder)
+engine.run_plan = lambda plan, folder: ran.append(folder)
 tasks.run_sweep(invoke.Context(), preset="smoke", out={str(tmp_path / 'sweep')!r})
 assert ran, "the local sweep did not run"
 assert "ray" not in sys.modules, "ray was imported"

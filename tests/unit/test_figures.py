@@ -4,8 +4,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import figures, report, results, stats
-from harness.analysis import load
+from harness import results
+from harness.reporting import figures, report, stats
+from harness.reporting.tables import load
 
 
 def _run_row(scheme, loss, seed, iters_per_s, acc, n_workers=8, **extra):

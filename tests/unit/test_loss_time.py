@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from harness import cli
-from harness.analysis import loss_kind
+from harness.reporting.tables import loss_kind
 from harness.spec import RunSpec
 from topologies import impair
 from topologies.counters import LossCounters, PortCounters, QueueCounters, Snapshot

@@ -26,7 +26,7 @@ def test_the_fingerprint_of_training_runs_covers_the_measuring_code_only():
     files = set(fp.files)
     assert {"harness/node.py", "harness/ps.py", "harness/runner.py", "transports/ltp.py",
             "topologies/network.py", "transports/native/src/ltp_core.c"} <= files
-    assert not files & {"harness/report.py", "harness/stats.py", "harness/figures.py",
+    assert not files & {"harness/reporting/report.py", "harness/reporting/stats.py", "harness/reporting/figures.py",
                         "harness/presets.py", "harness/provenance.py"}
     assert fp.digest == provenance.digest_of(fp.files.values())
     # a moved file keeps the digest: it is over the hashes, not the paths

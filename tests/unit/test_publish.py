@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.publish import blocks, build, claims
-from harness.publish.claims import headline
-from harness.publish.context import Context, published_folders
+from harness.reporting.publish import blocks, build, claims
+from harness.reporting.publish.claims import headline
+from harness.reporting.publish.context import Context, published_folders
 
 PROJECT = Path(__file__).resolve().parents[2]
 

@@ -54,13 +54,14 @@ def test_other_schema_is_refused(tmp_path):
 def test_a_sweep_refuses_another_versions_tables_before_its_first_run(tmp_path):
     # It used to run a whole run first, append its curves and iterations, and only then refuse
     # runs.csv: a wasted run, orphan rows and an extended manifest in a folder it refused.
-    from harness import presets, sweep
+    from harness import presets
+    from harness.running import engine
 
     (tmp_path / "runs.csv").write_text("run_id,something_else\n")
     (tmp_path / "curves.csv").write_text("untouched\n")
     plan = presets.get("smoke").override(transports=("tcp-cubic",), loss_pcts=(0.0,))
     with pytest.raises(results.ResultsError, match="new folder"):
-        sweep.unfinished(plan, tmp_path, print)
+        engine.unfinished(plan, tmp_path, print)
     assert not (tmp_path / "manifest.json").exists()
     assert (tmp_path / "curves.csv").read_text() == "untouched\n"
 

@@ -1,4 +1,4 @@
-"""The simulator and its driver (harness/simulate.py): settings refused with one sentence, one
+"""The simulator and its driver (harness/simulation/driver.py): settings refused with one sentence, one
 seed one run, every datagram accounted for, and a sweep's tables, resume and figures.
 
 The binary is built once (``make -C transports/native sim``, a few seconds); each run here is a
@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from harness import simulate as sim
+from harness.simulation import driver as sim
 from topologies.impair import LossModelError
 
 
@@ -20,10 +20,10 @@ def binary():
 
 
 @pytest.mark.parametrize("kwargs, words", [
-    ({"workers": 0}, "--workers must be whole numbers from 1"),
+    ({"workers": 0}, "--workers must be a whole number from 1 to"),
     ({"transport": "tcp-vegas"}, "the simulator runs ltp, ltp-reliable, plot, tcp-ref"),
     ({"bottleneck_mbps": 0}, "--bandwidth must be from"),
-    ({"queue_pkts": 0}, "--queue must be from 1"),
+    ({"queue_pkts": 0}, "--queue must be a whole number from 1"),
     ({"scenario": "ring"}, "--scenario must be push or bsp"),
     ({"host": "cloud"}, "--host must be one of ideal, testbed"),
     ({"loss": "get:5:2"}, "steps in time"),
@@ -98,27 +98,30 @@ def test_push_time_meets_the_bound_without_loss(binary):
 
 
 def test_sweep_writes_tables_resumes_and_draws(binary, tmp_path):
-    from harness import simulate_figures
+    from harness import results
+    from harness.running import engine
 
     grid = sim.cells(("ltp", "ltp-reliable"), (2, 4), (100.0,), (32,), (0.0,), (0.0,), (1, 2),
                      iterations=2)
+    plan = sim.SimPlan("test", tuple(grid))
     lines = []
-    sim.sweep(grid, tmp_path, echo=lines.append)
-    assert len(lines) == 8
+    engine.run_plan(plan, tmp_path, lines.append)
+    assert sum(line.startswith("[") for line in lines) == 8   # one line as each run starts
     with open(tmp_path / "runs.csv") as f:
         runs = list(csv.DictReader(f))
     assert len(runs) == 8 and {r["status"] for r in runs} == {"ok"}
-    assert {"events_per_s", "peak_rss_mb", "wall_s", "queue_drops"} <= set(runs[0])
+    assert list(runs[0]) == results.names(results.SIM_RUNS_COLUMNS)   # the documented schema
+    assert len({r["run_id"] for r in runs}) == 8 and runs[0]["code_fingerprint"]
+    with open(tmp_path / "pushes.csv") as f:
+        assert {r["run_id"] for r in csv.DictReader(f)} == {r["run_id"] for r in runs}
     lines.clear()
-    sim.sweep(grid, tmp_path, echo=lines.append)   # everything done: nothing runs again
-    assert lines == []
-    paths = simulate_figures.draw(tmp_path)
-    assert all(p.exists() for p in paths)
+    engine.run_plan(plan, tmp_path, lines.append)   # everything done: nothing runs again
+    assert lines == [f"all 8 runs of {tmp_path} are done; nothing to run."]
     assert (tmp_path / "figures" / "push_vs_workers.png").stat().st_size > 1000
 
 
 def test_compare_states_ratios_and_the_targets():
-    from harness import simulate_validate as val
+    from harness.simulation import validate as val
 
     rows = val.compare({8: [1.0] * 10, 16: [2.0] * 9 + [4.0]}, {8: [1.1] * 10, 16: [2.0] * 10})
     assert rows[0]["median_ratio"] == pytest.approx(1.1) and rows[0]["within_targets"]
@@ -129,7 +132,7 @@ def test_compare_states_ratios_and_the_targets():
 def test_crossovers_need_separated_intervals():
     import pandas as pd
 
-    from harness.simulate_figures import crossovers
+    from harness.simulation.figures import crossovers
 
     rows = []
     for n, (a, b) in {8: (1.0, 2.0), 64: (3.0, 3.0), 512: (9.0, 5.0)}.items():

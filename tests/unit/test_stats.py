@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import stats
+from harness.reporting import stats
 
 
 def test_coverage_of_order_statistics_is_the_binomial_formula():

@@ -94,26 +94,27 @@ def test_bad_sync_and_fault_are_spec_errors(changes, words):
 def test_a_folder_grows_to_the_union_of_chunks_of_one_preset(tmp_path):
     import json
 
-    from harness import sweep
+    from harness.running import engine, ps
 
     zero, ten = (presets.get("tta").override(loss_pcts=(x,)) for x in (0.0, 10.0))
-    sweep._write_manifest(zero, zero.specs(), tmp_path)
-    sweep._write_manifest(ten, ten.specs(), tmp_path)
-    sweep._write_manifest(zero, zero.specs(), tmp_path)   # a chunk already in: nothing changes
+    ps.write_manifest(zero, zero.specs(), tmp_path)
+    ps.write_manifest(ten, ten.specs(), tmp_path)
+    ps.write_manifest(zero, zero.specs(), tmp_path)   # a chunk already in: nothing changes
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert len(manifest["run_ids"]) == len(manifest["specs"]) == 30
     assert manifest["plan"]["loss_pcts"] == [0.0, 10.0] and len(manifest["extended"]) == 1
     other = presets.get("tta").override(iterations=5)   # another base: another sweep
-    with pytest.raises(sweep.SweepError, match="holds a different sweep"):
-        sweep._write_manifest(other, other.specs(), tmp_path)
+    with pytest.raises(engine.SweepError, match="holds a different sweep"):
+        ps.write_manifest(other, other.specs(), tmp_path)
 
 
 def test_a_blocked_plan_runs_each_block_on_a_network_of_its_own_in_turn():
-    from harness import presets, sweep
+    from harness import presets
+    from harness.running import ps
 
     plan = presets.get("reference")
-    groups = sweep.order(plan.specs(), plan.order_seed, plan.block_of)
+    groups = ps.order(plan.specs(), plan.order_seed, plan.block_of)
     assert len(groups) == plan.blocks
     seeds = [sorted({s.seed for s in g}) for g in groups]
     assert seeds == [list(range(3 * b, 3 * b + 3)) for b in range(plan.blocks)]
-    assert len(sweep.order(presets.get("default").specs(), 0)) == 1
+    assert len(ps.order(presets.get("default").specs(), 0)) == 1

@@ -191,6 +191,7 @@ int main(int argc, char **argv)
 {
     app_args_t a;
     char err[256];
+    if (argc == 2 && !strcmp(argv[1], "--ranges")) { app_ranges(stdout); return 0; }
     int rc = app_parse_args(&a, argc, argv, err, sizeof err);
     if (rc == 1) { app_usage(stdout); return 0; }
     if (rc) { fprintf(stderr, "ltp_sim: %s\n", err); return 2; }

@@ -28,6 +28,8 @@ typedef struct app_args {
 /* 0 ok, 1 --help, -1 a bad argument (one sentence in err). */
 int app_parse_args(app_args_t *a, int argc, char **argv, char *err, size_t err_len);
 void app_usage(FILE *f);
+/* Every numeric flag's range, as one JSON object {"--flag": [lo, hi], ...}. */
+void app_ranges(FILE *f);
 
 /* What the application needs of a transport's endpoint (the LTP core or the TCP model). */
 typedef struct { uint64_t got_bytes, total_bytes; int early, max_wait; } app_take_t;

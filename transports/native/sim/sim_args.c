@@ -7,43 +7,72 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct { const char *flag; const char *help; } flag_t;
+/* Every flag, its range when it takes a number (lo > hi: it does not), and its help. The one
+ * statement of the ranges: --help prints them and --ranges hands them to the Python driver
+ * (harness/simulation/driver.py) as JSON. */
+typedef struct { const char *flag; double lo, hi; const char *help; } flag_t;
+
+#define MAX_WORKERS (LTP_RANK_SERVER - 1)   /* ranks are 16 bits; the last is the PS's */
+#define TEXT 1, 0                           /* not a number */
 
 static const flag_t FLAGS[] = {
-    {"--workers", "number of workers, 1 to 65534 (default 8)"},
-    {"--iterations", "iterations, 1 to 100000 (default 10)"},
-    {"--scenario", "push (synchronized pushes, as bench-transport) or bsp (training), default push"},
-    {"--reliable", "1: the PS closes gradients only whole (ltp-reliable), default 0"},
-    {"--tcp", "1: the TCP reference model (sim/tcp_model.h) instead of the LTP core, default 0"},
-    {"--rto-min-us", "the TCP model's least retransmission timeout in us (default 200000, Linux's)"},
-    {"--auth", "1: SipHash MAC on every datagram, as the testbed runs (default 1)"},
-    {"--bytes", "gradient and parameter bytes, a multiple of 4 (default 437544, the MLP)"},
-    {"--segments", "PLOT: the gradient as per-layer segments BYTES:BOUND,... (bytes sum to --bytes)"},
-    {"--compute-us", "worker compute per iteration in us (default 0)"},
-    {"--update-us", "PS update per iteration in us (default 0)"},
-    {"--skew-us", "push scenario: each worker starts within this long after the release (default 1000)"},
-    {"--limit-s", "virtual seconds an iteration may take before the run is a timeout (default 60)"},
-    {"--seed", "seed of the network's randomness and the cores' keys (default 1)"},
-    {"--bottleneck-mbps", "rate of the switch port toward the PS in Mbit/s (default 100)"},
-    {"--worker-mbps", "each worker's own link in Mbit/s (default: the bottleneck's)"},
-    {"--ps-mbps", "the PS's own link in Mbit/s (default: the bottleneck's)"},
-    {"--queue-pkts", "bottleneck drop-tail queue in packets (default 64)"},
-    {"--worker-queue-pkts", "each worker's own link queue (default 1000, a veth's)"},
-    {"--ps-queue-pkts", "the PS's own link queue (default 1000)"},
-    {"--burst-bytes", "bottleneck token bucket allowance, 0: none (Mininet's HTB: 15000)"},
-    {"--delay-us", "one-way delay per direction in us (default 0)"},
-    {"--loss", "uniform loss per packet at every host's ingress, probability 0 to 1 (default 0)"},
-    {"--ge", "Gilbert-Elliott per packet: P_GB,P_BG,LOSS_GOOD,LOSS_BAD as probabilities"},
-    {"--wake-mean-us", "threads wake this late on average (exponential), 0: at once (default 0)"},
-    {"--rx-poll-us", "the PS reads its socket once per this many us, 0: on arrival (default 0)"},
-    {"--cfg", "core options by name, NAME=VALUE,... (include/ltp.h's option table)"},
-    {"--help", "this text"},
+    {"--workers", 1, MAX_WORKERS, "number of workers (default 8)"},
+    {"--iterations", 1, 100000, "iterations (default 10)"},
+    {"--scenario", TEXT, "push (synchronized pushes, as bench-transport) or bsp (training), default push"},
+    {"--reliable", 0, 1, "1: the PS closes gradients only whole (ltp-reliable), default 0"},
+    {"--tcp", 0, 1, "1: the TCP reference model (sim/tcp_model.h) instead of the LTP core, default 0"},
+    {"--rto-min-us", 1000, 1e8, "the TCP model's least retransmission timeout in us (default 200000, Linux's)"},
+    {"--auth", 0, 1, "1: SipHash MAC on every datagram, as the testbed runs (default 1)"},
+    {"--bytes", 4, 1e9, "gradient and parameter bytes, a multiple of 4 (default 437544, the MLP)"},
+    {"--segments", TEXT, "PLOT: the gradient as per-layer segments BYTES:BOUND,... (bytes sum to --bytes)"},
+    {"--compute-us", 0, 1e9, "worker compute per iteration in us (default 0)"},
+    {"--update-us", 0, 1e9, "PS update per iteration in us (default 0)"},
+    {"--skew-us", 0, 1e9, "push scenario: each worker starts within this long after the release (default 1000)"},
+    {"--limit-s", 0.001, 1e6, "virtual seconds an iteration may take before the run is a timeout (default 60)"},
+    {"--seed", 0, 1e18, "seed of the network's randomness and the cores' keys (default 1)"},
+    {"--bottleneck-mbps", 0.001, 1e7, "rate of the switch port toward the PS in Mbit/s (default 100)"},
+    {"--worker-mbps", 0.001, 1e7, "each worker's own link in Mbit/s (default: the bottleneck's)"},
+    {"--ps-mbps", 0.001, 1e7, "the PS's own link in Mbit/s (default: the bottleneck's)"},
+    {"--queue-pkts", 1, 1e7, "bottleneck drop-tail queue in packets (default 64)"},
+    {"--worker-queue-pkts", 1, 1e7, "each worker's own link queue (default 1000, a veth's)"},
+    {"--ps-queue-pkts", 1, 1e7, "the PS's own link queue (default 1000)"},
+    {"--burst-bytes", 0, 1e9, "bottleneck token bucket allowance, 0: none (Mininet's HTB: 15000)"},
+    {"--delay-us", 0, 1e9, "one-way delay per direction in us (default 0)"},
+    {"--loss", 0, 1, "uniform loss per packet at every host's ingress, a probability (default 0)"},
+    {"--ge", TEXT, "Gilbert-Elliott per packet: P_GB,P_BG,LOSS_GOOD,LOSS_BAD as probabilities"},
+    {"--wake-mean-us", 0, 1e9, "threads wake this late on average (exponential), 0: at once (default 0)"},
+    {"--rx-poll-us", 0, 1e9, "the PS reads its socket once per this many us, 0: on arrival (default 0)"},
+    {"--cfg", TEXT, "core options by name, NAME=VALUE,... (include/ltp.h's option table)"},
+    {"--ranges", TEXT, "print every numeric flag's range as JSON and exit"},
+    {"--help", TEXT, "this text"},
 };
+
+static const flag_t *flag_of(const char *name)
+{
+    for (size_t i = 0; i < sizeof FLAGS / sizeof *FLAGS; i++)
+        if (!strcmp(FLAGS[i].flag, name)) return &FLAGS[i];
+    return NULL;
+}
 
 void app_usage(FILE *f)
 {
     fprintf(f, "usage: ltp_sim [--flag value]...  (JSON lines on stdout)\n");
-    for (size_t i = 0; i < sizeof FLAGS / sizeof *FLAGS; i++) fprintf(f, "  %-20s %s\n", FLAGS[i].flag, FLAGS[i].help);
+    for (size_t i = 0; i < sizeof FLAGS / sizeof *FLAGS; i++) {
+        const flag_t *g = &FLAGS[i];
+        if (g->lo <= g->hi) fprintf(f, "  %-20s %s; %g to %g\n", g->flag, g->help, g->lo, g->hi);
+        else fprintf(f, "  %-20s %s\n", g->flag, g->help);
+    }
+}
+
+void app_ranges(FILE *f)
+{
+    const char *sep = "{";
+    for (size_t i = 0; i < sizeof FLAGS / sizeof *FLAGS; i++) {
+        if (FLAGS[i].lo > FLAGS[i].hi) continue;
+        fprintf(f, "%s\"%s\": [%.17g, %.17g]", sep, FLAGS[i].flag, FLAGS[i].lo, FLAGS[i].hi);
+        sep = ", ";
+    }
+    fprintf(f, "}\n");
 }
 
 /* A number in [lo, hi] from text; -1 with a sentence in err otherwise. */
@@ -111,37 +140,37 @@ int app_parse_args(app_args_t *a, int argc, char **argv, char *err, size_t n)
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) return 1;
         if (i + 1 >= argc) { snprintf(err, n, "%s needs a value (see --help).", f); return -1; }
         const char *x = argv[++i];
-#define NUM(lo, hi) if (number(f, x, lo, hi, &v, err, n)) return -1
-        if (!strcmp(f, "--workers")) { NUM(1, 65534); a->workers = (int)v; }
-        else if (!strcmp(f, "--iterations")) { NUM(1, 100000); a->iterations = (int)v; }
+#define NUM() if (number(f, x, flag_of(f)->lo, flag_of(f)->hi, &v, err, n)) return -1
+        if (!strcmp(f, "--workers")) { NUM(); a->workers = (int)v; }
+        else if (!strcmp(f, "--iterations")) { NUM(); a->iterations = (int)v; }
         else if (!strcmp(f, "--scenario")) {
             if (strcmp(x, "push") && strcmp(x, "bsp")) { snprintf(err, n, "--scenario must be push or bsp, not '%s'.", x); return -1; }
             a->bsp = !strcmp(x, "bsp");
         }
-        else if (!strcmp(f, "--reliable")) { NUM(0, 1); a->reliable = (int)v; }
-        else if (!strcmp(f, "--auth")) { NUM(0, 1); a->auth = (int)v; }
-        else if (!strcmp(f, "--tcp")) { NUM(0, 1); a->tcp = (int)v; }
-        else if (!strcmp(f, "--rto-min-us")) { NUM(1000, 1e8); a->rto_min_us = (uint32_t)v; }
+        else if (!strcmp(f, "--reliable")) { NUM(); a->reliable = (int)v; }
+        else if (!strcmp(f, "--auth")) { NUM(); a->auth = (int)v; }
+        else if (!strcmp(f, "--tcp")) { NUM(); a->tcp = (int)v; }
+        else if (!strcmp(f, "--rto-min-us")) { NUM(); a->rto_min_us = (uint32_t)v; }
         else if (!strcmp(f, "--bytes")) {
-            NUM(4, 1e9);
+            NUM();
             if ((uint32_t)v % 4) { snprintf(err, n, "--bytes must be a multiple of 4, not %s.", x); return -1; }
             a->total_bytes = a->seg_bytes[0] = (uint32_t)v;
         }
         else if (!strcmp(f, "--segments")) { if (parse_segments(a, x, err, n)) return -1; have_segments = 1; }
-        else if (!strcmp(f, "--compute-us")) { NUM(0, 1e9); a->compute_us = (uint64_t)v; }
-        else if (!strcmp(f, "--update-us")) { NUM(0, 1e9); a->update_us = (uint64_t)v; }
-        else if (!strcmp(f, "--skew-us")) { NUM(0, 1e9); a->skew_us = (uint64_t)v; }
-        else if (!strcmp(f, "--limit-s")) { NUM(0.001, 1e6); a->limit_us = (uint64_t)(v * 1e6); }
-        else if (!strcmp(f, "--seed")) { NUM(0, 1e18); a->seed = (uint64_t)v; }
-        else if (!strcmp(f, "--bottleneck-mbps")) { NUM(0.001, 1e7); btl = v; }
-        else if (!strcmp(f, "--worker-mbps")) { NUM(0.001, 1e7); wmbps = v; }
-        else if (!strcmp(f, "--ps-mbps")) { NUM(0.001, 1e7); pmbps = v; }
-        else if (!strcmp(f, "--queue-pkts")) { NUM(1, 1e7); q = v; }
-        else if (!strcmp(f, "--worker-queue-pkts")) { NUM(1, 1e7); wq = v; }
-        else if (!strcmp(f, "--ps-queue-pkts")) { NUM(1, 1e7); pq = v; }
-        else if (!strcmp(f, "--burst-bytes")) { NUM(0, 1e9); c->burst_bytes = v; }
-        else if (!strcmp(f, "--delay-us")) { NUM(0, 1e9); c->delay_us = (uint64_t)v; }
-        else if (!strcmp(f, "--loss")) { NUM(0, 1); c->loss_good = v; c->p_gb = 0; c->p_bg = 1; }
+        else if (!strcmp(f, "--compute-us")) { NUM(); a->compute_us = (uint64_t)v; }
+        else if (!strcmp(f, "--update-us")) { NUM(); a->update_us = (uint64_t)v; }
+        else if (!strcmp(f, "--skew-us")) { NUM(); a->skew_us = (uint64_t)v; }
+        else if (!strcmp(f, "--limit-s")) { NUM(); a->limit_us = (uint64_t)(v * 1e6); }
+        else if (!strcmp(f, "--seed")) { NUM(); a->seed = (uint64_t)v; }
+        else if (!strcmp(f, "--bottleneck-mbps")) { NUM(); btl = v; }
+        else if (!strcmp(f, "--worker-mbps")) { NUM(); wmbps = v; }
+        else if (!strcmp(f, "--ps-mbps")) { NUM(); pmbps = v; }
+        else if (!strcmp(f, "--queue-pkts")) { NUM(); q = v; }
+        else if (!strcmp(f, "--worker-queue-pkts")) { NUM(); wq = v; }
+        else if (!strcmp(f, "--ps-queue-pkts")) { NUM(); pq = v; }
+        else if (!strcmp(f, "--burst-bytes")) { NUM(); c->burst_bytes = v; }
+        else if (!strcmp(f, "--delay-us")) { NUM(); c->delay_us = (uint64_t)v; }
+        else if (!strcmp(f, "--loss")) { NUM(); c->loss_good = v; c->p_gb = 0; c->p_bg = 1; }
         else if (!strcmp(f, "--ge")) {
             double p[4];
             if (sscanf(x, "%lf,%lf,%lf,%lf", &p[0], &p[1], &p[2], &p[3]) != 4) {
@@ -152,8 +181,8 @@ int app_parse_args(app_args_t *a, int argc, char **argv, char *err, size_t n)
                 if (!(p[k] >= 0 && p[k] <= 1)) { snprintf(err, n, "--ge probabilities must be from 0 to 1, not '%s'.", x); return -1; }
             c->p_gb = p[0]; c->p_bg = p[1]; c->loss_good = p[2]; c->loss_bad = p[3];
         }
-        else if (!strcmp(f, "--wake-mean-us")) { NUM(0, 1e9); c->wake_mean_us = (uint64_t)v; }
-        else if (!strcmp(f, "--rx-poll-us")) { NUM(0, 1e9); c->rx_poll_us = (uint64_t)v; }
+        else if (!strcmp(f, "--wake-mean-us")) { NUM(); c->wake_mean_us = (uint64_t)v; }
+        else if (!strcmp(f, "--rx-poll-us")) { NUM(); c->rx_poll_us = (uint64_t)v; }
         else if (!strcmp(f, "--cfg")) { if (parse_cfg(a, x, err, n)) return -1; }
         else { snprintf(err, n, "unknown flag '%s' (see --help).", f); return -1; }
 #undef NUM

@@ -1,6 +1,11 @@
 /* sim_net.c: the discrete-event network of sim_net.h (the model is described there). */
 #define _POSIX_C_SOURCE 200809L   /* clock_gettime */
 #include "sim_net.h"
+#include "event_heap.h"
+#include "ltp_internal.h"
+#define GE_U64 uint64_t
+#define GE_U32 uint32_t
+#include "ge_chain.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -11,20 +16,14 @@
 #define NEVER_US UINT64_MAX
 #define FRAME_OVERHEAD 42   /* Ethernet 14 + IPv4 20 + UDP 8 */
 
-/* SplitMix64, as the core's own generator (ltp_internal.h): one seed, one sequence. */
-static uint64_t splitmix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static double uniform(uint64_t *s) { return (double)(splitmix(s) >> 11) / 9007199254740992.0; }
+/* The project's one generator (SplitMix64, ltp_internal.h) and the one Gilbert-Elliott chain (the
+ * eBPF program's, topologies/geloss/ge_chain.h): one seed, one sequence of decisions. */
+static double uniform(uint64_t *s) { return ltp_uniform(s); }
 
 enum { EV_SWITCH = 1, EV_DELIVER = 2, EV_RUN = 3 };
 
 typedef struct { uint64_t at, seq; int kind, node, slot, len; uint8_t *data; } ev_t;
+EVENT_HEAP(evq, ev_t)
 
 /* A FIFO link: departure times of the frames it holds, in a ring. */
 typedef struct { uint64_t *dep; int cap, head, len; uint64_t last; double bytes_per_us; } fifo_t;
@@ -32,8 +31,7 @@ typedef struct { uint64_t *dep; int cap, head, len; uint64_t last; double bytes_
 typedef struct {
     void *ep;
     uint64_t run_at;            /* the pending RUN event's time, NEVER_US if none */
-    int bad, last_dropped;      /* the ingress loss chain's state and its last decision */
-    uint64_t loss_rng;
+    struct ge_chain loss;       /* the ingress loss chain: its generator, state and counters */
 } node_t;
 
 struct sim {
@@ -41,9 +39,9 @@ struct sim {
     sim_ops_t ops;
     int n;                      /* nodes: n_workers + 1 */
     node_t *node;
-    ev_t *heap;
-    int heap_n, heap_cap, heap_peak;
-    uint64_t seq, now, app_at, wake_rng;
+    evq_t q;                    /* the events, earliest first */
+    struct ge_config ge;        /* the loss chain's probabilities, as thresholds */
+    uint64_t now, app_at, wake_rng;
     fifo_t btl, ps_link, *wlink;
     double tb_tokens;           /* the bottleneck's token bucket, bytes as of tb_us */
     uint64_t tb_us;
@@ -62,37 +60,9 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static int ev_before(const ev_t *a, const ev_t *b) { return a->at < b->at || (a->at == b->at && a->seq < b->seq); }
-
 static void heap_push(sim_t *s, ev_t e)
 {
-    if (s->heap_n == s->heap_cap) {
-        s->heap_cap = s->heap_cap ? 2 * s->heap_cap : 4096;
-        ev_t *h = realloc(s->heap, (size_t)s->heap_cap * sizeof *h);
-        if (!h) { fprintf(stderr, "sim: out of memory for events\n"); exit(2); }
-        s->heap = h;
-    }
-    int i = s->heap_n++;
-    if (s->heap_n > s->heap_peak) s->heap_peak = s->heap_n;
-    e.seq = s->seq++;   /* ties in time keep their order of scheduling, like a wire */
-    while (i > 0 && ev_before(&e, &s->heap[(i - 1) / 2])) { s->heap[i] = s->heap[(i - 1) / 2]; i = (i - 1) / 2; }
-    s->heap[i] = e;
-}
-
-static ev_t heap_pop(sim_t *s)
-{
-    ev_t top = s->heap[0], last = s->heap[--s->heap_n];
-    int i = 0;
-    for (;;) {
-        int l = 2 * i + 1, r = l + 1, m = i;
-        if (l < s->heap_n && ev_before(&s->heap[l], &last)) m = l;
-        if (r < s->heap_n && ev_before(&s->heap[r], m == i ? &last : &s->heap[l])) m = r;
-        if (m == i) break;
-        s->heap[i] = s->heap[m];
-        i = m;
-    }
-    if (s->heap_n) s->heap[i] = last;
-    return top;
+    if (evq_push(&s->q, e)) { fprintf(stderr, "sim: out of memory for events\n"); exit(2); }
 }
 
 static int fifo_init(fifo_t *f, int cap, double mbps)
@@ -139,16 +109,20 @@ static uint64_t bottleneck_put(sim_t *s, int frame_bytes)
     return dep;
 }
 
+/* A probability as the chain's threshold out of 2^32 (GE_ONE: always). */
+static GE_U64 threshold(double p)
+{
+    return p >= 1 ? GE_ONE : p <= 0 ? 0 : (GE_U64)(p * (double)GE_ONE);
+}
+
 /* The receiving host's ingress: one step of its Gilbert-Elliott chain. 1: dropped. */
 static int ingress_drops(sim_t *s, int dst)
 {
-    node_t *n = &s->node[dst];
-    double p = n->bad ? s->c.loss_bad : s->c.loss_good;
-    int drop = p > 0 && uniform(&n->loss_rng) < p;
-    if (n->bad) { if (uniform(&n->loss_rng) < s->c.p_bg) n->bad = 0; }
-    else if (s->c.p_gb > 0 && uniform(&n->loss_rng) < s->c.p_gb) n->bad = 1;
-    if (drop) { s->k.random_drops++; s->k.loss_bursts += !n->last_dropped; }
-    n->last_dropped = drop;
+    struct ge_chain *chain = &s->node[dst].loss;
+    GE_U64 bursts = chain->bursts;
+    int drop = ge_step(&s->ge, chain);
+    s->k.random_drops += (uint64_t)drop;
+    s->k.loss_bursts += chain->bursts - bursts;
     return drop;
 }
 
@@ -256,7 +230,7 @@ static void run_node(sim_t *s, int k)
 sim_t *sim_new(const sim_netcfg_t *c, const sim_ops_t *ops, void **eps, char *err, size_t err_len)
 {
 #define BAD(...) do { snprintf(err, err_len, __VA_ARGS__); return NULL; } while (0)
-    if (c->n_workers < 1 || c->n_workers > 65534) BAD("the number of workers must be from 1 to 65534, not %d.", c->n_workers);
+    if (c->n_workers < 1 || c->n_workers > LTP_RANK_SERVER - 1) BAD("the number of workers must be from 1 to %u, not %d.", LTP_RANK_SERVER - 1, c->n_workers);
     if (!(c->bottleneck_mbps > 0 && c->worker_mbps > 0 && c->ps_mbps > 0)) BAD("link rates must be above 0 Mbit/s.");
     if (c->queue_pkts < 1 || c->worker_queue_pkts < 1 || c->ps_queue_pkts < 1) BAD("queues must hold at least 1 packet.");
     double probs[4] = {c->p_gb, c->p_bg, c->loss_good, c->loss_bad};
@@ -269,6 +243,8 @@ sim_t *sim_new(const sim_netcfg_t *c, const sim_ops_t *ops, void **eps, char *er
     s->node = calloc((size_t)s->n, sizeof *s->node);
     s->wlink = calloc((size_t)c->n_workers, sizeof *s->wlink);
     s->wake_rng = c->seed ^ 0x5DEECE66Dull;
+    s->ge = (struct ge_config){threshold(c->p_gb), threshold(c->p_bg), threshold(c->loss_good),
+                               threshold(c->loss_bad)};
     int ok = s->node && s->wlink && fifo_init(&s->btl, c->queue_pkts, c->bottleneck_mbps) &&
              fifo_init(&s->ps_link, c->ps_queue_pkts, c->ps_mbps);
     for (int w = 0; ok && w < c->n_workers; w++) ok = fifo_init(&s->wlink[w], c->worker_queue_pkts, c->worker_mbps);
@@ -276,10 +252,11 @@ sim_t *sim_new(const sim_netcfg_t *c, const sim_ops_t *ops, void **eps, char *er
     for (int k = 0; k < s->n; k++) {
         s->node[k].ep = eps[k];
         s->node[k].run_at = NEVER_US;
-        s->node[k].loss_rng = c->seed * 0x9E3779B97F4A7C15ull + (uint64_t)k + 1;
+        struct ge_chain *chain = &s->node[k].loss;
+        chain->rng = c->seed * 0x9E3779B97F4A7C15ull + (uint64_t)k + 1;
         /* The chain starts in its stationary state, as the eBPF program's restart does. */
         double pi_bad = c->p_gb > 0 ? c->p_gb / (c->p_gb + c->p_bg) : 0;
-        s->node[k].bad = uniform(&s->node[k].loss_rng) < pi_bad;
+        chain->bad = uniform(&chain->rng) < pi_bad;
     }
     return s;
 }
@@ -287,8 +264,8 @@ sim_t *sim_new(const sim_netcfg_t *c, const sim_ops_t *ops, void **eps, char *er
 void sim_free(sim_t *s)
 {
     if (!s) return;
-    for (int i = 0; i < s->heap_n; i++) free(s->heap[i].data);
-    free(s->heap);
+    for (int i = 0; i < s->q.n; i++) free(s->q.ev[i].data);
+    free(s->q.ev);
     free(s->btl.dep);
     free(s->ps_link.dep);
     if (s->wlink) for (int w = 0; w < s->c.n_workers; w++) free(s->wlink[w].dep);
@@ -304,21 +281,21 @@ const sim_counters_t *sim_counters(const sim_t *s) { return &s->k; }
 uint64_t sim_in_flight(const sim_t *s)
 {
     uint64_t n = 0;
-    for (int i = 0; i < s->heap_n; i++) n += s->heap[i].kind != EV_RUN;
+    for (int i = 0; i < s->q.n; i++) n += s->q.ev[i].kind != EV_RUN;
     return n;
 }
 
 size_t sim_peak_bytes(const sim_t *s)
 {
     size_t q = (size_t)(s->c.queue_pkts + s->c.ps_queue_pkts + s->c.n_workers * s->c.worker_queue_pkts);
-    return (size_t)s->heap_peak * (sizeof(ev_t) + 1514) + q * sizeof(uint64_t) + (size_t)s->n * sizeof(node_t);
+    return (size_t)s->q.peak * (sizeof(ev_t) + 1514) + q * sizeof(uint64_t) + (size_t)s->n * sizeof(node_t);
 }
 
 int sim_run(sim_t *s, uint64_t limit_us, sim_hook_fn hook, void *arg)
 {
     uint64_t end = s->now + limit_us;
     for (;;) {
-        uint64_t next = s->heap_n ? s->heap[0].at : NEVER_US;
+        uint64_t next = s->q.n ? s->q.ev[0].at : NEVER_US;
         if (s->app_at != NEVER_US && s->app_at < next) {   /* the application's timer first */
             if (s->app_at > end) { s->now = end; return 0; }
             if (s->app_at > s->now) s->now = s->app_at;
@@ -327,7 +304,7 @@ int sim_run(sim_t *s, uint64_t limit_us, sim_hook_fn hook, void *arg)
             continue;
         }
         if (next == NEVER_US || next > end) { s->now = end; return 0; }
-        ev_t e = heap_pop(s);
+        ev_t e = evq_pop(&s->q);
         s->now = e.at;
         s->k.events++;
         int stop = 0;

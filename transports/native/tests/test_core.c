@@ -19,22 +19,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int n_pass, n_fail;
-#define CHECK(cond, ...)                                                  \
-    do {                                                                  \
-        if (cond) n_pass++;                                               \
-        else {                                                            \
-            n_fail++;                                                     \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                 \
-            fputc('\n', stderr);                                          \
-        }                                                                 \
-    } while (0)
+#include "check.h"
+#include "../sim/event_heap.h"   /* the event queue, shared with the simulator */
 
 /* ------------------------------------------------------------------ simulator */
 #define MAXN 9
 
 typedef struct { uint64_t at, seq; int dst, slot, len; uint8_t *data; } ev_t;
+EVENT_HEAP(evq, ev_t)
 
 typedef struct {
     double loss, dup;                 /* per datagram, every direction */
@@ -62,9 +54,7 @@ typedef struct {
     netcfg_t nc;
     int n;                      /* node 0 = server, 1..n-1 = workers */
     ltp_core_t *core[MAXN];
-    ev_t *heap;
-    int heap_n, heap_cap;
-    uint64_t ev_seq;            /* ties in time keep their emission order, like a wire */
+    evq_t q;                    /* events in flight, earliest first (ties: emission order) */
     uint64_t ready[MAXN], wake_rng;   /* with wake_mean_us: when each node next gets to run */
     uint64_t now, rng;
     uint64_t q_depart[4096];    /* departure times of packets in the bottleneck queue (FIFO) */
@@ -97,34 +87,9 @@ typedef struct {
     double hint_kbps_sum;
 } sim_t;
 
-static int ev_before(const ev_t *a, const ev_t *b) { return a->at < b->at || (a->at == b->at && a->seq < b->seq); }
-
 static void heap_push(sim_t *s, ev_t e)
 {
-    if (s->heap_n == s->heap_cap) {
-        s->heap_cap = s->heap_cap ? 2 * s->heap_cap : 1024;
-        s->heap = realloc(s->heap, (size_t)s->heap_cap * sizeof *s->heap);
-    }
-    int i = s->heap_n++;
-    e.seq = s->ev_seq++;
-    while (i > 0 && ev_before(&e, &s->heap[(i - 1) / 2])) { s->heap[i] = s->heap[(i - 1) / 2]; i = (i - 1) / 2; }
-    s->heap[i] = e;
-}
-
-static ev_t heap_pop(sim_t *s)
-{
-    ev_t top = s->heap[0], last = s->heap[--s->heap_n];
-    int i = 0;
-    for (;;) {
-        int l = 2 * i + 1, r = l + 1, m = i;
-        if (l < s->heap_n && ev_before(&s->heap[l], &last)) m = l;
-        if (r < s->heap_n && ev_before(&s->heap[r], m == i ? &last : &s->heap[l])) m = r;
-        if (m == i) break;
-        s->heap[i] = s->heap[m];
-        i = m;
-    }
-    if (s->heap_n) s->heap[i] = last;
-    return top;
+    if (evq_push(&s->q, e)) { fprintf(stderr, "test_core: out of memory for events\n"); exit(2); }
 }
 
 /* The default configuration without authentication: most tests hand-craft datagrams. The auth
@@ -159,8 +124,8 @@ static void sim_init(sim_t *s, int n, const ltp_config_t *server_cfg, const ltp_
 static void sim_free(sim_t *s)
 {
     for (int k = 0; k < s->n; k++) ltp_core_free(s->core[k]);
-    for (int i = 0; i < s->heap_n; i++) free(s->heap[i].data);
-    free(s->heap);
+    for (int i = 0; i < s->q.n; i++) free(s->q.ev[i].data);
+    free(s->q.ev);
 }
 
 /* Node 0 reads its socket once per rx_poll_us slot, at a pseudo-random instant inside the slot
@@ -320,7 +285,7 @@ static int sim_run(sim_t *s, uint64_t limit_us, sim_done_fn done, void *arg)
         }
         if (done && done(s, arg)) return 1;
         uint64_t next = NEVER;
-        if (s->heap_n) next = s->heap[0].at;
+        if (s->q.n) next = s->q.ev[0].at;
         for (int k = 0; k < s->n; k++) {
             if (s->gone[k] || (k == 0 && s->held_len)) continue;   /* held: it waits for room */
             uint64_t t = mean ? s->ready[k] : ltp_core_next_timeout(s->core[k], s->now);
@@ -330,8 +295,8 @@ static int sim_run(sim_t *s, uint64_t limit_us, sim_done_fn done, void *arg)
         if (s->held_len && s->eq_len && s->eq_depart[s->eq_head] < next) next = s->eq_depart[s->eq_head];
         if (next == NEVER || next > end) { s->now = end; return done ? done(s, arg) : 1; }
         s->now = next > s->now ? next : s->now + 1;
-        while (s->heap_n && s->heap[0].at <= s->now) {
-            ev_t e = heap_pop(s);
+        while (s->q.n && s->q.ev[0].at <= s->now) {
+            ev_t e = evq_pop(&s->q);
             if (e.dst < 0) {   /* left a worker's own link: on to the switch */
                 sim_deliver(s, -e.dst, 0, e.slot, e.data, e.len);
                 free(e.data);
@@ -1474,6 +1439,5 @@ int main(void)
     test_edge_bsp();
     test_busy_broadcast();
     test_linger();
-    printf("%d passed, %d failed\n", n_pass, n_fail);
-    return n_fail ? 1 : 0;
+    return check_summary();
 }

@@ -28,17 +28,7 @@ enum { O_TYPE = 3, O_MSG = 12, O_SEG = 16, O_INDEX = 20, O_COUNT = 24, O_OFFSET 
        O_TX_SEQ = 40, O_TS = 44, O_ACK_ECHO_TS = 28, O_ACK_HINT = 44, O_CLOSE_COUNT = 24,
        O_CLOSE_REASON = 28, DATA_HDR = 52 };
 
-static int n_pass, n_fail;
-#define CHECK(cond, ...)                                                  \
-    do {                                                                  \
-        if (cond) n_pass++;                                               \
-        else {                                                            \
-            n_fail++;                                                     \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                 \
-            fputc('\n', stderr);                                          \
-        }                                                                 \
-    } while (0)
+#include "check.h"
 
 static uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 static void wr32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
@@ -631,6 +621,5 @@ int main(void)
     test_table();
     test_ring();
     test_auth();
-    printf("%d passed, %d failed\n", n_pass, n_fail);
-    return n_fail ? 1 : 0;
+    return check_summary();
 }

@@ -16,17 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-static int n_pass, n_fail;
-#define CHECK(cond, ...)                                                  \
-    do {                                                                  \
-        if (cond) n_pass++;                                               \
-        else {                                                            \
-            n_fail++;                                                     \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                 \
-            fputc('\n', stderr);                                          \
-        }                                                                 \
-    } while (0)
+#include "check.h"
 
 #define N_WORKERS 3
 #define N_FLOATS 20000   /* 80 KB: many datagrams */
@@ -228,6 +218,5 @@ int main(void)
     test_linger_leaves_when_quiet();
     test_recv_any();
     test_left_message_is_kept();
-    printf("%d passed, %d failed\n", n_pass, n_fail);
-    return n_fail ? 1 : 0;
+    return check_summary();
 }

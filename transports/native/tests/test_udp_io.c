@@ -29,17 +29,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static int n_pass, n_fail;
-#define CHECK(cond, ...)                                                  \
-    do {                                                                  \
-        if (cond) n_pass++;                                               \
-        else {                                                            \
-            n_fail++;                                                     \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                 \
-            fputc('\n', stderr);                                          \
-        }                                                                 \
-    } while (0)
+#include "check.h"
 
 enum { DG = 16384, N_FLOATS = 40000 };   /* 10 packets of a 160,000-byte message */
 
@@ -349,6 +339,5 @@ int main(void)
     test_place_freed_in_the_batch();
     test_mac_in_place();
     test_refused_writes();
-    printf("%d passed, %d failed\n", n_pass, n_fail);
-    return n_fail ? 1 : 0;
+    return check_summary();
 }

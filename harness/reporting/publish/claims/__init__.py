@@ -1,0 +1,78 @@
+"""The generated blocks and the findings page's sections, by topic.
+
+Each module of this package defines ``BLOCKS`` (block name -> function of the
+:class:`~harness.reporting.publish.context.Context` returning Markdown; README.md and docs/*.md hold
+the markers) and ``SECTIONS`` (the findings page's sections, each a question with the folders that
+answer it and a function writing the answer). Every number in them is computed from the tables;
+every verdict comes from :func:`harness.reporting.stats.compare` or
+:func:`harness.reporting.stats.judge`, and each section says how many comparisons it made
+(:class:`Section`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable
+
+from harness.reporting import stats
+from harness.reporting.publish.context import Context, MissingFolder
+
+Render = Callable[[Context], str]
+
+# The topics, in the order the findings page takes them.
+TOPICS = ("headline", "training", "compression", "regimes", "traffic", "trust", "peers",
+          "simulation", "protocol", "folders")
+
+
+@dataclasses.dataclass(frozen=True)
+class Section:
+    """One question of the findings page, the folders that answer it, and the answer."""
+
+    key: str
+    question: str
+    folders: tuple[str, ...]
+    body: Callable[[Context], list[str]]
+
+    def render(self, ctx: Context) -> str:
+        """The section: its question, where the numbers come from, the answer, the count of
+        comparisons it made."""
+        try:
+            cited = [ctx.folder(f) for f in self.folders]
+        except MissingFolder as exc:
+            return f"## {self.question}\n\nNot measured yet: {exc}.\n"
+        with stats.tally() as tally:
+            body = self.body(ctx)
+        lines = [f"## {self.question}", ""]
+        stale = [f for f in cited if not f.fresh]
+        if stale:
+            lines += ["> **Stale:** the code that produces these numbers has changed since "
+                      + ("they were" if len(stale) == len(cited) else "some of them were")
+                      + " measured; they describe the code at the commits named below, not "
+                      "today's. Rerun the commands to refresh them.", ""]
+        for f in cited:
+            lines.append(f"- {f.cite()}: {f.status()}")
+            for cmd in f.commands():
+                lines.append(f"  - `{cmd}`")
+        lines += [""] + body + ["", tally.sentence("section"), ""]
+        return "\n".join(lines)
+
+
+def _modules():
+    return [importlib.import_module(f"harness.reporting.publish.claims.{t}") for t in TOPICS]
+
+
+def blocks() -> dict[str, Render]:
+    """Every generated block, by name."""
+    out: dict[str, Render] = {}
+    for mod in _modules():
+        for name, fn in getattr(mod, "BLOCKS", {}).items():
+            if name in out:
+                raise ValueError(f"two topics generate the block {name!r}")
+            out[name] = fn
+    return out
+
+
+def sections() -> list[Section]:
+    """The findings page's sections, in order."""
+    return [s for mod in _modules() for s in getattr(mod, "SECTIONS", [])]

@@ -1,0 +1,145 @@
+"""The published results folders, each loaded once, with what a finding cites of it.
+
+A :class:`Folder` is one committed results folder (``results/...`` holding a ``runs.csv``): its
+tables, its manifest, its kind of run, whether today's code still has its fingerprint, and the
+citation a finding gives for it (folder, commands, commits, seeds, runs, hours).
+:class:`Context` hands out folders by path and caches them for one build.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pandas as pd
+
+from harness import provenance
+from harness.reporting import stats, tables
+from harness.reporting.report import seed_text
+
+PROJECT = provenance.PROJECT
+RESULTS = PROJECT / "results"
+
+
+def published_folders(root: Path = PROJECT) -> list[Path]:
+    """Every results folder under ``root/results`` that holds a ``runs.csv``, sorted."""
+    return sorted(p.parent for p in (root / "results").glob("**/runs.csv")
+                  if "runs" not in p.parent.relative_to(root / "results").parts)
+
+
+class MissingFolder(LookupError):
+    """A finding needs a results folder that has not been run (or committed)."""
+
+
+class Folder:
+    """One results folder, read lazily."""
+
+    def __init__(self, path: Path, root: Path = PROJECT) -> None:
+        self.path = Path(path)
+        self.root = root
+        try:
+            self.rel = str(self.path.resolve().relative_to(Path(root).resolve()))
+        except ValueError:   # a folder outside the project (run-sweep --out elsewhere)
+            self.rel = str(self.path)
+        if not (self.path / "runs.csv").exists():
+            raise MissingFolder(f"`{self.rel}/` has not been run (it holds no runs.csv)")
+        self.kind = provenance.folder_kind(self.path)
+
+    @functools.cached_property
+    def runs(self) -> pd.DataFrame:
+        """Every run of the folder (``runs.csv``)."""
+        return pd.read_csv(self.path / "runs.csv")
+
+    @functools.cached_property
+    def ok(self) -> pd.DataFrame:
+        """The ok runs (all of them for a simulation, whose rows are all summaries)."""
+        return self.runs[self.runs.status == "ok"] if "status" in self.runs else self.runs
+
+    @functools.cached_property
+    def sweep(self) -> tables.Sweep:
+        """The tables arranged for reports (PS sweeps)."""
+        return tables.load(self.path)
+
+    @functools.cached_property
+    def manifest(self) -> dict:
+        """The folder's manifest."""
+        return provenance.read_manifest(self.path)
+
+    @functools.cached_property
+    def freshness(self) -> provenance.Freshness:
+        """Whether today's code still has the fingerprint its runs ran with."""
+        return provenance.freshness(self.path)
+
+    @property
+    def fresh(self) -> bool:
+        """True when every run ran with today's code."""
+        return self.freshness.fresh
+
+    def commands(self) -> list[str]:
+        """The commands that filled the folder, in order (the manifest's record)."""
+        man = self.manifest
+        entries = [man.get("provenance", {})] + [e.get("provenance", {})
+                                                 for e in man.get("extended", [])]
+        out = []
+        for entry in entries:
+            cmd = str(entry.get("command", "")).strip()
+            if cmd:
+                cmd = ".venv/bin/invoke " + cmd.split("invoke ", 1)[1] if "invoke " in cmd \
+                    else cmd
+                if cmd not in out:
+                    out.append(cmd)
+        return out
+
+    def seeds(self) -> list[int]:
+        """The seeds of its runs."""
+        return sorted(int(s) for s in self.ok.seed.unique()) if "seed" in self.ok else []
+
+    def commits(self) -> list[str]:
+        """The commits its runs ran at (12 hex digits), or the commit that added the table."""
+        if "git_commit" in self.runs:
+            return sorted({str(c)[:12] for c in self.runs.git_commit})
+        table = self.manifest.get("table_commit", "")
+        return [table[:12]] if table else []
+
+    def hours(self) -> float:
+        """The runs' own time (wall clock of each run, summed), in hours."""
+        return float(self.runs.wall_s.sum()) / 3600 if "wall_s" in self.runs else float("nan")
+
+    def cite(self) -> str:
+        """``results/tta/`` (30 runs, seeds 0-2, 0.5 h of runs, commits ...)."""
+        hours = self.hours()
+        time = (f", {hours:.1f} h of runs" if hours >= 0.1 else
+                f", {60 * hours:.0f} min of runs") if hours == hours else ""
+        commits = self.commits()
+        commit_text = (f", commit{'s' if len(commits) > 1 else ''} {', '.join(commits)}"
+                       if commits else "")
+        return (f"`{self.rel}/` ({len(self.runs)} runs, seeds {seed_text(self.seeds())}"
+                f"{time}{commit_text})")
+
+    def status(self) -> str:
+        """``fresh`` or the stale sentence."""
+        return "fresh at today's code" if self.fresh else self.freshness.text()
+
+
+class Context:
+    """The folders of one build, each loaded once."""
+
+    def __init__(self, root: Path = PROJECT) -> None:
+        self.root = root
+        self._folders: dict[str, Folder] = {}
+
+    def folder(self, rel: str) -> Folder:
+        """The folder at ``rel`` (``results/reference``)."""
+        rel = rel.rstrip("/")
+        if rel not in self._folders:
+            self._folders[rel] = Folder(self.root / rel, self.root)
+        return self._folders[rel]
+
+    def all(self) -> list[Folder]:
+        """Every published folder."""
+        return [self.folder(str(p.relative_to(self.root))) for p in published_folders(self.root)]
+
+
+def est(values, spec: str = ".2f", unit: str = "") -> str:
+    """``4.17 [3.90, 4.30]`` for a column of runs."""
+    return stats.median_ci(values).fmt(spec, unit)

@@ -1,0 +1,35 @@
+"""The report's optional sections: each one a module that knows when it applies to a sweep, the
+Markdown it adds to ``report.md`` and the figures it draws.
+
+A section module provides
+
+- ``applies(sw) -> bool``: whether the sweep has what the section is about;
+- ``section(sw) -> list[str]``: its Markdown lines (empty when it does not apply);
+- ``draw(sw, folder, save) -> list[Path]``: its figures, each written by ``save(fig, folder,
+  name)`` (empty when it does not apply);
+- ``FIGURES``: ``(name, caption)`` of the figures the report lists at its end.
+
+:data:`SECTIONS` is the registry, in the order the report shows them: :mod:`.faults` (faults
+and sync modes), :mod:`.byzantine` (attacks and aggregation rules), :mod:`.compression`
+(compressed pushes). A new section is a module here and one entry in :data:`SECTIONS`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from harness.reporting.sections import byzantine, compression, faults
+
+SECTIONS = (faults, byzantine, compression)
+FIGURES = tuple(item for s in SECTIONS for item in s.FIGURES)
+
+
+def text(sw) -> list[str]:
+    """Every section's Markdown, in registry order."""
+    return [line for s in SECTIONS for line in s.section(sw)]
+
+
+def draw(sw, folder: Path, save: Callable) -> list[Path]:
+    """Every section's figures, in registry order."""
+    return [path for s in SECTIONS for path in s.draw(sw, folder, save)]

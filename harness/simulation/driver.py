@@ -1,0 +1,355 @@
+"""The LTP/PLOT core at scale: ``invoke simulate`` drives ``transports/native/build/ltp_sim``.
+
+The simulator (``transports/native/sim/``, built by ``make -C transports/native sim``) links the
+same core sources as the UDP transport and runs them over a seeded discrete-event model of the
+emulated incast: N workers, each on its own link, into one drop-tail queue at the switch port
+toward the PS; loss (uniform or per-packet Gilbert-Elliott) and delay at every host's ingress;
+the PS broadcasting through its own link. Nothing is a model of LTP: every datagram is built,
+paced, acknowledged, retransmitted and closed by the core. What it does not have is CPU: virtual
+time passes only on the network, so a host's processing costs nothing unless a ``host`` profile
+adds the lateness of a busy machine (:data:`HOSTS`). docs/simulation.md has the model, its
+validation against the testbed and the scaling results.
+
+One simulated run is a :class:`Cell`; a :class:`SimPlan` is a grid of them, which the one sweep
+loop (:func:`harness.running.engine.run_plan`, with :data:`KIND`) runs into a folder, appending
+as each run ends (a restarted sweep skips runs already in ``runs.csv``):
+
+- ``runs.csv``: one row per run, its settings and summary (status, counters, the simulator's own
+  wall time, events per second and peak memory);
+- ``iterations.csv``: one row per iteration (push time, iteration time, broadcast time, smallest
+  received fraction, early closes, queue drops);
+- ``pushes.csv``: one row per worker per iteration (its push time, received fraction,
+  retransmissions, early and max-wait closes).
+
+The columns and their units: :data:`harness.results.SIM_RUNS_COLUMNS` and its siblings
+(docs/results-schema.md).
+
+    .venv/bin/invoke simulate --workers 8,64,1024 --transports ltp,ltp-reliable,plot --out DIR
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import functools
+import hashlib
+import itertools
+import json
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import ClassVar
+
+from harness import results
+from harness.running import kinds
+from topologies.impair import GilbertElliott, GilbertElliottTime, Uniform, parse_loss
+
+PROJECT = Path(__file__).resolve().parents[2]
+NATIVE = PROJECT / "transports" / "native"
+BINARY = NATIVE / "build" / "ltp_sim"
+GRADIENT_BYTES = 437_544     # the MLP's 109,386 float32 values (harness.models.mlp)
+# The LTP core's schemes, and the TCP reference: a stated model of TCP (SACK, NewReno-style
+# window, Linux's 200 ms least RTO) in the same event simulator, sim/tcp_model.h.
+SCHEMES = ("ltp", "ltp-reliable", "plot", "tcp-ref")
+SCENARIOS = ("push", "bsp")
+
+# How hosts depart from instant ones. "ideal": a thread acts the moment it is due, and the PS
+# reads its socket in 20 us batches (what recvmmsg of up to 64 datagrams does at 40 Gbit/s and
+# above; slower links never fill a batch in that time, so they see single reads). "testbed": the
+# emulated testbed on this 2-core machine, as tests/test_core.c models it for the rate hint's
+# acceptance test (every thread wakes 1 ms late on average, the PS reads its socket about once a
+# millisecond, the bottleneck's HTB passes a 15 kB burst after a lull); calibrated against the
+# testbed in tests/emulation/test_simulate.py and docs/simulation.md.
+HOSTS = {
+    "ideal": {"wake_mean_us": 0, "rx_poll_us": 20, "burst_bytes": 0},
+    "testbed": {"wake_mean_us": 1000, "rx_poll_us": 1000, "burst_bytes": 15000},
+}
+
+
+# Settings checked against the simulator's own ranges (ltp_sim --ranges): the field, the
+# simulator's flag, the command line's, the flag's units per the field's unit, that unit, whole.
+CHECKED = (("workers", "--workers", "--workers", 1, "", True),
+           ("bottleneck_mbps", "--bottleneck-mbps", "--bandwidth", 1, " Mbit/s", False),
+           ("queue_pkts", "--queue-pkts", "--queue", 1, " packets", True),
+           ("delay_ms", "--delay-us", "--delay", 1000, " ms", False),
+           ("iterations", "--iterations", "--iterations", 1, "", True),
+           ("seed", "--seed", "--seeds", 1, "", True))
+
+
+class SimulationError(ValueError):
+    """A simulation setting is out of range (the message is one sentence)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """One simulated run: settings in the units their names say."""
+
+    transport: str = "ltp"
+    workers: int = 8
+    bottleneck_mbps: float = 100.0
+    queue_pkts: int = 64
+    loss: str | float = 0.0          # a loss model's text, as run-sweep's --loss
+    delay_ms: float = 0.0            # one way, per direction, at every host's ingress
+    seed: int = 1
+    iterations: int = 3
+    scenario: str = "push"           # push: synchronized pushes; bsp: training iterations
+    host: str = "ideal"
+    compute_ms: float = 0.0
+    update_ms: float = 0.0
+    skew_us: float = 1000.0
+
+    def __post_init__(self) -> None:
+        if self.transport not in SCHEMES:
+            raise SimulationError(f"the simulator runs {', '.join(SCHEMES)}, not {self.transport!r}.")
+        for name, flag, what, per_unit, unit, whole in CHECKED:
+            value = getattr(self, name)
+            lo, hi = (x / per_unit for x in ranges()[flag])
+            if (whole and (isinstance(value, bool) or not isinstance(value, int))) \
+                    or not isinstance(value, (int, float)) or not lo <= value <= hi:
+                raise SimulationError(f"{what} must be {'a whole number ' if whole else ''}from "
+                                      f"{_number(lo)} to {_number(hi)}{unit}, not {value!r}.")
+        if self.scenario not in SCENARIOS:
+            raise SimulationError(f"--scenario must be push or bsp, not {self.scenario!r}.")
+        if self.host not in HOSTS:
+            raise SimulationError(f"--host must be one of {', '.join(HOSTS)}, not {self.host!r}.")
+        loss_flags(self.loss)   # a bad loss model: one sentence
+
+    @property
+    def run_id(self) -> str:
+        """A readable id with a digest of every setting (so two cells never share one)."""
+        digest = hashlib.sha256(json.dumps(dataclasses.asdict(self), sort_keys=True,
+                                           default=str).encode()).hexdigest()[:8]
+        return f"{self.transport}_n{self.workers}_bw{self.bottleneck_mbps:g}_s{self.seed}_{digest}"
+
+    def key(self) -> dict:
+        """The settings as a row's leading columns."""
+        return {"run_id": self.run_id, "transport": self.transport, "n_workers": self.workers,
+                "bottleneck_mbps": self.bottleneck_mbps, "queue_pkts": self.queue_pkts,
+                "loss": loss_text(self.loss), "delay_ms": self.delay_ms, "seed": self.seed,
+                "iterations": self.iterations, "scenario": self.scenario, "host": self.host}
+
+
+def loss_text(loss: str | float) -> str:
+    """The canonical text of a loss model (``uniform:5``, ``ge:loss=5,burst=4``)."""
+    return parse_loss(loss).text()
+
+
+def loss_flags(loss: str | float) -> list[str]:
+    """The simulator's loss flags for a loss model; time-based chains are refused."""
+    model = parse_loss(loss)
+    if isinstance(model, GilbertElliottTime):
+        raise SimulationError(f"the simulator's loss chain steps per packet; {model.text()!r} steps "
+                              "in time (use uniform or ge:LOSS:BURST).")
+    if isinstance(model, Uniform):
+        return [] if model.loss_pct == 0 else ["--loss", f"{model.loss_pct / 100:.9g}"]
+    assert isinstance(model, GilbertElliott)
+    p = model.probabilities()
+    return ["--ge", ",".join(f"{p[k]:.9g}" for k in ("p-gb", "p-bg", "loss-good", "loss-bad"))]
+
+
+def plot_segments() -> str:
+    """PLOT's layers of the MLP with their bounds (the ``size`` rule: the SNR rule needs real
+    gradients), as ``BYTES:BOUND,...``, from PLOT's own option defaults and rule."""
+    from harness.models import layout, mlp
+    from transports.plot import bounds_by_size, plot_options
+
+    opts = {o.name: o.default for o in plot_options()}
+    lay = layout(mlp())
+    bounds = bounds_by_size(lay, opts["bound_min"], opts["bound_max"], opts["reliable_below_floats"])
+    return ",".join(f"{s.length * 4}:{b:.6g}" for s, b in zip(lay.segments, bounds))
+
+
+def limit_s(cell: Cell) -> float:
+    """Virtual seconds an iteration may take before the run counts as a timeout: 60, or 20 times
+    the iteration's bound (broadcast and push, every frame through the link) if more."""
+    bound = 2 * cell.workers * GRADIENT_BYTES * 1.08 * 8 / (cell.bottleneck_mbps * 1e6)
+    return max(60.0, 20 * bound + cell.compute_ms / 1e3 + cell.update_ms / 1e3)
+
+
+def argv(cell: Cell, segments: str | None = None) -> list[str]:
+    """The simulator's command line for one cell."""
+    host = HOSTS[cell.host]
+    out = [str(BINARY), "--workers", str(cell.workers), "--iterations", str(cell.iterations),
+           "--scenario", cell.scenario, "--bytes", str(GRADIENT_BYTES),
+           "--bottleneck-mbps", f"{cell.bottleneck_mbps:g}", "--queue-pkts", str(cell.queue_pkts),
+           "--delay-us", f"{cell.delay_ms * 1000:.0f}", "--seed", str(cell.seed),
+           "--compute-us", f"{cell.compute_ms * 1000:.0f}", "--update-us", f"{cell.update_ms * 1000:.0f}",
+           "--skew-us", f"{cell.skew_us:.0f}", "--limit-s", f"{limit_s(cell):.6g}",
+           "--wake-mean-us", str(host["wake_mean_us"]), "--rx-poll-us", str(host["rx_poll_us"]),
+           "--burst-bytes", str(host["burst_bytes"]), *loss_flags(cell.loss)]
+    if cell.transport == "ltp-reliable":
+        out += ["--reliable", "1"]
+    if cell.transport == "tcp-ref":
+        out += ["--tcp", "1"]
+    if cell.transport == "plot":
+        out += ["--segments", segments or plot_segments()]
+    return out
+
+
+def build() -> Path:
+    """Build (or bring up to date) the simulator with the project's Makefile; its path."""
+    got = subprocess.run(["make", "-s", "-C", str(NATIVE), "sim"], capture_output=True, text=True)
+    if got.returncode != 0:
+        raise SimulationError(f"building the simulator failed (make -C {NATIVE} sim): "
+                              f"{got.stderr.strip()[-300:]}")
+    return BINARY
+
+
+def _number(x: float) -> str:
+    """``10000000.0`` -> ``10,000,000``; ``0.001`` -> ``0.001``."""
+    return f"{int(x):,}" if x == int(x) and abs(x) < 1e16 else f"{x:g}"
+
+
+@functools.lru_cache(maxsize=None)
+def ranges() -> dict[str, tuple[float, float]]:
+    """Every numeric flag's range as the simulator states it (``ltp_sim --ranges``), so the
+    ranges are written once, in ``sim/sim_args.c``."""
+    build()
+    got = subprocess.run([str(BINARY), "--ranges"], capture_output=True, text=True)
+    if got.returncode != 0:
+        raise SimulationError(f"the simulator did not state its ranges: {got.stderr.strip()}")
+    return {flag: (float(lo), float(hi)) for flag, (lo, hi) in json.loads(got.stdout).items()}
+
+
+@dataclasses.dataclass
+class Result:
+    """One run's rows: pushes, iterations and the summary, each with the cell's settings."""
+
+    pushes: list[dict]
+    iterations: list[dict]
+    summary: dict
+
+
+def run(cell: Cell, segments: str | None = None, timeout_s: float = 3600) -> Result:
+    """Run one cell and parse its JSON lines (the binary must be built: :func:`build`)."""
+    got = subprocess.run(argv(cell, segments), capture_output=True, text=True, timeout=timeout_s)
+    if got.returncode == 2:   # a bad argument: the simulator's own sentence
+        raise SimulationError(got.stderr.strip().removeprefix("ltp_sim: "))
+    tables: dict[str, list[dict]] = {"push": [], "iteration": [], "summary": []}
+    for line in got.stdout.splitlines():
+        row = json.loads(line)
+        tables[row.pop("table")].append({**cell.key(), **row})
+    if not tables["summary"]:
+        summary = {**cell.key(), "status": "crash", "reason": got.stderr.strip()[-200:]}
+    else:
+        summary = tables["summary"][0]
+        summary["reason"] = ("" if summary["status"] == "ok" else
+                             f"an iteration took more than {limit_s(cell):g} virtual seconds")
+    return Result(tables["push"], tables["iteration"], summary)
+
+
+def cells(transports: Sequence[str] = ("ltp",), workers: Sequence[int] = (8,),
+          bandwidths: Sequence[float] = (100.0,), queues: Sequence[int] = (64,),
+          losses: Sequence = (0.0,), delays: Sequence[float] = (0.0,), seeds: Sequence[int] = (1,),
+          **common) -> list[Cell]:
+    """The grid of cells over every list (``common``: the other :class:`Cell` fields)."""
+    for name, values in (("--transports", transports), ("--workers", workers),
+                         ("--bandwidth", bandwidths), ("--queue", queues), ("--loss", losses),
+                         ("--delay", delays), ("--seeds", seeds)):
+        if not values:
+            raise SimulationError(f"{name} needs at least one value.")
+    return [Cell(transport=t, workers=n, bottleneck_mbps=b, queue_pkts=q, loss=l, delay_ms=d,
+                 seed=s, **common)
+            for t, n, b, q, l, d, s in itertools.product(transports, workers, bandwidths, queues,
+                                                         losses, delays, seeds)]
+
+
+@dataclasses.dataclass(frozen=True)
+class SimPlan:
+    """A named grid of simulated runs."""
+
+    kind: ClassVar[str] = "simulate"   # its kind of run (harness.running.kinds)
+    name: str
+    cells: tuple[Cell, ...]
+    description: str = ""
+
+    def specs(self) -> list[Cell]:
+        """Every run of the plan, in order."""
+        return list(self.cells)
+
+
+def _fill(columns, row: dict) -> dict:
+    """``row`` with every column of the table (what a crashed run did not report: empty)."""
+    return {c.name: row.get(c.name) for c in columns}
+
+
+class SimKind(kinds.Kind):
+    """Simulated runs: no network to bring up; each run is one process of the simulator."""
+
+    name = "simulate"
+    tables = {"pushes.csv": results.SIM_PUSH_COLUMNS,
+              "iterations.csv": results.SIM_ITERATION_COLUMNS,
+              "runs.csv": results.SIM_RUNS_COLUMNS}
+
+    @contextlib.contextmanager
+    def network(self, spec: Cell, net_dir: Path):
+        from harness import provenance
+
+        build()
+        record = provenance.manifest("simulate")
+        yield {"segments": None,
+               "stamp": {"git_commit": record["git_commit"], "git_dirty": record["git_dirty"],
+                         "code_fingerprint": record["fingerprint"]["digest"],
+                         **provenance.run_columns()}}
+
+    def execute(self, site: dict, spec: Cell, run_dir: Path, sweep: str) -> dict[str, list[dict]]:
+        from harness import provenance
+
+        if spec.transport == "plot" and site["segments"] is None:
+            site["segments"] = plot_segments()
+        meter = provenance.LoadMeter()
+        meter.start()
+        started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        got = run(spec, site["segments"] if spec.transport == "plot" else None)
+        got.summary.update(started_at=started, **site["stamp"], other_load_frac=meter.stop())
+        return {"pushes.csv": [_fill(results.SIM_PUSH_COLUMNS, r) for r in got.pushes],
+                "iterations.csv": [_fill(results.SIM_ITERATION_COLUMNS, r)
+                                   for r in got.iterations],
+                "runs.csv": [_fill(results.SIM_RUNS_COLUMNS, got.summary)]}
+
+    def manifest(self, plan: SimPlan, specs: list[Cell], folder: Path) -> None:
+        from harness import provenance
+
+        path = folder / "manifest.json"
+        if not path.exists():
+            path.write_text(json.dumps({"kind": "simulate", "preset": plan.name,
+                                        "cells": [c.key() for c in specs],
+                                        "provenance": provenance.manifest("simulate")}, indent=1))
+
+    def started(self, spec: Cell) -> str:
+        return (f"{spec.transport} N={spec.workers} {spec.bottleneck_mbps:g} Mbit/s "
+                f"loss {loss_text(spec.loss)} seed {spec.seed}")
+
+    def ended(self, row: dict) -> str:
+        return (f"mean received fraction {row['mean_recv_frac'] or 0:.3f}, "
+                f"{row['virtual_s'] or 0:.4f} virtual s, {row['events'] or 0:,} events in "
+                f"{row['wall_s'] or 0:.1f} s, {row['peak_rss_mb'] or 0:.0f} MB")
+
+    def report(self, folder: Path) -> list[Path]:
+        from harness.simulation import figures
+
+        return figures.draw(folder)
+
+
+KIND = SimKind()
+
+
+def bench(workers: Sequence[int], bandwidth_mbps: float, iterations: int, echo=print) -> list[dict]:
+    """The simulator's own cost at each N (``ltp``, synchronized pushes, no loss): wall time,
+    events, events per second and peak memory, printed and returned. A benchmark, not a test:
+    the figures depend on the machine and its load."""
+    build()
+    echo(f"simulator cost: ltp, {iterations} synchronized pushes, {bandwidth_mbps:g} Mbit/s links, "
+         "queue 256 packets")
+    echo(f"  {'N':>6} {'virtual s':>9} {'wall s':>8} {'events':>11} {'events/s':>10} "
+         f"{'peak MB':>8} {'wall/virtual':>12}")
+    rows = []
+    for n in workers:
+        got = run(Cell(workers=n, bottleneck_mbps=bandwidth_mbps, queue_pkts=256,
+                       iterations=iterations)).summary
+        rows.append(got)
+        echo(f"  {n:>6} {got['virtual_s']:9.4f} {got['wall_s']:8.2f} {got['events']:11,} "
+             f"{got['events_per_s']:10,.0f} {got['peak_rss_mb']:8.1f} "
+             f"{got['wall_s'] / got['virtual_s']:12.0f}")
+    return rows
