@@ -14,7 +14,6 @@ import contextlib
 import datetime
 import json
 import random
-from collections.abc import Hashable
 from pathlib import Path
 
 from harness import provenance, results
@@ -109,9 +108,6 @@ class PsKind(kinds.Kind):
     name = "ps"
     tables = {"curves.csv": results.CURVES_COLUMNS, "iterations.csv": results.ITERATIONS_COLUMNS,
               "runs.csv": results.RUNS_COLUMNS}
-
-    def group_key(self, spec: RunSpec) -> Hashable:
-        return spec.network_key
 
     def groups(self, plan: Plan, todo: list[RunSpec]) -> list[list[RunSpec]]:
         return order(todo, plan.order_seed, plan.block_of)

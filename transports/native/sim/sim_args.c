@@ -140,7 +140,8 @@ int app_parse_args(app_args_t *a, int argc, char **argv, char *err, size_t n)
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) return 1;
         if (i + 1 >= argc) { snprintf(err, n, "%s needs a value (see --help).", f); return -1; }
         const char *x = argv[++i];
-#define NUM() if (number(f, x, flag_of(f)->lo, flag_of(f)->hi, &v, err, n)) return -1
+        const flag_t *g = flag_of(f);   /* NULL for an unknown flag (refused below) */
+#define NUM() if (number(f, x, g->lo, g->hi, &v, err, n)) return -1
         if (!strcmp(f, "--workers")) { NUM(); a->workers = (int)v; }
         else if (!strcmp(f, "--iterations")) { NUM(); a->iterations = (int)v; }
         else if (!strcmp(f, "--scenario")) {

@@ -2,6 +2,8 @@
 #define _POSIX_C_SOURCE 200809L   /* clock_gettime */
 #include "sim_net.h"
 #include "event_heap.h"
+/* The project's one generator (ltp_uniform, ltp_internal.h) and the one Gilbert-Elliott chain
+ * (the eBPF program's, topologies/geloss/ge_chain.h): one seed, one sequence of decisions. */
 #include "ltp_internal.h"
 #define GE_U64 uint64_t
 #define GE_U32 uint32_t
@@ -15,10 +17,6 @@
 
 #define NEVER_US UINT64_MAX
 #define FRAME_OVERHEAD 42   /* Ethernet 14 + IPv4 20 + UDP 8 */
-
-/* The project's one generator (SplitMix64, ltp_internal.h) and the one Gilbert-Elliott chain (the
- * eBPF program's, topologies/geloss/ge_chain.h): one seed, one sequence of decisions. */
-static double uniform(uint64_t *s) { return ltp_uniform(s); }
 
 enum { EV_SWITCH = 1, EV_DELIVER = 2, EV_RUN = 3 };
 
@@ -129,7 +127,7 @@ static int ingress_drops(sim_t *s, int dst)
 static uint64_t lateness(sim_t *s)
 {
     if (!s->c.wake_mean_us) return 0;
-    return (uint64_t)(-log(1 - uniform(&s->wake_rng)) * (double)s->c.wake_mean_us);
+    return (uint64_t)(-log(1 - ltp_uniform(&s->wake_rng)) * (double)s->c.wake_mean_us);
 }
 
 /* The PS reads its socket once per rx_poll_us slot, at a pseudo-random instant inside the slot
@@ -139,7 +137,7 @@ static uint64_t rx_wake(const sim_t *s, uint64_t at)
     uint64_t p = s->c.rx_poll_us;
     for (uint64_t k = at / p;; k++) {
         uint64_t h = k ^ s->c.seed;
-        uint64_t t = k * p + (uint64_t)(uniform(&h) * (double)p);
+        uint64_t t = k * p + (uint64_t)(ltp_uniform(&h) * (double)p);
         if (t >= at) return t;
     }
 }
@@ -230,7 +228,7 @@ static void run_node(sim_t *s, int k)
 sim_t *sim_new(const sim_netcfg_t *c, const sim_ops_t *ops, void **eps, char *err, size_t err_len)
 {
 #define BAD(...) do { snprintf(err, err_len, __VA_ARGS__); return NULL; } while (0)
-    if (c->n_workers < 1 || c->n_workers > LTP_RANK_SERVER - 1) BAD("the number of workers must be from 1 to %u, not %d.", LTP_RANK_SERVER - 1, c->n_workers);
+    if (c->n_workers < 1 || c->n_workers > (int)(LTP_RANK_SERVER - 1)) BAD("the number of workers must be from 1 to %u, not %d.", LTP_RANK_SERVER - 1, c->n_workers);
     if (!(c->bottleneck_mbps > 0 && c->worker_mbps > 0 && c->ps_mbps > 0)) BAD("link rates must be above 0 Mbit/s.");
     if (c->queue_pkts < 1 || c->worker_queue_pkts < 1 || c->ps_queue_pkts < 1) BAD("queues must hold at least 1 packet.");
     double probs[4] = {c->p_gb, c->p_bg, c->loss_good, c->loss_bad};
@@ -256,7 +254,7 @@ sim_t *sim_new(const sim_netcfg_t *c, const sim_ops_t *ops, void **eps, char *er
         chain->rng = c->seed * 0x9E3779B97F4A7C15ull + (uint64_t)k + 1;
         /* The chain starts in its stationary state, as the eBPF program's restart does. */
         double pi_bad = c->p_gb > 0 ? c->p_gb / (c->p_gb + c->p_bg) : 0;
-        chain->bad = uniform(&chain->rng) < pi_bad;
+        chain->bad = ltp_uniform(&chain->rng) < pi_bad;
     }
     return s;
 }
