@@ -11,6 +11,8 @@ whether the code that produced the numbers is still today's (:mod:`harness.prove
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
 from harness.reporting import sections, stats
@@ -68,6 +70,17 @@ def _machine(runs: pd.DataFrame, folder) -> str:
     return text
 
 
+def _shown(folder: Path) -> str:
+    """A folder as the regenerate command should name it: relative to the project when inside it
+    (so a report reads the same in every clone), else as given."""
+    from harness import provenance
+
+    try:
+        return str(Path(folder).resolve().relative_to(provenance.PROJECT.resolve()))
+    except ValueError:
+        return str(folder)
+
+
 def _header(sw: Sweep, tally: stats.Tally, estimates: list[stats.Estimate]) -> list[str]:
     from harness import provenance
 
@@ -80,7 +93,7 @@ def _header(sw: Sweep, tally: stats.Tally, estimates: list[stats.Estimate]) -> l
     span_h = ((started.max() - started.min()).total_seconds()
               + float(runs.loc[started.idxmax(), "wall_s"])) / 3600
     seeds = sorted(int(x) for x in sw.ok.seed.unique())
-    cmd = f".venv/bin/invoke figures --sweep {sw.folder}"
+    cmd = f".venv/bin/invoke figures --sweep {_shown(sw.folder)}"
     fresh = provenance.freshness(sw.folder)
     if dirty:
         dirty_text = (" (the work tree had uncommitted changes; the code that produces these "
