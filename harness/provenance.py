@@ -4,16 +4,11 @@ Three records, each written with every run (``runs.csv``) and every folder (``ma
 
 - **The machine** (:func:`machine`): CPU model, core count, kernel, and the versions of what shapes
   a result (Python, torch, numpy, pandas, os-ken, Open vSwitch, Mininet).
-- **The code fingerprint** (:func:`fingerprint`): a digest of the code that produces a kind of run's
-  numbers, so a report can say "stale: code changed since" when today's code differs. The code
-  of a kind (:data:`KINDS`) is the project's Python modules reachable by import from its entry
-  modules (the processes on the emulated hosts, the runner that measures them, the controller
-  apps), plus the C sources they load or run (the native core, the delay line, the loss program;
-  the simulator for simulated runs). Reporting code is not in it: a new table or a new sentence
-  changes no measured number. Each file is hashed after dropping what cannot change behaviour
-  (comments, the text of docstrings, blank lines and indentation width in Python; comments and
-  whitespace in C), and the digest is over the sorted file hashes, not their paths, so moving an
-  unchanged file keeps it. The manifest keeps the per-file hashes, so a stale report names what changed.
+- **The code fingerprint** (:func:`fingerprint`, from :mod:`harness.running.fingerprint`): a
+  digest of the code that produces a kind of run's numbers, so a report can say "stale: code
+  changed since" when today's code differs (:func:`freshness`). The manifest keeps the per-file
+  hashes, so a stale report names what changed; a digest recorded under an earlier hash rule is
+  compared through its translation (:func:`translate`).
 - **Other load** (:class:`LoadMeter`): the CPU that processes outside the testbed used during a
   run, as a fraction of the whole machine. The testbed is this process's descendants (hosts,
   controller, fork server and its children, delay line, cross traffic) and the private Open
@@ -25,61 +20,19 @@ Three records, each written with every run (``runs.csv``) and every folder (``ma
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import functools
-import hashlib
 import io
 import json
 import os
 import platform
-import re
 import subprocess
-import tokenize
 from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
 
-PROJECT = Path(__file__).resolve().parent.parent
-PACKAGES = ("harness", "transports", "topologies")
-
-
-@dataclasses.dataclass(frozen=True)
-class Kind:
-    """What produces the numbers of one kind of run: entry modules and non-Python sources."""
-
-    entries: tuple[str, ...]      # dotted module names; their project imports are followed
-    sources: tuple[str, ...]      # globs (relative to the project) of C sources and build files
-
-
-_NATIVE = ("transports/native/include/*.h", "transports/native/src/*.[ch]",
-           "transports/native/build_ffi.py")
-_NETWORK = ("topologies/delay/*.c", "topologies/geloss/*.[ch]")
-# The registry loads the transports by name, so no import statement leads to them.
-_TRANSPORTS = ("transports.tcp", "transports.ltp", "transports.plot", "transports.filling")
-# Modules whose changes cannot change a measured number, even where run code imports them:
-# reporting (a package, with everything in it), the named plans (every run records its own
-# spec), the command line, and this module (which only describes runs).
-NOT_MEASURING = frozenset({
-    "harness.reporting", "harness.p2p.report",
-    "harness.simulation.figures", "harness.simulation.validate", "harness.presets", "harness.cli",
-    "harness.provenance", "harness.bench", "harness.bench_node", "harness.bench_loopback",
-    "harness.running.engine", "harness.running.kinds", "harness.running.ps", "harness.cluster",
-    "transports.options_doc"})
-KINDS: dict[str, Kind] = {
-    # Training through a PS on the emulated network: the host processes, the fork server that
-    # starts them, the runner and the metrics that turn their records into rows, the network and
-    # its controller app (started by osken-manager, so named here).
-    "ps": Kind(("harness.node", "harness.zygote", "harness.runner", "topologies.controller_app")
-               + _TRANSPORTS, _NATIVE + _NETWORK),
-    # Peer-to-peer training on the fabric: the peers, the round coordinator, the controller apps.
-    "p2p": Kind(("harness.p2p.run", "harness.p2p.peer", "harness.p2p.coord",
-                 "topologies.controller_app", "topologies.mcast_app", "transports.peer.mcast",
-                 "transports.peer.tcp") + _TRANSPORTS,
-                _NATIVE + _NETWORK),
-    # The simulator: the same C core over a discrete-event network, and its driver.
-    "simulate": Kind(("harness.simulation.driver",), _NATIVE + ("transports/native/sim/*.[ch]",)),
-}
+from harness.running.fingerprint import (KINDS, PACKAGES, PROJECT, RULE, Fingerprint,
+                                         fingerprint)
 
 
 # ---- the machine -------------------------------------------------------------------------------
@@ -139,169 +92,6 @@ def run_columns() -> dict:
     m = machine()
     return {"cpu_model": m["cpu_model"], "cpu_cores": m["cpu_cores"], "kernel": m["kernel"],
             "versions": json.dumps(m["versions"], sort_keys=True)}
-
-
-# ---- the code fingerprint ----------------------------------------------------------------------
-
-
-def _module_path(name: str, root: Path = PROJECT) -> Path | None:
-    parts = name.split(".")
-    if parts[0] not in PACKAGES:
-        return None
-    base = root.joinpath(*parts)
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def _imports(path: Path, module: str, root: Path = PROJECT) -> set[str]:
-    """The project modules ``path`` imports (every ``import`` anywhere in it, lazy ones too)."""
-    tree = ast.parse(path.read_text(), str(path))
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[:len(base) - node.level + 1]
-                stem = ".".join(base + ([node.module] if node.module else []))
-            else:
-                stem = node.module or ""
-            found.add(stem)
-            found.update(f"{stem}.{alias.name}" for alias in node.names)
-    out = set()
-    for name in found:
-        parts = name.split(".")
-        # a module's parent packages run their __init__ when it is imported
-        out.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
-    return {n for n in out if _module_path(n, root) is not None}
-
-
-def _not_measuring(name: str) -> bool:
-    """Whether module ``name`` is, or is inside a package that is, in :data:`NOT_MEASURING`."""
-    parts = name.split(".")
-    return any(".".join(parts[:i]) in NOT_MEASURING for i in range(1, len(parts) + 1))
-
-
-def python_closure(entries: Iterable[str], root: Path = PROJECT) -> list[Path]:
-    """The project's Python files reachable by import from ``entries`` (sorted)."""
-    todo, seen = list(entries), set()
-    while todo:
-        name = todo.pop()
-        if name in seen or _not_measuring(name) or _module_path(name, root) is None:
-            continue
-        seen.add(name)
-        todo.extend(_imports(_module_path(name, root), name, root) - seen)
-    return sorted({_module_path(n, root) for n in seen})
-
-
-def _python_tokens(text: str) -> str:
-    """The source without comments, docstring texts, blank lines or indentation width.
-
-    This rule is frozen: every recorded fingerprint was computed with it, and changing it makes
-    every results folder stale (``tests/unit/test_provenance.py`` pins it)."""
-    tree = ast.parse(text)
-    docstrings = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-                    and isinstance(body[0].value.value, str):
-                docstrings.add((body[0].lineno, body[0].col_offset))
-    out = []
-    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
-        if tok.type in (tokenize.COMMENT, tokenize.NL, tokenize.ENCODING):
-            continue
-        if tok.type == tokenize.STRING and tok.start in docstrings:
-            continue   # its statement's NEWLINE stays: adding a docstring changes the hash
-        out.append({tokenize.INDENT: "<in>", tokenize.DEDENT: "<out>",
-                    tokenize.NEWLINE: "<nl>"}.get(tok.type, tok.string))
-    return "\x1f".join(out)
-
-
-_C_TOKEN = re.compile(r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'|/\*.*?\*/|//[^\n]*|\s+|.',
-                      re.S)
-
-
-def _c_tokens(text: str) -> str:
-    """The source without comments, and with every run of whitespace as one space."""
-    out = []
-    for match in _C_TOKEN.finditer(text):
-        tok = match.group(0)
-        if tok.startswith(("/*", "//")) or tok.isspace():
-            if out and out[-1] != " ":
-                out.append(" ")
-        else:
-            out.append(tok)
-    return "".join(out).strip()
-
-
-def file_hash(path: Path) -> str:
-    """The hash of what in ``path`` can change behaviour (see the module docstring)."""
-    text = path.read_text(errors="replace")
-    if path.suffix == ".py":
-        body = _python_tokens(text)
-    elif path.suffix in (".c", ".h"):
-        body = _c_tokens(text)
-    else:
-        body = text
-    return hashlib.sha256(body.encode()).hexdigest()[:16]
-
-
-@dataclasses.dataclass(frozen=True)
-class Fingerprint:
-    """The code of one kind of run: a digest and the hash of each file (by project path)."""
-
-    kind: str
-    digest: str
-    files: dict[str, str]
-
-    def changed(self, other: Fingerprint) -> list[str]:
-        """The files whose hashes differ between the two, or that only one has (sorted)."""
-        names = set(self.files) | set(other.files)
-        return sorted(n for n in names if self.files.get(n) != other.files.get(n))
-
-    def as_dict(self) -> dict:
-        """For the manifest."""
-        return {"kind": self.kind, "digest": self.digest, "files": self.files}
-
-    @classmethod
-    def from_dict(cls, data: dict) -> Fingerprint:
-        """What :meth:`as_dict` wrote."""
-        return cls(data["kind"], data["digest"], dict(data["files"]))
-
-
-def digest_of(hashes: Iterable[str]) -> str:
-    """The digest over file hashes: their sorted list, not their paths."""
-    return hashlib.sha256("\n".join(sorted(hashes)).encode()).hexdigest()[:12]
-
-
-def kind_files(kind: str, root: Path = PROJECT) -> list[Path]:
-    """Every file of ``kind``'s code (:data:`KINDS`) under ``root``, sorted."""
-    spec = KINDS[kind]
-    files = set(python_closure(spec.entries, root))
-    for pattern in spec.sources:
-        files.update(p for p in root.glob(pattern) if p.is_file())
-    return sorted(files)
-
-
-@functools.lru_cache(maxsize=None)
-def _fingerprint(kind: str, root: Path) -> Fingerprint:
-    files = {str(p.relative_to(root)): file_hash(p) for p in kind_files(kind, root)}
-    return Fingerprint(kind, digest_of(files.values()), files)
-
-
-def fingerprint(kind: str, root: Path = PROJECT, cached: bool = False) -> Fingerprint:
-    """The fingerprint of the code under ``root`` (today's work tree by default) for runs of
-    ``kind``; ``cached``: computed once per process (reports; a run always reads the files)."""
-    if kind not in KINDS:
-        raise KeyError(f"unknown kind of run {kind!r}; one of {', '.join(KINDS)}")
-    if not cached:
-        _fingerprint.cache_clear()
-    return _fingerprint(kind, Path(root))
 
 
 # ---- the load of everything else ---------------------------------------------------------------
@@ -461,20 +251,23 @@ class Freshness:
 
     kind: str
     today: str                    # today's digest
-    recorded: tuple[str, ...]     # the digests its runs ran with
+    recorded: tuple[str, ...]     # the digests its runs ran with (as their rows say)
     unknown_runs: int             # runs with no known fingerprint
     changed: tuple[str, ...]      # files that differ from today's (every recorded digest)
+    current: tuple[str, ...] = ()   # the recorded digests under today's rule (translated)
 
     @property
     def fresh(self) -> bool:
         """Every run ran with today's code."""
-        return self.recorded == (self.today,) and not self.unknown_runs
+        return (self.current or self.recorded) == (self.today,) and not self.unknown_runs
 
     def text(self) -> str:
         """One sentence for a report."""
         if self.fresh:
+            was = "" if self.recorded == (self.today,) else \
+                f", recorded as {', '.join(self.recorded)} under the earlier hash rule"
             return (f"Fresh: every run ran with the code of today's fingerprint {self.today} "
-                    f"({self.kind} runs; harness/provenance.py).")
+                    f"({self.kind} runs{was}; harness/running/fingerprint.py).")
         parts = []
         if self.recorded:
             plural = "s" if len(self.recorded) > 1 else ""
@@ -491,8 +284,15 @@ class Freshness:
         return f"**Stale: code changed since** ({'; '.join(parts)}{changed})."
 
 
+def _translations(man: dict) -> dict[str, Fingerprint]:
+    """A manifest's recorded digests' fingerprints under today's rule (:func:`translate`)."""
+    return {old: Fingerprint.from_dict(data)
+            for old, data in man.get("translated_fingerprints", {}).items()}
+
+
 def freshness(folder: Path, today: Fingerprint | None = None) -> Freshness:
-    """Compare the fingerprints a folder's runs recorded with today's code's."""
+    """Compare the fingerprints a folder's runs recorded with today's code's (a digest recorded
+    under an earlier hash rule through its translation, where the manifest has one)."""
     import pandas as pd
 
     folder = Path(folder)
@@ -510,13 +310,71 @@ def freshness(folder: Path, today: Fingerprint | None = None) -> Freshness:
             digests.append(backfill.get(str(row.get("git_commit", man.get("table_commit", ""))),
                                         ""))
     known = sorted({d for d in digests if d})
-    table = recorded_fingerprints(folder)
+    table, moved = recorded_fingerprints(folder), _translations(man)
     changed: set[str] = set()
     for digest in known:
-        if digest != today.digest and digest in table:
-            changed.update(table[digest].changed(today))
+        fp = moved.get(digest) or table.get(digest)
+        if fp is None or fp.digest == today.digest:
+            continue
+        against = today if fp.rule == today.rule else fingerprint(kind, cached=True, rule=fp.rule)
+        changed.update(fp.changed(against))
+    current = tuple(sorted({moved[d].digest if d in moved else d for d in known}))
     return Freshness(kind, today.digest, tuple(known), sum(1 for d in digests if not d),
-                     tuple(sorted(changed)))
+                     tuple(sorted(changed)), current)
+
+
+def _tree(commit: str):
+    """A context with the project's packages at ``commit`` in a scratch folder."""
+    import contextlib
+    import tarfile
+    import tempfile
+
+    @contextlib.contextmanager
+    def tree():
+        with tempfile.TemporaryDirectory() as tmp:
+            archive = subprocess.run(["git", "-C", str(PROJECT), "archive", commit, *PACKAGES],
+                                     capture_output=True, check=True).stdout
+            with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+                tar.extractall(tmp)   # our own commit's tree
+            yield Path(tmp)
+    return tree()
+
+
+def translate(folder: Path, commits: Iterable[str] = ()) -> dict[str, str]:
+    """Record in the manifest the today's-rule fingerprint of every digest the folder's runs
+    recorded under an earlier rule: the rule-``RULE`` fingerprint of a commit (the runs' own, or
+    one of ``commits``) whose earlier-rule digest is the recorded one, checked, so a folder stays
+    fresh across a change that moved modules only. Returns {recorded: translated} for the digests
+    it could translate."""
+    import pandas as pd
+
+    folder = Path(folder).resolve()
+    kind = folder_kind(folder)
+    runs = pd.read_csv(folder / "runs.csv")
+    man = read_manifest(folder)
+    done = man.setdefault("translated_fingerprints", {})
+    recorded = recorded_fingerprints(folder)
+    rules = {d: recorded[d].rule if d in recorded else 1
+             for d in runs.get("code_fingerprint", pd.Series(dtype=str)).dropna().astype(str)}
+    wanted = {d for d, rule in rules.items() if d and d not in done and rule < RULE}
+    candidates = list(dict.fromkeys([*runs.get("git_commit", pd.Series(dtype=str)).dropna()
+                                     .astype(str), *commits]))
+    for commit in candidates:
+        if not wanted:
+            break
+        if commit in ("unknown", "nan"):
+            continue
+        with _tree(commit) as tmp:
+            for rule in sorted({rules[d] for d in wanted}):
+                old = fingerprint(kind, tmp, rule=rule)
+                if old.digest in wanted:
+                    new = fingerprint(kind, tmp, rule=RULE)
+                    done[old.digest] = {**new.as_dict(), "source": (
+                        f"the tree of commit {commit[:12]}, whose rule-{rule} digest is "
+                        f"{old.digest}, hashed by rule {RULE}")}
+                    wanted.discard(old.digest)
+    (folder / "manifest.json").write_text(json.dumps(man, indent=1, default=list))
+    return {d: done[d]["digest"] for d in done}
 
 
 def backfill(folder: Path) -> dict[str, str]:
@@ -524,9 +382,6 @@ def backfill(folder: Path) -> dict[str, str]:
     fingerprint of the code at each commit its runs name (from git; a table without commits:
     the commit that first added it). Returns {commit: digest}. The runs' work trees may have
     differed from their commits (``git_dirty``); the manifest says so."""
-    import tarfile
-    import tempfile
-
     import pandas as pd
 
     folder = Path(folder).resolve()
@@ -544,12 +399,8 @@ def backfill(folder: Path) -> dict[str, str]:
     for commit in commits:
         if commit in done:
             continue
-        with tempfile.TemporaryDirectory() as tmp:
-            archive = subprocess.run(["git", "-C", str(PROJECT), "archive", commit, *PACKAGES],
-                                     capture_output=True, check=True).stdout
-            with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-                tar.extractall(tmp)   # our own commit's tree
-            fp = fingerprint(kind, Path(tmp))
+        with _tree(commit) as tmp:
+            fp = fingerprint(kind, tmp)
         done[commit] = {**fp.as_dict(), "source": f"the tree of commit {commit[:12]} (backfilled; "
                         "the runs' own work trees may have had uncommitted changes)"}
     if "git_commit" not in runs:

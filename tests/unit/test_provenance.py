@@ -6,6 +6,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness import provenance
+from harness.running import fingerprint
 
 
 def test_comments_docstrings_and_layout_do_not_change_a_file_hash(tmp_path):
@@ -14,11 +15,11 @@ def test_comments_docstrings_and_layout_do_not_change_a_file_hash(tmp_path):
     b.write_text('"""Other doc."""\n# a comment\n\ndef f(x):\n\n        """Says f, at length."""\n'
                  '        return x + 1  # why\n')
     c.write_text('"""Doc."""\n\ndef f(x):\n    return x + 2\n')
-    assert provenance.file_hash(a) == provenance.file_hash(b) != provenance.file_hash(c)
+    assert fingerprint.file_hash(a) == fingerprint.file_hash(b) != fingerprint.file_hash(c)
     x, y = tmp_path / "x.c", tmp_path / "y.c"
     x.write_text("/* doc */ int f(void) { return 1; } // why\n")
     y.write_text("int f(void)\n{\n    return 1;\n}\n")
-    assert provenance.file_hash(x) == provenance.file_hash(y)
+    assert fingerprint.file_hash(x) == fingerprint.file_hash(y)
 
 
 def test_the_fingerprint_of_training_runs_covers_the_measuring_code_only():
@@ -28,9 +29,9 @@ def test_the_fingerprint_of_training_runs_covers_the_measuring_code_only():
             "topologies/network.py", "transports/native/src/ltp_core.c"} <= files
     assert not files & {"harness/reporting/report.py", "harness/reporting/stats.py", "harness/reporting/figures.py",
                         "harness/presets.py", "harness/provenance.py"}
-    assert fp.digest == provenance.digest_of(fp.files.values())
+    assert fp.digest == fingerprint.digest_of(fp.files.values())
     # a moved file keeps the digest: it is over the hashes, not the paths
-    assert provenance.digest_of(reversed(list(fp.files.values()))) == fp.digest
+    assert fingerprint.digest_of(reversed(list(fp.files.values()))) == fp.digest
 
 
 def _folder(tmp_path: Path, digest: str, files: dict) -> Path:
@@ -38,7 +39,7 @@ def _folder(tmp_path: Path, digest: str, files: dict) -> Path:
                   "code_fingerprint": [digest, digest]}).to_csv(tmp_path / "runs.csv",
                                                                 index=False)
     (tmp_path / "manifest.json").write_text(json.dumps({"provenance": {"fingerprint": {
-        "kind": "ps", "digest": digest, "files": files}}}))
+        "kind": "ps", "digest": digest, "files": files, "rule": fingerprint.RULE}}}))
     return tmp_path
 
 
@@ -97,12 +98,48 @@ def test_other_load_counts_only_what_others_used_during_the_run():
 
 
 def test_the_hash_rule_is_frozen(tmp_path):
-    """Every recorded fingerprint was computed with this rule: changing it would make every
-    results folder stale at once. Change it only together with rerunning (or re-backfilling)
-    every folder."""
+    """Every recorded fingerprint was computed with one of these rules: changing one would make
+    every folder it recorded stale at once. Change the rule only with a new number, and translate
+    (``provenance.translate``) or rerun every fresh folder."""
     py, c = tmp_path / "pin.py", tmp_path / "pin.c"
     py.write_text('"""Doc."""\nimport os  # why\n\n\ndef f(x):\n    """F."""\n'
                   '    return os.sep + x\n')
     c.write_text("/* doc */\nint f(void) { return 1; } // why\n")
-    assert provenance.file_hash(py) == "3d1b36da798c886f"
-    assert provenance.file_hash(c) == "f164f72ced4b9d66"
+    assert fingerprint.file_hash(py, rule=1) == "3d1b36da798c886f"
+    assert fingerprint.file_hash(py, rule=2) == "02fc8794c4129af9"
+    assert fingerprint.file_hash(c) == fingerprint.file_hash(c, rule=1) == "f164f72ced4b9d66"
+
+
+def test_a_move_changes_no_hash_but_any_other_token_does(tmp_path, monkeypatch):
+    """Rule 2: importers of a moved module, the ruff order their lines take after the move, and a
+    string naming the module hash as before; a different binding or any other token does not."""
+    monkeypatch.setattr(fingerprint, "MOVES", {"harness.training.models": "harness.models"})
+
+    def h(text: str) -> str | None:
+        (tmp_path / "m.py").write_text(text)
+        return fingerprint.file_hash(tmp_path / "m.py")
+
+    before = h('from harness import models, runner\n\nRUN = ("harness.models", models.MLP)\n')
+    assert before == h('from harness import runner\nfrom harness.training import models\n\n'
+                       'RUN = ("harness.training.models", models.MLP)\n')
+    assert before == h('from harness.training import models\nfrom harness import runner\n\n'
+                       'RUN = ("harness.models", models.MLP)\n')
+    assert before != h('from harness import runner\nfrom harness.training import models as m\n'
+                       '\nRUN = ("harness.models", m.MLP)\n')
+    assert before != h('from harness import models, runner\n\nRUN = ("harness.models", '
+                       'models.CNN)\n')
+    assert h('"""A package: only its docstring."""\n') is None
+    assert h('"""A package."""\n\nX = 1\n') is not None
+
+
+def test_a_folder_recorded_under_the_earlier_rule_is_fresh_through_its_translation(tmp_path):
+    today = provenance.fingerprint("ps")
+    folder = _folder(tmp_path, "0123456789ab", {"harness/ps.py": "0" * 16})
+    man = json.loads((folder / "manifest.json").read_text())
+    man["translated_fingerprints"] = {"0123456789ab": today.as_dict()}
+    (folder / "manifest.json").write_text(json.dumps(man))
+    fresh = provenance.freshness(folder, today)
+    assert fresh.fresh and "recorded as 0123456789ab" in fresh.text()
+    man["translated_fingerprints"] = {"0123456789ab": dict(today.as_dict(), digest="feed")}
+    (folder / "manifest.json").write_text(json.dumps(man))
+    assert not provenance.freshness(folder, today).fresh

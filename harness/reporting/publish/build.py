@@ -63,10 +63,12 @@ def combine(rel: str, sources: tuple[str, ...], root: Path, check: bool, out: Ou
             _put(folder / table, pd.concat(frames, ignore_index=True).to_csv(index=False),
                  check, out, root)
     backfilled: dict = {}
+    translated: dict = {}
     recorded = []
     for s in sources:
         man = json.loads((root / s / "manifest.json").read_text())
         backfilled.update(man.get("backfilled_fingerprints", {}))
+        translated.update(man.get("translated_fingerprints", {}))
         for entry in [man.get("provenance", {})] + [e.get("provenance", {})
                                                     for e in man.get("extended", [])]:
             if "fingerprint" in entry:
@@ -76,6 +78,8 @@ def combine(rel: str, sources: tuple[str, ...], root: Path, check: bool, out: Ou
                                           f"{', '.join(sources)})"},
                 "extended": [{"provenance": r} for r in recorded],
                 "backfilled_fingerprints": backfilled}
+    if translated:
+        manifest["translated_fingerprints"] = translated
     _put(folder / "manifest.json", json.dumps(manifest, indent=1) + "\n", check, out, root)
 
 
