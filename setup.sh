@@ -60,8 +60,8 @@ fi
 
 # The delay line's NFQUEUE helper and the Gilbert-Elliott loss program with its loader (make
 # rebuilds them only when their sources changed).
-make -s -C topologies/delay
-make -s -C topologies/geloss
+make -s -C topologies/impair/delay
+make -s -C topologies/impair/geloss
 
 .venv/bin/python -c 'import torch, mininet.net, os_ken, pandas, seaborn, invoke, ray' \
     || { echo "setup.sh: the virtual environment is incomplete; delete .venv and run ./setup.sh again" >&2; exit 1; }

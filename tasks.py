@@ -1,12 +1,12 @@
 """Tasks of ltp-testbed (``invoke --list``). Thin: argument plumbing only; logic lives in packages.
 
-    invoke run-sweep                      # the default sweep into results/<preset>/
-    invoke run-sweep --preset smoke --loss 0,5 --iterations 20
-    invoke run-sweep --cluster auto       # each group of runs on a node of a Ray cluster
-    invoke bench-network                  # the emulated network against its configuration
-    invoke simulate --workers 8,64,1024 --out DIR   # the LTP/PLOT core at scale, simulated
-    invoke publish [--check]              # every report, figure and published number, from the tables
-    invoke clean                          # remove what a killed run left behind
+    invoke run-sweep                      # the default sweep into results/<preset>/ invoke
+    run-sweep --preset smoke --loss 0,5 --iterations 20 invoke run-sweep --cluster auto       #
+    each group of runs on a node of a Ray cluster invoke bench-network                  # the
+    emulated network against its configuration invoke simulate --workers 8,64,1024 --out DIR   #
+    the LTP/PLOT core at scale, simulated invoke publish [--check]              # every report,
+    figure and published number, from the tables invoke clean                          # remove
+    what a killed run left behind
 """
 
 from __future__ import annotations
@@ -70,9 +70,9 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
     from harness import cli
 
     with cli.user_errors():
-        from harness import presets
-        from harness.running import engine
         from harness.p2p import spec as p2p
+        from harness.running import presets
+        from harness.running import engine
 
         if preset in p2p.PRESETS:
             given = [name for name, value in locals().items() if name not in (
@@ -118,7 +118,7 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
         engine.check_folder(folder)
         if cluster:
             # The head only coordinates (no root, no network here); Ray is imported only now.
-            from harness import cluster as ray_cluster
+            from harness.running import cluster as ray_cluster
 
             ray_cluster.run_plan(plan, folder, cluster)
             return
@@ -138,7 +138,7 @@ def bench_network(c, bandwidth="100", queue="64", loss="5", seconds="5"):
     from harness import cli
 
     with cli.user_errors():
-        from harness import bench
+        from harness.bench import run as bench
 
         args = bench.network_args(cli.number(bandwidth, float, "--bandwidth"),
                                   cli.number(queue, int, "--queue"),
@@ -156,7 +156,7 @@ def clean(c):
 
     with cli.user_errors():
         cli.require_root()
-        from topologies.network import clean as clean_testbed
+        from topologies.testbed.network import clean as clean_testbed
 
         removed = clean_testbed()
         print("\n".join(removed) if removed else "nothing to clean.")
@@ -179,7 +179,7 @@ def docs(c):
     from harness import cli
 
     with cli.user_errors():
-        from harness import results
+        from harness.running import results
         from transports import options_doc
 
         path = PROJECT / "docs" / "results-schema.md"
@@ -201,11 +201,12 @@ def docs(c):
 })
 def bench_transport(c, transports="ltp,tcp-cubic", loss="0,1,5,10", bandwidth="100,200",
                     iterations="20", queue="64", loopback_only=False):
-    """Loopback goodput and CPU per byte, and 8-to-1 push time per transport vs the physical bound."""
+    """Loopback goodput and CPU per byte, and 8-to-1 push time per transport vs the physical
+    bound."""
     from harness import cli
 
     with cli.user_errors():
-        from harness import bench
+        from harness.bench import run as bench
 
         args = bench.transport_args(cli.words(transports), cli.numbers(loss, float, "--loss"),
                                     cli.numbers(bandwidth, float, "--bandwidth"),
@@ -223,8 +224,8 @@ def figures(c, sweep):
     from harness import cli
 
     with cli.user_errors():
-        from harness.reporting import figures as fig
         from harness.p2p import report as p2p_report
+        from harness.reporting import figures as fig
 
         folder = Path(sweep)
         if p2p_report.is_p2p(folder):
@@ -297,6 +298,7 @@ def simulate(c, out=None, workers="8", transports="ltp", bandwidth="10000", queu
     with cli.user_errors():
         from harness.running import engine
         from harness.simulation import driver as sim
+        from harness.simulation import kind
 
         grid = sim.cells(cli.words(transports), cli.numbers(workers, int, "--workers"),
                          cli.numbers(bandwidth, float, "--bandwidth"),
@@ -307,7 +309,7 @@ def simulate(c, out=None, workers="8", transports="ltp", bandwidth="10000", queu
                          update_ms=cli.number(update_ms, float, "--update-ms"))
         folder = Path(out) if out else PROJECT / "results" / "simulate"
         engine.check_folder(folder)
-        engine.run_plan(sim.SimPlan("simulate", tuple(grid)), folder)
+        engine.run_plan(kind.SimPlan("simulate", tuple(grid)), folder)
 
 
 @task(help={"workers": "comma-separated numbers of workers (default 8,64,256,1024)",
@@ -318,8 +320,8 @@ def bench_simulate(c, workers="8,64,256,1024", bandwidth="100000", iterations="2
     from harness import cli
 
     with cli.user_errors():
-        from harness.simulation import driver as sim
+        from harness.simulation import kind
 
-        sim.bench(cli.numbers(workers, int, "--workers"),
+        kind.bench(cli.numbers(workers, int, "--workers"),
                   cli.number(bandwidth, float, "--bandwidth"),
                   cli.number(iterations, int, "--iterations"))

@@ -10,29 +10,29 @@ from collections.abc import Iterator
 
 from invoke.exceptions import Exit
 
-from harness.aggregators import AGGREGATORS, AggregatorError
-from harness.bench import BenchError
-from harness.byzantine import ByzantineError, parse_byzantine
-from harness.compress import CompressError, parse_compress
-from harness.cluster import ClusterError
-from harness.datasets import DatasetError
-from harness.faults import FaultError, parse_fault
-from harness.presets import UnknownPreset
-from harness.results import ResultsError
-from harness.simulation.driver import SimulationError
+from harness.bench.run import BenchError
+from harness.hosts.faults import FaultError, parse_fault
+from harness.hosts.sync import SyncError, parse_sync
 from harness.p2p.spec import PeerSpecError
-from harness.spec import SpecError
+from harness.reporting.publish.blocks import BlockError
+from harness.running.cluster import ClusterError
 from harness.running.engine import SweepError
-from harness.sync import SyncError, parse_sync
-from topologies.delay import DelayError
-from topologies.cross import CrossError
-from topologies.impair import LossModelError, Uniform, parse_loss
+from harness.running.presets import UnknownPreset
+from harness.running.results import ResultsError
+from harness.running.spec import SpecError
+from harness.simulation.driver import SimulationError
+from harness.training.aggregators import AGGREGATORS, AggregatorError
+from harness.training.byzantine import ByzantineError, parse_byzantine
+from harness.training.compress import CompressError, parse_compress
+from harness.training.datasets import DatasetError
+from topologies.impair.cross import CrossError
+from topologies.impair.delay import DelayError
+from topologies.impair.loss import LossModelError, Uniform, parse_loss
 from topologies.incast import TopologyError
-from topologies.network import TestbedError
-from topologies.ovs import OVSError
+from topologies.testbed.network import TestbedError
+from topologies.testbed.ovs import OVSError
 from transports.base import OptionError, TransportError
 from transports.registry import UnknownTransport
-from harness.reporting.publish.blocks import BlockError
 
 USER_ERRORS = (SpecError, UnknownPreset, UnknownTransport, OptionError, TopologyError,
                TestbedError, OVSError, SweepError, ResultsError, DatasetError, TransportError,

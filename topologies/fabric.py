@@ -16,29 +16,29 @@ leaf's access rates over its uplink rate). One spine keeps the fabric a tree: be
 hosts there is exactly one path, so forwarding by destination MAC needs no routing decisions and
 a multicast tree is the union of the paths to its receivers.
 
-Workers ``w1..wN`` fill the leaves in rank order, ``workers_per_leaf`` each (``wi`` has
-10.0.0.i, as in the incast star); there is no parameter server. With ``cross_per_leaf`` > 0 each
-leaf also has that many cross-traffic hosts (``x1..``, 10.0.0.200 and up, leaf by leaf) on links
-at the uplink rate, so one of them can fill its leaf's uplink, or another leaf's downlink, with
-background traffic. Every link is an HTB-shaped ``TCLink`` with checksum offload off, and
-:mod:`topologies.network` puts a pfifo of ``queue_pkts`` packets under HTB on every switch port
-(each is some link's egress queue). Loss (``loss_pct``) works as in the incast star: at each
+Workers ``w1..wN`` fill the leaves in rank order, ``workers_per_leaf`` each (``wi`` has 10.0.0.i,
+as in the incast star); there is no parameter server. With ``cross_per_leaf`` > 0 each leaf also
+has that many cross-traffic hosts (``x1..``, 10.0.0.200 and up, leaf by leaf) on links at the
+uplink rate, so one of them can fill its leaf's uplink, or another leaf's downlink, with background
+traffic. Every link is an HTB-shaped ``TCLink`` with checksum offload off, and
+:mod:`topologies.testbed.network` puts a pfifo of ``queue_pkts`` packets under HTB on every switch
+port (each is some link's egress queue). Loss (``loss_pct``) works as in the incast star: at each
 receiving host's ingress.
 
 **Names and wiring.** Host names and addresses come from :mod:`topologies.incast` (one owner);
 switch names, dpids and port numbers are built here and nowhere else. :meth:`FabricTopo.wiring`
 describes the whole fabric as data (switches, hosts with their port and rate, trunks between
-switches with their rate), which the controller's multicast app (:mod:`topologies.mcast_app`)
-reads to know the topology, and :meth:`FabricTopo.switch_tables` gives each switch its
-forwarding table (a host on the leaf: its port; any other host: the uplink; at the spine: the
-port of the host's leaf).
+switches with their rate), which the controller's multicast app
+(:mod:`topologies.controller.mcast_app`) reads to know the topology, and
+:meth:`FabricTopo.switch_tables` gives each switch its forwarding table (a host on the leaf: its
+port; any other host: the uplink; at the spine: the port of the host's leaf).
 
 From the Mininet command line (with a switch and controller of your own)::
 
     mn --custom topologies/fabric.py --topo fabric,n_leaves=2,workers_per_leaf=3,n_slow=1 ...
 
-or, with the project's switch, controller and cleanup, :class:`topologies.network.Testbed` with a
-:class:`FabricParams`.
+or, with the project's switch, controller and cleanup, :class:`topologies.testbed.network.Testbed`
+with a :class:`FabricParams`.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ class FabricParams:
         _check(self)
 
     def topo(self) -> FabricTopo:
-        """The Mininet topology (what :class:`topologies.network.Testbed` builds)."""
+        """The Mininet topology (what :class:`topologies.testbed.network.Testbed` builds)."""
         return FabricTopo(**dataclasses.asdict(self))
 
     @property

@@ -16,15 +16,15 @@ link is the single bottleneck in both directions: gradients queue at the switch 
 PS, parameters at the PS's own interface.
 
 Random loss (``loss_pct``) and the bottleneck queue length are not Mininet link parameters on this
-kernel (no netem); :mod:`topologies.network` applies them after the network starts. ``loss_pct``
-is the probability, in percent, that any IPv4 packet is dropped at the ingress of the host that
-receives it. Every host-to-host path crosses exactly one such drop point, so it is the per-packet,
-per-direction, end-to-end random loss rate for gradients, parameters and ACKs alike; congestion
-drops at the bottleneck queue come on top and are counted separately.
+kernel (no netem); :mod:`topologies.testbed.network` applies them after the network starts.
+``loss_pct`` is the probability, in percent, that any IPv4 packet is dropped at the ingress of the
+host that receives it. Every host-to-host path crosses exactly one such drop point, so it is the
+per-packet, per-direction, end-to-end random loss rate for gradients, parameters and ACKs alike;
+congestion drops at the bottleneck queue come on top and are counted separately.
 
 Cross-traffic hosts (``n_cross`` > 0) ``x1..xK`` (10.0.0.200..) sit on the ports after the
 workers, with links at the worker rate; whatever they send to the PS crosses the same bottleneck
-port as the gradients (:mod:`topologies.cross` runs the traffic).
+port as the gradients (:mod:`topologies.impair.cross` runs the traffic).
 
 **Names.** Every host, interface and switch-port name is built here and nowhere else:
 :func:`worker_name`, :func:`cross_name`, :func:`intf` (a host's one interface, ``<host>-eth0``),
@@ -76,7 +76,7 @@ class IncastParams:
                      self.queue_pkts, self.loss_pct, self.n_cross)
 
     def topo(self) -> IncastTopo:
-        """The Mininet topology (what :class:`topologies.network.Testbed` builds)."""
+        """The Mininet topology (what :class:`topologies.testbed.network.Testbed` builds)."""
         return IncastTopo(**dataclasses.asdict(self))
 
     @property

@@ -20,10 +20,10 @@ Bubble Filling strategy, and says exactly what it filled.
 A transport is created from its registry slug and a mapping of options
 (:func:`transports.registry.create`); it never reads the run spec itself, so the harness does not
 change when a new transport is added. What the hosts of one run share besides the options is a
-:class:`Session` (a random session id and a secret key), which the harness draws per run and
-hands to every host outside the emulated network (:meth:`Transport.use_session`). Each transport declares its options once, as a table of
-:class:`Option` rows that validation, ``invoke transports`` and the generated docs all read.
-See ``docs/adding-a-transport.md``.
+:class:`Session` (a random session id and a secret key), which the harness draws per run and hands
+to every host outside the emulated network (:meth:`Transport.use_session`). Each transport declares
+its options once, as a table of :class:`Option` rows that validation, ``invoke transports`` and the
+generated docs all read. See ``docs/adding-a-transport.md``.
 """
 
 from __future__ import annotations
@@ -87,7 +87,8 @@ class Session:
 
 @dataclasses.dataclass(frozen=True)
 class Option:
-    """One option of a transport: its name, default, type, allowed values, unit and one line of help.
+    """One option of a transport: its name, default, type, allowed values, unit and one line of
+    help.
 
     ``kind`` is ``"int"`` (an integral number), ``"float"``, ``"bool"``, ``"choice"`` (one of
     ``choices``), ``"names"`` (a list of strings) or ``"any"`` (checked by the transport's
@@ -448,7 +449,7 @@ class Transport(abc.ABC):
 
         ``layout`` is the shape of the parameters the PS broadcasts; ``up`` the shape of the
         messages the workers push (None: the same). They differ when workers compress their
-        updates (:mod:`harness.compress`): the same segment names, shorter segments.
+        updates (:mod:`harness.training.compress`): the same segment names, shorter segments.
         """
 
     @abc.abstractmethod

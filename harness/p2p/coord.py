@@ -7,12 +7,12 @@ carry only training traffic). Each peer keeps one connection and asks, once per 
 and to whom do I send?". The answer: ``receivers`` (ranks), ``group`` (the sender's multicast
 address when the switches copy, else null), ``rate_mbps`` (the pace) and ``stop``.
 
-**BSP.** The answer to round ``t`` comes when every peer has asked for it, so every round
-``t-1`` message has been delivered (a send returns once every receiver has closed it): the round
-barrier. Then the coordinator asks the controller for the whole round at once
-(:meth:`topologies.multicast.MulticastClient.round`): the senders in an order that rotates every
-round (so no peer is always the one that sees everyone else's trees as load), one view of the
-links, all groups installed with one barrier per switch, the datapaths settled.
+**BSP.** The answer to round ``t`` comes when every peer has asked for it, so every round ``t-1``
+message has been delivered (a send returns once every receiver has closed it): the round barrier.
+Then the coordinator asks the controller for the whole round at once
+(:meth:`topologies.controller.multicast.MulticastClient.round`): the senders in an order that
+rotates every round (so no peer is always the one that sees everyone else's trees as load), one
+view of the links, all groups installed with one barrier per switch, the datapaths settled.
 
 **SSP with bound s.** A peer may start round ``t`` once every peer has asked for round
 ``t - s`` or later; its receivers are chosen and installed for it alone, when it asks (the
@@ -22,10 +22,10 @@ between its own sends, never under a message in flight.
 Both end with a barrier: the answer to round ``rounds`` (``stop``) comes when every peer has
 sent its last round, so nobody leaves while a message to it is on its way.
 
-**The pace.** Each selection comes with the sender's pace (:func:`topologies.selmcast.paces`):
-every link's available bandwidth shared equally among the transfers of the round that cross it,
-a group at its most shared link, unicast copies each as a transfer of its own. Every policy is
-paced by the same rule, on the same view.
+**The pace.** Each selection comes with the sender's pace
+(:func:`topologies.controller.selmcast.paces`): every link's available bandwidth shared equally
+among the transfers of the round that cross it, a group at its most shared link, unicast copies
+each as a transfer of its own. Every policy is paced by the same rule, on the same view.
 
 Every round's plan is one line of ``raw/rounds.jsonl``.
 """
@@ -40,12 +40,12 @@ import threading
 import time
 from pathlib import Path
 
-from harness import models
+from harness.hosts.sync import parse_sync
 from harness.p2p.spec import PeerSpec
-from harness.sync import parse_sync
+from harness.training import models
+from topologies.controller.mcast_plan import group_address
+from topologies.controller.multicast import MulticastClient
 from topologies.incast import worker_name
-from topologies.mcast_plan import group_address
-from topologies.multicast import MulticastClient
 
 RATE_FLOOR_MBPS = 1.0
 PLAN_WAIT_S = 0.05

@@ -40,11 +40,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from harness import datasets, models
-from harness.node import evaluate
+from harness.hosts.node import evaluate
 from harness.p2p.coord import CoordinatorClient
 from harness.p2p.spec import PeerSpec
-from harness.runfiles import read_session
+from harness.running.runfiles import read_session
+from harness.training import datasets, models
 from topologies.incast import worker_ip, worker_name
 from transports import peer as peer_transports
 

@@ -46,7 +46,7 @@ CELL = ["method", "sync", "loss_pct"]
 
 def is_p2p(folder: Path) -> bool:
     """Whether ``folder`` holds a peer-to-peer sweep (its runs.csv has the peer-to-peer columns)."""
-    from harness import results
+    from harness.running import results
 
     path = folder / "runs.csv"
     if not path.exists():
@@ -201,8 +201,8 @@ def figures(ok: pd.DataFrame, curves: pd.DataFrame, folder: Path) -> list[Path]:
 
 def report_text(folder: Path) -> str:
     """The report of the sweep in ``folder``, from its tables (its figures must exist)."""
-    from harness import provenance
     from harness.reporting.report import seed_text
+    from harness.running import provenance
 
     ok, curves = load(folder)
     if ok.empty:

@@ -1,14 +1,14 @@
 """One peer-to-peer run on the fabric, and a resumable sweep of them into one results folder.
 
-:func:`execute` writes the run's spec and session, applies its loss, starts the round
-coordinator (:mod:`harness.p2p.coord`) and one :mod:`harness.p2p.peer` per worker host, waits for
-them, reads every switch port's counters before and after, and returns the run's row.
-:data:`KIND` is what the one sweep loop (:func:`harness.running.engine.run_plan`) needs to run a
+:func:`execute` writes the run's spec and session, applies its loss, starts the round coordinator
+(:mod:`harness.p2p.coord`) and one :mod:`harness.p2p.peer` per worker host, waits for them, reads
+every switch port's counters before and after, and returns the run's row. :data:`KIND` is what the
+one sweep loop (:func:`harness.running.engine.run_plan`) needs to run a
 :class:`~harness.p2p.spec.PeerPlan`: runs that share a network share one live fabric, each row is
-appended the moment its run ends (a killed sweep keeps every row and the same command resumes),
-and the report and figures come last (:mod:`harness.p2p.report`). The columns are
-:data:`harness.results.P2P_COLUMNS` and :data:`~harness.results.P2P_CURVE_COLUMNS` (units in
-``docs/results-schema.md``).
+appended the moment its run ends (a killed sweep keeps every row and the same command resumes), and
+the report and figures come last (:mod:`harness.p2p.report`). The columns are
+:data:`harness.running.results.P2P_COLUMNS` and :data:`~harness.running.results.P2P_CURVE_COLUMNS`
+(units in ``docs/results-schema.md``).
 """
 
 from __future__ import annotations
@@ -22,19 +22,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness import provenance
+from harness.hosts.zygote import Zygote
 from harness.p2p.coord import Coordinator, socket_path
 from harness.p2p.spec import PeerPlan, PeerSpec
-from harness.results import P2P_COLUMNS, P2P_CURVE_COLUMNS
-from harness.runfiles import read_jsonl, write_session
-from harness.provenance import git_state
-from harness.runner import spawn_forked, wait
+from harness.running import provenance
 from harness.running import kinds
-from harness.zygote import Zygote
+from harness.running.provenance import git_state
+from harness.running.results import P2P_COLUMNS, P2P_CURVE_COLUMNS
+from harness.running.runfiles import read_jsonl, write_session
+from harness.running.runner import spawn_forked, wait
 from topologies.fabric import SPINE_NAME, UPLINK_PORT, leaf_name
-from topologies.impair import Impairment
+from topologies.impair.loss import Impairment
 from topologies.incast import worker_name
-from topologies.network import Testbed
+from topologies.testbed.network import Testbed
 from transports.base import Session
 
 
@@ -110,8 +110,8 @@ def summarise(spec: PeerSpec, raw: Path, before: dict, after: dict) -> tuple[dic
     """The run's row (all but status and provenance) and its curve rows, from its raw files."""
     import torch
 
-    from harness import datasets, models
-    from harness.node import evaluate
+    from harness.hosts.node import evaluate
+    from harness.training import datasets, models
 
     hosts = [worker_name(r) for r in range(spec.n_workers)]
     rounds = pd.DataFrame([dict(rec, host=h) for h in hosts

@@ -5,7 +5,7 @@ receivers (``policy`` with its floor ``p``), how the copies are made (``copy``: 
 OpenFlow groups, ``unicast`` for the sender's own copies), the transport that carries the
 parameters (``scheme``: ``mcast``, ``mcast+close_frac=0.9``, ``tcp``), the synchronisation
 (``bsp`` or ``ssp:S``) and the training. Its :attr:`~PeerSpec.run_id` is derived from all of it,
-so a resumed sweep recognises a finished run by id alone, as in :mod:`harness.spec`.
+so a resumed sweep recognises a finished run by id alone, as in :mod:`harness.running.spec`.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ import itertools
 import json
 from typing import Any, ClassVar
 
-from harness import datasets, models
-from harness.spec import parse_scheme
-from harness.sync import SyncError, parse_sync
+from harness.hosts.sync import SyncError, parse_sync
+from harness.running.spec import parse_scheme
+from harness.training import datasets, models
+from topologies.controller.selmcast import POLICIES
 from topologies.fabric import FabricParams
 from topologies.incast import TopologyError
-from topologies.selmcast import POLICIES
 
 COPIES = ("switch", "unicast")
 TRANSPORTS = ("mcast", "tcp")

@@ -5,7 +5,7 @@ coverage the report states (:mod:`harness.reporting.stats`). A statement that on
 another follows the rule of :func:`harness.reporting.stats.compare` (paired by seed where the cells
 share seeds), and the report counts its comparisons and says how many "beyond noise" verdicts chance
 alone would give among them. The header names the machine, the other load during the runs and
-whether the code that produced the numbers is still today's (:mod:`harness.provenance`).
+whether the code that produced the numbers is still today's (:mod:`harness.running.provenance`).
 :func:`readme_table` renders the headline table the README shows for ``results/reference``.
 """
 
@@ -49,7 +49,7 @@ def _where(sw: Sweep, cond: tuple, loss: float) -> str:
 
 def _machine(runs: pd.DataFrame, folder) -> str:
     """Where the runs ran, and how busy the rest of the machine was meanwhile."""
-    from harness import provenance
+    from harness.running import provenance
 
     if "cpu_model" in runs and runs.cpu_model.notna().any():
         cpus = sorted({f"{m} x {int(c)}" for m, c in zip(runs.cpu_model.astype(str), runs.cpu_cores)
@@ -73,7 +73,7 @@ def _machine(runs: pd.DataFrame, folder) -> str:
 def _shown(folder: Path) -> str:
     """A folder as the regenerate command should name it: relative to the project when inside it
     (so a report reads the same in every clone), else as given."""
-    from harness import provenance
+    from harness.running import provenance
 
     try:
         return str(Path(folder).resolve().relative_to(provenance.PROJECT.resolve()))
@@ -82,7 +82,7 @@ def _shown(folder: Path) -> str:
 
 
 def _header(sw: Sweep, tally: stats.Tally, estimates: list[stats.Estimate]) -> list[str]:
-    from harness import provenance
+    from harness.running import provenance
 
     runs = sw.runs
     lo, hi = sw.seeds_per_cell()
@@ -401,9 +401,9 @@ def _against_reference(sw: Sweep) -> list[str]:
     """A default sweep against the committed reference (the default sweep with more seeds): how
     many of its cell medians fall inside the reference's intervals, against the prediction,
     and whether its verdicts agree."""
-    from harness import provenance
     from harness.reporting.publish.claims import headline
     from harness.reporting.publish.context import Folder
+    from harness.running import provenance
 
     project = provenance.PROJECT
     ref = project / headline.REFERENCE

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.reporting import stats
-from harness.results import ResultsError
+from harness.running.results import ResultsError
 from transports import registry
 
 BASELINE = "tcp-cubic"

@@ -7,10 +7,10 @@ sharing a network share one live network, appends each run's rows the moment it 
 progress, and last draws the figures and the report. Killed at any moment, it keeps every
 finished row; the same command resumes; a finished sweep run again does nothing.
 
-One group (one network, its runs in turn) is :func:`run_group`, which writes run folders and
-yields each run's rows as it ends; :func:`record` appends them. A local sweep runs the groups one
-after another here; ``invoke run-sweep --cluster`` runs the same :func:`run_group` on the nodes
-of a Ray cluster and records the rows on the head as they come back (:mod:`harness.cluster`).
+One group (one network, its runs in turn) is :func:`run_group`, which writes run folders and yields
+each run's rows as it ends; :func:`record` appends them. A local sweep runs the groups one after
+another here; ``invoke run-sweep --cluster`` runs the same :func:`run_group` on the nodes of a Ray
+cluster and records the rows on the head as they come back (:mod:`harness.running.cluster`).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from harness import results
+from harness.running import results
 from harness.running import kinds
-from harness.runfiles import RunFiles
+from harness.running.runfiles import RunFiles
 
 
 class SweepError(RuntimeError):
@@ -95,7 +95,7 @@ def run_group(kind: kinds.Kind, group: list, folder: Path,
     The network comes up once, under ``folder/network/``; each run writes
     ``folder/runs/<run_id>/``. Yields :class:`Started` before each run and :class:`Finished` the
     moment it ends; writes no table (the caller appends the rows: :func:`record`). The same code
-    runs a local sweep and each group of a cluster sweep (:mod:`harness.cluster`).
+    runs a local sweep and each group of a cluster sweep (:mod:`harness.running.cluster`).
     """
     net_dir = folder / "network" / kind.network_dir(group[0])
     with kind.network(group[0], net_dir) as site:

@@ -1,27 +1,30 @@
 """The code fingerprint: a digest of the code that produces a kind of run's numbers.
 
-A report says "stale: code changed since" when today's code differs from the code its runs
-recorded (:mod:`harness.provenance` compares them). The code of a kind (:data:`KINDS`) is the
+A report says "stale: code changed since" when today's code differs from the code its runs recorded
+(:mod:`harness.running.provenance` compares them). The code of a kind (:data:`KINDS`) is the
 project's Python modules reachable by import from its entry modules (the processes on the emulated
-hosts, the runner that measures them, the controller apps), plus the C sources they load or run (the
-native core, the delay line, the loss program; the simulator for simulated runs). Reporting code is
-not in it (:data:`NOT_MEASURING`): a new table or a new sentence changes no measured number.
+hosts, the runner that measures them, the controller apps), plus the C sources they load or run
+(the native core, the delay line, the loss program; the simulator for simulated runs). Reporting
+code is not in it (:data:`NOT_MEASURING`): a new table or a new sentence changes no measured
+number.
 
 Each file is hashed after dropping what cannot change behaviour, by a numbered rule:
 
 - **Rule 1** (every fingerprint recorded before the harness was split into sub-packages): comments,
   the text of docstrings, blank lines and indentation width in Python; comments and whitespace in C.
-- **Rule 2** (today's): rule 1, and also *where a module lives*. A module keeps the dotted name it had
-  when rule 2 began (its *canonical* name, :data:`MOVES`): its import statements are hashed as the
-  sorted set of what they bind under canonical names (so moving a module, or the ruff order its
-  importers' lines take after the move, changes no hash), a string that names a moved module counts
-  as its canonical name, and a package ``__init__`` that holds nothing but its docstring is left out.
-  What a move cannot hide: any other token. Where an import sits in a file (top or inside a
-  function) is not hashed.
+- **Rule 2** (today's): rule 1, and also *where a module lives*. A module keeps the dotted name it
+  had when rule 2 began (its *canonical* name, :data:`MOVES`): its import statements are hashed as
+  the sorted set of what they bind under canonical names (so moving a module, or the order its
+  importers' lines take after the move, changes no hash); a moved module's name inside a string
+  (``"python -m harness.hosts.node"``, ``"harness/hosts/ps.py"``) counts as its canonical name; an
+  expression that climbs from ``__file__`` to the project root (``Path(__file__).parents[2]`` two
+  folders down) counts as the root; a package ``__init__`` with nothing but its docstring is left
+  out. A move hides no other token. Where an import sits in a file (top or inside a function) is
+  not hashed.
 
 The digest is over the sorted file hashes, not their paths. A folder measured under rule 1 is
-compared through a translation its manifest records (:func:`harness.provenance.translate`): the
-rule-2 fingerprint of a commit whose rule-1 digest is the one its runs recorded.
+compared through a translation its manifest records (:func:`harness.running.provenance.translate`):
+the rule-2 fingerprint of a commit whose rule-1 digest is the one its runs recorded.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ class Kind:
 
 _NATIVE = ("transports/native/include/*.h", "transports/native/src/*.[ch]",
            "transports/native/build_ffi.py")
-_NETWORK = ("topologies/delay/*.c", "topologies/geloss/*.[ch]")
+_NETWORK = ("topologies/impair/delay/*.c", "topologies/impair/geloss/*.[ch]")
 # The registry loads the transports by name, so no import statement leads to them.
 _TRANSPORTS = ("transports.tcp", "transports.ltp", "transports.plot", "transports.filling")
 # Modules whose changes cannot change a measured number, even where run code imports them:
@@ -59,27 +62,44 @@ _TRANSPORTS = ("transports.tcp", "transports.ltp", "transports.plot", "transport
 # spec), the command line, the sweep loop, benchmarks, and provenance (which only describes runs).
 NOT_MEASURING = frozenset({
     "harness.reporting", "harness.p2p.report",
-    "harness.simulation.figures", "harness.simulation.validate", "harness.presets", "harness.cli",
-    "harness.provenance", "harness.running.fingerprint", "harness.bench", "harness.bench_node",
-    "harness.bench_loopback", "harness.running.engine", "harness.running.kinds",
-    "harness.running.ps", "harness.cluster", "transports.options_doc"})
+    "harness.simulation.figures", "harness.simulation.validate", "harness.running.presets",
+    "harness.cli", "harness.running.provenance", "harness.running.fingerprint", "harness.bench",
+    "harness.hosts.bench",
+    "harness.running.engine", "harness.running.kinds", "harness.running.ps",
+    "harness.running.cluster", "transports.options_doc"})
 KINDS: dict[str, Kind] = {
     # Training through a PS on the emulated network: the host processes, the fork server that
     # starts them, the runner and the metrics that turn their records into rows, the network and
     # its controller app (started by osken-manager, so named here).
-    "ps": Kind(("harness.node", "harness.zygote", "harness.runner", "topologies.controller_app")
-               + _TRANSPORTS, _NATIVE + _NETWORK),
+    "ps": Kind(("harness.hosts.node", "harness.hosts.zygote", "harness.running.runner",
+                "topologies.controller.controller_app") + _TRANSPORTS, _NATIVE + _NETWORK),
     # Peer-to-peer training on the fabric: the peers, the round coordinator, the controller apps.
     "p2p": Kind(("harness.p2p.run", "harness.p2p.peer", "harness.p2p.coord",
-                 "topologies.controller_app", "topologies.mcast_app", "transports.peer.mcast",
-                 "transports.peer.tcp") + _TRANSPORTS,
+                 "topologies.controller.controller_app", "topologies.controller.mcast_app",
+                 "transports.peer.mcast", "transports.peer.tcp") + _TRANSPORTS,
                 _NATIVE + _NETWORK),
     # The simulator: the same C core over a discrete-event network, and its driver.
     "simulate": Kind(("harness.simulation.driver",), _NATIVE + ("transports/native/sim/*.[ch]",)),
 }
 # Where modules moved since rule 2 began: today's dotted name -> the canonical one. A package's
 # entry moves everything under it (C sources in its folder too).
-MOVES: dict[str, str] = {}
+MOVES: dict[str, str] = {
+    **{f"harness.training.{m}": f"harness.{m}" for m in
+       ("models", "datasets", "aggregators", "byzantine", "compress")},
+    **{f"harness.hosts.{m}": f"harness.{m}" for m in
+       ("node", "ps", "sync", "faults", "zygote", "robust")},
+    **{f"harness.running.{m}": f"harness.{m}" for m in
+       ("spec", "presets", "runner", "runfiles", "results", "provenance", "cluster", "metrics")},
+    "harness.bench.run": "harness.bench", "harness.hosts.bench": "harness.bench_node",
+    "harness.bench.loopback": "harness.bench_loopback",
+    **{f"topologies.testbed.{m}": f"topologies.{m}" for m in
+       ("network", "ovs", "process", "ledger", "counters")},
+    "topologies.impair.loss": "topologies.impair",
+    **{f"topologies.impair.{m}": f"topologies.{m}" for m in ("delay", "geloss", "cross", "onoff")},
+    **{f"topologies.controller.{m}": f"topologies.{m}" for m in
+       ("controller_app", "mcast_app", "mcast_plan", "linkview", "selmcast", "control",
+        "multicast")},
+}
 
 
 # ---- names -------------------------------------------------------------------------------------
@@ -150,9 +170,11 @@ def _canonical_not_measuring() -> frozenset[str]:
 def _not_measuring(name: str) -> bool:
     """Whether module ``name`` is, or is inside a package that is, in :data:`NOT_MEASURING`
     (compared by canonical names, so the rule reads a tree from before a move the same way)."""
-    parts = canonical(name).split(".")
-    skip = _canonical_not_measuring()
-    return any(".".join(parts[:i]) in skip for i in range(1, len(parts) + 1))
+    def under(dotted: str, names: frozenset[str]) -> bool:
+        parts = dotted.split(".")
+        return any(".".join(parts[:i]) in names for i in range(1, len(parts) + 1))
+
+    return under(name, NOT_MEASURING) or under(canonical(name), _canonical_not_measuring())
 
 
 def _entry(name: str, root: Path) -> str:
@@ -219,11 +241,49 @@ def _bindings(node: ast.Import | ast.ImportFrom) -> list[str]:
     return out
 
 
-_DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
+def _canonical_text(text: str) -> str:
+    """A string token with every moved module's name (dotted, or as a path) canonical."""
+    pattern, table = _pattern(tuple(sorted(MOVES.items())))
+    return pattern.sub(lambda m: table[m.group(0)], text)
 
 
-def _python_tokens_2(text: str) -> str | None:
-    """Rule 2 (see the module docstring); None for a module with nothing but its docstring."""
+@functools.lru_cache(maxsize=4)
+def _pattern(moves: tuple[tuple[str, str], ...]) -> tuple[re.Pattern, dict[str, str]]:
+    table = {}
+    for new, old in moves:
+        table[new] = old
+        table[new.replace(".", "/")] = old.replace(".", "/")
+    names = sorted(table, key=len, reverse=True)
+    return (re.compile(r"(?<![\w./])(" + "|".join(re.escape(n) for n in names) + r")(?!\w)"),
+            table)
+
+
+def _root_climbs(out: list[str], depth: int) -> list[str]:
+    """``Path(__file__)[.resolve()]`` climbed by ``.parent`` repeated, or by ``.parents[N]``, to
+    the project root (``depth`` levels: the file's path components) as one token ``<project>``."""
+    i = 0
+    while i < len(out):
+        if out[i:i + 4] != ["Path", "(", "__file__", ")"]:
+            i += 1
+            continue
+        j = i + 4
+        if out[j:j + 4] == [".", "resolve", "(", ")"]:
+            j += 4
+        climbs = 0
+        while out[j:j + 2] == [".", "parent"]:
+            climbs, j = climbs + 1, j + 2
+        if not climbs and out[j:j + 3] == [".", "parents", "["] and out[j + 3:j + 5][1:] == ["]"] \
+                and out[j + 3].isdigit():
+            climbs, j = int(out[j + 3]) + 1, j + 5
+        if climbs == depth:
+            out[i:j] = ["<project>"]
+        i += 1
+    return out
+
+
+def _python_tokens_2(text: str, depth: int = 0) -> str | None:
+    """Rule 2 (see the module docstring); None for a module with nothing but its docstring.
+    ``depth``: the file's number of path components under the project (0: not known)."""
     tree = ast.parse(text)
     docstrings = _docstrings(tree)
     spans, bound = [], []
@@ -243,10 +303,11 @@ def _python_tokens_2(text: str) -> str | None:
                 or tok.type == tokenize.NEWLINE and tok.start in ends):
             continue
         shown = _SHOWN.get(tok.type, tok.string)
-        if tok.type == tokenize.STRING and _DOTTED.fullmatch(tok.string.strip("'\"")):
-            value = tok.string.strip("'\"")
-            shown = tok.string.replace(value, canonical(value))
+        if tok.type == tokenize.STRING and MOVES:
+            shown = _canonical_text(shown)
         out.append(shown)
+    if depth:
+        out = _root_climbs(out, depth)
     code = [t for t in out if t not in ("<nl>", "")]
     if not code and not bound:
         return None
@@ -270,12 +331,13 @@ def _c_tokens(text: str) -> str:
     return "".join(out).strip()
 
 
-def file_hash(path: Path, rule: int = RULE) -> str | None:
-    """The hash of what in ``path`` can change behaviour, by ``rule`` (see the module docstring);
-    None where rule 2 leaves the file out."""
+def file_hash(path: Path, rule: int = RULE, rel: str = "") -> str | None:
+    """The hash of what in ``path`` (the project's ``rel``, where known) can change behaviour, by
+    ``rule`` (see the module docstring); None where rule 2 leaves the file out."""
     text = path.read_text(errors="replace")
     if path.suffix == ".py":
-        body = _python_tokens(text) if rule == 1 else _python_tokens_2(text)
+        body = _python_tokens(text) if rule == 1 else \
+            _python_tokens_2(text, len(Path(rel).parts) if rel else 0)
         if body is None:
             return None
     elif path.suffix in (".c", ".h"):
@@ -290,8 +352,7 @@ def file_hash(path: Path, rule: int = RULE) -> str | None:
 
 @dataclasses.dataclass(frozen=True)
 class Fingerprint:
-    """The code of one kind of run: a digest and the hash of each file (by canonical path under
-    rule 2, by path under rule 1)."""
+    """The code of one kind of run: a digest and the hash of each file (by its path then)."""
 
     kind: str
     digest: str
@@ -299,9 +360,12 @@ class Fingerprint:
     rule: int = 1
 
     def changed(self, other: Fingerprint) -> list[str]:
-        """The files whose hashes differ between the two, or that only one has (sorted)."""
-        names = set(self.files) | set(other.files)
-        return sorted(n for n in names if self.files.get(n) != other.files.get(n))
+        """The files whose hashes differ between the two, or that only one has (sorted; a file
+        that moved is matched by its canonical path and named as ``other`` names it)."""
+        mine = {canonical_path(n): h for n, h in self.files.items()}
+        theirs = {canonical_path(n): (n, h) for n, h in other.files.items()}
+        out = {theirs[c][0] for c in theirs if mine.get(c) != theirs[c][1]}
+        return sorted(out | {n for n, h in self.files.items() if canonical_path(n) not in theirs})
 
     def as_dict(self) -> dict:
         """For the manifest."""
@@ -335,9 +399,9 @@ def _fingerprint(kind: str, root: Path, rule: int) -> Fingerprint:
     files = {}
     for path in kind_files(kind, root):
         rel = str(path.relative_to(root))
-        digest = file_hash(path, rule)
+        digest = file_hash(path, rule, rel)
         if digest is not None:
-            files[canonical_path(rel) if rule > 1 else rel] = digest
+            files[rel] = digest
     return Fingerprint(kind, digest_of(files.values()), files, rule)
 
 

@@ -18,13 +18,13 @@ from collections.abc import Hashable, Mapping
 from pathlib import Path
 from typing import Any, Iterator
 
-from harness.results import Column
+from harness.running.results import Column
 
 # kind name -> the module whose KIND it is (imported when a plan of that kind runs)
 KINDS = {
     "ps": "harness.running.ps",                 # training through a PS on the incast star
     "p2p": "harness.p2p.run",                   # peer-to-peer training on the leaf-spine fabric
-    "simulate": "harness.simulation.driver",    # the native core over a discrete-event network
+    "simulate": "harness.simulation.kind",      # the native core over a discrete-event network
 }
 
 

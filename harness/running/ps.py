@@ -1,6 +1,6 @@
 """The kind of run the testbed was built for: a PS and its workers training over the emulated
-incast star (specs: :mod:`harness.spec`; plans: :mod:`harness.presets`; one run:
-:func:`harness.runner.execute`).
+incast star (specs: :mod:`harness.running.spec`; plans: :mod:`harness.running.presets`; one run:
+:func:`harness.running.runner.execute`).
 
 Runs that need the same network (workers, bottleneck, queue, cross-traffic hosts) share one
 live network and its fork server; groups and the runs in them go in a shuffled order whose seed
@@ -16,11 +16,11 @@ import json
 import random
 from pathlib import Path
 
-from harness import provenance, results
-from harness.presets import Plan
+from harness.running import provenance, results
 from harness.running import kinds
 from harness.running.engine import SweepError, fmt_s
-from harness.spec import RunSpec
+from harness.running.presets import Plan
+from harness.running.spec import RunSpec
 
 
 def network_dir(spec: RunSpec) -> str:
@@ -33,7 +33,7 @@ def network_dir(spec: RunSpec) -> str:
 def order(specs: list[RunSpec], seed: int, block_of=None) -> list[list[RunSpec]]:
     """Group runs by the network they need, shuffling groups and runs with ``seed``.
 
-    ``block_of(seed)`` (a blocked plan's :meth:`~harness.presets.Plan.block_of`) cuts each
+    ``block_of(seed)`` (a blocked plan's :meth:`~harness.running.presets.Plan.block_of`) cuts each
     group by block: the blocks run one after another, each on a network of its own."""
     rng = random.Random(seed)
     block_of = block_of or (lambda s: 0)
@@ -117,16 +117,16 @@ class PsKind(kinds.Kind):
 
     @contextlib.contextmanager
     def network(self, spec: RunSpec, net_dir: Path):
-        from harness.runner import spawn_forked
-        from harness.zygote import Zygote
-        from topologies.network import Testbed
+        from harness.hosts.zygote import Zygote
+        from harness.running.runner import spawn_forked
+        from topologies.testbed.network import Testbed
 
         with Testbed(spec.network, net_dir) as testbed, \
                 Zygote(net_dir, testbed.ledger) as zygote:
             yield testbed, spawn_forked(testbed, zygote)
 
     def execute(self, site, spec: RunSpec, run_dir: Path, sweep: str) -> dict[str, list[dict]]:
-        from harness.runner import execute
+        from harness.running.runner import execute
 
         testbed, spawn = site
         row, curves, iterations = execute(testbed, spec, run_dir, sweep, spawn)

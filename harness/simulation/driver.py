@@ -21,7 +21,7 @@ as each run ends (a restarted sweep skips runs already in ``runs.csv``):
 - ``pushes.csv``: one row per worker per iteration (its push time, received fraction,
   retransmissions, early and max-wait closes).
 
-The columns and their units: :data:`harness.results.SIM_RUNS_COLUMNS` and its siblings
+The columns and their units: :data:`harness.running.results.SIM_RUNS_COLUMNS` and its siblings
 (docs/results-schema.md).
 
     .venv/bin/invoke simulate --workers 8,64,1024 --transports ltp,ltp-reliable,plot --out DIR
@@ -29,9 +29,7 @@ The columns and their units: :data:`harness.results.SIM_RUNS_COLUMNS` and its si
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import datetime
 import functools
 import hashlib
 import itertools
@@ -39,16 +37,13 @@ import json
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
-from typing import ClassVar
 
-from harness import results
-from harness.running import kinds
-from topologies.impair import GilbertElliott, GilbertElliottTime, Uniform, parse_loss
+from topologies.impair.loss import GilbertElliott, GilbertElliottTime, Uniform, parse_loss
 
 PROJECT = Path(__file__).resolve().parents[2]
 NATIVE = PROJECT / "transports" / "native"
 BINARY = NATIVE / "build" / "ltp_sim"
-GRADIENT_BYTES = 437_544     # the MLP's 109,386 float32 values (harness.models.mlp)
+GRADIENT_BYTES = 437_544     # the MLP's 109,386 float32 values (harness.training.models.mlp)
 # The LTP core's schemes, and the TCP reference: a stated model of TCP (SACK, NewReno-style
 # window, Linux's 200 ms least RTO) in the same event simulator, sim/tcp_model.h.
 SCHEMES = ("ltp", "ltp-reliable", "plot", "tcp-ref")
@@ -151,7 +146,7 @@ def loss_flags(loss: str | float) -> list[str]:
 def plot_segments() -> str:
     """PLOT's layers of the MLP with their bounds (the ``size`` rule: the SNR rule needs real
     gradients), as ``BYTES:BOUND,...``, from PLOT's own option defaults and rule."""
-    from harness.models import layout, mlp
+    from harness.training.models import layout, mlp
     from transports.plot import bounds_by_size, plot_options
 
     opts = {o.name: o.default for o in plot_options()}
@@ -253,103 +248,3 @@ def cells(transports: Sequence[str] = ("ltp",), workers: Sequence[int] = (8,),
                  seed=s, **common)
             for t, n, b, q, l, d, s in itertools.product(transports, workers, bandwidths, queues,
                                                          losses, delays, seeds)]
-
-
-@dataclasses.dataclass(frozen=True)
-class SimPlan:
-    """A named grid of simulated runs."""
-
-    kind: ClassVar[str] = "simulate"   # its kind of run (harness.running.kinds)
-    name: str
-    cells: tuple[Cell, ...]
-    description: str = ""
-
-    def specs(self) -> list[Cell]:
-        """Every run of the plan, in order."""
-        return list(self.cells)
-
-
-def _fill(columns, row: dict) -> dict:
-    """``row`` with every column of the table (what a crashed run did not report: empty)."""
-    return {c.name: row.get(c.name) for c in columns}
-
-
-class SimKind(kinds.Kind):
-    """Simulated runs: no network to bring up; each run is one process of the simulator."""
-
-    name = "simulate"
-    tables = {"pushes.csv": results.SIM_PUSH_COLUMNS,
-              "iterations.csv": results.SIM_ITERATION_COLUMNS,
-              "runs.csv": results.SIM_RUNS_COLUMNS}
-
-    @contextlib.contextmanager
-    def network(self, spec: Cell, net_dir: Path):
-        from harness import provenance
-
-        build()
-        record = provenance.manifest("simulate")
-        yield {"segments": None,
-               "stamp": {"git_commit": record["git_commit"], "git_dirty": record["git_dirty"],
-                         "code_fingerprint": record["fingerprint"]["digest"],
-                         **provenance.run_columns()}}
-
-    def execute(self, site: dict, spec: Cell, run_dir: Path, sweep: str) -> dict[str, list[dict]]:
-        from harness import provenance
-
-        if spec.transport == "plot" and site["segments"] is None:
-            site["segments"] = plot_segments()
-        meter = provenance.LoadMeter()
-        meter.start()
-        started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        got = run(spec, site["segments"] if spec.transport == "plot" else None)
-        got.summary.update(started_at=started, **site["stamp"], other_load_frac=meter.stop())
-        return {"pushes.csv": [_fill(results.SIM_PUSH_COLUMNS, r) for r in got.pushes],
-                "iterations.csv": [_fill(results.SIM_ITERATION_COLUMNS, r)
-                                   for r in got.iterations],
-                "runs.csv": [_fill(results.SIM_RUNS_COLUMNS, got.summary)]}
-
-    def manifest(self, plan: SimPlan, specs: list[Cell], folder: Path) -> None:
-        from harness import provenance
-
-        path = folder / "manifest.json"
-        if not path.exists():
-            path.write_text(json.dumps({"kind": "simulate", "preset": plan.name,
-                                        "cells": [c.key() for c in specs],
-                                        "provenance": provenance.manifest("simulate")}, indent=1))
-
-    def started(self, spec: Cell) -> str:
-        return (f"{spec.transport} N={spec.workers} {spec.bottleneck_mbps:g} Mbit/s "
-                f"loss {loss_text(spec.loss)} seed {spec.seed}")
-
-    def ended(self, row: dict) -> str:
-        return (f"mean received fraction {row['mean_recv_frac'] or 0:.3f}, "
-                f"{row['virtual_s'] or 0:.4f} virtual s, {row['events'] or 0:,} events in "
-                f"{row['wall_s'] or 0:.1f} s, {row['peak_rss_mb'] or 0:.0f} MB")
-
-    def report(self, folder: Path) -> list[Path]:
-        from harness.simulation import figures
-
-        return figures.draw(folder)
-
-
-KIND = SimKind()
-
-
-def bench(workers: Sequence[int], bandwidth_mbps: float, iterations: int, echo=print) -> list[dict]:
-    """The simulator's own cost at each N (``ltp``, synchronized pushes, no loss): wall time,
-    events, events per second and peak memory, printed and returned. A benchmark, not a test:
-    the figures depend on the machine and its load."""
-    build()
-    echo(f"simulator cost: ltp, {iterations} synchronized pushes, {bandwidth_mbps:g} Mbit/s links, "
-         "queue 256 packets")
-    echo(f"  {'N':>6} {'virtual s':>9} {'wall s':>8} {'events':>11} {'events/s':>10} "
-         f"{'peak MB':>8} {'wall/virtual':>12}")
-    rows = []
-    for n in workers:
-        got = run(Cell(workers=n, bottleneck_mbps=bandwidth_mbps, queue_pkts=256,
-                       iterations=iterations)).summary
-        rows.append(got)
-        echo(f"  {n:>6} {got['virtual_s']:9.4f} {got['wall_s']:8.2f} {got['events']:11,} "
-             f"{got['events_per_s']:10,.0f} {got['peak_rss_mb']:8.1f} "
-             f"{got['wall_s'] / got['virtual_s']:12.0f}")
-    return rows

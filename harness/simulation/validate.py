@@ -1,12 +1,13 @@
 """The simulator against the testbed: the same synchronized pushes, emulated and simulated.
 
-Emulated: ``invoke bench-transport``'s cell (:func:`harness.bench.run_cell`): every worker pulls
+Emulated: ``invoke bench-transport``'s cell (:func:`harness.bench.run.run_cell`): every worker pulls
 the parameters, the PS releases them all at one instant and gathers; the push time is the gather's
 end minus the release, per iteration. Simulated: the same scenario (``--scenario push``) with the
 same link rate, queue and loss, over several seeds. The targets (issue 16): the simulated median
 within 15 % of the emulated one and the p99 within 25 %.
 
-    sudo flock /work/emu.lock .venv/bin/python -m harness.simulation.validate --iterations 20 --loss 0
+    sudo flock /work/emu.lock .venv/bin/python -m harness.simulation.validate --iterations 20
+    --loss 0
 """
 
 from __future__ import annotations
@@ -28,11 +29,11 @@ P99_TOLERANCE = 0.25
 def emulate(folder: Path, workers: Sequence[int], iterations: int, loss_pct: float = 0.0,
             bandwidth_mbps: float = 100.0, queue_pkts: int = 64) -> dict[int, list[float]]:
     """Push times of ``ltp`` on the testbed, per number of workers (one testbed, the largest N)."""
-    from harness.bench import run_cell
-    from harness.zygote import Zygote
-    from topologies.impair import Impairment
+    from harness.bench.run import run_cell
+    from harness.hosts.zygote import Zygote
+    from topologies.impair.loss import Impairment
     from topologies.incast import IncastParams
-    from topologies.network import Testbed
+    from topologies.testbed.network import Testbed
 
     out = {}
     with Testbed(IncastParams(max(workers), bandwidth_mbps, None, queue_pkts, 0.0), folder / "net") as tb, \
@@ -48,7 +49,8 @@ def emulate(folder: Path, workers: Sequence[int], iterations: int, loss_pct: flo
 
 
 def simulate(workers: Sequence[int], iterations: int, seeds: Sequence[int], loss_pct: float = 0.0,
-             bandwidth_mbps: float = 100.0, queue_pkts: int = 64, host: str = "ideal") -> dict[int, list[float]]:
+             bandwidth_mbps: float = 100.0, queue_pkts: int = 64, host: str = "ideal") -> dict[int,
+             list[float]]:
     """Push times of ``ltp`` in the simulator, per number of workers, all seeds pooled."""
     sim.build()
     out = {}

@@ -3,8 +3,8 @@
 import subprocess
 import sys
 
-from harness.runfiles import RunFiles, write_session
-from harness.spec import RunSpec
+from harness.running.runfiles import RunFiles, write_session
+from harness.running.spec import RunSpec
 from transports.base import Session
 
 
@@ -13,7 +13,7 @@ def _train(run_dir, spec: RunSpec) -> RunFiles:
     run_dir.mkdir(parents=True, exist_ok=True)
     files.spec.write_text(spec.to_json())
     write_session(files.session, Session.draw())   # one session for all hosts, as the runner does
-    base = [sys.executable, "-m", "harness.node", "--run", str(run_dir), "--loopback"]
+    base = [sys.executable, "-m", "harness.hosts.node", "--run", str(run_dir), "--loopback"]
     procs = [subprocess.Popen(base + ["--role", "ps"])]
     procs += [subprocess.Popen(base + ["--role", "worker", "--rank", str(r)])
               for r in range(spec.n_workers)]
@@ -69,7 +69,8 @@ def test_a_run_stops_at_its_time_cap(tmp_path):
 
 def test_score_validation_rejects_a_sign_flipping_worker_over_loopback(tmp_path):
     """The attack runs in the worker process and its vector crosses the transport; the PS's
-    score rule drops it and records why (harness/aggregators.py, harness/byzantine.py)."""
+    score rule drops it and records why (harness/training/aggregators.py,
+    harness/training/byzantine.py)."""
     spec = RunSpec(transport="tcp-cubic", n_workers=4, iterations=12, eval_every=12, port=17300,
                    timeout_s=120, byzantine="1:sign-flip", aggregator="score")
     files = _train(tmp_path, spec)

@@ -113,7 +113,8 @@ UP = Layout.from_sizes([("w1", 20), ("b1", 1000), ("w2", 2), ("b2", 42)])
 @pytest.mark.parametrize("slug", [s for s in registry.slugs()
                                   if "up" in inspect.signature(registry.get(s).transport_class().serve).parameters])
 def test_compressed_pushes_arrive_bit_for_bit(slug):
-    """Pushes in a shorter layout than the parameters (harness/compress.py), carrying integer
+    """Pushes in a shorter layout than the parameters (harness/training/compress.py), carrying
+    integer
     indices and sign bits as float32 words: every bit pattern (NaNs included) arrives as sent."""
     grads, gathered, params, pulled = _job(slug, {}, up=UP)
     assert any(np.isnan(g).any() for row in grads for g in row)

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.runfiles import RunFiles, read_jsonl, read_session
+from harness.running.runfiles import RunFiles, read_jsonl, read_session
 from topologies.incast import PS_IP, PS_NAME, worker_ip
 from transports import native
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from topologies import impair
-from topologies.network import STATE_DIR
+from topologies.impair import loss as impair
+from topologies.testbed.network import STATE_DIR
 
 OUR_PROCESS = re.compile(r"mininet:(ps1|s1|w\d+|x\d+|l\d+|sp\d+)|osken-manager|harness\.node|"
                          r"harness\.zygote|harness\.bench_node|iperf3|nfq-delay|"
@@ -82,9 +82,9 @@ def clean_machine():
 def network(params, folder: Path, *, forked: bool = False, **testbed_kw):
     """A live testbed of ``params`` (the incast star's or the fabric's) under ``folder``; with
     ``forked``, also its fork server, and then it yields ``(testbed, spawn)``."""
-    from harness.runner import spawn_forked
-    from harness.zygote import Zygote
-    from topologies.network import Testbed
+    from harness.hosts.zygote import Zygote
+    from harness.running.runner import spawn_forked
+    from topologies.testbed.network import Testbed
 
     with Testbed(params, folder, **testbed_kw) as tb:
         if not forked:
@@ -126,8 +126,8 @@ def incast_fixture(label: str, n_workers: int, bottleneck_mbps: float = 100):
 def run_ok(bed, folder: Path, **fields):
     """Run one spec on ``bed`` (from :func:`small_incast`); assert it ended ok after all its
     iterations; return its (runs row, curves rows, iterations rows)."""
-    from harness.runner import execute
-    from harness.spec import RunSpec
+    from harness.running.runner import execute
+    from harness.running.spec import RunSpec
 
     tb, spawn = bed
     spec = RunSpec(**fields)

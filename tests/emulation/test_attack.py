@@ -26,19 +26,19 @@ import json
 import sys
 import time
 
-from harness.runfiles import RunFiles
-from harness.runner import collect, launched, node_commands, prepare, spawn_plain, wait
-from harness.spec import RunSpec
+from harness.running.runfiles import RunFiles
+from harness.running.runner import collect, launched, node_commands, prepare, spawn_plain, wait
+from harness.running.spec import RunSpec
 from tests.emulation.conftest import network_fixture
 from topologies.incast import IncastParams, worker_name
-from topologies.network import Testbed
+from topologies.testbed.network import Testbed
 from transports import native
 
 from tests.emulation.attacker import CLASS_TTL
 
 N_WORKERS = 4
 ITERATIONS = 40
-GRADIENT_BYTES = 437_544   # the MLP's (harness.models)
+GRADIENT_BYTES = 437_544   # the MLP's (harness.training.models)
 VICTIM_HOSTS = {"ps": "ps1", "worker": worker_name(0)}
 ATTACKER_HOST = worker_name(N_WORKERS - 1)
 

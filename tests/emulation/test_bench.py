@@ -22,11 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import bench
-from harness.runfiles import RunFiles
-from harness.zygote import Zygote
+from harness.bench import run as bench
+from harness.hosts.zygote import Zygote
+from harness.running.runfiles import RunFiles
 from topologies.incast import PS_NAME, IncastParams, worker_name
-from topologies.network import Testbed
+from topologies.testbed.network import Testbed
 from transports import native, registry
 
 # The lowered RTO first: the cells after it must find the kernel's own route again.
@@ -58,7 +58,8 @@ def cells(tmp_path_factory):
 
 
 def _start_capture(tb, pcap: Path):
-    """tcpdump of the UDP datagrams reaching the PS, once it listens (packets written unbuffered)."""
+    """tcpdump of the UDP datagrams reaching the PS, once it listens (packets written
+    unbuffered)."""
     log = pcap.with_suffix(".log")
     proc = tb.start_process(PS_NAME, ["tcpdump", "-i", f"{PS_NAME}-eth0", "-nn", "-U", "-s", "128",
                                       "-w", str(pcap), "udp"], log)

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import cluster as ltp_cluster
-from harness import results
+from harness.running import cluster as ltp_cluster
+from harness.running import results
 from tests.emulation.conftest import leftovers
 
 ray_cluster_utils = pytest.importorskip("ray.cluster_utils")

@@ -6,12 +6,12 @@ import time
 
 import pytest
 
-from harness.runner import execute
-from harness.spec import RunSpec
+from harness.running.runner import execute
+from harness.running.spec import RunSpec
 from tests.emulation.conftest import network_fixture
-from topologies.cross import CrossError, CrossTraffic
+from topologies.impair.cross import CrossError, CrossTraffic
 from topologies.incast import PS_IP, IncastParams, cross_port, worker_ip
-from topologies.network import Testbed
+from topologies.testbed.network import Testbed
 
 IPERF_PORT = 5201
 SECONDS = 3

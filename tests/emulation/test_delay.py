@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from tests.emulation.conftest import network
-from topologies import delay
-from topologies.delay import DelayLine
+from topologies.impair import delay
+from topologies.impair.delay import DelayLine
 from topologies.incast import PS_IP, IncastParams, worker_ip
-from topologies.network import Testbed
+from topologies.testbed.network import Testbed
 
 IPERF_PORT = 5201
 LISTEN_S = 10.0

@@ -3,17 +3,17 @@ under TCP and LTP, and the three synchronisation modes, in their smallest form.
 
 Every run must finish ``ok`` (never by waiting out its timeout), with the fault in
 ``raw/faults.jsonl`` and the PS's detection of it below :data:`DETECT_BOUND_S`: the PS's deadline
-(``harness.ps.MISS_FLOOR_S``, 1 s at these speeds) plus one round. A killed TCP worker is seen
+(``harness.hosts.ps.MISS_FLOOR_S``, 1 s at these speeds) plus one round. A killed TCP worker is seen
 at once (its kernel ends the connection: ``gone``); LTP cannot tell a dead peer from a silent one,
 so the deadline finds it (``missing``).
 """
 
 import pytest
 
-from harness import ps
-from harness.runfiles import RunFiles
-from harness.runner import execute
-from harness.spec import RunSpec
+from harness.hosts import ps
+from harness.running.runfiles import RunFiles
+from harness.running.runner import execute
+from harness.running.spec import RunSpec
 from tests.emulation.conftest import incast_fixture
 
 N_WORKERS = 3

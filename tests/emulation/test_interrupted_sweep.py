@@ -6,7 +6,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from harness import results
+from harness.running import results
 from tests.emulation.conftest import leftovers
 
 PROJECT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import results
+from harness.running import results
 
 PROJECT = Path(__file__).resolve().parents[2]
 LABS = sorted((PROJECT / "docs" / "labs").glob("lab*.md"))

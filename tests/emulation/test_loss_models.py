@@ -10,10 +10,10 @@ import time
 import pytest
 
 from tests.emulation.conftest import network
-from topologies import impair
-from topologies.impair import GilbertElliott, Impairment, Uniform
+from topologies.impair import loss as impair
+from topologies.impair.loss import GilbertElliott, Impairment, Uniform
 from topologies.incast import PS_IP, IncastParams, intf
-from topologies.network import Testbed
+from topologies.testbed.network import Testbed
 
 PACKETS = 40_000
 # Paced UDP datagrams w1 -> ps1's discard port; a short pause every 10 keeps the sender from

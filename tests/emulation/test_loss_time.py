@@ -11,8 +11,8 @@ import pytest
 
 from tests.emulation.conftest import network
 from tests.emulation.test_loss_models import ge_programs, settled
-from topologies import impair
-from topologies.impair import GilbertElliottTime, Impairment
+from topologies.impair import loss as impair
+from topologies.impair.loss import GilbertElliottTime, Impairment
 from topologies.incast import PS_IP, IncastParams, intf
 
 PORT = 9000

@@ -1,7 +1,7 @@
 """LTP over the real emulated incast: training under loss keeps accuracy close to lossless TCP."""
 
-from harness.runner import execute
-from harness.spec import RunSpec
+from harness.running.runner import execute
+from harness.running.spec import RunSpec
 from tests.emulation.conftest import network_fixture
 from topologies.incast import IncastParams
 

@@ -14,10 +14,10 @@ import time
 import pytest
 
 from tests.emulation.conftest import network_fixture
+from topologies.controller.multicast import udp_in_datagrams
 from topologies.fabric import FabricParams
-from topologies.multicast import udp_in_datagrams
-from topologies import network
-from topologies.network import Testbed
+from topologies.testbed import network
+from topologies.testbed.network import Testbed
 
 PORT = 6300
 N = 300
@@ -50,7 +50,7 @@ bed = network_fixture("fabric", FabricParams(n_leaves=3, workers_per_leaf=2, n_s
 def sinks(bed, tmp_path_factory):
     """A counting UDP socket on every worker but w1, so delivered datagrams are counted."""
     folder = tmp_path_factory.mktemp("sinks")
-    procs = [bed.start_process(w, [sys.executable, "-m", "topologies.onoff", "sink",
+    procs = [bed.start_process(w, [sys.executable, "-m", "topologies.impair.onoff", "sink",
                                    "--bind", bed.host_ips()[w], "--port", str(PORT),
                                    "--report", str(folder / f"sink-{w}.json")],
                                folder / f"sink-{w}.log") for w in WORKERS[1:]]
@@ -70,7 +70,7 @@ def delivered(bed) -> dict[str, int]:
 def send(bed, to: list[str], count: int = N) -> dict:
     """Send ``count`` datagrams from w1 to a group address or as unicast copies; wait until
     every addressed receiver's counter has them (or fail)."""
-    out = bed.host_run("w1", sys.executable, "-m", "topologies.multicast", "send",
+    out = bed.host_run("w1", sys.executable, "-m", "topologies.controller.multicast", "send",
                        "--src", bed.host_ips()["w1"], "--to", ",".join(to), "--port", str(PORT),
                        "--count", str(count), "--size", str(SIZE), "--rate-mbps", "20")
     return json.loads(out)
@@ -152,7 +152,7 @@ class TestMulticast:
 
     def test_selmcast_steers_around_a_loaded_link_random_p_does_not(self, bed, tmp_path):
         # x3 (leaf 3) floods x2 (leaf 2): the spine's link down to leaf 2 is nearly full.
-        sink = bed.start_process("x2", [sys.executable, "-m", "topologies.onoff", "sink",
+        sink = bed.start_process("x2", [sys.executable, "-m", "topologies.impair.onoff", "sink",
                                         "--bind", bed.host_ips()["x2"], "--port", "6400",
                                         "--report", str(tmp_path / "bg-sink.json")],
                                  tmp_path / "bg-sink.log")
@@ -160,7 +160,7 @@ class TestMulticast:
         try:
             _wait(lambda: _bound(bed.host("x2").pid, 6400), "the background sink bound")
             blaster = bed.start_process(
-                "x3", [sys.executable, "-m", "topologies.onoff", "send", "--dst",
+                "x3", [sys.executable, "-m", "topologies.impair.onoff", "send", "--dst",
                        bed.host_ips()["x2"], "--port", "6400", "--rate-mbps", "90",
                        "--on-ms", "600000", "--off-ms", "0", "--report",
                        str(tmp_path / "bg-send.json")], tmp_path / "bg-send.log")

@@ -12,7 +12,7 @@ import numpy as np
 
 from harness.p2p.run import execute
 from harness.p2p.spec import PeerSpec
-from harness.runfiles import read_jsonl
+from harness.running.runfiles import read_jsonl
 from tests.emulation.conftest import network_fixture
 
 BASE = PeerSpec(n_leaves=2, workers_per_leaf=3, n_slow=1, rounds=6, local_steps=5,

@@ -1,8 +1,8 @@
 """PLOT over the real emulated incast: it trains under loss and every layer meets its bound."""
 
-from harness.runfiles import RunFiles
-from harness.runner import execute
-from harness.spec import RunSpec
+from harness.running.runfiles import RunFiles
+from harness.running.runner import execute
+from harness.running.spec import RunSpec
 from tests.emulation.conftest import network_fixture
 from topologies.incast import IncastParams
 

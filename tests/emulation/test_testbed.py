@@ -5,14 +5,14 @@ import sys
 
 import pytest
 
-from harness.runfiles import RunFiles
-from harness.runner import execute
-from harness.spec import RunSpec
+from harness.running.runfiles import RunFiles
+from harness.running.runner import execute
+from harness.running.spec import RunSpec
 from tests.emulation.conftest import network_fixture
-from topologies import network
-from topologies.control import ControlError
-from topologies.impair import Impairment
+from topologies.controller.control import ControlError
+from topologies.impair.loss import Impairment
 from topologies.incast import IncastParams
+from topologies.testbed import network
 
 GRADIENT_BYTES = 4 * 109_386
 
@@ -27,7 +27,8 @@ def test_gradient_bytes_cross_the_bottleneck(testbed, tmp_path):
     assert row["status"] == "ok", row["reason"]
     assert row["iterations_done"] == 5
     assert row["grad_payload_bytes"] == 2 * 5 * GRADIENT_BYTES
-    # The switch sent at least every gradient byte toward the PS (plus headers), and not wildly more.
+    # The switch sent at least every gradient byte toward the PS (plus headers), and not wildly
+    # more.
     assert 2 * 5 * GRADIENT_BYTES <= row["bottleneck_tx_bytes"] < 1.2 * 2 * 5 * GRADIENT_BYTES
     # The controller's own statistics saw the same traffic on the PS port.
     stats = [json.loads(line) for line in (tmp_path / "run" / "port_stats.jsonl").open()]

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from harness import aggregators as agg
-from harness.aggregators import AggregatorError
-from harness.byzantine import Attack, ByzantineError, alie_z, corrupt, parse_byzantine
-from harness.spec import RunSpec, SpecError
+from harness.running.spec import RunSpec, SpecError
+from harness.training import aggregators as agg
+from harness.training.aggregators import AggregatorError
+from harness.training.byzantine import Attack, ByzantineError, alie_z, corrupt, parse_byzantine
 
 
 def _honest(n=6, d=50, seed=0):

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from harness import cluster, presets, results
+from harness.running import cluster, presets, results
 from harness.running import engine
 from harness.running import ps as ps_kind
-from harness import provenance
-from harness.provenance import git_state
-from topologies import network
+from harness.running import provenance
+from harness.running.provenance import git_state
+from topologies.testbed import network
 
 PROJECT = Path(__file__).resolve().parents[2]
 INVOKE = [str(Path(sys.executable).parent / "invoke"), "-r", str(PROJECT)]
@@ -362,7 +362,7 @@ def test_a_cluster_that_is_not_there_is_one_sentence_and_nothing_written(tmp_pat
 
 
 def test_a_scratch_folder_goes_once_its_worker_is_gone(tmp_path, monkeypatch):
-    from topologies.ledger import ProcessRef
+    from topologies.testbed.ledger import ProcessRef
 
     monkeypatch.setattr(cluster, "SCRATCH", tmp_path)
     me = ProcessRef.of(os.getpid())

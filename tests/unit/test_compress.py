@@ -1,11 +1,12 @@
-"""Compressed pushes (harness/compress.py): parsing, exact encodings, distrust, error feedback."""
+"""Compressed pushes (harness/training/compress.py): parsing, exact encodings, distrust, error
+feedback."""
 
 import numpy as np
 import pytest
 
-from harness.compress import (CompressError, Compression, ErrorFeedback, check_compress, decode,
-                              encode, parse_compress, up_layout)
-from harness.spec import RunSpec, SpecError
+from harness.running.spec import RunSpec, SpecError
+from harness.training.compress import (CompressError, Compression, ErrorFeedback, check_compress,
+                                       decode, encode, parse_compress, up_layout)
 from transports.base import Delivery, Layout
 
 LAYOUT = Layout.from_sizes([("fc1.weight", 1000), ("fc1.bias", 10), ("fc2.weight", 64)])

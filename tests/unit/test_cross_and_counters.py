@@ -8,12 +8,12 @@ import sys
 
 import pytest
 
-from topologies.counters import LossCounters, PortCounters, QueueCounters, Snapshot
-from topologies.cross import CrossError, CrossSpec, OnOffUdp, TcpFlows, parse_cross
+from topologies.impair.cross import CrossError, CrossSpec, OnOffUdp, TcpFlows, parse_cross
 from topologies.incast import (BOTTLENECK_INTF, IncastParams, IncastTopo, TopologyError,
                                cross_ip, cross_port, intf, switch_intf)
-from topologies.ledger import Ledger
-from topologies.process import HostProcess
+from topologies.testbed.counters import LossCounters, PortCounters, QueueCounters, Snapshot
+from topologies.testbed.ledger import Ledger
+from topologies.testbed.process import HostProcess
 
 
 # ---- cross traffic's text form -------------------------------------------------------------------

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from topologies import delay
-from topologies.delay import DelayError, DelayLine
+from topologies.impair import delay
+from topologies.impair.delay import DelayError, DelayLine
 
 COUNTERS = {"queue": 7, "packets": 12, "max_backlog": 3, "late_1ms": 0}
 

@@ -2,9 +2,9 @@
 
 import pytest
 
+from topologies.controller.linkview import Wiring
 from topologies.fabric import (SPINE_DPID, FabricParams, FabricTopo, TopologyError,
                                leaf_name, spine_port)
-from topologies.linkview import Wiring
 
 
 def links_by_pair(topo):

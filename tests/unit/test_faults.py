@@ -1,12 +1,13 @@
-"""Fault texts and the injector's timing, with fake processes (the emulation tests use real ones)."""
+"""Fault texts and the injector's timing, with fake processes (the emulation tests use real
+ones)."""
 
 import json
 import signal
 
 import pytest
 
-from harness import faults
-from harness.faults import Fault, FaultError, FaultInjector, parse_fault
+from harness.hosts import faults
+from harness.hosts.faults import Fault, FaultError, FaultInjector, parse_fault
 
 
 @pytest.mark.parametrize("text, fault", [

@@ -4,9 +4,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness import results
 from harness.reporting import figures, report, stats
 from harness.reporting.tables import load
+from harness.running import results
 
 
 def _run_row(scheme, loss, seed, iters_per_s, acc, n_workers=8, **extra):

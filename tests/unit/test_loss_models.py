@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from topologies import impair
-from topologies.impair import GilbertElliott, Impairment, LossModelError, Uniform, parse_loss
+from topologies.impair import loss as impair
+from topologies.impair.loss import GilbertElliott, Impairment, LossModelError, Uniform, parse_loss
 
 
 @pytest.mark.parametrize("text, model", [

@@ -10,11 +10,11 @@ import pytest
 
 from harness import cli
 from harness.reporting.tables import loss_kind
-from harness.spec import RunSpec
-from topologies import impair
-from topologies.counters import LossCounters, PortCounters, QueueCounters, Snapshot
-from topologies.impair import (GilbertElliott, GilbertElliottTime, Impairment, LossModelError,
-                               parse_loss)
+from harness.running.spec import RunSpec
+from topologies.impair import loss as impair
+from topologies.impair.loss import (GilbertElliott, GilbertElliottTime, Impairment, LossModelError,
+                                    parse_loss)
+from topologies.testbed.counters import LossCounters, PortCounters, QueueCounters, Snapshot
 
 
 @pytest.mark.parametrize("text, model", [

@@ -10,13 +10,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from harness import results
 from harness.p2p import report
 from harness.p2p.coord import Coordinator, CoordinatorClient
 from harness.p2p.peer import mix
 from harness.p2p.run import link_bytes
-from harness.results import P2P_COLUMNS, P2P_CURVE_COLUMNS
 from harness.p2p.spec import PRESETS, PeerSpec, PeerSpecError
+from harness.running import results
+from harness.running.results import P2P_COLUMNS, P2P_CURVE_COLUMNS
 
 
 @pytest.mark.parametrize("fields, words", [

@@ -2,8 +2,8 @@
 
 import json
 
-from topologies import impair
-from topologies.counters import QueueCounters, parse_dump_ports, parse_nstat, parse_qdisc
+from topologies.impair import loss as impair
+from topologies.testbed.counters import QueueCounters, parse_dump_ports, parse_nstat, parse_qdisc
 
 DUMP_PORTS = """OFPST_PORT reply (OF1.3) (xid=0x2): 3 ports
   port  2: rx pkts=7, bytes=690, drop=0, errs=0, frame=0, over=0, crc=0

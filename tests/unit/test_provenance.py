@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness import provenance
+from harness.running import provenance
 from harness.running import fingerprint
 
 
@@ -25,10 +25,13 @@ def test_comments_docstrings_and_layout_do_not_change_a_file_hash(tmp_path):
 def test_the_fingerprint_of_training_runs_covers_the_measuring_code_only():
     fp = provenance.fingerprint("ps")
     files = set(fp.files)
-    assert {"harness/node.py", "harness/ps.py", "harness/runner.py", "transports/ltp.py",
-            "topologies/network.py", "transports/native/src/ltp_core.c"} <= files
-    assert not files & {"harness/reporting/report.py", "harness/reporting/stats.py", "harness/reporting/figures.py",
-                        "harness/presets.py", "harness/provenance.py"}
+    assert {"harness/hosts/node.py", "harness/hosts/ps.py", "harness/running/runner.py",
+            "transports/ltp.py", "topologies/testbed/network.py",
+            "transports/native/src/ltp_core.c", "topologies/impair/delay/nfq_delay.c"} <= files
+    assert not files & {"harness/reporting/report.py", "harness/reporting/stats.py",
+                        "harness/reporting/figures.py", "harness/running/presets.py",
+                        "harness/running/provenance.py", "harness/hosts/bench.py",
+                        "harness/training/__init__.py"}
     assert fp.digest == fingerprint.digest_of(fp.files.values())
     # a moved file keeps the digest: it is over the hashes, not the paths
     assert fingerprint.digest_of(reversed(list(fp.files.values()))) == fp.digest
@@ -48,11 +51,11 @@ def test_a_folder_is_fresh_only_at_todays_fingerprint(tmp_path):
     fresh = provenance.freshness(_folder(tmp_path / "f", today.digest, today.files)
                                  if (tmp_path / "f").mkdir() is None else None, today)
     assert fresh.fresh and fresh.text().startswith("Fresh")
-    old = dict(today.files, **{"harness/ps.py": "0" * 16})
+    old = dict(today.files, **{"harness/hosts/ps.py": "0" * 16})
     (tmp_path / "s").mkdir()
     stale = provenance.freshness(_folder(tmp_path / "s", "feedbeef0000", old), today)
-    assert not stale.fresh and stale.changed == ("harness/ps.py",)
-    assert "Stale: code changed since" in stale.text() and "`harness/ps.py`" in stale.text()
+    assert not stale.fresh and stale.changed == ("harness/hosts/ps.py",)
+    assert "Stale: code changed since" in stale.text() and "`harness/hosts/ps.py`" in stale.text()
 
 
 def test_a_folder_without_fingerprints_is_stale(tmp_path):
@@ -111,30 +114,34 @@ def test_the_hash_rule_is_frozen(tmp_path):
 
 
 def test_a_move_changes_no_hash_but_any_other_token_does(tmp_path, monkeypatch):
-    """Rule 2: importers of a moved module, the ruff order their lines take after the move, and a
-    string naming the module hash as before; a different binding or any other token does not."""
+    """Rule 2: importers of a moved module, the order their lines take after the move, a string
+    naming the module, and a climb to the project root from one folder deeper hash as before; a
+    different binding or any other token does not."""
     monkeypatch.setattr(fingerprint, "MOVES", {"harness.training.models": "harness.models"})
+    old = "harness" + ".models"   # spelled apart: the project's own renames leave it alone
 
-    def h(text: str) -> str | None:
+    def h(text: str, rel: str = "") -> str | None:
         (tmp_path / "m.py").write_text(text)
-        return fingerprint.file_hash(tmp_path / "m.py")
+        return fingerprint.file_hash(tmp_path / "m.py", rel=rel)
 
-    before = h('from harness import models, runner\n\nRUN = ("harness.models", models.MLP)\n')
+    before = h(f'from harness import models, runner\n\nRUN = ("{old}", models.MLP)\n')
     assert before == h('from harness import runner\nfrom harness.training import models\n\n'
                        'RUN = ("harness.training.models", models.MLP)\n')
     assert before == h('from harness.training import models\nfrom harness import runner\n\n'
-                       'RUN = ("harness.models", models.MLP)\n')
+                       f'RUN = ("{old}", models.MLP)\n')
     assert before != h('from harness import runner\nfrom harness.training import models as m\n'
-                       '\nRUN = ("harness.models", m.MLP)\n')
-    assert before != h('from harness import models, runner\n\nRUN = ("harness.models", '
-                       'models.CNN)\n')
+                       f'\nRUN = ("{old}", m.MLP)\n')
+    assert before != h(f'from harness import models, runner\n\nRUN = ("{old}", models.CNN)\n')
+    root = h("ROOT = Path(__file__).resolve().parent.parent\n", "harness/m.py")
+    assert root == h("ROOT = Path(__file__).resolve().parents[2]\n", "harness/training/m.py")
+    assert root != h("ROOT = Path(__file__).resolve().parents[1]\n", "harness/training/m.py")
     assert h('"""A package: only its docstring."""\n') is None
     assert h('"""A package."""\n\nX = 1\n') is not None
 
 
 def test_a_folder_recorded_under_the_earlier_rule_is_fresh_through_its_translation(tmp_path):
     today = provenance.fingerprint("ps")
-    folder = _folder(tmp_path, "0123456789ab", {"harness/ps.py": "0" * 16})
+    folder = _folder(tmp_path, "0123456789ab", {"harness/hosts/ps.py": "0" * 16})
     man = json.loads((folder / "manifest.json").read_text())
     man["translated_fingerprints"] = {"0123456789ab": today.as_dict()}
     (folder / "manifest.json").write_text(json.dumps(man))

@@ -1,4 +1,4 @@
-"""The PS loop (harness.ps) against a fake transport end and a fake clock: what each sync mode
+"""The PS loop (harness.hosts.ps) against a fake transport end and a fake clock: what each sync mode
 applies and with what staleness, and how membership reacts to a dead, a silent and a returning
 worker. The emulation tests (tests/emulation/test_faults.py) do the same with real parts."""
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from harness import ps
-from harness.sync import Sync, SyncError, parse_sync
+from harness.hosts import ps
+from harness.hosts.sync import Sync, SyncError, parse_sync
 from transports.base import Delivery, Layout, SendReport
 
 N_FLOATS = 4
@@ -228,9 +228,9 @@ def test_a_restarted_worker_joins_with_its_new_ids_and_trains_again(tcp):
 
 
 def test_bsp_steps_along_the_aggregators_vector_and_records_its_verdicts():
-    """With a ``combine`` (harness.robust.make_combine) a bsp round steps along the rule's
+    """With a ``combine`` (harness.hosts.robust.make_combine) a bsp round steps along the rule's
     vector, and the round's record carries what the rule kept, why and how long it took."""
-    from harness import aggregators
+    from harness.training import aggregators
 
     calls = []
 

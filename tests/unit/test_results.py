@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from harness import results
+from harness.running import results
 
 
 def _row(run_id, **extra):
@@ -54,7 +54,7 @@ def test_other_schema_is_refused(tmp_path):
 def test_a_sweep_refuses_another_versions_tables_before_its_first_run(tmp_path):
     # It used to run a whole run first, append its curves and iterations, and only then refuse
     # runs.csv: a wasted run, orphan rows and an extended manifest in a folder it refused.
-    from harness import presets
+    from harness.running import presets
     from harness.running import engine
 
     (tmp_path / "runs.csv").write_text("run_id,something_else\n")

@@ -2,7 +2,7 @@
 
 import time
 
-from harness.runner import wait as _wait
+from harness.running.runner import wait as _wait
 
 
 class FakeProc:

@@ -7,11 +7,11 @@ import random
 
 import pytest
 
+from topologies.controller.linkview import LinkMeter, Wiring, WiringError
+from topologies.controller.mcast_plan import group_address, plan
+from topologies.controller.selmcast import (WIRE_FACTOR, RoundPlan, SelectionError, paces,
+                                            planned_bytes, random_p_expected_s, select, tree_links)
 from topologies.fabric import FabricParams
-from topologies.linkview import LinkMeter, Wiring, WiringError
-from topologies.mcast_plan import group_address, plan
-from topologies.selmcast import (WIRE_FACTOR, RoundPlan, SelectionError, paces, planned_bytes,
-                                 random_p_expected_s, select, tree_links)
 
 
 def fabric(**kwargs) -> Wiring:

@@ -4,7 +4,7 @@ import stat
 
 import pytest
 
-from harness.runfiles import RunFiles, read_session, write_session
+from harness.running.runfiles import RunFiles, read_session, write_session
 from transports import registry
 from transports.base import Session
 

@@ -1,5 +1,5 @@
-"""The simulator and its driver (harness/simulation/driver.py): settings refused with one sentence, one
-seed one run, every datagram accounted for, and a sweep's tables, resume and figures.
+"""The simulator and its driver (harness/simulation/driver.py): settings refused with one sentence,
+one seed one run, every datagram accounted for, and a sweep's tables, resume and figures.
 
 The binary is built once (``make -C transports/native sim``, a few seconds); each run here is a
 handful of iterations of a few workers at 100 Mbit/s, well under a second.
@@ -11,7 +11,8 @@ import subprocess
 import pytest
 
 from harness.simulation import driver as sim
-from topologies.impair import LossModelError
+from harness.simulation import kind
+from topologies.impair.loss import LossModelError
 
 
 @pytest.fixture(scope="module")
@@ -98,12 +99,12 @@ def test_push_time_meets_the_bound_without_loss(binary):
 
 
 def test_sweep_writes_tables_resumes_and_draws(binary, tmp_path):
-    from harness import results
+    from harness.running import results
     from harness.running import engine
 
     grid = sim.cells(("ltp", "ltp-reliable"), (2, 4), (100.0,), (32,), (0.0,), (0.0,), (1, 2),
                      iterations=2)
-    plan = sim.SimPlan("test", tuple(grid))
+    plan = kind.SimPlan("test", tuple(grid))
     lines = []
     engine.run_plan(plan, tmp_path, lines.append)
     assert sum(line.startswith("[") for line in lines) == 8   # one line as each run starts

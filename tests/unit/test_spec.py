@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import presets
-from harness.spec import RunSpec, SpecError
+from harness.running import presets
+from harness.running.spec import RunSpec, SpecError
 
 
 def test_round_trip_and_stable_id():
@@ -102,7 +102,7 @@ def test_override_any_dimension_and_validate_up_front():
 
 
 def test_schemes_carry_options_into_specs_and_names():
-    from harness.spec import parse_scheme, scheme_name
+    from harness.running.spec import parse_scheme, scheme_name
 
     assert parse_scheme("ltp+filler=zero+cc=false+max_wait_ms=50") == (
         "ltp", {"filler": "zero", "cc": False, "max_wait_ms": 50})

@@ -3,10 +3,11 @@ fields (and the ids of runs written before they existed), the plan's grid."""
 
 import pytest
 
-from harness import cli, presets
-from harness.spec import RunSpec, SpecError
-from topologies.cross import CrossError
-from topologies.impair import LossModelError
+from harness import cli
+from harness.running import presets
+from harness.running.spec import RunSpec, SpecError
+from topologies.impair.cross import CrossError
+from topologies.impair.loss import LossModelError
 
 
 def test_items_keep_the_options_of_one_item_together():
@@ -109,7 +110,7 @@ def test_a_folder_grows_to_the_union_of_chunks_of_one_preset(tmp_path):
 
 
 def test_a_blocked_plan_runs_each_block_on_a_network_of_its_own_in_turn():
-    from harness import presets
+    from harness.running import presets
     from harness.running import ps
 
     plan = presets.get("reference")

@@ -30,9 +30,9 @@ __all__ = ["SCHEMES", "Incoming", "PeerEnd", "SendReport", "create", "parse"]
 def parse(text: str) -> tuple[str, dict[str, Any]]:
     """``"mcast+close_frac=0.9+poll_ms=2"`` -> ``("mcast", {"close_frac": 0.9, "poll_ms": 2})``.
 
-    The same notation as :func:`harness.spec.parse_scheme` (values read as JSON when they parse,
-    as strings otherwise), written again here so that transports never import the harness. The
-    slug must be one of :data:`SCHEMES`; the options are checked by :func:`create`.
+    The same notation as :func:`harness.running.spec.parse_scheme` (values read as JSON when they
+    parse, as strings otherwise), written again here so that transports never import the harness.
+    The slug must be one of :data:`SCHEMES`; the options are checked by :func:`create`.
     """
     slug, *pairs = text.strip().split("+")
     if slug not in SCHEMES:

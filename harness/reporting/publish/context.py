@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness import provenance
 from harness.reporting import stats, tables
 from harness.reporting.report import seed_text
+from harness.running import provenance
 
 PROJECT = provenance.PROJECT
 RESULTS = PROJECT / "results"

@@ -23,9 +23,9 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from harness.reporting import stats
-from harness.aggregators import AGGREGATORS
-from harness.reporting.tables import Sweep
 from harness.reporting.sections.faults import TTA_LEVEL, with_tta
+from harness.reporting.tables import Sweep
+from harness.training.aggregators import AGGREGATORS
 
 HOLD_MARGIN = 0.03     # a rule holds if its accuracy is within 3 % of the attack-free run's
 COLLAPSE_RATIO = 0.5   # and averaging collapses below half of it

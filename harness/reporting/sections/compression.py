@@ -2,7 +2,7 @@
 
 Drawn when a sweep varies ``compress``, ``local_steps`` or ``error_reset`` (the ``compression``
 preset; ``invoke run-sweep --compress none,topk:0.01,sign --local-steps 1,4 --error-reset 0,1``;
-:mod:`harness.compress`):
+:mod:`harness.training.compress`):
 
 - ``compression_tradeoff``: final test accuracy against the bytes all workers' pushes of one
   round cost on the wire (``wire_bytes_per_iter``, log scale), one point per setting with its

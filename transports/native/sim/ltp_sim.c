@@ -10,7 +10,7 @@
  *   --scenario bsp   each worker pushes as soon as it has computed (training);
  *   --scenario push  the PS waits for its broadcast and for every worker to be ready, then
  *                    releases them all at one instant T (each within --skew-us of it), as
- *                    `invoke bench-transport`'s synchronized pushes (harness/bench_node.py).
+ *                    `invoke bench-transport`'s synchronized pushes (harness/bench/node.py).
  * The PS gathers: a worker's gradient is in when every one of its segments closed (whole, early,
  * or by max-wait); then the PS updates for update_us. Output, one JSON object per line:
  *   {"table": "push", ...}       one row per worker per iteration

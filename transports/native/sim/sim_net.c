@@ -3,7 +3,7 @@
 #include "sim_net.h"
 #include "event_heap.h"
 /* The project's one generator (ltp_uniform, ltp_internal.h) and the one Gilbert-Elliott chain
- * (the eBPF program's, topologies/geloss/ge_chain.h): one seed, one sequence of decisions. */
+ * (the eBPF program's, topologies/impair/geloss/ge_chain.h): one seed, one sequence of decisions. */
 #include "ltp_internal.h"
 #define GE_U64 uint64_t
 #define GE_U32 uint32_t

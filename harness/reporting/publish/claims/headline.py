@@ -11,11 +11,11 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.reporting import stats
-from harness.reporting.tables import BASELINE
 from harness.reporting.publish.claims import Section
 from harness.reporting.publish.claims.common import RELIABLE, STRONGEST_TCP, TOLERANT, name, setting
 from harness.reporting.publish.context import Context, Folder
 from harness.reporting.report import readme_table, seed_text
+from harness.reporting.tables import BASELINE
 
 REFERENCE = "results/reference"
 TOLERANCE = "results/tolerance"
@@ -296,7 +296,7 @@ def span_minutes(f: Folder) -> float:
 
 def quickstart(ctx: Context) -> str:
     """What the README's first command runs, from the default preset, and how long it took."""
-    from harness import presets
+    from harness.running import presets
 
     plan = presets.get(presets.DEFAULT_PRESET)
     f = ctx.folder(CHECK)

@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from harness.reporting import stats
 from harness.p2p import report as p2p_report
+from harness.reporting import stats
 from harness.reporting.publish.claims import Section
 from harness.reporting.publish.context import Context, Folder
 
@@ -126,7 +126,7 @@ def p2p_text(ctx: Context) -> list[str]:
                          "the controller's choice reaches the target later")
                  + f". Synchronisation per round: {sync_view.sentence} Time to {target}: "
                  f"{tta_view.sentence} The view lets the slow peers sit out until they have "
-                 "received from nobody for `max_wait_rounds` rounds (`topologies/selmcast.py`).")
+                 "received from nobody for `max_wait_rounds` rounds (`topologies/controller/selmcast.py`).")
 
     p_grown = _vs(d, "avg_p", grown, rnd, ".2f")
     sync_grown = _vs(d, "sync_s", grown, rnd, unit=" s")

@@ -23,7 +23,7 @@ from harness.reporting.publish.claims import Section
 from harness.reporting.publish.context import PROJECT, Context, Folder
 from harness.simulation.driver import SCHEMES
 from harness.simulation.figures import bound_s, crossovers, medians
-from topologies.impair import Uniform, parse_loss
+from topologies.impair.loss import Uniform, parse_loss
 
 BY_N = "results/simulate-scaling/n"
 BY_N_LOSS = "results/simulate-scaling/loss2"

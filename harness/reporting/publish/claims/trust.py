@@ -17,13 +17,13 @@ import numpy as np
 import pandas as pd
 
 from harness.reporting import stats
-from harness.aggregators import AGGREGATORS
-from harness.byzantine import parse_byzantine
 from harness.reporting.publish.claims import Section
 from harness.reporting.publish.claims.common import dataset
 from harness.reporting.publish.context import Context, Folder
-from harness.reporting.sections.faults import TTA_LEVEL, with_tta
 from harness.reporting.sections.byzantine import COLLAPSE_RATIO, HOLD_MARGIN
+from harness.reporting.sections.faults import TTA_LEVEL, with_tta
+from harness.training.aggregators import AGGREGATORS
+from harness.training.byzantine import parse_byzantine
 
 BYZANTINE = "results/byzantine"
 FIVE_SEEDS = "results/byzantine-5seeds"

@@ -1,0 +1,317 @@
+"""One run's every parameter, as a frozen, validated, hashable value.
+
+A :class:`RunSpec` fully determines a run: the transport and its options, the network, the model
+and data, the training schedule and the seed. Its :attr:`~RunSpec.run_id` is derived from all of
+that, so a resumed sweep recognises a finished run by id alone. Specs travel to the emulated hosts
+as JSON (:meth:`RunSpec.to_json`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import inspect
+import json
+from typing import Any
+
+from harness.hosts.faults import FaultError, check_fault, parse_fault
+from harness.hosts.sync import SyncError, parse_sync
+from harness.training import datasets, models
+from harness.training.aggregators import (SCORE_BATCH, SCORE_PENALTY, AggregatorError,
+                                          check_aggregator)
+from harness.training.byzantine import ByzantineError, check_byzantine, parse_byzantine
+from harness.training.compress import DEFAULT_RESET, CompressError, check_compress, parse_compress
+from topologies.impair.cross import CrossError, parse_cross
+from topologies.impair.delay import DelayError, check_delay
+from topologies.impair.loss import LossModelError, Uniform, parse_loss
+from topologies.incast import IncastParams, TopologyError, check_params
+from transports import registry
+from transports.base import OptionError
+
+
+class SpecError(ValueError):
+    """A run parameter is unknown or out of range."""
+
+
+def parse_scheme(text: str) -> tuple[str, dict[str, Any]]:
+    """``"ltp+filler=zero+cc=false"`` -> ``("ltp", {"filler": "zero", "cc": False})``.
+
+    A scheme is a transport slug with options; each value is read as JSON when it parses
+    (numbers, true/false, null, lists) and as a string otherwise.
+    """
+    slug, *pairs = text.strip().split("+")
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SpecError(f"{text!r}: write transport options as slug+name=value, not {pair!r}.")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    return slug, options
+
+
+def scheme_name(transport: str, options: dict[str, Any]) -> str:
+    """The inverse of :func:`parse_scheme`."""
+    return "+".join([transport] + [f"{k}={json.dumps(v) if not isinstance(v, str) else v}"
+                                   for k, v in sorted(options.items())])
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """Everything that defines one run; invalid values raise :class:`SpecError`."""
+
+    transport: str = "tcp-cubic"
+    transport_options: tuple[tuple[str, Any], ...] = ()
+    n_workers: int = 8
+    bottleneck_mbps: float = 100.0
+    worker_link_mbps: float | None = None
+    queue_pkts: int = 64
+    loss_pct: float = 0.0
+    delay_ms: float = 0.0
+    model: str = "mlp"
+    dataset: str = "fashion-mnist"
+    iterations: int = 100
+    batch_size: int = 32
+    lr: float = 0.2
+    eval_every: int = 25
+    seed: int = 0
+    timeout_s: float = 600.0
+    port: int = 5000
+    target_accuracy: float | None = None   # None: the model's own (models.TARGET_ACCURACY)
+    stop_at_target: bool = False
+    max_train_s: float | None = None       # cap on the PS's training time; None: no cap
+    loss_model: str = ""
+    """A loss model's text (``ge:loss=5,burst=4``); empty: uniform loss at ``loss_pct``. With a
+    model, ``loss_pct`` is its mean loss."""
+    cross: str = "none"
+    """Background traffic through the bottleneck (``tcp:2``, ...; :mod:`topologies.impair.cross`)."""
+    sync: str = "bsp"
+    """Synchronisation mode: ``bsp``, ``ssp:S`` or ``async`` (:mod:`harness.hosts.ps`)."""
+    fault: str = "none"
+    """A fault the harness injects (``kill@20``, ``link@20:2s``, ...; :mod:`harness.hosts.faults`)."""
+    byzantine: str = "0"
+    """Byzantine workers: ``0`` or ``COUNT:BEHAVIOUR[:PARAM]`` (:mod:`harness.training.byzantine`)."""
+    aggregator: str = "mean"
+    """How the PS combines a round's updates (:mod:`harness.training.aggregators`)."""
+    tolerate: int | None = None
+    """Byzantine updates the aggregator tolerates (``f``); None: the run's attacker count."""
+    score_batch: int = SCORE_BATCH
+    """Validation samples per round of the ``score`` aggregator."""
+    score_penalty: float = SCORE_PENALTY
+    """``rho``: the ``score`` aggregator's penalty per squared unit of an update's size."""
+    score_threshold: float | None = None
+    """The ``score`` aggregator keeps only updates scoring at least this (None: the n - f best)."""
+    compress: str = "none"
+    """How workers compress their pushes: ``none``, ``topk:R`` or ``sign`` (:mod:`harness.training.compress`)."""
+    local_steps: int = 1
+    """SGD steps a worker takes per synchronisation (1: push each gradient)."""
+    error_reset: int = DEFAULT_RESET
+    """A compressing worker's residual is reset every this many synchronisations (0: never)."""
+
+    # Fields left out of the JSON (and so of the run id) while they hold these values, so the
+    # ids of runs written before the fields existed stay the same.
+    _QUIET_DEFAULTS = {"loss_model": "", "cross": "none", "sync": "bsp", "fault": "none",
+                       "byzantine": "0", "aggregator": "mean", "tolerate": None,
+                       "score_batch": SCORE_BATCH, "score_penalty": SCORE_PENALTY,
+                       "score_threshold": None, "compress": "none", "local_steps": 1,
+                       "error_reset": DEFAULT_RESET}
+
+    def __post_init__(self) -> None:
+        # Options may come in as a dict; store them sorted so equal specs hash equal.
+        opts = self.transport_options
+        if isinstance(opts, dict):
+            opts = opts.items()
+        object.__setattr__(self, "transport_options",
+                           tuple(sorted((str(k), _freeze(v)) for k, v in opts)))
+        for name in ("bottleneck_mbps", "loss_pct", "delay_ms", "lr", "timeout_s", "score_penalty"):
+            object.__setattr__(self, name, float(getattr(self, name)))
+        if self.worker_link_mbps is not None:
+            object.__setattr__(self, "worker_link_mbps", float(self.worker_link_mbps))
+        if self.target_accuracy is None and self.model in models.TARGET_ACCURACY:
+            object.__setattr__(self, "target_accuracy", models.TARGET_ACCURACY[self.model])
+        for name in ("target_accuracy", "max_train_s", "score_threshold"):
+            value = getattr(self, name)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                object.__setattr__(self, name, float(value))
+        try:
+            if self.loss_model:
+                model = parse_loss(self.loss_model)
+                if isinstance(model, Uniform):
+                    object.__setattr__(self, "loss_pct", model.loss_pct)
+                    object.__setattr__(self, "loss_model", "")
+                else:
+                    object.__setattr__(self, "loss_pct", round(model.mean_loss_pct, 6))
+                    object.__setattr__(self, "loss_model", model.text())
+            object.__setattr__(self, "cross", parse_cross(self.cross).text())
+            object.__setattr__(self, "sync", parse_sync(self.sync).text())
+            object.__setattr__(self, "fault", parse_fault(self.fault).text())
+            object.__setattr__(self, "byzantine", parse_byzantine(self.byzantine).text())
+            object.__setattr__(self, "aggregator", str(self.aggregator).strip().lower())
+            object.__setattr__(self, "compress", parse_compress(self.compress).text())
+            if self.compress == "none" and isinstance(self.error_reset, int):
+                # Without compression there is no residual to reset: one run, not one per period.
+                object.__setattr__(self, "error_reset", DEFAULT_RESET)
+        except (LossModelError, CrossError, SyncError, FaultError, ByzantineError,
+                CompressError) as exc:
+            raise SpecError(str(exc)) from None
+        self._validate()
+
+    def _validate(self) -> None:
+        try:
+            registry.create(self.transport, dict(self.transport_options))
+            check_params(self.n_workers, self.bottleneck_mbps, self.worker_link_mbps,
+                         self.queue_pkts, self.loss_pct)
+            check_delay(self.delay_ms)
+        except (registry.UnknownTransport, OptionError, TopologyError, DelayError) as exc:
+            raise SpecError(str(exc)) from None
+        if self.model not in models.MODELS:
+            raise SpecError(f"unknown model {self.model!r}; choose one of: "
+                            f"{', '.join(models.MODELS)}.")
+        if self.dataset not in datasets.DATASETS:
+            raise SpecError(f"unknown data set {self.dataset!r}; choose one of: "
+                            f"{', '.join(datasets.DATASETS)}.")
+        for name in ("iterations", "batch_size", "eval_every", "seed", "port"):
+            value = getattr(self, name)
+            low = 0 if name == "seed" else 1
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise SpecError(f"{name} must be a whole number of at least {low}, not {value!r}.")
+        if not 1024 <= self.port <= 65000:
+            raise SpecError(f"port must be between 1024 and 65000, not {self.port}.")
+        if not self.lr > 0:
+            raise SpecError(f"lr must be above 0, not {self.lr!r}.")
+        if not self.timeout_s > 0:
+            raise SpecError(f"timeout_s must be above 0, not {self.timeout_s!r}.")
+        if not isinstance(self.target_accuracy, float) or not 0 < self.target_accuracy <= 1:
+            raise SpecError(f"target_accuracy must be a fraction above 0 and at most 1, "
+                            f"not {self.target_accuracy!r}.")
+        if not isinstance(self.stop_at_target, bool):
+            raise SpecError(f"stop_at_target must be true or false, not {self.stop_at_target!r}.")
+        try:
+            check_fault(parse_fault(self.fault), self.n_workers, self.iterations)
+        except FaultError as exc:
+            raise SpecError(str(exc)) from None
+        transport = registry.create(self.transport, dict(self.transport_options))
+        if parse_fault(self.fault).kind == "restart" and not transport.REJOIN:
+            raise SpecError(f"fault {self.fault} needs a transport a restarted worker can rejoin "
+                            f"(TCP); {self.transport}'s receive window refuses the new process's "
+                            "message ids.")
+        self._validate_byzantine()
+        self._validate_compress(transport)
+        if self.max_train_s is not None and not (isinstance(self.max_train_s, float)
+                                                 and self.max_train_s > 0):
+            raise SpecError(f"max_train_s must be above 0 seconds (or none), "
+                            f"not {self.max_train_s!r}.")
+
+    def _validate_byzantine(self) -> None:
+        if self.tolerate is not None and (not isinstance(self.tolerate, int)
+                                          or isinstance(self.tolerate, bool)):
+            raise SpecError(f"tolerate must be a whole number (or none), not {self.tolerate!r}.")
+        if not isinstance(self.score_batch, int) or self.score_batch < 1:
+            raise SpecError(f"score_batch must be a whole number of at least 1, "
+                            f"not {self.score_batch!r}.")
+        if not self.score_penalty >= 0:
+            raise SpecError(f"score_penalty must be at least 0, not {self.score_penalty!r}.")
+        if self.score_threshold is not None and not isinstance(self.score_threshold, float):
+            raise SpecError(f"score_threshold must be a number (or none), "
+                            f"not {self.score_threshold!r}.")
+        try:
+            check_byzantine(parse_byzantine(self.byzantine), self.n_workers)
+            check_aggregator(self.aggregator, self.n_workers, self.tolerated)
+        except (ByzantineError, AggregatorError) as exc:
+            raise SpecError(str(exc)) from None
+        if self.aggregator != "mean" and self.sync != "bsp":
+            raise SpecError(f"the {self.aggregator} aggregator combines a round's updates, which "
+                            f"only bsp has; run it with sync bsp, not {self.sync}.")
+
+    def _validate_compress(self, transport) -> None:
+        try:
+            check_compress(self.compress, self.local_steps, self.error_reset)
+        except CompressError as exc:
+            raise SpecError(str(exc)) from None
+        if self.compress != "none" and "up" not in inspect.signature(transport.serve).parameters:
+            raise SpecError(f"{self.transport} cannot carry compressed pushes: its serve() and "
+                            f"connect() take no `up` layout (docs/adding-a-transport.md).")
+
+    @property
+    def tolerated(self) -> int:
+        """``f``: the Byzantine updates the aggregator tolerates (``tolerate``, or the run's
+        attacker count)."""
+        return self.tolerate if self.tolerate is not None else \
+            parse_byzantine(self.byzantine).count
+
+    @property
+    def network(self) -> IncastParams:
+        """The topology this run needs (loss included)."""
+        return IncastParams(self.n_workers, self.bottleneck_mbps, self.worker_link_mbps,
+                            self.queue_pkts, self.loss_pct, self.n_cross)
+
+    @property
+    def n_cross(self) -> int:
+        """How many cross-traffic hosts this run's network needs."""
+        return parse_cross(self.cross).n_hosts
+
+    @property
+    def network_key(self) -> tuple:
+        """What a network must match to be reused for this run (all but loss and delay)."""
+        return (self.n_workers, self.bottleneck_mbps, self.worker_link_mbps, self.queue_pkts,
+                self.n_cross)
+
+    @property
+    def loss_text(self) -> str:
+        """The loss model as text: the model's, or ``uniform:<loss_pct>``."""
+        return self.loss_model or Uniform(self.loss_pct).text()
+
+    def options(self) -> dict[str, Any]:
+        """The transport options as a dict."""
+        return dict(self.transport_options)
+
+    @property
+    def scheme(self) -> str:
+        """Transport and options as one name (``ltp+filler=zero``): what figures group by."""
+        return scheme_name(self.transport, self.options())
+
+    def as_dict(self) -> dict[str, Any]:
+        """All fields, JSON-ready (options as a dict)."""
+        d = dataclasses.asdict(self)
+        d["transport_options"] = self.options()
+        for name, quiet in self._QUIET_DEFAULTS.items():
+            if d[name] == quiet:
+                del d[name]
+        return d
+
+    def to_json(self) -> str:
+        """Canonical JSON of all fields."""
+        return json.dumps(self.as_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunSpec:
+        """The spec written by :meth:`to_json`."""
+        return cls(**json.loads(text))
+
+    @property
+    def run_id(self) -> str:
+        """A readable, unique id: transport, loss, bandwidth, seed and a digest of everything."""
+        digest = hashlib.sha256(self.to_json().encode()).hexdigest()[:8]
+        delay = f"_d{self.delay_ms:g}" if self.delay_ms else ""
+        kind = self.loss_model.partition(":")[0]  # ge or get; empty under uniform loss
+        cross = "_cross" if self.cross != "none" else ""
+        sync = f"_{self.sync.replace(':', '')}" if self.sync != "bsp" else ""
+        fault = (f"_{self.fault.partition('@')[0].partition(':')[0]}"
+                 if self.fault != "none" else "")
+        byz = f"_byz{self.byzantine.replace(':', '')}" if self.byzantine != "0" else ""
+        agg = f"_{self.aggregator}" if self.aggregator != "mean" else ""
+        comp = f"_{self.compress.replace(':', '')}" if self.compress != "none" else ""
+        comp += f"_h{self.local_steps}" if self.local_steps > 1 else ""
+        return (f"{self.transport}_loss{kind}{self.loss_pct:g}_bw{self.bottleneck_mbps:g}{delay}"
+                f"{cross}{sync}{fault}{byz}{agg}{comp}_s{self.seed}_{digest}")
+
+    def replace(self, **changes: Any) -> RunSpec:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
+def _freeze(value: Any) -> Any:
+    """Lists (also nested, e.g. PLOT's bounds) become tuples, so specs stay hashable."""
+    return tuple(_freeze(v) for v in value) if isinstance(value, (list, tuple)) else value
