@@ -17,41 +17,6 @@ from topologies.impair.loss import (GilbertElliott, GilbertElliottTime, Impairme
 from topologies.testbed.counters import LossCounters, PortCounters, QueueCounters, Snapshot
 
 
-@pytest.mark.parametrize("text, model", [
-    ("get:5:2", GilbertElliottTime.from_mean(5, 2)),
-    ("get:loss=5,burst_ms=2", GilbertElliottTime.from_mean(5, 2)),
-    ("GET: loss=5 , burst_ms=2", GilbertElliottTime.from_mean(5, 2)),
-    ("get:good_ms=38,bad_ms=2,loss_good=0,loss_bad=100", GilbertElliottTime(38, 2, 0, 100)),
-    ("get:good_ms=20,bad_ms=5,loss_good=1,loss_bad=60", GilbertElliottTime(20, 5, 1, 60)),
-])
-def test_texts_parse(text, model):
-    assert parse_loss(text) == model
-
-
-@pytest.mark.parametrize("text, words", [
-    ("get", "not a loss model"),
-    ("get:5", "get:LOSS:BURST_MS"),
-    ("get:5:2:1", "get:LOSS:BURST_MS"),
-    ("get:0:2", "above 0"),
-    ("get:50:2", "below 50"),
-    ("get:5:0", "from 0.001 to 100000 ms"),
-    ("get:5:1e6", "from 0.001 to 100000 ms"),
-    ("get:5:inf", "finite"),
-    ("get:0.001:2", "good periods of 199998 ms, above the 100000 ms"),
-    ("get:loss=5", "either loss and burst_ms"),
-    ("get:loss=5,burst=4", "not one of"),
-    ("get:loss=5,burst_ms=2,good_ms=3", "either loss and burst_ms"),
-    ("get:loss=5,loss=4", "twice"),
-    ("get:good_ms=0,bad_ms=2,loss_good=0,loss_bad=100", "good_ms must be a mean duration"),
-    ("get:good_ms=10,bad_ms=2,loss_good=0,loss_bad=101", "at most 100"),
-])
-def test_bad_texts_raise_one_sentence(text, words):
-    with pytest.raises(LossModelError, match=words) as info:
-        parse_loss(text)
-    message = str(info.value)
-    assert message.endswith(".") and message.count(". ") == 0, message
-
-
 def test_the_duration_limits_are_read_from_the_c_header():
     assert (impair.GE_TIME_MIN_MS, impair.GE_TIME_MAX_MS) == (0.001, 100000.0)
 
