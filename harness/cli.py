@@ -27,6 +27,7 @@ from harness.training.compress import CompressError, parse_compress
 from harness.training.datasets import DatasetError
 from topologies.impair.cross import CrossError
 from topologies.impair.delay import DelayError
+from topologies.impair.ingress import IngressError
 from topologies.impair.loss import LossModelError, Uniform, parse_loss
 from topologies.incast import TopologyError
 from topologies.testbed.network import TestbedError
@@ -38,7 +39,7 @@ USER_ERRORS = (SpecError, UnknownPreset, UnknownTransport, OptionError, Topology
                TestbedError, OVSError, SweepError, ResultsError, DatasetError, TransportError,
                DelayError, BenchError, LossModelError, CrossError, SyncError, FaultError,
                SimulationError, ByzantineError, AggregatorError, CompressError,
-               ClusterError, PeerSpecError, BlockError)
+               ClusterError, PeerSpecError, BlockError, IngressError)
 
 
 def require_root() -> None:

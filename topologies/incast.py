@@ -109,6 +109,32 @@ class IncastParams:
         """The switch ports of the cross-traffic hosts, in order."""
         return [cross_port(i, self.n_workers) for i in range(self.n_cross)]
 
+    # The names a measurement of the star reads, from the topology (not from constants).
+    @property
+    def subnet(self) -> str:
+        """Every host's subnet."""
+        return SUBNET
+
+    @property
+    def ps_ip(self) -> str:
+        """The PS's address (what RTTs are measured to)."""
+        return PS_IP
+
+    @property
+    def ps_port(self) -> int:
+        """The switch port toward the PS."""
+        return PS_PORT
+
+    @property
+    def switch_name(self) -> str:
+        """The star's one switch."""
+        return SWITCH_NAME
+
+    @property
+    def bottleneck_intf(self) -> str:
+        """The switch port toward the PS, whose queue is the bottleneck."""
+        return BOTTLENECK_INTF
+
     def link_names(self) -> list[str]:
         """Every interface of the star, host side and switch side."""
         hosts = [(PS_NAME, PS_PORT)] + list(zip(self.worker_names, self.worker_ports)) \

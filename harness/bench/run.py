@@ -138,18 +138,18 @@ def network(bandwidth_mbps: float, queue_pkts: int, loss_pct: float, seconds: fl
         print(f"8 workers -> 1 PS, bottleneck {bandwidth_mbps:g} Mbit/s, queue {queue_pkts} packets"
               f" (raw output in {folder})")
 
-        before = tb.snapshot()
+        before = tb.meter.snapshot()
         (one,), _ = _iperf(tb, folder / "one-flow", [(worker_name(0), BASE_PORT)], seconds)
-        d = counter_deltas(before, tb.snapshot())
+        d = counter_deltas(before, tb.meter.snapshot())
         got = one["end"]["sum_received"]["bits_per_second"] / 1e6
         print(f"one TCP flow:     {got:7.1f} Mbit/s  = {got / bandwidth_mbps:5.1%} of configured "
               f"(CUBIC), {one['end']['sum_sent']['retransmits']} retransmissions, "
               f"{d['queue_drops']} queue drops")
 
-        before = tb.snapshot()
+        before = tb.meter.snapshot()
         flows, span_s = _iperf(tb, folder / "incast",
                                [(worker_name(r), BASE_PORT + r) for r in range(8)], seconds)
-        d = counter_deltas(before, tb.snapshot())
+        d = counter_deltas(before, tb.meter.snapshot())
         # Aggregate over the union of the flows' lifetimes, so staggered starts do not inflate it.
         total = sum(f["end"]["sum_received"]["bytes"] for f in flows) * 8 / span_s / 1e6
         each = [f["end"]["sum_received"]["bits_per_second"] / 1e6 for f in flows]
@@ -158,13 +158,13 @@ def network(bandwidth_mbps: float, queue_pkts: int, loss_pct: float, seconds: fl
               f"(per flow {min(each):.1f}-{max(each):.1f}), {retrans} retransmissions, "
               f"{d['queue_drops']} queue drops (pfifo itself counted {d['queue_drops_tc']})")
 
-        tb.configure(Impairment(loss_pct))
-        before = tb.snapshot()
+        tb.ingress.configure(Impairment(loss_pct))
+        before = tb.meter.snapshot()
         rate_mbps = min(20.0, bandwidth_mbps / 4)
         n_packets = max(2000, int(rate_mbps * 1e6 * seconds / (1400 * 8)))
         tb.host_run(worker_name(0), sys.executable, "-c", UDP_SENDER.format(
             n=n_packets, gap_s=1400 * 8 / (rate_mbps * 1e6), ip=PS_IP))
-        after = tb.snapshot()
+        after = tb.meter.snapshot()
         ps = {k: getattr(after.impair[PS_NAME], k) - getattr(before.impair[PS_NAME], k)
               for k in ("arrived", "dropped")}
         measured = 100.0 * ps["dropped"] / ps["arrived"] if ps["arrived"] else float("nan")
@@ -274,7 +274,7 @@ def transport(slugs: tuple[str, ...], losses: tuple[float, ...], bandwidths: tup
         with Testbed(IncastParams(8, bw, None, queue_pkts, 0.0), net_dir) as tb, \
                 Zygote(net_dir, tb.ledger) as zygote:
             for loss in losses:
-                tb.configure(Impairment(loss))
+                tb.ingress.configure(Impairment(loss))
                 for slug in slugs:
                     got = run_cell(tb, zygote, net_dir / f"{slug}-loss{loss:g}", slug, iterations,
                                    n_bytes)

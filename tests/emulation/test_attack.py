@@ -81,7 +81,7 @@ def _attacked_run(tb: Testbed, folder, auth: bool) -> dict:
                         "--session", str(prep.files.session), "--iterations", str(ITERATIONS),
                         "--bytes", str(GRADIENT_BYTES), "--auth", str(int(auth)), "--port",
                         str(spec.port), "--report", str(report)], folder / "attacker.log")
-    before = tb.snapshot()
+    before = tb.meter.snapshot()
     t0 = time.monotonic()
     try:
         with launched(spawn_plain(tb), node_commands(spec, prep.files)) as procs:
@@ -93,7 +93,7 @@ def _attacked_run(tb: Testbed, folder, auth: bool) -> dict:
     finally:
         attacker.kill()
         prep.files.session.unlink(missing_ok=True)
-    row, _, _ = collect(tb, prep, before, tb.snapshot(), status, reason, wall_s, "test")
+    row, _, _ = collect(tb, prep, before, tb.meter.snapshot(), status, reason, wall_s, "test")
     files = RunFiles(prep.files.dir)
     assert attacker.poll() == 0 and report.exists(), (folder / "attacker.log").read_text()[-2000:]
     sent = json.loads(report.read_text())
