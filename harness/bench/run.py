@@ -27,10 +27,10 @@ from pathlib import Path
 
 from harness.running import results
 from harness.running.runner import counter_deltas
-from harness.running.spec import parse_scheme
 from topologies.impair.loss import Impairment
 from topologies.incast import PS_IP, PS_NAME, SUBNET, IncastParams, worker_name
 from topologies.testbed.network import PROJECT_DIR, Testbed, TestbedError
+from transports.base import parse_scheme
 
 BENCH_DIR = PROJECT_DIR / "results" / "bench"
 BASE_PORT = 5201

@@ -17,11 +17,11 @@ import json
 from typing import Any, ClassVar
 
 from harness.hosts.sync import SyncError, parse_sync
-from harness.running.spec import parse_scheme
 from harness.training import datasets, models
 from topologies.controller.selmcast import POLICIES
 from topologies.fabric import FabricParams
 from topologies.incast import TopologyError
+from transports.base import parse_scheme
 
 COPIES = ("switch", "unicast")
 TRANSPORTS = ("mcast", "tcp")

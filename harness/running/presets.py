@@ -50,8 +50,9 @@ from typing import Any, ClassVar
 
 from pathlib import Path
 
-from harness.running.spec import RunSpec, SpecError, parse_scheme
+from harness.running.spec import RunSpec, SpecError
 from transports import registry
+from transports.base import parse_scheme
 
 
 class UnknownPreset(KeyError):

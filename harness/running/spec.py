@@ -26,36 +26,11 @@ from topologies.impair.delay import DelayError, check_delay
 from topologies.impair.loss import LossModelError, Uniform, parse_loss
 from topologies.incast import IncastParams, TopologyError, check_params
 from transports import registry
-from transports.base import OptionError
+from transports.base import OptionError, scheme_name
 
 
 class SpecError(ValueError):
     """A run parameter is unknown or out of range."""
-
-
-def parse_scheme(text: str) -> tuple[str, dict[str, Any]]:
-    """``"ltp+filler=zero+cc=false"`` -> ``("ltp", {"filler": "zero", "cc": False})``.
-
-    A scheme is a transport slug with options; each value is read as JSON when it parses
-    (numbers, true/false, null, lists) and as a string otherwise.
-    """
-    slug, *pairs = text.strip().split("+")
-    options: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise SpecError(f"{text!r}: write transport options as slug+name=value, not {pair!r}.")
-        try:
-            options[key] = json.loads(value)
-        except json.JSONDecodeError:
-            options[key] = value
-    return slug, options
-
-
-def scheme_name(transport: str, options: dict[str, Any]) -> str:
-    """The inverse of :func:`parse_scheme`."""
-    return "+".join([transport] + [f"{k}={json.dumps(v) if not isinstance(v, str) else v}"
-                                   for k, v in sorted(options.items())])
 
 
 @dataclasses.dataclass(frozen=True)
