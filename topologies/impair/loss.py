@@ -57,7 +57,7 @@ import math
 import re
 from pathlib import Path
 
-from topologies.impair.delay import check_delay
+from topologies.impair.delay import c_define, check_delay
 
 TABLE = "ltp_impair"
 RESOLUTION = 1_000_000
@@ -71,9 +71,7 @@ class LossModelError(ValueError):
 
 
 def _c_define(header: str, name: str, pattern: str) -> str:
-    """A constant's text from the programs' headers (C owns the values)."""
-    text = (GE_DIR / header).read_text()
-    return re.search(rf"#define {name} +({pattern})", text).group(1)
+    return c_define(GE_DIR / header, name, pattern)
 
 
 GE_MARK = int(_c_define("ge_chain.h", "GE_MARK", "0x[0-9a-fA-F]+"), 16)
