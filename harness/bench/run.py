@@ -173,9 +173,18 @@ def network(bandwidth_mbps: float, queue_pkts: int, loss_pct: float, seconds: fl
               f"stream), configured {loss_pct:g} %")
 
 
-def loopback(slugs: tuple[str, ...], folder: Path, n_bytes: int = 437_544,
+
+def mlp_bytes() -> int:
+    """One gradient of the MLP the testbed trains, in bytes (its owner: the model registry)."""
+    from harness.training import models
+
+    return 4 * models.n_params("mlp")
+
+def loopback(slugs: tuple[str, ...], folder: Path, n_bytes: int | None = None,
              pushes: int = LOOPBACK_PUSHES) -> None:
-    """Print loopback goodput and CPU per byte of every scheme; write ``loopback.csv``."""
+    """Print loopback goodput and CPU per byte of every scheme (``n_bytes`` per push, the MLP's
+    gradient unless given); write ``loopback.csv``."""
+    n_bytes = n_bytes or mlp_bytes()
     from harness.bench.loopback import loopback_push
 
     print(f"loopback, one worker -> PS over 127.0.0.1 ({pushes} pushes per cell): goodput of the "
@@ -209,7 +218,7 @@ def _routes(tb: Testbed) -> dict[str, str]:
 
 
 def run_cell(tb: Testbed, zygote, cell: Path, slug: str, iterations: int,
-             n_bytes: int = 437_544, workers: int = 8) -> Cell:
+             n_bytes: int | None = None, workers: int = 8) -> Cell:
     """Run one cell: apply ``slug``'s host settings, then synchronized ``workers``-to-1 pushes
     (the first ``workers`` hosts of the testbed; the others stay idle).
 
@@ -220,6 +229,8 @@ def run_cell(tb: Testbed, zygote, cell: Path, slug: str, iterations: int,
     from harness.running.runner import apply_host_settings, launched, spawn_forked, wait
     from transports import registry
     from transports.base import Session
+
+    n_bytes = n_bytes or mlp_bytes()
 
     name, options = parse_scheme(slug)
     # The scheme's own per-host settings (tcp-cubic-lowrto's minimum RTO).
@@ -250,13 +261,14 @@ def run_cell(tb: Testbed, zygote, cell: Path, slug: str, iterations: int,
 
 
 def transport(slugs: tuple[str, ...], losses: tuple[float, ...], bandwidths: tuple[float, ...],
-              iterations: int, queue_pkts: int, n_bytes: int = 437_544) -> None:
+              iterations: int, queue_pkts: int, n_bytes: int | None = None) -> None:
     """Loopback goodput and CPU per byte, then synchronized 8-to-1 push times on the emulated
     incast vs the bound (no incast part when ``bandwidths`` is empty)."""
     import numpy as np
 
     from harness.hosts.zygote import Zygote
 
+    n_bytes = n_bytes or mlp_bytes()
     folder = BENCH_DIR / time.strftime("transport-%Y%m%dT%H%M%S")
     folder.mkdir(parents=True, exist_ok=True)
     loopback(slugs, folder, n_bytes)

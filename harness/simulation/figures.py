@@ -26,13 +26,15 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from harness.reporting import stats  # noqa: E402
-from harness.simulation.driver import GRADIENT_BYTES  # noqa: E402
+from harness.simulation.driver import gradient_bytes  # noqa: E402
 from transports import registry  # noqa: E402
 
-# A 437,544-byte gradient in 1,420-byte chunks is 309 DATA frames of (chunk + 52 header + 8 MAC
-# + 42 Ethernet/IP/UDP) bytes, the last one shorter: the bytes a push puts on the wire at least.
-_PACKETS = math.ceil(GRADIENT_BYTES / 1420)
-FRAME_BYTES = GRADIENT_BYTES + _PACKETS * (52 + 8 + 42)
+
+
+def frame_bytes() -> int:
+    """The bytes a push puts on the wire at least: the gradient in 1,420-byte chunks, each a
+    DATA frame of (chunk + 52 header + 8 MAC + 42 Ethernet/IP/UDP) bytes, the last one shorter."""
+    return gradient_bytes() + math.ceil(gradient_bytes() / 1420) * (52 + 8 + 42)
 
 
 
@@ -45,7 +47,7 @@ def _save(fig, path: Path) -> Path:
 
 def bound_s(n_workers, mbps):
     """The physical bound of a synchronized push: every worker's frames through the link."""
-    return np.asarray(n_workers) * FRAME_BYTES * 8 / (np.asarray(mbps) * 1e6)
+    return np.asarray(n_workers) * frame_bytes() * 8 / (np.asarray(mbps) * 1e6)
 
 
 def _style(slug: str) -> dict:

@@ -29,6 +29,7 @@ import time
 from harness.running.runfiles import RunFiles
 from harness.running.runner import collect, launched, node_commands, prepare, spawn_plain, wait
 from harness.running.spec import RunSpec
+from harness.training import models
 from tests.emulation.conftest import network_fixture
 from topologies.incast import IncastParams, worker_name
 from topologies.testbed.network import Testbed
@@ -38,7 +39,7 @@ from tests.emulation.attacker import CLASS_TTL
 
 N_WORKERS = 4
 ITERATIONS = 40
-GRADIENT_BYTES = 437_544   # the MLP's (harness.training.models)
+GRADIENT_BYTES = 4 * models.n_params("mlp")   # what a worker pushes: the MLP's gradient
 VICTIM_HOSTS = {"ps": "ps1", "worker": worker_name(0)}
 ATTACKER_HOST = worker_name(N_WORKERS - 1)
 

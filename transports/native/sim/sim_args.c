@@ -23,7 +23,7 @@ static const flag_t FLAGS[] = {
     {"--tcp", 0, 1, "1: the TCP reference model (sim/tcp_model.h) instead of the LTP core, default 0"},
     {"--rto-min-us", 1000, 1e8, "the TCP model's least retransmission timeout in us (default 200000, Linux's)"},
     {"--auth", 0, 1, "1: SipHash MAC on every datagram, as the testbed runs (default 1)"},
-    {"--bytes", 4, 1e9, "gradient and parameter bytes, a multiple of 4 (default 437544, the MLP)"},
+    {"--bytes", 4, 1e9, "gradient and parameter bytes, a multiple of 4 (required, or --segments; the harness passes the model's)"},
     {"--segments", TEXT, "PLOT: the gradient as per-layer segments BYTES:BOUND,... (bytes sum to --bytes)"},
     {"--compute-us", 0, 1e9, "worker compute per iteration in us (default 0)"},
     {"--update-us", 0, 1e9, "PS update per iteration in us (default 0)"},
@@ -130,7 +130,7 @@ int app_parse_args(app_args_t *a, int argc, char **argv, char *err, size_t n)
 {
     memset(a, 0, sizeof *a);
     a->workers = 8; a->iterations = 10; a->auth = 1; a->n_segs = 1;
-    a->total_bytes = a->seg_bytes[0] = 437544; a->seg_bound[0] = 1.0;
+    a->seg_bound[0] = 1.0;   /* the size has no default: the model that owns it is the harness's */
     a->skew_us = 1000; a->limit_us = 60000000; a->seed = 1; a->rto_min_us = 200000;
     double btl = 100, wmbps = 0, pmbps = 0, q = 64, wq = 1000, pq = 1000, v;
     int have_segments = 0;
@@ -188,6 +188,7 @@ int app_parse_args(app_args_t *a, int argc, char **argv, char *err, size_t n)
         else { snprintf(err, n, "unknown flag '%s' (see --help).", f); return -1; }
 #undef NUM
     }
+    if (!a->total_bytes) { snprintf(err, n, "--bytes (or --segments) is required: the gradient's size in bytes."); return -1; }
     if (a->tcp && have_segments && a->n_segs > 1) { snprintf(err, n, "--segments is PLOT's; the TCP model sends one stream."); return -1; }
     c->n_workers = a->workers;
     c->bottleneck_mbps = btl;
