@@ -274,7 +274,31 @@ class SendReport:
     stats: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
-class ServerEnd(abc.ABC):
+class End(abc.ABC):
+    """What every end of a job has, whichever its role: counters, refusals, closing; a context
+    manager that closes it."""
+
+    def stats(self) -> dict[str, float | str]:
+        """Cumulative counters of this end (numbers) and settings in effect (strings)."""
+        return {}
+
+    def rejections(self) -> dict[str, float]:
+        """The counters of :meth:`stats` that count datagrams this end refused as not from its
+        run's peers or not what it expects (forged, corrupt, stray), by name; none by default."""
+        return {}
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release sockets and native state. Safe to call twice."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ServerEnd(End):
     """The parameter server's end of a job: gathers gradients, broadcasts parameters."""
 
     @abc.abstractmethod
@@ -355,27 +379,9 @@ class ServerEnd(abc.ABC):
         """Average the workers' messages coordinate by coordinate (filled values included)."""
         return np.mean([d.values for d in deliveries], axis=0, dtype=np.float32)
 
-    def stats(self) -> dict[str, float | str]:
-        """Cumulative counters of this end (numbers) and settings in effect (strings)."""
-        return {}
-
-    def rejections(self) -> dict[str, float]:
-        """The counters of :meth:`stats` that count datagrams this end refused as not from its
-        run's peers or not what it expects (forged, corrupt, stray), by name; none by default."""
-        return {}
-
-    @abc.abstractmethod
-    def close(self) -> None:
-        """Release sockets and native state. Safe to call twice."""
-
-    def __enter__(self) -> ServerEnd:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
-class WorkerEnd(abc.ABC):
+class WorkerEnd(End):
     """A worker's end of a job: pushes gradients, pulls parameters."""
 
     @abc.abstractmethod
@@ -390,24 +396,6 @@ class WorkerEnd(abc.ABC):
     def pull(self, msg_id: int, timeout_s: float) -> Delivery:
         """Receive the server's message ``msg_id``."""
 
-    def stats(self) -> dict[str, float | str]:
-        """Cumulative counters of this end (numbers) and settings in effect (strings)."""
-        return {}
-
-    def rejections(self) -> dict[str, float]:
-        """The counters of :meth:`stats` that count datagrams this end refused as not from its
-        run's peers or not what it expects (forged, corrupt, stray), by name; none by default."""
-        return {}
-
-    @abc.abstractmethod
-    def close(self) -> None:
-        """Release sockets and native state. Safe to call twice."""
-
-    def __enter__(self) -> WorkerEnd:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class Transport(abc.ABC):

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from transports.base import Addr, Option, Session, check_options
+from transports.base import Addr, End, Option, Session, check_options
 
 MAX_PEERS = 65535   # ranks travel as 16-bit numbers
 
@@ -82,7 +82,7 @@ class SendReport:
     unfinished: tuple[int, ...]
 
 
-class PeerEnd(abc.ABC):
+class PeerEnd(End):
     """One peer's end of a peer-to-peer job; a context manager.
 
     Subclasses implement :meth:`send`, :meth:`stats` and :meth:`close`, start their receiving
@@ -144,12 +144,6 @@ class PeerEnd(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None:
         """Stop the receiving thread and release the sockets. Safe to call twice."""
-
-    def __enter__(self) -> PeerEnd:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # --- for subclasses -------------------------------------------------------------------
 
