@@ -42,6 +42,7 @@ import dataclasses
 
 from mininet.link import TCLink
 from mininet.topo import Topo
+from transports.base import UserError
 
 PS_NAME = "ps1"
 SWITCH_NAME = "s1"
@@ -56,7 +57,7 @@ MAX_CROSS = 53           # 10.0.0.200..252
 MAX_LINK_MBPS = 1000.0  # Mininet's HTB ceiling; userspace OVS tops out well below it
 
 
-class TopologyError(ValueError):
+class TopologyError(UserError, ValueError):
     """A topology parameter is out of range."""
 
 

@@ -42,7 +42,13 @@ Addr = tuple[str, int]
 """An (IPv4 address, port) pair."""
 
 
-class TransportError(Exception):
+class UserError(Exception):
+    """An error a user can cause (a bad parameter, a missing build, not root, a busy machine):
+    the command line prints its one sentence and no traceback. Every package's such errors
+    derive from it; it lives here, in the lowest layer, so that all of them can."""
+
+
+class TransportError(UserError):
     """A transport failed in a way the run cannot recover from."""
 
 
@@ -50,7 +56,7 @@ class TransportTimeout(TransportError):
     """A peer did not answer within the allowed time."""
 
 
-class OptionError(ValueError):
+class OptionError(UserError, ValueError):
     """A transport option is unknown or out of range."""
 
 

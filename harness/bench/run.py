@@ -30,7 +30,7 @@ from harness.running.runner import counter_deltas
 from topologies.impair.loss import Impairment
 from topologies.incast import PS_IP, PS_NAME, SUBNET, IncastParams, worker_name
 from topologies.testbed.network import PROJECT_DIR, Testbed, TestbedError
-from transports.base import parse_scheme
+from transports.base import UserError, parse_scheme
 
 BENCH_DIR = PROJECT_DIR / "results" / "bench"
 BASE_PORT = 5201
@@ -48,7 +48,7 @@ for i in range({n}):
 """
 
 
-class BenchError(ValueError):
+class BenchError(UserError, ValueError):
     """A benchmark argument is out of range."""
 
 

@@ -21,13 +21,13 @@ from harness.training import datasets, models
 from topologies.controller.selmcast import POLICIES
 from topologies.fabric import FabricParams
 from topologies.incast import TopologyError
-from transports.base import parse_scheme
+from transports.base import UserError, parse_scheme
 
 COPIES = ("switch", "unicast")
 TRANSPORTS = ("mcast", "tcp")
 
 
-class PeerSpecError(ValueError):
+class PeerSpecError(UserError, ValueError):
     """A peer-to-peer run parameter is unknown or out of range."""
 
 

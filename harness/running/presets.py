@@ -52,10 +52,10 @@ from pathlib import Path
 
 from harness.running.spec import RunSpec, SpecError
 from transports import registry
-from transports.base import parse_scheme
+from transports.base import UserError, parse_scheme
 
 
-class UnknownPreset(KeyError):
+class UnknownPreset(UserError, KeyError):
     """The preset name is not defined."""
 
     def __str__(self) -> str:

@@ -22,9 +22,10 @@ import json
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from transports.base import UserError
 
 
-class ResultsError(RuntimeError):
+class ResultsError(UserError, RuntimeError):
     """A results table does not have the expected columns."""
 
 

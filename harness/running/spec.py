@@ -26,10 +26,10 @@ from topologies.impair.delay import DelayError, check_delay
 from topologies.impair.loss import LossModelError, Uniform, parse_loss
 from topologies.incast import IncastParams, TopologyError, check_params
 from transports import registry
-from transports.base import OptionError, scheme_name
+from transports.base import OptionError, UserError, scheme_name
 
 
-class SpecError(ValueError):
+class SpecError(UserError, ValueError):
     """A run parameter is unknown or out of range."""
 
 

@@ -69,6 +69,7 @@ CHECKED = (("workers", "--workers", "--workers", 1, "", True),
            ("delay_ms", "--delay-us", "--delay", 1000, " ms", False),
            ("iterations", "--iterations", "--iterations", 1, "", True),
            ("seed", "--seed", "--seeds", 1, "", True))
+from transports.base import UserError
 
 
 
@@ -80,7 +81,7 @@ def gradient_bytes() -> int:
     return 4 * models.n_params("mlp")
 
 
-class SimulationError(ValueError):
+class SimulationError(UserError, ValueError):
     """A simulation setting is out of range (the message is one sentence)."""
 
 

@@ -62,6 +62,7 @@ import time
 from pathlib import Path
 
 from topologies.incast import intf
+from transports.base import UserError
 
 DELAY_DIR = Path(__file__).resolve().parent / "delay"
 BINARY = DELAY_DIR / "build" / "nfq-delay"
@@ -85,7 +86,7 @@ RT_PRIORITY = 0
 READY_LINE = "ready"
 
 
-class DelayError(ValueError):
+class DelayError(UserError, ValueError):
     """The delay line was given a bad value, or could not be set up or taken down."""
 
 

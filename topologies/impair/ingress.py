@@ -20,9 +20,10 @@ from topologies.impair import loss
 from topologies.impair.delay import DelayLine
 from topologies.impair.loss import CHAINS, Impairment
 from topologies.incast import intf
+from transports.base import UserError
 
 
-class IngressError(RuntimeError):
+class IngressError(UserError, RuntimeError):
     """A host the network does not have."""
 
 

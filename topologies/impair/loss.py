@@ -58,6 +58,7 @@ import re
 from pathlib import Path
 
 from topologies.impair.delay import c_define, check_delay
+from transports.base import UserError
 
 TABLE = "ltp_impair"
 RESOLUTION = 1_000_000
@@ -66,7 +67,7 @@ GE_BINARY = GE_DIR / "build" / "ge-loss"
 MAX_LOSS_PCT = 50.0
 
 
-class LossModelError(ValueError):
+class LossModelError(UserError, ValueError):
     """A loss model's text or parameters are invalid."""
 
 

@@ -17,9 +17,10 @@ import subprocess
 from pathlib import Path
 
 from topologies.testbed.ledger import Ledger, ProcessRef
+from transports.base import UserError
 
 
-class TestbedError(RuntimeError):
+class TestbedError(UserError, RuntimeError):
     """The emulated network could not be brought up or used."""
 
     __test__ = False  # not a pytest test class, despite the name
