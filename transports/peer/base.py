@@ -85,8 +85,9 @@ class SendReport:
 class PeerEnd(End):
     """One peer's end of a peer-to-peer job; a context manager.
 
-    Subclasses implement :meth:`send`, :meth:`stats` and :meth:`close`, start their receiving
-    thread in ``__init__`` and hand each closed message to :meth:`_deliver`.
+    Subclasses implement :meth:`send`, :meth:`stats` and :meth:`_shut`, start their receiving
+    thread in ``__init__`` (it runs until ``_stop`` is set) and hand each closed message to
+    :meth:`_deliver`.
     """
 
     SLUG = ""
@@ -119,6 +120,8 @@ class PeerEnd(End):
                                      what="peer transport")
         self._incoming: list[Incoming] = []
         self._incoming_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._closed = False
 
     # --- what a caller uses ---------------------------------------------------------------
 
@@ -141,9 +144,17 @@ class PeerEnd(End):
     def stats(self) -> dict[str, float]:
         """Cumulative counters of this end (datagrams in and out, dropped by reason, ...)."""
 
-    @abc.abstractmethod
     def close(self) -> None:
         """Stop the receiving thread and release the sockets. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        self._shut()
+
+    @abc.abstractmethod
+    def _shut(self) -> None:
+        """Once ``_stop`` is set: wait for this end's threads and close its sockets."""
 
     # --- for subclasses -------------------------------------------------------------------
 
