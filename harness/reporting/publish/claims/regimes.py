@@ -21,8 +21,8 @@ from harness.reporting.publish.claims import Section
 from harness.reporting.publish.claims.common import (DIFF_RULE, FAMILY, RELIABLE, STRONGEST_TCP,
                                                      TOLERANT, against, cap_text, cell, legend,
                                                      listing, name, phrase, reached_text, runs_of,
-                                                     scheme_order, setting, speed_ratio, time_fmt,
-                                                     tolerance_summary, tta_est, tta_of,
+                                                     scheme_order, setting, span, speed_ratio,
+                                                     time_fmt, tolerance_summary, tta_est, tta_of,
                                                      verdict_text)
 from harness.reporting.publish.context import Context, Folder
 
@@ -171,13 +171,13 @@ def _stall_text(ctx: Context) -> list[str]:
         stalled = mine[mine.stall]
         what = "; ".join(
             f"seed {int(r.seed)}: {r.first_s:.1f} s, the machine {r.cpu_busy_frac:.2f} busy "
-            f"over the run against {rest.cpu_busy_frac.min():.2f}-"
-            f"{rest.cpu_busy_frac.max():.2f} in the others" for r in stalled.itertuples())
+            f"over the run against {span(rest.cpu_busy_frac)} in the others"
+            for r in stalled.itertuples())
         lines.append(f"- `{f.rel}/` ({len(mine)} runs of {int(mine.iterations.max())} "
                      f"iterations): {len(stalled)} stall{'s' if len(stalled) != 1 else ''}"
                      + (f" ({what})" if what else "")
-                     + f"; the other runs' first broadcasts {rest.first_s.min():.2f}-"
-                     f"{rest.first_s.max():.2f} s, their longest broadcast of any iteration "
+                     + f"; the other runs' first broadcasts {span(rest.first_s)} s, their "
+                     "longest broadcast of any iteration "
                      f"{rest.longest_s.max():.2f} s.")
     k_early, k_late = int(early.stall.sum()), int(late.stall.sum())
     idle = all(r.cpu_busy_frac < runs[(runs.folder == r.folder) & ~runs.stall].cpu_busy_frac.min()
