@@ -35,6 +35,13 @@ RERUNS = ("results/regimes/incast-32-rerun", "results/regimes/incast-32-rerun-30
 # A first broadcast this many times the median first broadcast of its cell is a stall: the
 # stalls seen were over ten times the typical one, the rest within a factor of two.
 STALL_FACTOR = 5.0
+# What the stalls' analysis cannot say, whatever the numbers (the reruns carry the per-send timing
+# the stalled runs lacked).
+STALL_CAUSE_UNKNOWN = (
+    "What it waited for is not known: the per-send timing that could show it was added after "
+    "the stalls, and the reruns that have it did not stall. The probe-timeout suspicion "
+    "(`docs/ltp-protocol.md` §4) is neither confirmed nor ruled out, and nothing was changed "
+    "for it.")
 
 
 def _merged(ctx: Context, rels) -> pd.DataFrame:
@@ -193,17 +200,12 @@ def _stall_text(ctx: Context) -> list[str]:
             "test, one-sided). " + (
                 "Every stalled run had the machine less busy than any other run of its folder, "
                 "so the PS was waiting, not computing. " if idle else "")
-            + "What it waited for is "
-            "not known: the per-send timing that could show it was added after the stalls, and "
-            "the reruns that have it did not stall. The probe-timeout suspicion "
-            "(`docs/ltp-protocol.md` §4) is neither confirmed nor ruled out, and nothing was "
-            "changed for it.")
+            + STALL_CAUSE_UNKNOWN)
     return lines
 
 
 def _incast_tta(ctx: Context) -> list[str]:
-    f = ctx.folder(INCAST_TTA)
-    ok = f.ok
+    ok = ctx.folder(INCAST_TTA).ok
     target = ok.target_accuracy.median()
     lines = [f"**Does the filling cost accuracy?** Time to {target:.0%} through the same "
              f"queue (`{INCAST_TTA}/`, {listing(name(s) for s in scheme_order(ok))}; runs stop "

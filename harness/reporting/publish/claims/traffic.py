@@ -125,8 +125,7 @@ def _cross_outlier(ok: pd.DataFrame) -> list[str]:
 
 
 def _cross_idle(ctx: Context) -> list[str]:
-    f = ctx.folder(CROSS_IDLE)
-    ok = f.ok
+    ok = ctx.folder(CROSS_IDLE).ok
     kind, loss = ok.cross.iloc[0], ok.loss_pct.iloc[0]
     parts = [f"{name(s)} {verdict_text(against(ok, s, RELIABLE), 'faster', 'slower')}"
              for s in TOLERANT if s in set(ok.scheme)]
