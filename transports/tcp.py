@@ -238,25 +238,32 @@ class TcpServer(ServerEnd):
                 conn, (peer_ip, _) = self.listener.accept()
             except socket.timeout as exc:
                 raise TransportTimeout("not every worker connected before the deadline") from exc
-            hello = bytearray(HELLO.size)
-            try:
-                _recv_exact(conn, memoryview(hello), deadline)
-            except TransportError:
-                conn.close()
-                self.rejected_peers += 1
-                continue
-            magic, rank = HELLO.unpack(hello)
-            # A connection counts only if it comes from the address the topology gave that rank.
-            if magic != MAGIC or rank >= len(self.socks) or self.worker_ips[rank] != peer_ip:
-                conn.close()
-                self.rejected_peers += 1
-                continue
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            effective = _set_cc(conn, self.cc)
-            if effective != self.cc:
-                raise TransportError(f"the kernel applied {effective!r} instead of {self.cc!r}")
-            conn.setblocking(False)
-            self.socks[rank] = conn
+            rank = self._admit(conn, peer_ip, deadline)
+            if rank is not None:
+                self.socks[rank] = conn
+
+    def _admit(self, conn: socket.socket, peer_ip: str, deadline: float) -> int | None:
+        """Read a new connection's hello and set it up; its rank, or None (closed and counted as
+        rejected) unless it comes from the address the topology gave that rank."""
+        hello = bytearray(HELLO.size)
+        try:
+            _recv_exact(conn, memoryview(hello), deadline)
+        except TransportError:
+            conn.close()
+            self.rejected_peers += 1
+            return None
+        magic, rank = HELLO.unpack(hello)
+        if magic != MAGIC or rank >= len(self.socks) or self.worker_ips[rank] != peer_ip:
+            conn.close()
+            self.rejected_peers += 1
+            return None
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        effective = _set_cc(conn, self.cc)
+        if effective != self.cc:
+            conn.close()
+            raise TransportError(f"the kernel applied {effective!r} instead of {self.cc!r}")
+        conn.setblocking(False)
+        return rank
 
     def _accept_again(self, deadline: float) -> None:
         """A connection after the start: a restarted worker. It replaces the rank's old one."""
@@ -264,21 +271,9 @@ class TcpServer(ServerEnd):
             conn, (peer_ip, _) = self.listener.accept()
         except (BlockingIOError, socket.timeout):
             return
-        hello = bytearray(HELLO.size)
-        try:
-            _recv_exact(conn, memoryview(hello), min(deadline, time.monotonic() + 1.0))
-        except TransportError:
-            conn.close()
-            self.rejected_peers += 1
+        rank = self._admit(conn, peer_ip, min(deadline, time.monotonic() + 1.0))
+        if rank is None:
             return
-        magic, rank = HELLO.unpack(hello)
-        if magic != MAGIC or rank >= len(self.socks) or self.worker_ips[rank] != peer_ip:
-            conn.close()
-            self.rejected_peers += 1
-            return
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        _set_cc(conn, self.cc)
-        conn.setblocking(False)
         if self.socks[rank] is not None:
             self.socks[rank].close()
         self.socks[rank], self.outbox[rank] = conn, None

@@ -31,14 +31,7 @@ int ltp_core_expect(ltp_core_t *c, uint16_t seg, uint32_t total, uint32_t critic
     if (!c || total == 0 || total % 4 || total > c->cfg.max_msg_bytes || critical_bytes > total)
         return LTP_EINVAL;
     if (((uint64_t)critical_bytes + c->chunk - 1) / c->chunk > 0xFFFF) return LTP_EINVAL;
-    if (seg >= c->n_expect_slots) {
-        uint32_t n = (uint32_t)seg + 1;
-        expect_t *ne = realloc(c->expect, n * sizeof *ne);
-        if (!ne) return LTP_ENOMEM;
-        memset(ne + c->n_expect_slots, 0, (n - c->n_expect_slots) * sizeof *ne);
-        c->expect = ne;
-        c->n_expect_slots = n;
-    }
+    if (grow_zeroed((void **)&c->expect, &c->n_expect_slots, seg, sizeof *c->expect)) return LTP_ENOMEM;
     uint32_t n_expected = c->n_expected + !c->expect[seg].set;
     uint64_t want = (uint64_t)RING_PER_SEGMENT * n_expected;
     if (want > c->ring_cap) {

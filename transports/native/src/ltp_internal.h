@@ -26,6 +26,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
@@ -48,6 +50,20 @@ static inline double ltp_uniform(uint64_t *s)
 }
 
 static inline int seq_lt(uint32_t a, uint32_t b) { return (int32_t)(a - b) < 0; }
+
+/* Grows a per-segment table of *n entries of `size` bytes so that index `seg` exists, the new
+ * entries zeroed: LTP_OK, or LTP_ENOMEM with the table as it was. */
+static inline int grow_zeroed(void **table, uint32_t *n, uint16_t seg, size_t size)
+{
+    if (seg < *n) return LTP_OK;
+    uint32_t want = (uint32_t)seg + 1;
+    char *t = realloc(*table, want * size);
+    if (!t) return LTP_ENOMEM;
+    memset(t + (size_t)*n * size, 0, (size_t)(want - *n) * size);
+    *table = t;
+    *n = want;
+    return LTP_OK;
+}
 
 /* ---------------------------------------------------------------- wire layout */
 /* Byte offsets of every field (all little-endian); docs/ltp-protocol.md §2 draws them. */

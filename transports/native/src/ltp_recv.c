@@ -63,14 +63,7 @@ static double policy_threshold(const ltp_core_t *c, const peer_t *p, uint16_t se
 int ltp_core_set_policy(ltp_core_t *c, uint16_t seg, double lo, double hi)
 {
     if (!c || !(lo >= 0 && lo <= hi && hi <= 1)) return LTP_EINVAL;
-    if (seg >= c->n_policy) {
-        uint32_t n = (uint32_t)seg + 1;
-        policy_t *np = realloc(c->policy, n * sizeof *np);
-        if (!np) return LTP_ENOMEM;
-        memset(np + c->n_policy, 0, (n - c->n_policy) * sizeof *np);
-        c->policy = np;
-        c->n_policy = n;
-    }
+    if (grow_zeroed((void **)&c->policy, &c->n_policy, seg, sizeof *c->policy)) return LTP_ENOMEM;
     c->policy[seg] = (policy_t){(float)lo, (float)hi, 1};
     return LTP_OK;
 }

@@ -185,22 +185,25 @@ int ltp_udp_add_peer(ltp_udp_t *u, uint16_t rank, const char *ip, uint16_t port)
     return slot;
 }
 
+/* The body of a call that only asks the core (or the handle) under the handle's lock: `bad` when
+ * there is no handle, else what `expr` gives. */
+#define LOCKED(u, bad, type, expr)             \
+    do {                                       \
+        if (!(u)) return (bad);                \
+        pthread_mutex_lock(&(u)->mu);          \
+        type locked_ = (expr);                 \
+        pthread_mutex_unlock(&(u)->mu);        \
+        return locked_;                        \
+    } while (0)
+
 int ltp_udp_offload(ltp_udp_t *u)
 {
-    if (!u) return LTP_EINVAL;
-    pthread_mutex_lock(&u->mu);
-    int bits = (u->gso ? LTP_OFFLOAD_GSO : 0) | (u->gro ? LTP_OFFLOAD_GRO : 0);
-    pthread_mutex_unlock(&u->mu);
-    return bits;
+    LOCKED(u, LTP_EINVAL, int, (u->gso ? LTP_OFFLOAD_GSO : 0) | (u->gro ? LTP_OFFLOAD_GRO : 0));
 }
 
 int ltp_udp_datagram(ltp_udp_t *u)
 {
-    if (!u) return LTP_EINVAL;
-    pthread_mutex_lock(&u->mu);
-    int d = (int)ltp_core_datagram(u->core);
-    pthread_mutex_unlock(&u->mu);
-    return d;
+    LOCKED(u, LTP_EINVAL, int, (int)ltp_core_datagram(u->core));
 }
 
 int ltp_udp_local_port(const ltp_udp_t *u)
@@ -317,11 +320,7 @@ static int greeted_done(ltp_udp_t *u, void *arg)
 
 int ltp_udp_wait_greeted(ltp_udp_t *u, uint64_t timeout_us)
 {
-    if (!u) return LTP_EINVAL;
-    pthread_mutex_lock(&u->mu);
-    int rc = wait_for(u, timeout_us, greeted_done, NULL);
-    pthread_mutex_unlock(&u->mu);
-    return rc;
+    LOCKED(u, LTP_EINVAL, int, wait_for(u, timeout_us, greeted_done, NULL));
 }
 
 typedef struct { ltp_send_req_t *reqs; int n; } send_set_t;
@@ -438,11 +437,7 @@ int ltp_udp_recv_some(ltp_udp_t *u, ltp_recv_req_t *reqs, int n, int min_done, u
 
 int ltp_udp_service(ltp_udp_t *u, uint64_t timeout_us)
 {
-    if (!u) return LTP_EINVAL;
-    pthread_mutex_lock(&u->mu);
-    int rc = wait_for(u, timeout_us, NULL, NULL);
-    pthread_mutex_unlock(&u->mu);
-    return rc;
+    LOCKED(u, LTP_EINVAL, int, wait_for(u, timeout_us, NULL, NULL));
 }
 
 int ltp_udp_linger(ltp_udp_t *u, uint64_t max_us)
@@ -472,29 +467,17 @@ void ltp_udp_stats(ltp_udp_t *u, uint64_t *out, int n)
 
 double ltp_udp_threshold(ltp_udp_t *u, int peer, uint16_t segment)
 {
-    if (!u) return -1.0;
-    pthread_mutex_lock(&u->mu);
-    double th = ltp_core_threshold(u->core, peer, segment);
-    pthread_mutex_unlock(&u->mu);
-    return th;
+    LOCKED(u, -1.0, double, ltp_core_threshold(u->core, peer, segment));
 }
 
 int ltp_udp_set_policy(ltp_udp_t *u, uint16_t segment, double lo, double hi)
 {
-    if (!u) return LTP_EINVAL;
-    pthread_mutex_lock(&u->mu);
-    int rc = ltp_core_set_policy(u->core, segment, lo, hi);
-    pthread_mutex_unlock(&u->mu);
-    return rc;
+    LOCKED(u, LTP_EINVAL, int, ltp_core_set_policy(u->core, segment, lo, hi));
 }
 
 int ltp_udp_expect(ltp_udp_t *u, uint16_t segment, uint32_t total_bytes, uint32_t critical_bytes)
 {
-    if (!u) return LTP_EINVAL;
-    pthread_mutex_lock(&u->mu);
-    int rc = ltp_core_expect(u->core, segment, total_bytes, critical_bytes);
-    pthread_mutex_unlock(&u->mu);
-    return rc;
+    LOCKED(u, LTP_EINVAL, int, ltp_core_expect(u->core, segment, total_bytes, critical_bytes));
 }
 
 int ltp_udp_set_key(ltp_udp_t *u, const uint8_t *key, size_t len)
