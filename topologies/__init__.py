@@ -4,6 +4,8 @@
   hosts (pure data, a Mininet ``Topo``), and every host and interface name.
 - :mod:`topologies.fabric`: the leaf-spine fabric of workers (heterogeneous access links, shared
   oversubscribed uplinks, optional cross hosts per leaf) for peer-to-peer multicast.
+- :mod:`topologies.lifecycle`: the one up-and-always-down shape of what the testbed starts
+  (the network, its cross traffic).
 - :mod:`topologies.testbed`: bringing a network up and always taking down exactly what it created
   (:class:`~topologies.testbed.network.Testbed`), the private userspace Open vSwitch, host
   processes, the ledger of what was created, and the counters a run is measured by.

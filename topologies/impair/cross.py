@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 from topologies.incast import PS_IP, PS_NAME, cross_ip, cross_name
+from topologies.lifecycle import UpDown
 from transports.base import UserError
 
 TCP_BASE_PORT = 6100   # iperf3 server of cross flow i listens on TCP_BASE_PORT + i
@@ -194,7 +195,7 @@ def _connected_to(host_pid: int, port: int) -> bool:
 TCP_LISTEN, TCP_ESTABLISHED, UDP_BOUND = "0A", "01", "07"
 
 
-class CrossTraffic:
+class CrossTraffic(UpDown):
     """Runs ``spec`` on a live ``testbed`` while the ``with`` block lasts; see the module docstring.
 
     ``folder`` receives the processes' output and reports; ``seed`` seeds the UDP generators
@@ -218,20 +219,12 @@ class CrossTraffic:
             raise CrossError(f"cross traffic {self.spec.text()} needs {self.spec.n_hosts} cross "
                              f"hosts but the network has {have}; build it with "
                              f"n_cross={self.spec.n_hosts}.")
+        return super().__enter__()
+
+    def _up(self) -> None:
         if not self.spec.parts:
-            return self
+            return
         self.folder.mkdir(parents=True, exist_ok=True)
-        try:
-            self._start()
-        except BaseException:
-            self._stop()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop()
-
-    def _start(self) -> None:
         tb = self.testbed
         ps_pid = tb.host(PS_NAME).pid
         flows = self.spec.flows()
@@ -289,7 +282,7 @@ class CrossTraffic:
             if pending:
                 time.sleep(0.01)
 
-    def _stop(self) -> None:
+    def _down(self) -> None:
         try:
             # Senders first (they were started last), so sinks count what is still in flight.
             for proc in reversed(self._procs):

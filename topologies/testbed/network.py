@@ -66,6 +66,7 @@ from topologies.controller.multicast import MulticastClient
 from topologies.impair.ingress import Ingress
 from topologies.impair.loss import Impairment
 from topologies.incast import IncastParams, intf
+from topologies.lifecycle import UpDown
 from topologies.testbed import ovs
 from topologies.testbed.ledger import (Ledger, ProcessRef, link_exists, read_sysctl, reclaim,
                                        write_sysctl)
@@ -146,7 +147,7 @@ class _Recorded:
             self.ledger.add_process("processes", ProcessRef.of(self.shell.pid))
 
 
-class Testbed:
+class Testbed(UpDown):
     """The emulated network (incast star or fabric) with its switches and controller; see the
     module docstring."""
 
@@ -182,15 +183,7 @@ class Testbed:
     def __enter__(self) -> Testbed:
         if os.geteuid() != 0:
             raise TestbedError("the emulated network needs root; run as root (sudo).")
-        try:
-            self._up()
-        except BaseException:
-            self._down()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._down()
+        return super().__enter__()
 
     def _up(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
