@@ -45,6 +45,13 @@ from os_ken.ofproto import ofproto_v1_3
 CONFIG_ENV = "LTP_CONTROLLER_CONFIG"  # the harness sets it (topologies/testbed/network.py)
 
 
+def read_config() -> dict:
+    """The settings the harness wrote for the apps, from the file that ``$LTP_CONTROLLER_CONFIG``
+    names."""
+    with open(os.environ[CONFIG_ENV]) as f:
+        return json.load(f)
+
+
 class IncastController(app_manager.OSKenApp):
     """Static forwarding for the incast star plus periodic per-port statistics."""
 
@@ -52,8 +59,7 @@ class IncastController(app_manager.OSKenApp):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        with open(os.environ[CONFIG_ENV]) as f:
-            config = json.load(f)
+        config = read_config()
         self.hosts = config["hosts"]
         # One table per switch (keyed by dpid) where there are several; else one for all.
         self.tables = {int(dpid): table for dpid, table in config.get("switches", {}).items()}

@@ -39,8 +39,6 @@ The application-level fallback, unicast copies from the sender, needs nothing he
 
 from __future__ import annotations
 
-import json
-import os
 import time
 
 from os_ken.base import app_manager
@@ -49,7 +47,7 @@ from os_ken.controller.handler import DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_c
 from os_ken.lib import hub
 from os_ken.ofproto import ofproto_v1_3
 
-from topologies.controller.controller_app import CONFIG_ENV, answer_commands
+from topologies.controller.controller_app import answer_commands, read_config
 from topologies.controller.linkview import LinkMeter, Wiring
 from topologies.controller.mcast_plan import MulticastPlan, plan
 from topologies.controller.selmcast import MAX_WAIT_ROUNDS, RoundPlan, paces, planned_bytes, select
@@ -72,8 +70,7 @@ class MulticastController(app_manager.OSKenApp):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        with open(os.environ[CONFIG_ENV]) as f:
-            config = json.load(f)
+        config = read_config()
         self.wiring = Wiring(config["wiring"])
         interval_s = float(config.get("stats_interval_s", 0.5))
         window_s = float(config.get("link_window_s", max(1.0, 2 * interval_s)))
