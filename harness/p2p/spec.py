@@ -11,9 +11,7 @@ so a resumed sweep recognises a finished run by id alone, as in :mod:`harness.ru
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import itertools
-import json
 from typing import Any, ClassVar
 
 from harness.hosts.sync import SyncError, parse_sync
@@ -132,19 +130,10 @@ class PeerSpec(TrainingSpec):
         """What the figures group by: ``selmcast/switch/mcast``."""
         return f"{self.policy}/{self.copy}/{self.scheme}"
 
-    def to_json(self) -> str:
-        """Canonical JSON of all fields."""
-        return json.dumps(dataclasses.asdict(self), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> PeerSpec:
-        """The spec written by :meth:`to_json`."""
-        return cls(**json.loads(text))
-
     @property
     def run_id(self) -> str:
         """A readable, unique id: policy, copies, transport, sync, p, seed and a digest."""
-        digest = hashlib.sha256(self.to_json().encode()).hexdigest()[:8]
+        digest = self.digest()
         scheme = self.scheme.replace("+", "_").replace("=", "")
         return (f"{self.policy}_{self.copy}_{scheme}_{self.sync.replace(':', '')}_p{self.p}"
                 f"_loss{self.loss_pct:g}_s{self.seed}_{digest}")

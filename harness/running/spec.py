@@ -12,7 +12,7 @@ import dataclasses
 import hashlib
 import inspect
 import json
-from typing import Any
+from typing import Any, Self
 
 from harness.hosts.faults import FaultError, check_fault, parse_fault
 from harness.hosts.sync import SyncError, parse_sync
@@ -61,6 +61,23 @@ class TrainingSpec:
             object.__setattr__(self, name, float(getattr(self, name)))
         if self.target_accuracy is None and self.model in models.TARGET_ACCURACY:
             object.__setattr__(self, "target_accuracy", float(models.TARGET_ACCURACY[self.model]))
+
+    def as_dict(self) -> dict[str, Any]:
+        """All fields, JSON-ready."""
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        """Canonical JSON of all fields (what a run's ``spec.json`` holds)."""
+        return json.dumps(self.as_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Self:
+        """The spec written by :meth:`to_json`."""
+        return cls(**json.loads(text))
+
+    def digest(self) -> str:
+        """Eight hex digits of the canonical JSON's SHA-256: the end of every run id."""
+        return hashlib.sha256(self.to_json().encode()).hexdigest()[:8]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -272,19 +289,10 @@ class RunSpec(TrainingSpec):
                 del d[name]
         return d
 
-    def to_json(self) -> str:
-        """Canonical JSON of all fields."""
-        return json.dumps(self.as_dict(), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> RunSpec:
-        """The spec written by :meth:`to_json`."""
-        return cls(**json.loads(text))
-
     @property
     def run_id(self) -> str:
         """A readable, unique id: transport, loss, bandwidth, seed and a digest of everything."""
-        digest = hashlib.sha256(self.to_json().encode()).hexdigest()[:8]
+        digest = self.digest()
         delay = f"_d{self.delay_ms:g}" if self.delay_ms else ""
         kind = self.loss_model.partition(":")[0]  # ge or get; empty under uniform loss
         cross = "_cross" if self.cross != "none" else ""
