@@ -39,6 +39,7 @@ From the Mininet command line (with a switch and controller of your own)::
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 from mininet.link import TCLink
 from mininet.topo import Topo
@@ -55,6 +56,19 @@ MAX_WORKERS = 253
 CROSS_FIRST_OCTET = 200  # cross hosts are 10.0.0.200.. (workers must stay below)
 MAX_CROSS = 53           # 10.0.0.200..252
 MAX_LINK_MBPS = 1000.0  # Mininet's HTB ceiling; userspace OVS tops out well below it
+
+
+def intf(host: str) -> str:
+    """A host's one interface (Mininet's naming, port 0 on the host side)."""
+    return f"{host}-eth0"
+
+
+def switch_intf(port: int) -> str:
+    """The switch's interface for OpenFlow port ``port``."""
+    return f"{SWITCH_NAME}-eth{port}"
+
+
+BOTTLENECK_INTF = switch_intf(PS_PORT)  # the switch port toward the PS: the bottleneck queue
 
 
 class TopologyError(UserError, ValueError):
@@ -110,31 +124,14 @@ class IncastParams:
         """The switch ports of the cross-traffic hosts, in order."""
         return [cross_port(i, self.n_workers) for i in range(self.n_cross)]
 
-    # The names a measurement of the star reads, from the topology (not from constants).
-    @property
-    def subnet(self) -> str:
-        """Every host's subnet."""
-        return SUBNET
-
-    @property
-    def ps_ip(self) -> str:
-        """The PS's address (what RTTs are measured to)."""
-        return PS_IP
-
-    @property
-    def ps_port(self) -> int:
-        """The switch port toward the PS."""
-        return PS_PORT
-
-    @property
-    def switch_name(self) -> str:
-        """The star's one switch."""
-        return SWITCH_NAME
-
-    @property
-    def bottleneck_intf(self) -> str:
-        """The switch port toward the PS, whose queue is the bottleneck."""
-        return BOTTLENECK_INTF
+    # The names a measurement of the star reads, from the topology (not from constants): every
+    # host's subnet, the PS's address (what RTTs are measured to), the star's one switch, and its
+    # port toward the PS, whose queue is the bottleneck.
+    subnet: ClassVar[str] = SUBNET
+    ps_ip: ClassVar[str] = PS_IP
+    ps_port: ClassVar[int] = PS_PORT
+    switch_name: ClassVar[str] = SWITCH_NAME
+    bottleneck_intf: ClassVar[str] = BOTTLENECK_INTF
 
     def link_names(self) -> list[str]:
         """Every interface of the star, host side and switch side."""
@@ -196,18 +193,6 @@ def cross_port(index: int, n_workers: int) -> int:
     """Switch port of cross-traffic host ``index`` (0-based): the ports after the workers."""
     return n_workers + 2 + index
 
-
-def intf(host: str) -> str:
-    """A host's one interface (Mininet's naming, port 0 on the host side)."""
-    return f"{host}-eth0"
-
-
-def switch_intf(port: int) -> str:
-    """The switch's interface for OpenFlow port ``port``."""
-    return f"{SWITCH_NAME}-eth{port}"
-
-
-BOTTLENECK_INTF = switch_intf(PS_PORT)  # the switch port toward the PS: the bottleneck queue
 
 
 def mac_for(ip: str) -> str:
