@@ -494,6 +494,18 @@ def read_rows(path: Path) -> list[dict[str, str]]:
     return list(csv.DictReader(io.StringIO(text)))
 
 
+# Columns that name things (a run, a commit, a code fingerprint): text, even when a value is all
+# digits (a fingerprint such as 265933038540), which pandas would otherwise read as a number.
+IDENTITY_COLUMNS = ("run_id", "git_commit", "code_fingerprint")
+
+
+def read_table(path: Path):
+    """A table as a pandas DataFrame, its identity columns (:data:`IDENTITY_COLUMNS`) as text."""
+    import pandas as pd
+
+    return pd.read_csv(path, dtype={c: str for c in IDENTITY_COLUMNS})
+
+
 def finished_run_ids(folder: Path) -> set[str]:
     """Ids of the runs that already have a row in ``runs.csv``."""
     return {row["run_id"] for row in read_rows(folder / "runs.csv")}

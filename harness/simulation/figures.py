@@ -26,6 +26,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from harness.reporting import stats  # noqa: E402
+from harness.running.results import read_table  # noqa: E402
 from harness.simulation.driver import gradient_bytes  # noqa: E402
 from transports import registry  # noqa: E402
 
@@ -153,12 +154,12 @@ def draw(folder: Path) -> list[Path]:
     """Every figure of the sweep in ``folder`` (and ``crossovers.csv``); their paths."""
     out = folder / "figures"
     out.mkdir(exist_ok=True)
-    runs = pd.read_csv(folder / "runs.csv")
+    runs = read_table(folder / "runs.csv")
     ok = runs[runs["status"] == "ok"]
     if ok.empty:   # failed runs stay in the tables; there is nothing to draw
         return []
     keys = ["transport", "n_workers", "bottleneck_mbps", "seed", "loss", "delay_ms", "queue_pkts"]
-    its = pd.read_csv(folder / "iterations.csv").merge(ok[keys], on=keys)
+    its = read_table(folder / "iterations.csv").merge(ok[keys], on=keys)
     paths = [_panels(its, "push_s", "push time (s)", out, "push_vs_workers"),
              _panels(its, "iteration_s", "iteration time (s)", out, "iteration_vs_workers"),
              _cost(ok, out)]

@@ -22,6 +22,7 @@ from harness.reporting import stats
 from harness.reporting.publish.claims import Section
 from harness.reporting.publish.claims.common import span
 from harness.reporting.publish.context import PROJECT, Context, Folder
+from harness.running.results import read_table
 from harness.simulation.driver import SCHEMES
 from harness.simulation.figures import bound_s, crossovers, medians
 from topologies.impair.loss import Uniform, parse_loss
@@ -40,7 +41,7 @@ SIM_ARGS = PROJECT / "transports" / "native" / "sim" / "sim_args.c"
 
 def pushes(f: Folder) -> pd.DataFrame:
     """One row per push (iteration) of the folder's ok runs, as the figures use them."""
-    its = pd.read_csv(f.path / "iterations.csv")
+    its = read_table(f.path / "iterations.csv")
     return its.merge(f.ok[KEYS], on=KEYS)
 
 
