@@ -200,7 +200,9 @@ static void ge_print(const struct ge_value *v)
            ge_prob(v->cfg.loss_bad), GE_MARK);
 }
 
-static int ge_hook(const char *dev, struct bpf_tc_hook *hook)
+/* The device's ingress hook and our filter on it (its handle and priority): what attaching,
+ * reading and removing the program name. */
+static int ge_filter(const char *dev, struct bpf_tc_hook *hook, struct bpf_tc_opts *opts)
 {
     unsigned ifindex = if_nametoindex(dev);
     if (!ifindex) {
@@ -211,6 +213,10 @@ static int ge_hook(const char *dev, struct bpf_tc_hook *hook)
     hook->sz = sizeof *hook;
     hook->ifindex = (int)ifindex;
     hook->attach_point = BPF_TC_INGRESS;
+    memset(opts, 0, sizeof *opts);
+    opts->sz = sizeof *opts;
+    opts->handle = GE_HANDLE;
+    opts->priority = GE_PRIORITY;
     return 0;
 }
 
@@ -218,8 +224,9 @@ static int ge_attach(const ge_args *a)
 {
     struct ge_value v;
     struct bpf_tc_hook hook;
+    struct bpf_tc_opts opts;
     int rc = 1, err;
-    if (ge_fill(a, &v) || ge_hook(a->dev, &hook))
+    if (ge_fill(a, &v) || ge_filter(a->dev, &hook, &opts))
         return 1;
     struct bpf_object *obj = bpf_object__open_file(a->obj, NULL);
     if (!obj) {
@@ -246,8 +253,8 @@ static int ge_attach(const ge_args *a)
         fprintf(stderr, "ge-loss: cannot add a clsact qdisc to %s: %s\n", a->dev, strerror(-err));
         goto out;
     }
-    LIBBPF_OPTS(bpf_tc_opts, opts, .handle = GE_HANDLE, .priority = GE_PRIORITY,
-                .prog_fd = bpf_program__fd(prog), .flags = BPF_TC_F_REPLACE);
+    opts.prog_fd = bpf_program__fd(prog);
+    opts.flags = BPF_TC_F_REPLACE;
     if ((err = bpf_tc_attach(&hook, &opts))) {
         fprintf(stderr, "ge-loss: cannot attach to %s ingress: %s\n", a->dev, strerror(-err));
         goto out;
@@ -262,9 +269,9 @@ out:
 static int ge_read(const ge_args *a)
 {
     struct bpf_tc_hook hook;
-    if (ge_hook(a->dev, &hook))
+    struct bpf_tc_opts opts;
+    if (ge_filter(a->dev, &hook, &opts))
         return 1;
-    LIBBPF_OPTS(bpf_tc_opts, opts, .handle = GE_HANDLE, .priority = GE_PRIORITY);
     int err = bpf_tc_query(&hook, &opts);
     if (err) {
         fprintf(stderr, "ge-loss: no loss program on %s: %s\n", a->dev, strerror(-err));
@@ -304,9 +311,9 @@ static int ge_read(const ge_args *a)
 static int ge_detach(const ge_args *a)
 {
     struct bpf_tc_hook hook;
-    if (ge_hook(a->dev, &hook))
+    struct bpf_tc_opts opts;
+    if (ge_filter(a->dev, &hook, &opts))
         return 1;
-    LIBBPF_OPTS(bpf_tc_opts, opts, .handle = GE_HANDLE, .priority = GE_PRIORITY);
     int err = bpf_tc_detach(&hook, &opts);
     if (err && err != -ENOENT && err != -EINVAL) {
         fprintf(stderr, "ge-loss: cannot remove the filter from %s: %s\n", a->dev, strerror(-err));
