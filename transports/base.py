@@ -419,6 +419,8 @@ class Transport(abc.ABC):
     # A restarted worker process can rejoin a running job (ServerEnd.recv_some with a new
     # generation's ids): TCP takes its new connection; LTP's receive window refuses its ids.
     REJOIN = False
+    # It opens an end for collectives (:meth:`mesh`): trees and rings run over it.
+    MESH = False
     OPTIONS: Sequence[Option] = ()
     DEFAULTS = _DefaultsFromTable()
 
@@ -487,3 +489,9 @@ class Transport(abc.ABC):
                 up: Layout | None = None) -> WorkerEnd:
         """Open worker ``rank``'s end, bound to ``bind``, toward the server at ``server``
         (``layout`` and ``up`` as in :meth:`serve`)."""
+
+    def mesh(self, rank: int, members: Sequence[Addr], parts: Sequence[Any]) -> End:
+        """Open member ``rank``'s end of a collective job among ``members`` (bound to
+        ``members[rank]``), for messages cut into ``parts`` (:mod:`transports.mesh`). A transport
+        without one says so."""
+        raise OptionError(f"{self.LABEL or self.slug} has no end for collectives (tree, ring).")

@@ -130,6 +130,7 @@ class LtpTransport(Transport):
     """LTP: out-of-order packets, selective ACKs, early close, BBR-like pacing, Bubble Filling."""
 
     LABEL = "LTP"
+    MESH = True
 
     @classmethod
     def option_table(cls) -> tuple[Option, ...]:
@@ -176,6 +177,15 @@ class LtpTransport(Transport):
         settings = self.core_settings((pull, pull), {"max_msg_bytes": _msg_bytes(layout, up),
                                                      **self.session_settings()})
         return LtpWorker(self._options, settings, rank, bind, server, layout, self.session, up)
+
+    def mesh(self, rank: int, members: Sequence[Addr], parts: Sequence[Any]):
+        """Member ``rank``'s end of a collective (:class:`~transports.ltp_mesh.LtpMesh`)."""
+        from transports.ltp_mesh import LtpMesh   # it builds on this module
+
+        settings = self.core_settings(self.receive_thresholds(),
+                                      {"max_msg_bytes": 4 * max(p.n_floats for p in parts),
+                                       **self.session_settings()})
+        return LtpMesh(self._options, settings, rank, members, parts, self.session)
 
 
 def _msg_bytes(layout: Layout, up: Layout | None = None) -> int:

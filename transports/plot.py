@@ -70,6 +70,7 @@ class PlotTransport(LtpTransport):
     """PLOT: per-layer messages, each closed at its own loss-tolerance bound."""
 
     LABEL = "PLOT"
+    MESH = False
 
     @classmethod
     def option_table(cls) -> tuple[Option, ...]:
@@ -79,6 +80,12 @@ class PlotTransport(LtpTransport):
         # Segment 0 (parameters, which the PS only sends) is never closed early; the layers get
         # per-segment policies.
         return 1.0, 1.0
+
+    def mesh(self, rank, members, parts):
+        # PLOT's bounds are per layer, set at the PS from what it measured of each layer; a
+        # collective's parts cut across layers, and no rule for them is built yet.
+        raise OptionError("PLOT has no end for collectives yet: its per-layer bounds are the "
+                          "PS's; run tree or ring over ltp or ltp-reliable.")
 
     def validate(self) -> None:
         super().validate()

@@ -98,6 +98,7 @@ class TcpTransport(Transport):
     """Plain TCP with a per-socket congestion control."""
 
     LABEL = "TCP"
+    MESH = True
     REJOIN = True
     OPTIONS = (
         Option("cc", "cubic", "choice", choices=CC_CHOICES,
@@ -124,6 +125,12 @@ class TcpTransport(Transport):
     def connect(self, rank: int, bind: Addr, server: Addr, layout: Layout,
                 up: Layout | None = None) -> TcpWorker:
         return TcpWorker(rank, bind, server, layout, self._options["cc"], up)
+
+    def mesh(self, rank: int, members: Sequence[Addr], parts: Sequence):
+        """Member ``rank``'s end of a collective (:class:`~transports.tcp_mesh.TcpMesh`)."""
+        from transports.tcp_mesh import TcpMesh   # it builds on this module
+
+        return TcpMesh(rank, members, parts, self._options["cc"])
 
 
 class _Inbox:

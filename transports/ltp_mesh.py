@@ -1,0 +1,74 @@
+"""LTP's end of a collective (:class:`~transports.mesh.MeshEnd`): one native endpoint per member,
+every other member a peer.
+
+Each part of the job (:class:`~transports.mesh.Part`) is a segment of its own, so the core knows
+every part's exact size and closes each on its own thresholds: a part with thresholds (the
+parameters' chunks: whole) gets them as the segment's policy, the others close on the
+transport's gradient thresholds. A part's message arrives, closes and is taken on its own, so a
+tree node forwards one chunk while the next is still arriving. Holes are filled by the
+transport's filler per sender and part (``masked-mean`` fills zeros here: a collective adds
+partial sums, and a count per coordinate is not carried).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from transports import filling, native
+from transports.base import Addr, Delivery, Layout, OptionError, SendReport, Session
+from transports.ltp import _NativeEnd
+from transports.ltp_messages import _delivery, _Messages
+from transports.mesh import MeshEnd, Part
+
+
+class LtpMesh(_NativeEnd, MeshEnd):
+    """One member's end: one socket, one peer slot per other member (``slot[member]``); on the
+    wire a member's rank is its number."""
+
+    def __init__(self, options: Mapping[str, Any], settings: Mapping[str, float], rank: int,
+                 members: Sequence[Addr], parts: Sequence[Part], session: Session) -> None:
+        if not 0 <= rank < len(members) <= native.rank_server():
+            raise OptionError(f"an LTP collective has 1 to {native.rank_server()} members and "
+                              f"this end's rank is one of them, not {rank} of {len(members)}.")
+        self.rank, self.parts = rank, list(parts)
+        self.others = [m for m in range(len(members)) if m != rank]
+        self.linger_s = options["linger_ms"] / 1000.0
+        self.filler = filling.Filler("zero" if options["filler"] == "masked-mean"
+                                     else options["filler"])
+        whole = max(p.offset + p.n_floats for p in self.parts)
+        self.net = _Messages(settings, rank, members[rank], Layout.single(whole), (),
+                             options["rx_drop_frac"], session,
+                             [(i, p.n_floats) for i, p in enumerate(self.parts)])
+        self.end = self.net.end
+        try:
+            for i, p in enumerate(self.parts):
+                if p.thresholds is not None:
+                    self.end.set_policy(i, *p.thresholds)
+            self.slot = {m: self.end.add_peer(m, members[m]) for m in self.others}
+        except BaseException:
+            self.end.close()
+            raise
+
+    def join(self, timeout_s: float) -> None:
+        for m in self.others:
+            self.end.join(self.slot[m], timeout_s, what=f"member {self.rank} joining member {m}")
+
+    def send(self, to: Sequence[int], msg_id: int, part: int, values: np.ndarray,
+             timeout_s: float) -> list[SendReport]:
+        payload = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
+        if payload.size != self.parts[part].n_floats:
+            raise ValueError(f"part {part} has {self.parts[part].n_floats} floats, "
+                             f"not {payload.size}.")
+        return self.net.send_parts([self.slot[m] for m in to], msg_id, [(part, payload)], 0,
+                                   timeout_s)
+
+    def recv(self, frm: int, msg_id: int, part: int, timeout_s: float) -> Delivery:
+        n = self.parts[part].n_floats
+        values, mask = np.empty(n, dtype=np.float32), np.empty(n, dtype=np.bool_)
+        got = self.end.recv([native.RecvItem(self.slot[frm], msg_id, part, values, mask)], timeout_s,
+                            what=f"receiving part {part} of message {msg_id} from member {frm}")
+        delivery = _delivery(Layout.single(n), values, mask, got, [part])
+        return self.filler.apply(frm * len(self.parts) + part, delivery)
