@@ -165,15 +165,17 @@ class TcpMesh(MeshEnd):
         for m in to:
             conn = self.conns[m]
             with self.locks[m]:
-                conn.settimeout(timeout_s)
+                # The send's own deadline (SO_SNDTIMEO): settimeout would make the socket
+                # non-blocking under the reader thread's feet.
+                whole, frac = divmod(max(timeout_s, 1e-3), 1.0)
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
+                                struct.pack("ll", int(whole), int(frac * 1e6)))
                 try:
                     conn.sendall(head)
                     conn.sendall(memoryview(payload).cast("B"))
-                except socket.timeout as exc:
+                except BlockingIOError as exc:
                     raise TransportTimeout(f"sending to member {m} took longer than "
                                            f"{timeout_s:g} s") from exc
-                finally:
-                    conn.settimeout(None)
             reports.append(SendReport(payload.nbytes, payload.nbytes + FRAME.size))
         return reports
 

@@ -39,6 +39,7 @@ barrier does.
 from __future__ import annotations
 
 import argparse
+import importlib
 import resource
 import sys
 import time
@@ -49,6 +50,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.hosts.faults import parse_fault
+from harness.hosts.pattern import parse_pattern
 from harness.hosts.ps import GEN_SHIFT, ParameterServer
 from harness.hosts.sync import parse_sync
 from harness.running.runfiles import (EvalRecord, HostSummary, Recorder, RunFiles, WorkerIteration,
@@ -309,7 +311,14 @@ def main(argv: list[str] | None = None) -> int:
     spec = RunSpec.from_json(files.spec.read_text())
     path = args.session or (files.session if files.session.exists() else None)
     session = read_session(path) if path else None
-    if args.role == "ps":
+    kind = parse_pattern(spec.pattern).kind
+    if kind != "ps":   # a collective: its module has the two roles (harness.hosts.pattern)
+        module = importlib.import_module(f"harness.hosts.{kind}")
+        if args.role == "ps":
+            module.run_ps(spec, files, args.loopback, session)
+        else:
+            module.run_worker(spec, args.rank, files, args.loopback, session)
+    elif args.role == "ps":
         run_ps(spec, files, args.loopback, session)
     else:
         run_worker(spec, args.rank, files, args.loopback, session, args.rejoin)

@@ -15,6 +15,7 @@ import json
 from typing import Any, Self
 
 from harness.hosts.faults import FaultError, check_fault, parse_fault
+from harness.hosts.pattern import PatternError, parse_pattern
 from harness.hosts.sync import SyncError, parse_sync
 from harness.training import datasets, models
 from harness.training.aggregators import (SCORE_BATCH, SCORE_PENALTY, AggregatorError,
@@ -118,6 +119,9 @@ class RunSpec(TrainingSpec):
     """How workers compress their pushes: ``none``, ``topk:R`` or ``sign`` (:mod:`harness.training.compress`)."""
     error_reset: int = DEFAULT_RESET
     """A compressing worker's residual is reset every this many synchronisations (0: never)."""
+    pattern: str = "ps"
+    """How gradients and parameters travel: ``ps``, ``tree`` or ``ring`` with options
+    (:mod:`harness.hosts.pattern`)."""
 
     # Fields left out of the JSON (and so of the run id) while they hold these values, so the
     # ids of runs written before the fields existed stay the same.
@@ -125,7 +129,7 @@ class RunSpec(TrainingSpec):
                        "byzantine": "0", "aggregator": "mean", "tolerate": None,
                        "score_batch": SCORE_BATCH, "score_penalty": SCORE_PENALTY,
                        "score_threshold": None, "compress": "none", "local_steps": 1,
-                       "error_reset": DEFAULT_RESET}
+                       "error_reset": DEFAULT_RESET, "pattern": "ps"}
 
     def __post_init__(self) -> None:
         # Options may come in as a dict; store them sorted so equal specs hash equal.
@@ -158,11 +162,12 @@ class RunSpec(TrainingSpec):
             object.__setattr__(self, "byzantine", parse_byzantine(self.byzantine).text())
             object.__setattr__(self, "aggregator", str(self.aggregator).strip().lower())
             object.__setattr__(self, "compress", parse_compress(self.compress).text())
+            object.__setattr__(self, "pattern", parse_pattern(self.pattern).text())
             if self.compress == "none" and isinstance(self.error_reset, int):
                 # Without compression there is no residual to reset: one run, not one per period.
                 object.__setattr__(self, "error_reset", DEFAULT_RESET)
         except (LossModelError, CrossError, SyncError, FaultError, ByzantineError,
-                CompressError) as exc:
+                CompressError, PatternError) as exc:
             raise SpecError(str(exc)) from None
         self._validate()
 
@@ -207,6 +212,7 @@ class RunSpec(TrainingSpec):
                             "message ids.")
         self._validate_byzantine()
         self._validate_compress(transport)
+        self._validate_pattern(transport)
         if self.max_train_s is not None and not (isinstance(self.max_train_s, float)
                                                  and self.max_train_s > 0):
             raise SpecError(f"max_train_s must be above 0 seconds (or none), "
@@ -241,6 +247,27 @@ class RunSpec(TrainingSpec):
         if self.compress != "none" and "up" not in inspect.signature(transport.serve).parameters:
             raise SpecError(f"{self.transport} cannot carry compressed pushes: its serve() and "
                             f"connect() take no `up` layout (docs/adding-a-transport.md).")
+
+    def _validate_pattern(self, transport) -> None:
+        kind = parse_pattern(self.pattern).kind
+        if kind == "ps":
+            return
+        if not transport.MESH:
+            raise SpecError(f"{self.transport} has no end for collectives, so it cannot run the "
+                            f"{kind} pattern; use a TCP variant, ltp or ltp-reliable.")
+        plain = {"sync": ("bsp", self.sync), "byzantine": ("0", self.byzantine),
+                 "aggregator": ("mean", self.aggregator), "compress": ("none", self.compress),
+                 "local_steps": (1, self.local_steps)}
+        for name, (want, have) in plain.items():
+            if have != want:
+                raise SpecError(f"the {kind} pattern runs {name} {want} only (not {have}): its "
+                                "nodes add gradients as they pass (docs/collectives.md).")
+        fault = parse_fault(self.fault).kind
+        if fault not in ("none", "straggler") and (kind == "ring" or fault not in ("kill", "stall")):
+            raise SpecError(f"fault {self.fault} is not one the {kind} pattern survives; a tree "
+                            "takes kill@K and stall@K, a ring only straggler:Fx.")
+        if kind == "ring" and self.n_workers < 2:
+            raise SpecError("a ring needs at least 2 workers.")
 
     @property
     def tolerated(self) -> int:
@@ -303,6 +330,7 @@ class RunSpec(TrainingSpec):
         agg = f"_{self.aggregator}" if self.aggregator != "mean" else ""
         comp = f"_{self.compress.replace(':', '')}" if self.compress != "none" else ""
         comp += f"_h{self.local_steps}" if self.local_steps > 1 else ""
+        comp += f"_{self.pattern.partition(':')[0]}" if self.pattern != "ps" else ""
         return (f"{self.transport}_loss{kind}{self.loss_pct:g}_bw{self.bottleneck_mbps:g}{delay}"
                 f"{cross}{sync}{fault}{byz}{agg}{comp}_s{self.seed}_{digest}")
 

@@ -18,7 +18,7 @@ LAYERS = [   # top first; a module belongs to the longest prefix that names it
     ("harness.running", "harness.p2p", "harness.simulation"),
     ("harness.hosts",),
     ("harness.running.spec", "harness.running.runfiles", "harness.hosts.sync",
-     "harness.hosts.faults"),
+     "harness.hosts.faults", "harness.hosts.pattern"),
     ("harness.training",),
     ("topologies.testbed",),
     ("topologies.controller",),

@@ -1,0 +1,63 @@
+"""What the collective patterns' host processes share (``tree``, ``ring``;
+:mod:`harness.hosts.pattern`): the job's members and a worker's local training.
+
+Every host of a collective run is a *member* of one mesh job (:mod:`transports.mesh`): the
+workers are members ``0 .. N-1`` in rank order and the PS's host is member ``N``. In a tree the
+PS is the root and the directory; in a ring it carries no gradient and is the ring's clock and
+evaluator: it starts each iteration with a 4-byte message to every worker, takes a short report
+from each when the iteration is done, and gets worker 0's model when it evaluates (our
+interpretation: the run's records and its stopping rule stay the PS's, as in the ``ps`` pattern).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from harness.running.spec import RunSpec
+from harness.training import datasets, models
+from topologies.incast import PS_IP, worker_ip
+from transports.base import Addr
+
+# A worker's report at the end of an iteration (the ``done`` part), in this order.
+REPORT = ("lost_floats", "recv_floats", "compute_s", "exchange_s", "train_loss", "sent_bytes",
+          "wire_bytes", "retransmits")
+
+
+def members(spec: RunSpec, loopback: bool) -> list[Addr]:
+    """Every member's address: the workers by rank, then the PS's host (member ``N``)."""
+    if loopback:
+        return [("127.0.0.1", spec.port + 1 + r) for r in range(spec.n_workers)] + \
+            [("127.0.0.1", spec.port)]
+    return [(worker_ip(r), spec.port) for r in range(spec.n_workers)] + [(PS_IP, spec.port)]
+
+
+class Learner:
+    """One worker's model and its shard of the training set: gradients out, steps in."""
+
+    def __init__(self, spec: RunSpec, rank: int) -> None:
+        self.spec = spec
+        self.model = models.build(spec.model, spec.seed)   # every member starts from the same
+        self.x, self.y = datasets.load(spec.dataset, "train")
+        mine = datasets.shard(len(self.y), rank, spec.n_workers, spec.seed)
+        self.batches = datasets.Batches(mine, np.random.default_rng(spec.seed * 1000 + rank + 1))
+
+    def gradient(self) -> tuple[np.ndarray, float, float]:
+        """(this worker's gradient on its next batch, the batch's loss, the compute seconds)."""
+        t0 = time.monotonic()
+        losses = models.sgd_steps(self.model, self.x, self.y, self.batches,
+                                  self.spec.batch_size, 1, self.spec.lr, apply=False)
+        return models.flat_grads(self.model).numpy().copy(), float(losses[-1]), \
+            time.monotonic() - t0
+
+    def step(self, mean: np.ndarray) -> None:
+        """Take one SGD step of the run's ``lr`` along ``mean``."""
+        params = models.flat_params(self.model)
+        params.add_(torch.from_numpy(np.asarray(mean, dtype=np.float32)), alpha=-self.spec.lr)
+        models.load_flat(self.model, params)
+
+    def params(self) -> np.ndarray:
+        """The model's parameters, flat."""
+        return models.flat_params(self.model).numpy().copy()
