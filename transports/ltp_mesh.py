@@ -72,3 +72,20 @@ class LtpMesh(_NativeEnd, MeshEnd):
                             what=f"receiving part {part} of message {msg_id} from member {frm}")
         delivery = _delivery(Layout.single(n), values, mask, got, [part])
         return self.filler.apply(frm * len(self.parts) + part, delivery)
+
+    def recv_some(self, wanted: Sequence[tuple[int, int, int]], min_count: int,
+                  timeout_s: float) -> dict[tuple[int, int, int], Delivery]:
+        bufs, items = [], []
+        for frm, msg_id, part in wanted:
+            n = self.parts[part].n_floats
+            values, mask = np.empty(n, dtype=np.float32), np.empty(n, dtype=np.bool_)
+            bufs.append((values, mask))
+            items.append(native.RecvItem(self.slot[frm], msg_id, part, values, mask))
+        got = self.end.recv_some(items, min(min_count, len(items)), max(timeout_s, 1e-6),
+                                 what="receiving from whichever member sends first")
+        out = {}
+        for key, (values, mask), stats in zip(wanted, bufs, got):
+            if stats is not None:
+                d = _delivery(Layout.single(len(values)), values, mask, [stats], [key[2]])
+                out[key] = self.filler.apply(key[0] * len(self.parts) + key[2], d)
+        return out

@@ -7,6 +7,10 @@ members instead, and a tree decides while it runs who sends to whom. So a transp
 collectives opens one :class:`MeshEnd` per member (:meth:`~transports.base.Transport.mesh`),
 which reaches every other member of the job.
 
+A receiver takes the messages of one link in the order of their ids (LTP refuses an id older
+than one it took, whatever the part), so a collective gives every message of one iteration the
+same id, the iteration's, and tells them apart by part.
+
 Messages are cut into *parts* known to every member in advance (:class:`Part`): a part is a
 range of the model's float vector with a number of its own, and a message id names one use of
 it (an iteration's chunk, a ring step's share). A transport may tell its receivers each part's
@@ -84,3 +88,10 @@ class MeshEnd(End):
     def recv(self, frm: int, msg_id: int, part: int, timeout_s: float) -> Delivery:
         """Receive message ``msg_id`` of part ``part`` from member ``frm`` (its values: the part's
         floats, filled where lost)."""
+
+    @abc.abstractmethod
+    def recv_some(self, wanted: Sequence[tuple[int, int, int]], min_count: int,
+                  timeout_s: float) -> dict[tuple[int, int, int], Delivery]:
+        """Whichever of the (member, message id, part) in ``wanted`` arrive first: returns once
+        ``min_count`` have, or at the deadline with those that have (perhaps none; not an error).
+        One not returned stays pending, and asking again gets it."""

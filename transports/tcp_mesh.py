@@ -152,6 +152,19 @@ class TcpMesh(MeshEnd):
             values = self.inbox.pop(key)
         return Delivery.whole(values, Layout.single(len(values)))
 
+    def recv_some(self, wanted: Sequence[tuple[int, int, int]], min_count: int,
+                  timeout_s: float) -> dict[tuple[int, int, int], Delivery]:
+        deadline = time.monotonic() + timeout_s
+        with self.arrived:
+            while True:
+                here = [key for key in wanted if key in self.inbox]
+                left = deadline - time.monotonic()
+                if len(here) >= min(min_count, len(wanted)) or left <= 0:
+                    break
+                self.arrived.wait(left)
+            got = {key: self.inbox.pop(key) for key in here}
+        return {key: Delivery.whole(v, Layout.single(len(v))) for key, v in got.items()}
+
     # ---- sending ---------------------------------------------------------------------------
 
     def send(self, to: Sequence[int], msg_id: int, part: int, values: np.ndarray,

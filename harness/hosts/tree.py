@@ -24,15 +24,33 @@ directory (:class:`Directory`), and one iteration is:
    way.
 
 Where Hoplite's paper is silent, these are our choices, each a parameter of the pattern
-(docs/collectives.md): the directory is the PS (not the SDN controller); the tree is fixed for an
-iteration once formed (Hoplite may re-plan per object part); the reduce tree is the broadcast
-tree reversed (Hoplite's reduce orders by arrival). Nothing here opens a socket: the tests drive
-:class:`Directory` directly.
+(docs/collectives.md): the directory is the PS (not the SDN controller), and its messages travel
+over the same mesh as the data; the tree is fixed for an iteration once every worker asked
+(Hoplite may re-plan per object part); the reduce tree is the broadcast tree reversed (Hoplite's
+reduce orders by arrival), and a node adds its children's sums once the PS said how many children
+it has (the ``final`` message: a barrier at the end of the broadcast). :class:`Directory` opens no
+socket and the tests drive it directly; :func:`run_ps` and :func:`run_worker` are the processes.
+Every message of iteration ``t`` has id ``t`` and is told apart by its part
+(:mod:`transports.mesh`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import threading
+import time
+
+import numpy as np
+import torch
+
+from harness.hosts.collective import Learner, members
+from harness.hosts.pattern import parse_pattern
+from harness.running.runfiles import HostSummary, PsIteration, Recorder, RunFiles, WorkerIteration
+from harness.running.spec import RunSpec
+from harness.training import models
+from topologies.incast import PS_NAME, worker_name
+from transports.base import Session
+from transports.mesh import Part, chunks
 
 ROOT = -1   # the PS's place in the tree; workers are 0 .. N-1
 
@@ -139,3 +157,264 @@ class Directory:
         """The deepest live worker's distance from the PS (the pipeline's length in hops)."""
         return max((n.depth for k, n in self.nodes.items() if k != ROOT and not n.dead),
                    default=0)
+
+
+# ---------------------------------------------------------------------------- the processes
+STOP = -2.0   # the directory's answer when training is over
+
+
+@dataclasses.dataclass(frozen=True)
+class _Parts:
+    """The job's parts: the parameters' chunks (whole), the sums' chunks (the transport's
+    gradient thresholds), and the small messages of the directory."""
+
+    down: list[Part]
+    up: list[Part]
+    ask: int
+    answer: int
+    serve: list[int]       # the k-th child a worker is told to serve
+    final: int             # how many children it serves, once every worker asked
+    count: int             # the gradients a sum holds
+
+    @classmethod
+    def of(cls, spec: RunSpec) -> _Parts:
+        pat = parse_pattern(spec.pattern)
+        n_floats = models.n_params(spec.model)
+        down, up = chunks(n_floats, pat["chunks"], (1.0, 1.0)), chunks(n_floats, pat["chunks"])
+        first = 2 * len(down)
+        serve = list(range(first + 2, first + 2 + pat["fanout"]))
+        return cls(down, up, first, first + 1, serve, serve[-1] + 1, serve[-1] + 2)
+
+    def all(self) -> list[Part]:
+        one = Part(0, 1, (1.0, 1.0))
+        return self.down + self.up + [one] * (4 + len(self.serve))
+
+
+def _open(spec: RunSpec, rank: int, loopback: bool, session: Session | None):
+    from harness.hosts.node import make_transport
+
+    parts = _Parts.of(spec)
+    transport = make_transport(spec, session)
+    return transport, parts, transport.mesh(rank, members(spec, loopback), parts.all())
+
+
+def _one(x: float) -> np.ndarray:
+    return np.array([x], dtype=np.float32)
+
+
+def _reduce(end, parts: _Parts, t: int, kids: list[int], mine: np.ndarray | None, spec: RunSpec,
+            to: int | None) -> tuple[np.ndarray, float, list[float], dict]:
+    """Add the children's sums to ``mine`` chunk by chunk, forwarding each chunk to ``to`` as it
+    is complete; then the count. Returns (sum, count, each child's received fraction, what was
+    sent)."""
+    total = np.zeros(parts.up[-1].offset + parts.up[-1].n_floats, np.float32) if mine is None \
+        else mine.copy()
+    got = {k: [] for k in kids}
+    sent = {"bytes": 0, "wire": 0, "retransmits": 0}
+    for i, p in enumerate(parts.up):
+        for k in kids:
+            d = end.recv(k, t, len(parts.down) + i, spec.timeout_s)
+            p.of(total)[:] += d.values
+            got[k].append(d.received_frac * p.n_floats)
+        if to is not None:
+            rep = end.send([to], t, len(parts.down) + i, p.of(total), spec.timeout_s)[0]
+            sent["bytes"] += rep.payload_bytes
+            sent["wire"] += rep.wire_bytes
+            sent["retransmits"] += rep.retransmits
+    count = (0.0 if mine is None else 1.0) + sum(
+        float(end.recv(k, t, parts.count, spec.timeout_s).values[0]) for k in kids)
+    if to is not None:
+        end.send([to], t, parts.count, _one(count), spec.timeout_s)
+    n = len(total)
+    return total, count, [sum(got[k]) / n for k in kids], sent
+
+
+def run_ps(spec: RunSpec, files: RunFiles, loopback: bool,
+           session: Session | None = None) -> HostSummary:
+    """The PS in a tree: the root that holds the parameters, and the directory."""
+    from harness.hosts.node import _Trainer, busy_frac, cpu_s, machine_cpu
+
+    rec = Recorder(files, PS_NAME)
+    trainer = _Trainer(spec, rec)
+    pat = parse_pattern(spec.pattern)
+    n, root = spec.n_workers, spec.n_workers
+    transport, parts, end = _open(spec, root, loopback, session)
+    started = time.monotonic()
+    with end:
+        end.join(spec.timeout_s)
+        trainer.evaluate(0)
+        train_start_time, cpu_before = time.time(), machine_cpu()
+        t, stopped_by = 0, ""
+        while True:
+            t0 = time.monotonic()
+            directory = Directory(pat["fanout"], pat["root"])
+            if stopped_by:
+                _answer_all(end, parts, t, n, spec, _one(STOP))
+                break
+            params = trainer.params.numpy()
+            feeds = _form(end, parts, t, directory, params, spec)
+            for w in range(n):
+                end.send([w], t, parts.final, _one(len(directory.children(w))), spec.timeout_s)
+            for f in feeds:
+                f.join()
+            t1 = time.monotonic()
+            kids = directory.children(ROOT)
+            total, count, fracs, _ = _reduce(end, parts, t, kids, None, spec, None)
+            t2 = time.monotonic()
+            trainer.params.add_(torch.from_numpy(total / np.float32(count)), alpha=-spec.lr)
+            t3 = time.monotonic()
+            trainer.train_s += t3 - t0
+            rec.iteration(PsIteration(
+                iteration=t, t_s=t0 - started, gather_end_mono=t2, broadcast_s=t1 - t0,
+                gather_s=t2 - t1, update_s=t3 - t2, iter_s=t3 - t0, recv_frac=fracs,
+                segment_fracs=[[f] for f in fracs], param_wire_bytes=[], param_retransmits=[],
+                msg_stats=[{"tree_depth": float(directory.depth()), "gradients": count}],
+                ranks=kids, staleness=[0] * len(kids)))
+            t += 1
+            stopped_by = trainer.after(t)
+        train_end_time = time.time()
+        if stopped_by != "iterations":
+            rec.stop(stopped_by)
+        summary = HostSummary(
+            host=PS_NAME, role="ps", iterations=t, elapsed_s=time.monotonic() - started,
+            cpu_s=cpu_s(), transport_stats=end.stats(), train_s=trainer.train_s,
+            train_start_time=train_start_time, train_end_time=train_end_time,
+            stopped_by=stopped_by, cpu_busy_frac=busy_frac(cpu_before, machine_cpu()),
+            transport=transport.slug, transport_options=transport.options(),
+            session_id=transport.session.session_id, rejections=end.rejections())
+    rec.summary(summary)
+    return summary
+
+
+def _answer_all(end, parts: _Parts, t: int, n: int, spec: RunSpec, word: np.ndarray) -> None:
+    """Take every worker's ask of iteration ``t`` and answer each with ``word``."""
+    waiting = set(range(n))
+    while waiting:
+        got = end.recv_some([(w, t, parts.ask) for w in sorted(waiting)], 1, spec.timeout_s)
+        for w, _, _ in got:
+            end.send([w], t, parts.answer, word, spec.timeout_s)
+            waiting.discard(w)
+
+
+def _form(end, parts: _Parts, t: int, directory: Directory, params: np.ndarray,
+          spec: RunSpec) -> list[threading.Thread]:
+    """Answer every worker's ask in the order they come: its parent; the PS feeds its own
+    children (a thread each) and tells a worker parent whom it serves."""
+    n, root = spec.n_workers, spec.n_workers
+    feeds, served = [], {}
+    waiting = set(range(n))
+    while waiting:
+        got = end.recv_some([(w, t, parts.ask) for w in sorted(waiting)], 1, spec.timeout_s)
+        for w, _, _ in got:
+            waiting.discard(w)
+            parent = directory.ask(w)
+            end.send([w], t, parts.answer, _one(root if parent == ROOT else parent),
+                     spec.timeout_s)
+            if parent == ROOT:
+                feed = threading.Thread(target=_feed, args=(end, parts, t, w, params, spec),
+                                        daemon=True)
+                feed.start()
+                feeds.append(feed)
+            else:
+                k = served.get(parent, 0)
+                served[parent] = k + 1
+                end.send([parent], t, parts.serve[k], _one(w), spec.timeout_s)
+    return feeds
+
+
+def _feed(end, parts: _Parts, t: int, child: int, params: np.ndarray, spec: RunSpec) -> None:
+    for i, p in enumerate(parts.down):
+        end.send([child], t, i, p.of(params), spec.timeout_s)
+
+
+class _Held:
+    """The chunks a worker holds of this iteration's parameters, for the threads that forward
+    them to its children as they arrive."""
+
+    def __init__(self, k: int) -> None:
+        self.chunks: list[np.ndarray | None] = [None] * k
+        self.cond = threading.Condition()
+
+    def put(self, i: int, values: np.ndarray) -> None:
+        with self.cond:
+            self.chunks[i] = values
+            self.cond.notify_all()
+
+    def get(self, i: int) -> np.ndarray:
+        with self.cond:
+            while self.chunks[i] is None:
+                self.cond.wait()
+            return self.chunks[i]
+
+
+def _serve(end, parts: _Parts, t: int, held: _Held, spec: RunSpec, kids: list[int]) -> None:
+    """Learn whom to serve from the directory and forward every chunk to each child (a thread
+    per child); ``kids`` gets the children, complete once this returns."""
+    root = spec.n_workers
+    final, senders = None, []
+    while final is None or len(kids) < final:
+        want = [] if len(kids) >= len(parts.serve) else [(root, t, parts.serve[len(kids)])]
+        if final is None:
+            want.append((root, t, parts.final))
+        got = end.recv_some(want, 1, spec.timeout_s)
+        if (root, t, parts.final) in got:
+            final = int(got[(root, t, parts.final)].values[0])
+        for key, d in got.items():
+            if key[2] != parts.final:
+                child = int(d.values[0])
+                kids.append(child)
+                s = threading.Thread(target=lambda c=child: [
+                    end.send([c], t, i, held.get(i), spec.timeout_s)
+                    for i in range(len(parts.down))], daemon=True)
+                s.start()
+                senders.append(s)
+    for s in senders:
+        s.join()
+
+
+def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool,
+               session: Session | None = None) -> HostSummary:
+    """One worker of the tree: asks for a parent, takes and forwards the parameters' chunks,
+    computes its gradient, adds its children's sums to it and forwards the sum."""
+    from harness.hosts.node import cpu_s
+
+    host, root = worker_name(rank), spec.n_workers
+    rec = Recorder(files, host)
+    learner = Learner(spec, rank)
+    _, parts, end = _open(spec, rank, loopback, session)
+    started, t = time.monotonic(), 0
+    with end:
+        end.join(spec.timeout_s)
+        while True:
+            t0 = time.monotonic()
+            end.send([root], t, parts.ask, _one(1.0), spec.timeout_s)
+            parent = float(end.recv(root, t, parts.answer, spec.timeout_s).values[0])
+            if parent == STOP:
+                break
+            held, kids = _Held(len(parts.down)), []
+            server = threading.Thread(target=_serve, args=(end, parts, t, held, spec, kids),
+                                      daemon=True)
+            server.start()
+            params = np.empty(parts.down[-1].offset + parts.down[-1].n_floats, np.float32)
+            for i, p in enumerate(parts.down):
+                values = end.recv(int(parent), t, i, spec.timeout_s).values
+                p.of(params)[:] = values
+                held.put(i, values)
+            t1 = time.monotonic()
+            models.load_flat(learner.model, torch.from_numpy(params))
+            grad, loss, compute_s = learner.gradient()
+            server.join()
+            t2 = time.monotonic()
+            _, _, _, sent = _reduce(end, parts, t, kids, grad, spec, int(parent))
+            t3 = time.monotonic()
+            rec.iteration(WorkerIteration(
+                iteration=t, t_s=t0 - started, push_start_mono=t2, pull_s=t1 - t0,
+                compute_s=compute_s, push_s=t3 - t2, param_frac=1.0, train_loss=loss,
+                grad_bytes=sent["bytes"], wire_bytes=sent["wire"], packets=0,
+                retransmits=sent["retransmits"]))
+            t += 1
+        summary = HostSummary(host=host, role="worker", rank=rank, iterations=t,
+                              elapsed_s=time.monotonic() - started, cpu_s=cpu_s(),
+                              transport_stats=end.stats(), rejections=end.rejections())
+    rec.summary(summary)
+    return summary

@@ -1,6 +1,6 @@
 """The collective patterns train for real over loopback (no emulation, no root): a ring
-all-reduce computes the same mean as the PS, so a ring run and a PS run of one spec end at the
-same accuracy; a ring stops at its time cap with the accuracy it ended with."""
+all-reduce and a tree's reduce compute the same mean as the PS, so ring, tree and PS runs of one
+spec end at the same accuracy; a ring stops at its time cap with the accuracy it ended with."""
 
 import subprocess
 import sys
@@ -36,20 +36,28 @@ def _train(run_dir, spec: RunSpec) -> RunFiles:
 
 
 @pytest.mark.parametrize("transport, port", [("tcp-cubic", 17600), ("ltp", 17650)])
-def test_a_ring_learns_what_the_ps_learns(tmp_path, transport, port):
-    spec = RunSpec(transport=transport, n_workers=3, iterations=12, eval_every=6, port=port,
+def test_ring_and_tree_learn_what_the_ps_learns(tmp_path, transport, port):
+    spec = RunSpec(transport=transport, n_workers=4, iterations=12, eval_every=6, port=port,
                    timeout_s=60)
-    ps = _train(tmp_path / "ps", spec).eval_records()
-    files = _train(tmp_path / "ring", spec.replace(pattern="ring:pieces=2", port=port + 20))
-    ring = files.eval_records()
-    assert [e.iteration for e in ring] == [0, 6, 12]
-    assert [e.accuracy for e in ring] == pytest.approx([e.accuracy for e in ps], abs=1e-3)
-    rounds = files.ps_iterations()
-    assert len(rounds) == 12 and all(r.recv_frac == [1.0, 1.0, 1.0] for r in rounds)
-    w = files.worker_iterations("w2")
-    # each worker sends 2(N-1)/N of the gradient: 4/3 of 109,386 floats, in 2 pieces a share
-    assert len(w) == 12 and all(r.grad_bytes == pytest.approx(4 * 109_386 * 4 / 3, abs=16)
-                                for r in w)
+    ps = [e.accuracy for e in _train(tmp_path / "ps", spec).eval_records()]
+    ring = _train(tmp_path / "ring", spec.replace(pattern="ring:pieces=2", port=port + 10))
+    tree = _train(tmp_path / "tree", spec.replace(pattern="tree:chunks=4", port=port + 20))
+    for files in (ring, tree):
+        evals = files.eval_records()
+        assert [e.iteration for e in evals] == [0, 6, 12]
+        assert [e.accuracy for e in evals] == pytest.approx(ps, abs=1e-3)
+    rounds = ring.ps_iterations()
+    assert len(rounds) == 12 and all(r.recv_frac == [1.0] * 4 for r in rounds)
+    # each ring worker sends 2(N-1)/N of the gradient: 3/2 of 109,386 floats
+    assert all(r.grad_bytes == pytest.approx(4 * 109_386 * 3 / 2, abs=16)
+               for r in ring.worker_iterations("w2"))
+    # the tree: the PS serves one worker, a worker two, so 4 workers make a tree 3 deep; every
+    # worker's gradient reaches the PS in one sum, and each worker sends one gradient's bytes
+    rounds = tree.ps_iterations()
+    assert len(rounds) == 12 and all(len(r.ranks) == 1 for r in rounds)
+    assert all(r.msg_stats[0]["gradients"] == 4 and r.msg_stats[0]["tree_depth"] == 3
+               for r in rounds)
+    assert all(r.grad_bytes == 4 * 109_386 for r in tree.worker_iterations("w3"))
 
 
 def test_a_ring_stops_at_its_time_cap(tmp_path):
