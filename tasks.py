@@ -45,6 +45,8 @@ PROJECT = Path(__file__).resolve().parent
     "local_steps": "comma-separated SGD steps per synchronisation, e.g. 1,4",
     "error_reset": "comma-separated error-reset periods in synchronisations (0: never; "
                    "default 1, every synchronisation)",
+    "pattern": "comma-separated communication patterns: ps, tree[:fanout=F,root=R,chunks=C], "
+               "ring[:pieces=P] (docs/collectives.md)",
     "score_batch": "validation samples per round of the score rule (default 64)",
     "score_penalty": "the score rule's penalty rho per squared unit of update size "
                      "(default 0.0005)",
@@ -63,7 +65,8 @@ PROJECT = Path(__file__).resolve().parent
 def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=None, workers=None,
               queue=None, delay=None, cross=None, sync=None, fault=None, byzantine=None,
               aggregator=None, tolerate=None, score_batch=None, score_penalty=None,
-              score_threshold=None, compress=None, local_steps=None, error_reset=None, model=None,
+              score_threshold=None, compress=None, local_steps=None, error_reset=None, pattern=None,
+              model=None,
               iterations=None, seeds=None, timeout=None, target=None, stop_at_target=False,
               max_train=None, cluster=None):
     """Run a sweep of training runs over the emulated incast network and tabulate the results."""
@@ -105,6 +108,7 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
             compressions=cli.compressions(compress),
             local_steps=cli.numbers(local_steps, int, "--local-steps"),
             error_resets=cli.numbers(error_reset, int, "--error-reset"),
+            patterns=cli.patterns(pattern),
             tolerate=cli.number(tolerate, int, "--tolerate"),
             score_batch=cli.number(score_batch, int, "--score-batch"),
             score_penalty=cli.number(score_penalty, float, "--score-penalty"),

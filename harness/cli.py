@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from invoke.exceptions import Exit
 
 from harness.hosts.faults import parse_fault
+from harness.hosts.pattern import parse_pattern
 from harness.hosts.sync import parse_sync
 from harness.training.aggregators import AGGREGATORS
 from harness.training.byzantine import parse_byzantine
@@ -120,6 +121,12 @@ def words(text: str | None) -> tuple[str, ...] | None:
 def syncs(text: str | None) -> tuple[str, ...] | None:
     """'bsp,SSP:2,async' -> ('bsp', 'ssp:2', 'async'); a bad item raises :class:`SyncError`."""
     return None if text is None else tuple(parse_sync(x).text() for x in words(text))
+
+
+def patterns(text: str | None) -> tuple[str, ...] | None:
+    """'ps,TREE:fanout=3,ring' -> canonical pattern texts; a bad item raises
+    :class:`~harness.hosts.pattern.PatternError`."""
+    return None if text is None else tuple(parse_pattern(x).text() for x in items(text))
 
 
 def faults(text: str | None) -> tuple[str, ...] | None:

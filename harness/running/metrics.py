@@ -46,6 +46,7 @@ from __future__ import annotations
 import numpy as np
 
 from harness.hosts.faults import parse_fault
+from harness.hosts.pattern import parse_pattern
 from harness.running.runfiles import PsIteration, RunFiles, WorkerIteration
 from harness.running.spec import RunSpec
 from harness.training import models
@@ -72,11 +73,43 @@ def push_times(ps: list[PsIteration], workers: list[list[WorkerIteration]]) -> n
 
 def bounds_s(spec: RunSpec, msg_bytes: int, down_bytes: int | None = None) -> tuple[float, float]:
     """(push bound, full-duplex bound) in seconds for pushes of ``msg_bytes`` and parameters of
-    ``down_bytes`` (None: the same): the serial broadcast of ``n`` parameter messages, then the
-    last worker's push (the others' overlap the broadcast)."""
-    rate = spec.bottleneck_mbps * 1e6 / 8
-    down = msg_bytes if down_bytes is None else down_bytes
-    return spec.n_workers * msg_bytes / rate, (spec.n_workers * down + msg_bytes) / rate
+    ``down_bytes`` (None: the same), by the run's pattern (payload only):
+
+    - ``ps``: the incast of ``n`` pushes over the PS link; the serial broadcast of ``n``
+      parameter messages, then the last worker's push (the others' overlap the broadcast).
+    - ``tree``: a node's busiest link carries ``max(root x B/B_ps, fanout x B/B_w)`` of one
+      message each way (the PS serves ``root`` workers, a worker ``fanout``); the pipeline adds
+      one chunk per level below the first. Down, then up: an iteration needs both.
+    - ``ring``: every worker sends and receives 2(N - 1)/N of a gradient over its own link, at
+      once (full duplex): that is the push and the iteration both.
+    """
+    pat = parse_pattern(spec.pattern)
+    n, down = spec.n_workers, (msg_bytes if down_bytes is None else down_bytes)
+    ps_rate = spec.bottleneck_mbps * 1e6 / 8
+    w_rate = spec.network.worker_mbps * 1e6 / 8
+    if pat.kind == "ring":
+        one = 2 * (n - 1) / n * msg_bytes / w_rate
+        return one, one
+    if pat.kind == "tree":
+        depth = tree_depth(n, pat["root"], pat["fanout"])
+        def leg(size: int) -> float:
+            chunk = size / pat["chunks"]
+            return max(pat["root"] * size / ps_rate, pat["fanout"] * size / w_rate) \
+                + (depth - 1) * chunk / min(ps_rate, w_rate)
+        return leg(msg_bytes), leg(down) + leg(msg_bytes)
+    return n * msg_bytes / ps_rate, (n * down + msg_bytes) / ps_rate
+
+
+def tree_depth(n: int, root: int, fanout: int) -> int:
+    """The depth of the shallowest tree of ``n`` workers under a PS that serves ``root`` and
+    workers that serve ``fanout`` each (what :class:`harness.hosts.tree.Directory` forms when
+    every worker asks at once)."""
+    depth, level, placed = 0, root, 0
+    while placed < n:
+        depth += 1
+        placed += level
+        level *= fanout
+    return depth
 
 
 def _pct(values, q: float) -> float | None:

@@ -68,7 +68,7 @@ GRID: dict[str, str] = {
     "delays_ms": "delay_ms", "workers": "n_workers", "queues": "queue_pkts", "cross": "cross",
     "syncs": "sync", "faults": "fault", "byzantine": "byzantine", "aggregators": "aggregator",
     "compressions": "compress", "local_steps": "local_steps", "error_resets": "error_reset",
-    "seeds": "seed",
+    "patterns": "pattern", "seeds": "seed",
 }
 
 
@@ -105,6 +105,8 @@ class Plan:
     """SGD steps per synchronisation."""
     error_resets: tuple[int, ...] = (1,)
     """Error-reset periods in synchronisations (0: never)."""
+    patterns: tuple[str, ...] = ("ps",)
+    """Communication patterns (``ps``, ``tree``, ``ring``, with options; :mod:`harness.hosts.pattern`)."""
     plugins: tuple[str, ...] = ()   # transport plugin files (from the project folder) it uses
     blocks: int = 1
     """Into how many blocks the seeds are cut, in order: each block runs on a network of its
@@ -127,11 +129,11 @@ class Plan:
             registry.use_plugins([PROJECT / p for p in self.plugins])
         out = []
         for (scheme, loss, bw, delay, n, queue, cross, sync, fault, byz, agg, comp, steps, reset,
-             seed) in itertools.product(
+             pattern, seed) in itertools.product(
                 self.transports, self.loss_pcts, self.bottleneck_mbps, self.delays_ms,
                 self.workers, self.queues, self.cross, self.syncs, self.faults, self.byzantine,
                 self.aggregators, self.compressions, self.local_steps, self.error_resets,
-                self.seeds):
+                self.patterns, self.seeds):
             slug, options = parse_scheme(scheme)
             if isinstance(loss, str):  # a loss model's text; RunSpec derives loss_pct from it
                 loss_fields = {"loss_model": loss}
@@ -143,7 +145,7 @@ class Plan:
                                          queue_pkts=queue, cross=cross, sync=sync,
                                          fault=fault, byzantine=byz, aggregator=agg,
                                          compress=comp, local_steps=steps, error_reset=reset,
-                                         seed=seed, **loss_fields))
+                                         pattern=pattern, seed=seed, **loss_fields))
         # A dimension that does not apply to every run (error_reset without compression) makes
         # the same run twice: keep it once.
         return list(dict.fromkeys(out))

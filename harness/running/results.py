@@ -89,6 +89,8 @@ RUNS_COLUMNS = (
     Column("local_steps", "steps", "SGD steps each worker took per synchronisation"),
     Column("error_reset", "synchronisations", "a compressing worker's residual was reset every "
                                               "this many synchronisations (0: never)"),
+    Column("pattern", "", "how gradients and parameters travelled: ps, tree or ring, with options "
+                          "(docs/collectives.md)"),
     Column("rtt_ms", "ms", "measured round-trip time w1 -> ps1 on the idle network before the run "
                           "(median of 5 pings timed in user space)"),
     Column("session_id", "", "the run's random session id (its key is never recorded)"),
@@ -127,9 +129,11 @@ RUNS_COLUMNS = (
     Column("compute_p50_s", "s", "median over iterations of the slowest worker's compute "
                                  "(loading parameters, forward and backward pass)"),
     Column("update_p50_s", "s", "median time of the PS's averaging and SGD step"),
-    Column("push_bound_s", "s", "push bound: n_workers x gradient bytes / bottleneck rate"),
-    Column("fd_bound_s", "s", "full-duplex bound of one iteration: (n_workers + 1) x message "
-                              "bytes / bottleneck rate (serial broadcast, gradients overlapping)"),
+    Column("push_bound_s", "s", "push bound: ps, n_workers x gradient bytes / bottleneck rate; "
+                                "tree and ring, their own (harness/running/metrics.py, bounds_s)"),
+    Column("fd_bound_s", "s", "full-duplex bound of one iteration: ps, (n_workers + 1) x message "
+                              "bytes / bottleneck rate (serial broadcast, gradients overlapping); "
+                              "tree and ring, their own (bounds_s)"),
     Column("iter_bound_s", "s", "floor of one iteration: fd_bound_s + compute_p50_s + "
                                 "update_p50_s"),
     Column("iter_over_bound", "ratio", "iter_p50_s / iter_bound_s"),
