@@ -25,6 +25,9 @@ evidence presets run three seeds per cell. ``docs/running.md`` has the table wit
   workers and shallow queues; 10-50 ms one-way delay; bursty loss; background traffic). The
   last three compare LTP, LTP reliable, PLOT and the strongest TCP baseline (CUBIC with a 5 ms
   minimum RTO).
+- ``patterns``, ``patterns-scale``: the PS, a tree and a ring all-reduce over TCP CUBIC (with
+  and without a 5 ms minimum RTO), LTP and LTP reliable, at 0-10 % loss, 8 to 32 workers
+  (``docs/collectives.md``).
 - ``paper``: every scheme, 100 and 200 Mbit/s, loss up to 20 %, 300 iterations; hours.
 - ``faults``: bsp, ssp:2 and async under no fault, a killed worker, a 2 s stall, a 2 s link cut
   and a 3x straggler, TCP CUBIC and LTP; about 40 minutes.
@@ -301,6 +304,21 @@ PRESETS: dict[str, Plan] = {
         bottleneck_mbps=(200.0,), seeds=SEEDS, byzantine=("0", "2:sign-flip"),
         aggregators=("mean", "score"),
         base=_INCAST.replace(iterations=100, eval_every=10, tolerate=2, timeout_s=600.0)),
+    # Collectives (issue 25, docs/collectives.md): the PS, a Hoplite-style tree and a ring
+    # all-reduce over the four transports that have an end for collectives, 0, 5 and 10 % loss,
+    # every link at 200 Mbit/s (the workers' too: a tree and a ring use them). 40 iterations or
+    # 30 s of training, as the default sweep.
+    "patterns": Plan(
+        name="patterns", transports=("tcp-cubic", "tcp-cubic-lowrto", "ltp", "ltp-reliable"),
+        loss_pcts=(0.0, 5.0, 10.0), bottleneck_mbps=(200.0,), seeds=SEEDS,
+        patterns=("ps", "tree", "ring"),
+        base=_INCAST.replace(iterations=40, max_train_s=30.0, timeout_s=600.0)),
+    # The same at 16 and 32 workers, where the incast grows and a tree deepens.
+    "patterns-scale": Plan(
+        name="patterns-scale", transports=("tcp-cubic-lowrto", "ltp", "ltp-reliable"),
+        loss_pcts=(0.0, 10.0), bottleneck_mbps=(200.0,), seeds=SEEDS, workers=(16, 32),
+        patterns=("ps", "tree", "ring"),
+        base=_INCAST.replace(iterations=30, max_train_s=30.0, timeout_s=900.0)),
     # Paper figures: every scheme, both link speeds, loss up to 20 %, three seeds. Hours.
     "paper": Plan(
         name="paper", transports=EVERYTHING, loss_pcts=(0.0, 1.0, 2.0, 5.0, 10.0, 20.0),
