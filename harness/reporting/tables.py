@@ -28,10 +28,10 @@ CONDITION_COLUMNS = {"bottleneck_mbps": "{:g} Mbit/s", "delay_ms": "+{:g} ms one
                      "loss_kind": "{} loss", "cross": "cross {}", "sync": "{}",
                      "fault": "fault {}", "byzantine": "byzantine {}", "aggregator": "{}",
                      "compress": "compress {}", "local_steps": "H={:g}",
-                     "error_reset": "reset {:g}"}
+                     "error_reset": "reset {:g}", "pattern": "{}"}
 CONDITION_DEFAULTS = {"loss_kind": "uniform", "cross": "none", "sync": "bsp", "fault": "none",
                       "byzantine": "0", "aggregator": "mean", "compress": "none",
-                      "local_steps": 1, "error_reset": 1}
+                      "local_steps": 1, "error_reset": 1, "pattern": "ps"}
 # Conditions with figures and a report section of their own, not the generic regime facets.
 OWN_SECTIONS = ("bottleneck_mbps", "sync", "fault", "byzantine", "aggregator", "compress",
                 "local_steps", "error_reset")
@@ -210,7 +210,7 @@ def load(folder: Path) -> Sweep:
     runs["loss_kind"] = (runs["loss_model"].map(loss_kind) if "loss_model" in runs
                          else CONDITION_DEFAULTS["loss_kind"])
     # sweeps written before these columns existed
-    for col in ("cross", "sync", "fault", "byzantine", "aggregator"):
+    for col in ("cross", "sync", "fault", "byzantine", "aggregator", "pattern"):
         if col not in runs:
             runs[col] = CONDITION_DEFAULTS[col]
         runs[col] = runs[col].astype(object).fillna(CONDITION_DEFAULTS[col]).astype(str)
