@@ -12,16 +12,21 @@ partial sums, and a count per coordinate is not carried).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from transports import filling, native
-from transports.base import Addr, Delivery, Layout, OptionError, SendReport, Session
+from transports.base import (Addr, Delivery, Layout, OptionError, SendReport, Session,
+                             TransportTimeout)
 from transports.ltp import _NativeEnd
 from transports.ltp_messages import _delivery, _Messages
 from transports.mesh import MeshEnd, Part
+
+
+ABANDON_S = 30.0   # an abandoned message not taken by then is forgotten (the core evicted it)
 
 
 class LtpMesh(_NativeEnd, MeshEnd):
@@ -38,6 +43,7 @@ class LtpMesh(_NativeEnd, MeshEnd):
         self.linger_s = options["linger_ms"] / 1000.0
         self.filler = filling.Filler("zero" if options["filler"] == "masked-mean"
                                      else options["filler"])
+        self.abandoned: dict[tuple[int, int, int], float] = {}   # key -> when given up
         whole = max(p.offset + p.n_floats for p in self.parts)
         self.net = _Messages(settings, rank, members[rank], Layout.single(whole), (),
                              options["rx_drop_frac"], session,
@@ -62,10 +68,33 @@ class LtpMesh(_NativeEnd, MeshEnd):
         if payload.size != self.parts[part].n_floats:
             raise ValueError(f"part {part} has {self.parts[part].n_floats} floats, "
                              f"not {payload.size}.")
-        return self.net.send_parts([self.slot[m] for m in to], msg_id, [(part, payload)], 0,
-                                   timeout_s)
+        # A send not finished by the deadline is cancelled (partial), so a member that died does
+        # not keep this end's send slots, and the caller hears of it.
+        sent = self.net.send_parts([self.slot[m] for m in to], msg_id, [(part, payload)], 0,
+                                   timeout_s, partial=True)
+        late = [m for m, rep in zip(to, sent) if rep is None]
+        if late:
+            raise TransportTimeout(f"part {part} of message {msg_id} did not reach member "
+                                   f"{late[0]} within {timeout_s:g} s")
+        return sent
+
+    def abandon(self, keys: Sequence[tuple[int, int, int]]) -> None:
+        now = time.monotonic()
+        self.abandoned.update({key: now for key in keys})
+        self._drain()
+
+    def _drain(self) -> None:
+        """Take whatever abandoned messages closed (and forget those given up long ago: a sender
+        that died mid-message leaves one the core evicts once idle)."""
+        if not self.abandoned:
+            return
+        now = time.monotonic()
+        keys = [k for k, at in self.abandoned.items() if now - at < ABANDON_S]
+        got = self._take(keys, 0, 0.0) if keys else {}
+        self.abandoned = {k: self.abandoned[k] for k in keys if k not in got}
 
     def recv(self, frm: int, msg_id: int, part: int, timeout_s: float) -> Delivery:
+        self._drain()
         n = self.parts[part].n_floats
         values, mask = np.empty(n, dtype=np.float32), np.empty(n, dtype=np.bool_)
         got = self.end.recv([native.RecvItem(self.slot[frm], msg_id, part, values, mask)], timeout_s,
@@ -75,13 +104,18 @@ class LtpMesh(_NativeEnd, MeshEnd):
 
     def recv_some(self, wanted: Sequence[tuple[int, int, int]], min_count: int,
                   timeout_s: float) -> dict[tuple[int, int, int], Delivery]:
+        self._drain()
+        return self._take(wanted, min_count, timeout_s)
+
+    def _take(self, wanted: Sequence[tuple[int, int, int]], min_count: int,
+              timeout_s: float) -> dict[tuple[int, int, int], Delivery]:
         bufs, items = [], []
         for frm, msg_id, part in wanted:
             n = self.parts[part].n_floats
             values, mask = np.empty(n, dtype=np.float32), np.empty(n, dtype=np.bool_)
             bufs.append((values, mask))
             items.append(native.RecvItem(self.slot[frm], msg_id, part, values, mask))
-        got = self.end.recv_some(items, min(min_count, len(items)), max(timeout_s, 1e-6),
+        got = self.end.recv_some(items, min(min_count, len(items)), max(timeout_s, 0.0),
                                  what="receiving from whichever member sends first")
         out = {}
         for key, (values, mask), stats in zip(wanted, bufs, got):

@@ -90,6 +90,13 @@ class MeshEnd(End):
         floats, filled where lost)."""
 
     @abc.abstractmethod
+    def abandon(self, keys: Sequence[tuple[int, int, int]]) -> None:
+        """This end will never ask for these (member, message id, part): take and drop them when
+        they come. A receiver that stops waiting for a member (it failed, or fell behind) must
+        say so, or the member's late messages keep room the next ones need (LTP holds a few
+        messages per peer until they are taken)."""
+
+    @abc.abstractmethod
     def recv_some(self, wanted: Sequence[tuple[int, int, int]], min_count: int,
                   timeout_s: float) -> dict[tuple[int, int, int], Delivery]:
         """Whichever of the (member, message id, part) in ``wanted`` arrive first: returns once

@@ -47,6 +47,7 @@ class TcpMesh(MeshEnd):
         self.inbox: dict[tuple[int, int, int], np.ndarray] = {}
         self.arrived = threading.Condition()
         self.failed: dict[int, str] = {}     # member -> why its connection ended
+        self.abandoned: set[tuple[int, int, int]] = set()
         self.readers: list[threading.Thread] = []
         self.closed = False
         self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -129,12 +130,21 @@ class TcpMesh(MeshEnd):
                 values = np.empty(nbytes // 4, dtype=np.float32)
                 _read_all(conn, memoryview(values).cast("B"))
                 with self.arrived:
-                    self.inbox[(m, msg_id, part)] = values
-                    self.arrived.notify_all()
+                    if (m, msg_id, part) in self.abandoned:
+                        self.abandoned.discard((m, msg_id, part))
+                    else:
+                        self.inbox[(m, msg_id, part)] = values
+                        self.arrived.notify_all()
         except (OSError, TransportError) as exc:
             with self.arrived:
                 self.failed[m] = str(exc) or type(exc).__name__
                 self.arrived.notify_all()
+
+    def abandon(self, keys: Sequence[tuple[int, int, int]]) -> None:
+        with self.arrived:
+            for key in keys:
+                if self.inbox.pop(key, None) is None:
+                    self.abandoned.add(key)
 
     def recv(self, frm: int, msg_id: int, part: int, timeout_s: float) -> Delivery:
         deadline = time.monotonic() + timeout_s

@@ -1,35 +1,31 @@
-"""Hoplite-style trees: who serves whom, decided while the transfer runs (the ``tree`` pattern).
+"""Hoplite-style broadcast and reduce trees: the ``tree`` pattern's host processes.
 
-Hoplite (SIGCOMM 2021) keeps a directory of which node holds which object, or which part of it,
-and lets a receiver fetch from whichever holder the directory names; because every new receiver
-becomes a holder, a broadcast tree forms as the data spreads, and because a node forwards the
-chunks it has before it holds the whole object, the tree is a pipeline. Here the PS keeps the
-directory (:class:`Directory`), and one iteration is:
+Hoplite (SIGCOMM 2021) keeps a directory of which node holds which object, or part of it, and
+lets a receiver fetch from whichever holder the directory names; every new receiver becomes a
+holder, so a broadcast tree forms as the data spreads, and a node forwards the chunks it has
+before it holds the whole object, so the tree is a pipeline. Here the PS is the root and keeps
+the directory (:class:`~harness.hosts.directory.Directory`); one iteration ``t``:
 
-1. **Broadcast.** Every worker asks the directory for a parent as soon as it is ready for the next
-   parameters (its last push is out). The directory names the live node nearest the root that
-   still has a free slot (``root_fanout`` at the PS, ``fanout`` at a worker; ties: the one that
-   asked first), and the asker becomes a holder in turn. A fast worker so ends up near the root
-   and a slow one at a leaf, where it delays nobody. The parameters travel in ``chunks`` messages,
-   each forwarded to a node's children as soon as it arrived.
-2. **Reduce.** The tree of the broadcast is used backwards: a node adds its children's partial
-   sums, chunk by chunk, to its own gradient and forwards the sum with the count of gradients in
-   it; the PS divides by the count. The PS's link so carries ``root_fanout`` messages each way
-   instead of N.
-3. **A node that fails.** A receiver that waits longer than the re-forming deadline for a chunk
-   reports its parent; the directory marks the parent dead, names a new parent among the live
-   holders and the receiver fetches again from the chunk it lacked. The dead node's gradient and
-   the sums it held for its subtree are lost for that iteration (the run records how many
-   gradients each step had, and how long the re-forming took); its children re-attach the same
-   way.
+1. **Asks.** Every worker asks the PS for a parent as soon as it is ready; the PS names one in
+   the order the asks come and tells that parent whom to serve.
+2. **Broadcast.** The parameters go down in ``chunks`` parts; each worker forwards every chunk to
+   its children as soon as it has it. Once every worker asked, the PS tells each how many
+   children it serves (the ``final`` message: the tree of this iteration is complete).
+3. **Reduce.** The tree reversed: a worker adds its children's sums to its own gradient chunk by
+   chunk, forwards each summed chunk as soon as it is complete, then the count of gradients in
+   the sum. The PS divides by the count and takes its SGD step.
 
-Where Hoplite's paper is silent, these are our choices, each a parameter of the pattern
-(docs/collectives.md): the directory is the PS (not the SDN controller), and its messages travel
-over the same mesh as the data; the tree is fixed for an iteration once every worker asked
-(Hoplite may re-plan per object part); the reduce tree is the broadcast tree reversed (Hoplite's
-reduce orders by arrival), and a node adds its children's sums once the PS said how many children
-it has (the ``final`` message: a barrier at the end of the broadcast). :class:`Directory` opens no
-socket and the tests drive it directly; :func:`run_ps` and :func:`run_worker` are the processes.
+**Failures** (runs that inject a fault; without one every wait lasts the run's timeout, the
+classic form). Every wait has the re-forming deadline :data:`REFORM_S`. A worker that did not
+ask by then is *absent* from this iteration's tree; a worker that got no chunk from its parent
+in time gives the iteration up, and so does its subtree (nobody forwards to it); a parent that
+got no sum from a child in time goes on without it. The next iteration's tree forms from the
+workers that ask: the tree routes around a dead node, and a stalled one that asks again is told
+the iteration to join. Our interpretation where Hoplite re-plans within a transfer: the tree
+re-forms at the next iteration, and a failure costs the subtree's gradients of one iteration.
+The PS records, per iteration, how many gradients its step held, who was absent and how long it
+waited for asks; ``docs/collectives.md`` says more.
+
 Every message of iteration ``t`` has id ``t`` and is told apart by its part
 (:mod:`transports.mesh`).
 """
@@ -44,123 +40,23 @@ import numpy as np
 import torch
 
 from harness.hosts.collective import Learner, members
+from harness.hosts.directory import ROOT, Directory
+from harness.hosts.faults import parse_fault
 from harness.hosts.pattern import parse_pattern
 from harness.running.runfiles import HostSummary, PsIteration, Recorder, RunFiles, WorkerIteration
 from harness.running.spec import RunSpec
 from harness.training import models
 from topologies.incast import PS_NAME, worker_name
-from transports.base import Session
+from transports.base import Session, TransportError
 from transports.mesh import Part, chunks
 
-ROOT = -1   # the PS's place in the tree; workers are 0 .. N-1
+STOP = -2.0      # the PS's answer when training is over
+REFORM_S = 1.0   # with a fault injected: how long any wait lasts before it counts as a failure
+SKIP = -10.0     # an answer of SKIP - t: this worker fell behind; its next iteration is t
 
 
-class TreeError(RuntimeError):
-    """The directory cannot name a parent (every holder is dead or full)."""
-
-
-@dataclasses.dataclass
-class _Node:
-    depth: int
-    asked: int                      # the order in which the node asked (the root: -1)
-    parent: int | None
-    children: list[int] = dataclasses.field(default_factory=list)
-    dead: bool = False
-
-
-class Directory:
-    """One iteration's tree: who holds the object, who serves whom, who failed."""
-
-    def __init__(self, fanout: int = 2, root_fanout: int = 1) -> None:
-        if fanout < 1 or root_fanout < 1:
-            raise ValueError(f"fan-outs must be at least 1, not {fanout} and {root_fanout}.")
-        self.fanout, self.root_fanout = fanout, root_fanout
-        self.nodes: dict[int, _Node] = {ROOT: _Node(0, -1, None)}
-        self.reformed = 0   # receivers given a new parent after a failure
-
-    def _slots(self, node: int) -> int:
-        return self.root_fanout if node == ROOT else self.fanout
-
-    def _best_holder(self, exclude: set[int]) -> int:
-        free = [(n.depth, n.asked, k) for k, n in self.nodes.items()
-                if not n.dead and k not in exclude and len(n.children) < self._slots(k)]
-        if not free:
-            raise TreeError("no live holder has a free slot: the tree cannot grow.")
-        return min(free)[2]
-
-    def _subtree(self, node: int) -> set[int]:
-        out, todo = set(), [node]
-        while todo:
-            k = todo.pop()
-            out.add(k)
-            todo += self.nodes[k].children
-        return out
-
-    def ask(self, worker: int) -> int:
-        """``worker`` is ready: the node it fetches from (the PS is :data:`ROOT`)."""
-        if worker in self.nodes:
-            raise ValueError(f"worker {worker} asked twice in one iteration.")
-        parent = self._best_holder(exclude=set())
-        self._attach(worker, parent, asked=len(self.nodes) - 1)
-        return parent
-
-    def _attach(self, worker: int, parent: int, asked: int) -> None:
-        p = self.nodes[parent]
-        p.children.append(worker)
-        node = self.nodes.get(worker)
-        if node is None:
-            self.nodes[worker] = _Node(p.depth + 1, asked, parent)
-        else:
-            node.parent = parent
-            self._deepen(worker, p.depth + 1)
-
-    def _deepen(self, node: int, depth: int) -> None:
-        self.nodes[node].depth = depth
-        for child in self.nodes[node].children:
-            self._deepen(child, depth + 1)
-
-    def failed(self, worker: int, parent: int) -> int:
-        """``worker`` got nothing from ``parent`` in time: mark ``parent`` dead and return
-        ``worker``'s new parent (a live holder outside ``worker``'s own subtree)."""
-        if parent == ROOT:
-            raise TreeError("the PS itself stopped serving; the run cannot go on without it.")
-        me = self.nodes[worker]
-        me.dead = False   # it is talking: a child that blamed it while it waited was wrong
-        if me.parent != parent:
-            return me.parent   # already moved (reported twice)
-        dead = self.nodes[parent]
-        if not dead.dead:   # its own parent's slot is free again
-            dead.dead = True
-            self.nodes[dead.parent].children.remove(parent)
-        if worker in dead.children:   # not when it already left a node blamed by mistake
-            dead.children.remove(worker)
-        new = self._best_holder(exclude=self._subtree(worker))
-        self._attach(worker, new, me.asked)
-        self.reformed += 1
-        return new
-
-    def parent(self, worker: int) -> int | None:
-        """Whom ``worker`` fetches from now (None: it has not asked)."""
-        node = self.nodes.get(worker)
-        return node.parent if node else None
-
-    def children(self, node: int) -> list[int]:
-        """Whom ``node`` serves now, in the order they attached."""
-        return list(self.nodes[node].children) if node in self.nodes else []
-
-    def live(self) -> list[int]:
-        """Workers in the tree that are not known dead, in the order they asked."""
-        return [k for k, n in sorted(self.nodes.items(), key=lambda kv: kv[1].asked)
-                if k != ROOT and not n.dead]
-
-    def depth(self) -> int:
-        """The deepest live worker's distance from the PS (the pipeline's length in hops)."""
-        return max((n.depth for k, n in self.nodes.items() if k != ROOT and not n.dead),
-                   default=0)
-
-
-# ---------------------------------------------------------------------------- the processes
-STOP = -2.0   # the directory's answer when training is over
+def _deadline(spec: RunSpec) -> float:
+    return REFORM_S if parse_fault(spec.fault).kind != "none" else spec.timeout_s
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,8 +82,8 @@ class _Parts:
         return cls(down, up, first, first + 1, serve, serve[-1] + 1, serve[-1] + 2)
 
     def all(self) -> list[Part]:
-        one = Part(0, 1, (1.0, 1.0))
-        return self.down + self.up + [one] * (4 + len(self.serve))
+        one, two = Part(0, 1, (1.0, 1.0)), Part(0, 2, (1.0, 1.0))
+        return self.down + self.up + [one, one] + [one] * len(self.serve) + [two, one]
 
 
 def _open(spec: RunSpec, rank: int, loopback: bool, session: Session | None):
@@ -202,33 +98,83 @@ def _one(x: float) -> np.ndarray:
     return np.array([x], dtype=np.float32)
 
 
-def _reduce(end, parts: _Parts, t: int, kids: list[int], mine: np.ndarray | None, spec: RunSpec,
-            to: int | None) -> tuple[np.ndarray, float, list[float], dict]:
-    """Add the children's sums to ``mine`` chunk by chunk, forwarding each chunk to ``to`` as it
-    is complete; then the count. Returns (sum, count, each child's received fraction, what was
-    sent)."""
-    total = np.zeros(parts.up[-1].offset + parts.up[-1].n_floats, np.float32) if mine is None \
-        else mine.copy()
-    got = {k: [] for k in kids}
-    sent = {"bytes": 0, "wire": 0, "retransmits": 0}
+def _quietly(call) -> bool:
+    """Run a send or receive whose failure the pattern survives; whether it succeeded."""
+    try:
+        call()
+        return True
+    except TransportError:
+        return False
+
+
+# ---------------------------------------------------------------------------- reducing
+@dataclasses.dataclass
+class _Sum:
+    """What a node's reduce gathered: the sum, the gradients in it, what it sent up."""
+
+    total: np.ndarray
+    count: float = 0.0
+    fracs: dict[int, float] = dataclasses.field(default_factory=dict)   # child -> received
+    lost: list[int] = dataclasses.field(default_factory=list)           # children given up
+    sent_bytes: int = 0
+    wire_bytes: int = 0
+    retransmits: int = 0
+
+
+def _reduce(end, parts: _Parts, t: int, kids: list[int], mine: np.ndarray | None,
+            spec: RunSpec, to: int | None, height: int = 1) -> _Sum:
+    """Add the children's sums to ``mine`` chunk by chunk, forwarding each chunk to ``to`` as soon
+    as it is complete, then the count. A child whose chunk does not come in time is given up for
+    the iteration (its chunks so far are taken back out, the rest abandoned). A node ``height``
+    levels above its lowest descendant waits that many deadlines for a child: a failure below
+    is given up by the nodes nearer to it first, so the sums above it still arrive in time."""
+    wait = _deadline(spec)
+    patience = wait * max(1, height)
+    n = parts.up[-1].offset + parts.up[-1].n_floats
+    out = _Sum(np.zeros(n, np.float32) if mine is None else mine.copy(),
+               0.0 if mine is None else 1.0, {k: 0.0 for k in kids})
+    got: dict[int, list[np.ndarray]] = {k: [] for k in kids}
     for i, p in enumerate(parts.up):
-        for k in kids:
-            d = end.recv(k, t, len(parts.down) + i, spec.timeout_s)
-            p.of(total)[:] += d.values
-            got[k].append(d.received_frac * p.n_floats)
+        for k in [k for k in kids if k not in out.lost]:
+            try:
+                d = end.recv(k, t, len(parts.down) + i, patience)
+            except TransportError:
+                _give_up(end, parts, t, k, i, out, got)
+                continue
+            p.of(out.total)[:] += d.values
+            got[k].append(d.values)
+            out.fracs[k] += d.received_frac * p.n_floats / n
         if to is not None:
-            rep = end.send([to], t, len(parts.down) + i, p.of(total), spec.timeout_s)[0]
-            sent["bytes"] += rep.payload_bytes
-            sent["wire"] += rep.wire_bytes
-            sent["retransmits"] += rep.retransmits
-    count = (0.0 if mine is None else 1.0) + sum(
-        float(end.recv(k, t, parts.count, spec.timeout_s).values[0]) for k in kids)
+            try:
+                rep = end.send([to], t, len(parts.down) + i, p.of(out.total), wait)[0]
+            except TransportError:
+                to = None   # the parent is gone: this subtree's sum is lost with it
+                continue
+            out.sent_bytes += rep.payload_bytes
+            out.wire_bytes += rep.wire_bytes
+            out.retransmits += rep.retransmits
+    for k in [k for k in kids if k not in out.lost]:
+        try:
+            out.count += float(end.recv(k, t, parts.count, patience).values[0])
+        except TransportError:
+            _give_up(end, parts, t, k, len(parts.up), out, got)
     if to is not None:
-        end.send([to], t, parts.count, _one(count), spec.timeout_s)
-    n = len(total)
-    return total, count, [sum(got[k]) / n for k in kids], sent
+        _quietly(lambda: end.send([to], t, parts.count, _one(out.count), wait))
+    return out
 
 
+def _give_up(end, parts: _Parts, t: int, k: int, i: int, out: _Sum,
+             got: dict[int, list[np.ndarray]]) -> None:
+    """Child ``k`` missed chunk ``i``: take its chunks so far back out of the sum and abandon the
+    rest of what it would send this iteration."""
+    out.lost.append(k)
+    for j, values in enumerate(got.pop(k)):
+        parts.up[j].of(out.total)[:] -= values
+    end.abandon([(k, t, len(parts.down) + j) for j in range(i, len(parts.up))]
+                + [(k, t, parts.count)])
+
+
+# ---------------------------------------------------------------------------- the PS
 def run_ps(spec: RunSpec, files: RunFiles, loopback: bool,
            session: Session | None = None) -> HostSummary:
     """The PS in a tree: the root that holds the parameters, and the directory."""
@@ -240,38 +186,46 @@ def run_ps(spec: RunSpec, files: RunFiles, loopback: bool,
     n, root = spec.n_workers, spec.n_workers
     transport, parts, end = _open(spec, root, loopback, session)
     started = time.monotonic()
+    expect = {w: 0 for w in range(n)}   # the iteration each worker's next ask is for
     with end:
         end.join(spec.timeout_s)
         trainer.evaluate(0)
         train_start_time, cpu_before = time.time(), machine_cpu()
         t, stopped_by = 0, ""
-        while True:
+        while not stopped_by:
             t0 = time.monotonic()
             directory = Directory(pat["fanout"], pat["root"])
-            if stopped_by:
-                _answer_all(end, parts, t, n, spec, _one(STOP))
-                break
             params = trainer.params.numpy()
-            feeds = _form(end, parts, t, directory, params, spec)
-            for w in range(n):
-                end.send([w], t, parts.final, _one(len(directory.children(w))), spec.timeout_s)
+            feeds, ask_wait_s = _form(end, parts, t, directory, params, spec, expect)
+            asked = directory.live()
+            for w in asked:
+                final = np.array([len(directory.children(w)), directory.height(w)], np.float32)
+                _quietly(lambda w=w, final=final: end.send([w], t, parts.final, final,
+                                                           _deadline(spec)))
             for f in feeds:
                 f.join()
             t1 = time.monotonic()
             kids = directory.children(ROOT)
-            total, count, fracs, _ = _reduce(end, parts, t, kids, None, spec, None)
+            got = _reduce(end, parts, t, kids, None, spec, None, directory.height(ROOT))
             t2 = time.monotonic()
-            trainer.params.add_(torch.from_numpy(total / np.float32(count)), alpha=-spec.lr)
+            if got.count:
+                trainer.params.add_(torch.from_numpy(got.total / np.float32(got.count)),
+                                    alpha=-spec.lr)
             t3 = time.monotonic()
             trainer.train_s += t3 - t0
             rec.iteration(PsIteration(
                 iteration=t, t_s=t0 - started, gather_end_mono=t2, broadcast_s=t1 - t0,
-                gather_s=t2 - t1, update_s=t3 - t2, iter_s=t3 - t0, recv_frac=fracs,
-                segment_fracs=[[f] for f in fracs], param_wire_bytes=[], param_retransmits=[],
-                msg_stats=[{"tree_depth": float(directory.depth()), "gradients": count}],
-                ranks=kids, staleness=[0] * len(kids)))
+                gather_s=t2 - t1, update_s=t3 - t2, iter_s=t3 - t0,
+                recv_frac=[got.fracs[k] for k in kids],
+                segment_fracs=[[got.fracs[k]] for k in kids], param_wire_bytes=[],
+                param_retransmits=[], msg_stats=[{
+                    "tree_depth": float(directory.depth()), "gradients": got.count,
+                    "ask_wait_s": ask_wait_s, "subtrees_lost": float(len(got.lost))}],
+                ranks=kids, staleness=[0] * len(kids),
+                missing=sorted(set(range(n)) - set(asked))))
             t += 1
             stopped_by = trainer.after(t)
+        _stop_all(end, parts, t, spec, expect)
         train_end_time = time.time()
         if stopped_by != "iterations":
             rec.stop(stopped_by)
@@ -286,90 +240,152 @@ def run_ps(spec: RunSpec, files: RunFiles, loopback: bool,
     return summary
 
 
-def _answer_all(end, parts: _Parts, t: int, n: int, spec: RunSpec, word: np.ndarray) -> None:
-    """Take every worker's ask of iteration ``t`` and answer each with ``word``."""
-    waiting = set(range(n))
-    while waiting:
-        got = end.recv_some([(w, t, parts.ask) for w in sorted(waiting)], 1, spec.timeout_s)
-        for w, _, _ in got:
-            end.send([w], t, parts.answer, word, spec.timeout_s)
-            waiting.discard(w)
+def _asks(end, parts: _Parts, expect: dict[int, int], wait: float) -> list[int]:
+    """The workers whose next ask arrived within ``wait``."""
+    got = end.recv_some([(w, i, parts.ask) for w, i in sorted(expect.items())], 1, wait)
+    return [w for w, _, _ in got]
 
 
-def _form(end, parts: _Parts, t: int, directory: Directory, params: np.ndarray,
-          spec: RunSpec) -> list[threading.Thread]:
-    """Answer every worker's ask in the order they come: its parent; the PS feeds its own
-    children (a thread each) and tells a worker parent whom it serves."""
-    n, root = spec.n_workers, spec.n_workers
+def _form(end, parts: _Parts, t: int, directory: Directory, params: np.ndarray, spec: RunSpec,
+          expect: dict[int, int]) -> tuple[list[threading.Thread], float]:
+    """Answer the workers' asks in the order they come: a parent for this iteration's, the
+    iteration to join for a late one. The PS feeds its own children (a thread each) and tells a
+    worker parent whom it serves. Returns the feeding threads and how long the asks took after
+    the first (with a fault injected, asks stop being waited for :data:`REFORM_S` after it)."""
+    n, root, wait = spec.n_workers, spec.n_workers, _deadline(spec)
     feeds, served = [], {}
-    waiting = set(range(n))
-    while waiting:
-        got = end.recv_some([(w, t, parts.ask) for w in sorted(waiting)], 1, spec.timeout_s)
-        for w, _, _ in got:
-            waiting.discard(w)
+    first = None
+    while any(i == t for i in expect.values()):
+        left = wait if first is None else first + wait - time.monotonic()
+        if first is not None and left <= 0:
+            break
+        for w in _asks(end, parts, expect, max(left, 1e-3) if first else spec.timeout_s):
+            if expect[w] < t:   # it fell behind (stalled): join at the next iteration
+                _quietly(lambda w=w: end.send([w], expect[w], parts.answer, _one(SKIP - (t + 1)),
+                                              wait))
+                expect[w] = t + 1
+                continue
+            first = first or time.monotonic()
+            expect[w] = t + 1
             parent = directory.ask(w)
-            end.send([w], t, parts.answer, _one(root if parent == ROOT else parent),
-                     spec.timeout_s)
+            _quietly(lambda w=w: end.send([w], t, parts.answer,
+                                          _one(root if parent == ROOT else parent), wait))
             if parent == ROOT:
-                feed = threading.Thread(target=_feed, args=(end, parts, t, w, params, spec),
+                feed = threading.Thread(target=_feed, args=(end, parts, t, w, params, 0, wait),
                                         daemon=True)
                 feed.start()
                 feeds.append(feed)
             else:
                 k = served.get(parent, 0)
                 served[parent] = k + 1
-                end.send([parent], t, parts.serve[k], _one(w), spec.timeout_s)
-    return feeds
+                _quietly(lambda w=w: end.send([parent], t, parts.serve[k], _one(w), wait))
+    return feeds, (time.monotonic() - first) if first else 0.0
 
 
-def _feed(end, parts: _Parts, t: int, child: int, params: np.ndarray, spec: RunSpec) -> None:
-    for i, p in enumerate(parts.down):
-        end.send([child], t, i, p.of(params), spec.timeout_s)
+def _feed(end, parts: _Parts, t: int, child: int, params: np.ndarray, start: int,
+          wait: float) -> None:
+    """Send the parameters' chunks from ``start`` on to ``child`` (give up at the first that
+    does not go through in time: the child is gone)."""
+    for i in range(start, len(parts.down)):
+        if not _quietly(lambda i=i: end.send([child], t, i, parts.down[i].of(params), wait)):
+            return
 
 
+def _stop_all(end, parts: _Parts, t: int, spec: RunSpec, expect: dict[int, int]) -> None:
+    """Answer every live worker's next ask with STOP (a worker that does not ask within the
+    deadline is gone or stalled; it stops once it finds the PS's summary)."""
+    wait = _deadline(spec)
+    pending = dict(expect)
+    deadline = time.monotonic() + (wait if wait < spec.timeout_s else spec.timeout_s)
+    while pending and time.monotonic() < deadline:
+        for w in _asks(end, parts, pending, max(deadline - time.monotonic(), 1e-3)):
+            _quietly(lambda w=w: end.send([w], pending[w], parts.answer, _one(STOP), wait))
+            del pending[w]
+
+
+# ---------------------------------------------------------------------------- a worker
 class _Held:
     """The chunks a worker holds of this iteration's parameters, for the threads that forward
-    them to its children as they arrive."""
+    them to its children as they arrive (None once the broadcast failed)."""
 
     def __init__(self, k: int) -> None:
         self.chunks: list[np.ndarray | None] = [None] * k
+        self.failed = False
         self.cond = threading.Condition()
 
-    def put(self, i: int, values: np.ndarray) -> None:
+    def put(self, i: int, values: np.ndarray | None) -> None:
         with self.cond:
-            self.chunks[i] = values
+            if values is None:
+                self.failed = True
+            else:
+                self.chunks[i] = values
             self.cond.notify_all()
 
-    def get(self, i: int) -> np.ndarray:
+    def get(self, i: int) -> np.ndarray | None:
         with self.cond:
-            while self.chunks[i] is None:
+            while self.chunks[i] is None and not self.failed:
                 self.cond.wait()
             return self.chunks[i]
 
 
-def _serve(end, parts: _Parts, t: int, held: _Held, spec: RunSpec, kids: list[int]) -> None:
-    """Learn whom to serve from the directory and forward every chunk to each child (a thread
-    per child); ``kids`` gets the children, complete once this returns."""
-    root = spec.n_workers
+def _serve(end, parts: _Parts, t: int, held: _Held, spec: RunSpec, kids: list[int],
+           height: list[int]) -> None:
+    """Learn whom to serve from the PS and forward every chunk to each child (a thread per
+    child); ``kids`` gets the children and ``height`` this node's height, both complete once
+    this returns."""
+    root, wait = spec.n_workers, _deadline(spec)
     final, senders = None, []
-    while final is None or len(kids) < final:
+    limit = time.monotonic() + spec.timeout_s
+    while (final is None or len(kids) < final) and time.monotonic() < limit:
         want = [] if len(kids) >= len(parts.serve) else [(root, t, parts.serve[len(kids)])]
         if final is None:
             want.append((root, t, parts.final))
-        got = end.recv_some(want, 1, spec.timeout_s)
+        got = end.recv_some(want, 1, wait)
+        if not got and held.failed:   # the iteration is given up: nobody will be served
+            end.abandon([(root, t, k) for k in parts.serve[len(kids):]]
+                        + ([(root, t, parts.final)] if final is None else []))
+            break
         if (root, t, parts.final) in got:
-            final = int(got[(root, t, parts.final)].values[0])
+            final, levels = (int(x) for x in got[(root, t, parts.final)].values)
+            height.append(levels)
         for key, d in got.items():
             if key[2] != parts.final:
                 child = int(d.values[0])
                 kids.append(child)
-                s = threading.Thread(target=lambda c=child: [
-                    end.send([c], t, i, held.get(i), spec.timeout_s)
-                    for i in range(len(parts.down))], daemon=True)
+                s = threading.Thread(target=_forward, args=(end, parts, t, child, held, wait),
+                                     daemon=True)
                 s.start()
                 senders.append(s)
     for s in senders:
         s.join()
+
+
+def _forward(end, parts: _Parts, t: int, child: int, held: _Held, wait: float) -> None:
+    for i in range(len(parts.down)):
+        values = held.get(i)
+        if values is None or not _quietly(lambda: end.send([child], t, i, values, wait)):
+            return
+
+
+def _ask(end, parts: _Parts, t: int, files: RunFiles, spec: RunSpec) -> float | None:
+    """Ask the PS for iteration ``t``'s parent and wait for the answer in slices, looking for the
+    PS's end in between (None: it ended while this worker was away: stalled, or cut off)."""
+    root = spec.n_workers
+    deadline = time.monotonic() + spec.timeout_s
+    try:
+        end.send([root], t, parts.ask, _one(1.0), spec.timeout_s)
+    except TransportError:
+        if files.ps_finished():
+            return None
+        raise
+    while True:
+        try:
+            return float(end.recv(root, t, parts.answer, 1.0).values[0])
+        except TransportError:
+            if files.ps_finished():
+                return None
+            if time.monotonic() >= deadline:
+                raise
 
 
 def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool,
@@ -378,42 +394,53 @@ def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool,
     computes its gradient, adds its children's sums to it and forwards the sum."""
     from harness.hosts.node import cpu_s
 
-    host, root = worker_name(rank), spec.n_workers
+    host, root, wait = worker_name(rank), spec.n_workers, _deadline(spec)
     rec = Recorder(files, host)
     learner = Learner(spec, rank)
     _, parts, end = _open(spec, rank, loopback, session)
-    started, t = time.monotonic(), 0
+    started, t, done = time.monotonic(), 0, 0
+    n_floats = parts.down[-1].offset + parts.down[-1].n_floats
     with end:
         end.join(spec.timeout_s)
         while True:
             t0 = time.monotonic()
-            end.send([root], t, parts.ask, _one(1.0), spec.timeout_s)
-            parent = float(end.recv(root, t, parts.answer, spec.timeout_s).values[0])
-            if parent == STOP:
+            answer = _ask(end, parts, t, files, spec)
+            if answer is None or answer == STOP:
                 break
-            held, kids = _Held(len(parts.down)), []
-            server = threading.Thread(target=_serve, args=(end, parts, t, held, spec, kids),
-                                      daemon=True)
+            if answer <= SKIP:
+                t = int(SKIP - answer)
+                continue
+            parent = int(answer)
+            held, kids, height = _Held(len(parts.down)), [], []
+            server = threading.Thread(target=_serve,
+                                      args=(end, parts, t, held, spec, kids, height), daemon=True)
             server.start()
-            params = np.empty(parts.down[-1].offset + parts.down[-1].n_floats, np.float32)
+            params = np.empty(n_floats, np.float32)
             for i, p in enumerate(parts.down):
-                values = end.recv(int(parent), t, i, spec.timeout_s).values
+                try:
+                    values = end.recv(parent, t, i, wait).values
+                except TransportError:   # the parent failed: this iteration is given up
+                    held.put(i, None)
+                    end.abandon([(parent, t, j) for j in range(i, len(parts.down))])
+                    break
                 p.of(params)[:] = values
                 held.put(i, values)
             t1 = time.monotonic()
-            models.load_flat(learner.model, torch.from_numpy(params))
-            grad, loss, compute_s = learner.gradient()
+            if not held.failed:
+                models.load_flat(learner.model, torch.from_numpy(params))
+                grad, loss, compute_s = learner.gradient()
             server.join()
             t2 = time.monotonic()
-            _, _, _, sent = _reduce(end, parts, t, kids, grad, spec, int(parent))
-            t3 = time.monotonic()
-            rec.iteration(WorkerIteration(
-                iteration=t, t_s=t0 - started, push_start_mono=t2, pull_s=t1 - t0,
-                compute_s=compute_s, push_s=t3 - t2, param_frac=1.0, train_loss=loss,
-                grad_bytes=sent["bytes"], wire_bytes=sent["wire"], packets=0,
-                retransmits=sent["retransmits"]))
+            if not held.failed:
+                got = _reduce(end, parts, t, kids, grad, spec, parent, max(height, default=1))
+                rec.iteration(WorkerIteration(
+                    iteration=t, t_s=t0 - started, push_start_mono=t2, pull_s=t1 - t0,
+                    compute_s=compute_s, push_s=time.monotonic() - t2, param_frac=1.0,
+                    train_loss=loss, grad_bytes=got.sent_bytes, wire_bytes=got.wire_bytes,
+                    packets=0, retransmits=got.retransmits))
+                done += 1
             t += 1
-        summary = HostSummary(host=host, role="worker", rank=rank, iterations=t,
+        summary = HostSummary(host=host, role="worker", rank=rank, iterations=done,
                               elapsed_s=time.monotonic() - started, cpu_s=cpu_s(),
                               transport_stats=end.stats(), rejections=end.rejections())
     rec.summary(summary)

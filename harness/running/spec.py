@@ -262,11 +262,11 @@ class RunSpec(TrainingSpec):
             if have != want:
                 raise SpecError(f"the {kind} pattern runs {name} {want} only (not {have}): its "
                                 "nodes add gradients as they pass (docs/collectives.md).")
-        if parse_fault(self.fault).kind not in ("none", "straggler"):
-            # The tree's directory re-forms around a failed node (harness/hosts/tree.py), but its
-            # host processes do not act on it yet: refuse rather than hang.
-            raise SpecError(f"fault {self.fault} is not one the {kind} pattern survives yet; "
-                            "tree and ring runs take straggler:Fx only (docs/collectives.md).")
+        fault = parse_fault(self.fault).kind
+        if fault not in ("none", "straggler") and (kind == "ring" or fault not in ("kill", "stall")):
+            raise SpecError(f"fault {self.fault} is not one the {kind} pattern survives: a tree "
+                            "takes kill@K and stall@K, a ring only straggler:Fx "
+                            "(docs/collectives.md).")
         if kind == "ring" and self.n_workers < 2:
             raise SpecError("a ring needs at least 2 workers.")
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from harness.hosts import ring
-from harness.hosts.tree import ROOT, Directory, TreeError
+from harness.hosts.directory import ROOT, Directory, TreeError
 
 
 def _all_reduce(grads, pieces=1, lose=None):
