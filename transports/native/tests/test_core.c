@@ -623,6 +623,32 @@ static size_t mk_data(uint8_t *b, uint16_t rank, uint32_t session, uint32_t inde
     return LTP_DATA_HDR_BYTES + len;
 }
 
+/* Polls a by reference (into a buffer of ref_cap bytes) and b copied, both sending the same
+ * message, until each gave n DATA; the copies land in dg and lens. 1 if every pair is the same
+ * datagram: by reference, the header in the buffer, then the payload, then the tag_bytes of tag
+ * the core wrote behind the header. */
+static int data_by_ref_as_copied(ltp_core_t *a, ltp_core_t *b, size_t ref_cap, uint32_t tag_bytes, int n,
+                                 uint8_t (*dg)[LTP_MAX_DATAGRAM], int *lens, uint64_t *t)
+{
+    static uint8_t pb[LTP_MAX_DATAGRAM];
+    uint8_t *pa = malloc(ref_cap);   /* its own size, so ASan sees a write past it */
+    int n_dg = 0, slot, same = 1;
+    while (n_dg < n) {
+        const uint8_t *pl;
+        uint32_t plen;
+        int na = ltp_core_poll_tx_ref(a, *t, pa, ref_cap, &pl, &plen, &slot);
+        int nb = ltp_core_poll_tx(b, *t, pb, sizeof pb, &slot);
+        if (na <= 0 || nb <= 0) { same &= na == nb; *t = ltp_core_next_timeout(a, *t); continue; }
+        same &= pa[WIRE_TYPE] == LTP_T_DATA && na == (int)LTP_DATA_HDR_BYTES &&
+                (uint32_t)nb == na + plen + tag_bytes && memcmp(pa, pb, (size_t)na) == 0 &&
+                memcmp(pl, pb + na, plen) == 0 && memcmp(pa + na, pb + na + plen, tag_bytes) == 0;
+        memcpy(dg[n_dg], pb, (size_t)nb);
+        lens[n_dg++] = nb;
+    }
+    free(pa);
+    return same;
+}
+
 /* The driver's copy-free paths give the same datagrams and the same messages as the plain ones:
  * DATA by reference (poll_tx_ref) are byte for byte what poll_tx writes; a receiver reading into
  * a posted buffer and into guessed places (input_split), with one guess gone wrong the way a
@@ -642,21 +668,11 @@ static void test_copy_free_paths(void)
     CHECK(ltp_core_send(a, 0, 3, 0, v, n_floats * 4, 0, 0) == 0 && ltp_core_send(b, 0, 3, 0, v, n_floats * 4, 0, 0) == 0,
           "send");
     CHECK(ltp_core_set_datagram(a, 1472) == LTP_EBUSY, "datagram size changed while sending");
-    static uint8_t pa[LTP_MAX_DATAGRAM], pb[LTP_MAX_DATAGRAM], dg[20][LTP_MAX_DATAGRAM];
-    int lens[20], n_dg = 0, slot, same = 1;
+    static uint8_t pb[LTP_MAX_DATAGRAM], dg[20][LTP_MAX_DATAGRAM];
+    int lens[20], slot;
     uint64_t t = 0;
-    while (n_dg < 10) {
-        const uint8_t *pl;
-        uint32_t plen;
-        int na = ltp_core_poll_tx_ref(a, t, pa, sizeof pa, &pl, &plen, &slot);
-        int nb = ltp_core_poll_tx(b, t, pb, sizeof pb, &slot);
-        if (na <= 0 || nb <= 0) { same &= na == nb; t = ltp_core_next_timeout(a, t); continue; }
-        same &= pa[WIRE_TYPE] == LTP_T_DATA && na == (int)LTP_DATA_HDR_BYTES && (uint32_t)nb == na + plen &&
-                memcmp(pa, pb, (size_t)na) == 0 && memcmp(pl, pb + na, plen) == 0;
-        memcpy(dg[n_dg], pb, (size_t)nb);
-        lens[n_dg++] = nb;
-    }
-    CHECK(same, "DATA by reference differ from DATA copied");
+    CHECK(data_by_ref_as_copied(a, b, LTP_MAX_DATAGRAM, 0, 10, dg, lens, &t),
+          "DATA by reference differ from DATA copied");
 
     /* Receive into a posted buffer; packet 0 opens the message, 1..9 go through guesses, and the
      * guess for packet 4 receives packet 5 (reordered) before packet 4 itself arrives. */
@@ -740,23 +756,11 @@ static void test_copy_free_auth(void)
     CHECK(ltp_core_expect(rx, 0, n_floats * 4, 0) == 0, "expect");
     CHECK(ltp_core_send(a, 0, 3, 0, v, n_floats * 4, 0, 0) == 0 && ltp_core_send(b, 0, 3, 0, v, n_floats * 4, 0, 0) == 0,
           "send");
-    static uint8_t pa[LTP_ETH_DATAGRAM], pb[LTP_MAX_DATAGRAM], dg[10][LTP_MAX_DATAGRAM];
-    int lens[10], n_dg = 0, slot, same = 1;
+    static uint8_t dg[10][LTP_MAX_DATAGRAM];
+    int lens[10];
     uint64_t t = 0;
-    while (n_dg < 10) {
-        const uint8_t *pl;
-        uint32_t plen;
-        int na = ltp_core_poll_tx_ref(a, t, pa, sizeof pa, &pl, &plen, &slot);
-        int nb = ltp_core_poll_tx(b, t, pb, sizeof pb, &slot);
-        if (na <= 0 || nb <= 0) { same &= na == nb; t = ltp_core_next_timeout(a, t); continue; }
-        /* by reference: header, payload, then the tag the core wrote behind the header */
-        same &= pa[WIRE_TYPE] == LTP_T_DATA && na == (int)LTP_DATA_HDR_BYTES &&
-                (uint32_t)nb == na + plen + LTP_MAC_BYTES && memcmp(pa, pb, (size_t)na) == 0 &&
-                memcmp(pl, pb + na, plen) == 0 && memcmp(pa + na, pb + na + plen, LTP_MAC_BYTES) == 0;
-        memcpy(dg[n_dg], pb, (size_t)nb);
-        lens[n_dg++] = nb;
-    }
-    CHECK(same, "sealed DATA by reference differ from sealed DATA copied");
+    CHECK(data_by_ref_as_copied(a, b, LTP_ETH_DATAGRAM, LTP_MAC_BYTES, 10, dg, lens, &t),
+          "sealed DATA by reference differ from sealed DATA copied");
 
     float *posted = malloc(n_floats * 4);
     CHECK(ltp_core_rx_post(rx, 0, 3, 0, posted, n_floats * 4) == 0, "post");
