@@ -64,10 +64,7 @@ class LtpMesh(_NativeEnd, MeshEnd):
 
     def send(self, to: Sequence[int], msg_id: int, part: int, values: np.ndarray,
              timeout_s: float) -> list[SendReport]:
-        payload = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
-        if payload.size != self.parts[part].n_floats:
-            raise ValueError(f"part {part} has {self.parts[part].n_floats} floats, "
-                             f"not {payload.size}.")
+        payload = self.payload(part, values)
         # A send not finished by the deadline is cancelled (partial), so a member that died does
         # not keep this end's send slots, and the caller hears of it.
         sent = self.net.send_parts([self.slot[m] for m in to], msg_id, [(part, payload)], 0,

@@ -78,6 +78,15 @@ class MeshEnd(End):
         """Block until every other member can be reached, or raise
         :class:`~transports.base.TransportTimeout`."""
 
+    def payload(self, part: int, values: np.ndarray) -> np.ndarray:
+        """``values`` as part ``part``'s contiguous float32 payload (a ValueError if it is not that
+        part's size)."""
+        payload = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
+        if payload.size != self.parts[part].n_floats:
+            raise ValueError(f"part {part} has {self.parts[part].n_floats} floats, "
+                             f"not {payload.size}.")
+        return payload
+
     @abc.abstractmethod
     def send(self, to: Sequence[int], msg_id: int, part: int, values: np.ndarray,
              timeout_s: float) -> list[SendReport]:

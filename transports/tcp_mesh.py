@@ -179,10 +179,7 @@ class TcpMesh(MeshEnd):
 
     def send(self, to: Sequence[int], msg_id: int, part: int, values: np.ndarray,
              timeout_s: float) -> list[SendReport]:
-        payload = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
-        if payload.size != self.parts[part].n_floats:
-            raise ValueError(f"part {part} has {self.parts[part].n_floats} floats, "
-                             f"not {payload.size}.")
+        payload = self.payload(part, values)
         head = FRAME.pack(MAGIC, self.rank, part, msg_id, payload.nbytes)
         reports = []
         for m in to:

@@ -16,9 +16,10 @@ import time
 import numpy as np
 import torch
 
+from harness.running.runfiles import HostSummary
 from harness.running.spec import RunSpec
 from harness.training import datasets, models
-from topologies.incast import PS_IP, worker_ip
+from topologies.incast import PS_IP, PS_NAME, worker_ip
 from transports.base import Addr
 
 # A worker's report at the end of an iteration (the ``done`` part), in this order.
@@ -61,3 +62,16 @@ class Learner:
     def params(self) -> np.ndarray:
         """The model's parameters, flat."""
         return models.flat_params(self.model).numpy().copy()
+
+
+def ps_summary(transport, end, trainer, t: int, started: float, train_times: tuple[float, float],
+               stopped_by: str, busy: float | None) -> HostSummary:
+    """The PS's summary of a collective run (the same fields as the ``ps`` pattern's)."""
+    from harness.hosts.node import cpu_s
+
+    return HostSummary(
+        host=PS_NAME, role="ps", iterations=t, elapsed_s=time.monotonic() - started,
+        cpu_s=cpu_s(), transport_stats=end.stats(), train_s=trainer.train_s,
+        train_start_time=train_times[0], train_end_time=train_times[1], stopped_by=stopped_by,
+        cpu_busy_frac=busy, transport=transport.slug, transport_options=transport.options(),
+        session_id=transport.session.session_id, rejections=end.rejections())

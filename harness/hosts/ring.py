@@ -34,7 +34,7 @@ import time
 
 import numpy as np
 
-from harness.hosts.collective import REPORT, Learner, members
+from harness.hosts.collective import REPORT, Learner, members, ps_summary
 from harness.hosts.pattern import parse_pattern
 from harness.running.runfiles import HostSummary, PsIteration, Recorder, RunFiles, WorkerIteration
 from harness.running.spec import RunSpec
@@ -166,7 +166,7 @@ def _open(spec: RunSpec, rank: int, loopback: bool, session: Session | None):
 def run_ps(spec: RunSpec, files: RunFiles, loopback: bool,
               session: Session | None = None) -> HostSummary:
     """The PS's host in a ring: starts each iteration, records it, evaluates, decides the end."""
-    from harness.hosts.node import _Trainer, busy_frac, cpu_s, machine_cpu
+    from harness.hosts.node import _Trainer, busy_frac, machine_cpu
 
     rec = Recorder(files, PS_NAME)
     trainer = _Trainer(spec, rec)
@@ -204,13 +204,9 @@ def run_ps(spec: RunSpec, files: RunFiles, loopback: bool,
         train_end_time = time.time()
         if stopped_by != "iterations":
             rec.stop(stopped_by)
-        summary = HostSummary(
-            host=PS_NAME, role="ps", iterations=t, elapsed_s=time.monotonic() - started,
-            cpu_s=cpu_s(), transport_stats=end.stats(), train_s=trainer.train_s,
-            train_start_time=train_start_time, train_end_time=train_end_time,
-            stopped_by=stopped_by, cpu_busy_frac=busy_frac(cpu_before, machine_cpu()),
-            transport=transport.slug, transport_options=transport.options(),
-            session_id=transport.session.session_id, rejections=end.rejections())
+        summary = ps_summary(transport, end, trainer, t, started,
+                             (train_start_time, train_end_time), stopped_by,
+                             busy_frac(cpu_before, machine_cpu()))
     rec.summary(summary)
     return summary
 
