@@ -64,14 +64,29 @@ class Learner:
         return models.flat_params(self.model).numpy().copy()
 
 
-def ps_summary(transport, end, trainer, t: int, started: float, train_times: tuple[float, float],
-               stopped_by: str, busy: float | None) -> HostSummary:
-    """The PS's summary of a collective run (the same fields as the ``ps`` pattern's)."""
-    from harness.hosts.node import cpu_s
+def start_ps(end, trainer, spec: RunSpec) -> tuple[float, tuple[int, int]]:
+    """At the PS's start of a collective run: every member joined, the first evaluation; the
+    wall clock and the machine's CPU counters training starts at."""
+    from harness.hosts.node import machine_cpu
 
+    end.join(spec.timeout_s)
+    trainer.evaluate(0)
+    return time.time(), machine_cpu()
+
+
+def finish_ps(rec, transport, end, trainer, t: int, started: float, train_start_time: float,
+              stopped_by: str, cpu_before) -> HostSummary:
+    """At the PS's end of a collective run: the stop marker if training ended early, and the
+    summary (the ``ps`` pattern's fields), for the caller to write once its end is closed."""
+    from harness.hosts.node import busy_frac, cpu_s, machine_cpu
+
+    train_end_time = time.time()
+    if stopped_by != "iterations":
+        rec.stop(stopped_by)
     return HostSummary(
         host=PS_NAME, role="ps", iterations=t, elapsed_s=time.monotonic() - started,
         cpu_s=cpu_s(), transport_stats=end.stats(), train_s=trainer.train_s,
-        train_start_time=train_times[0], train_end_time=train_times[1], stopped_by=stopped_by,
-        cpu_busy_frac=busy, transport=transport.slug, transport_options=transport.options(),
-        session_id=transport.session.session_id, rejections=end.rejections())
+        train_start_time=train_start_time, train_end_time=train_end_time, stopped_by=stopped_by,
+        cpu_busy_frac=busy_frac(cpu_before, machine_cpu()), transport=transport.slug,
+        transport_options=transport.options(), session_id=transport.session.session_id,
+        rejections=end.rejections())

@@ -34,7 +34,7 @@ import time
 
 import numpy as np
 
-from harness.hosts.collective import REPORT, Learner, members, ps_summary
+from harness.hosts.collective import REPORT, Learner, finish_ps, members, start_ps
 from harness.hosts.pattern import parse_pattern
 from harness.running.runfiles import HostSummary, PsIteration, Recorder, RunFiles, WorkerIteration
 from harness.running.spec import RunSpec
@@ -166,7 +166,7 @@ def _open(spec: RunSpec, rank: int, loopback: bool, session: Session | None):
 def run_ps(spec: RunSpec, files: RunFiles, loopback: bool,
               session: Session | None = None) -> HostSummary:
     """The PS's host in a ring: starts each iteration, records it, evaluates, decides the end."""
-    from harness.hosts.node import _Trainer, busy_frac, machine_cpu
+    from harness.hosts.node import _Trainer
 
     rec = Recorder(files, PS_NAME)
     trainer = _Trainer(spec, rec)
@@ -175,9 +175,7 @@ def run_ps(spec: RunSpec, files: RunFiles, loopback: bool,
     started = time.monotonic()
     workers = list(range(n))
     with end:
-        end.join(spec.timeout_s)
-        trainer.evaluate(0)
-        train_start_time, cpu_before = time.time(), machine_cpu()
+        train_start_time, cpu_before = start_ps(end, trainer, spec)
         t, stopped_by = 0, ""
         while not stopped_by:
             done = t + 1
@@ -201,12 +199,8 @@ def run_ps(spec: RunSpec, files: RunFiles, loopback: bool,
             if stopped_by and (due or not capped):
                 end.send(workers, t + 1, parts.go, np.array([STOP], np.float32), spec.timeout_s)
             t = done
-        train_end_time = time.time()
-        if stopped_by != "iterations":
-            rec.stop(stopped_by)
-        summary = ps_summary(transport, end, trainer, t, started,
-                             (train_start_time, train_end_time), stopped_by,
-                             busy_frac(cpu_before, machine_cpu()))
+        summary = finish_ps(rec, transport, end, trainer, t, started, train_start_time,
+                            stopped_by, cpu_before)
     rec.summary(summary)
     return summary
 

@@ -39,7 +39,7 @@ import time
 import numpy as np
 import torch
 
-from harness.hosts.collective import Learner, members, ps_summary
+from harness.hosts.collective import Learner, finish_ps, members, start_ps
 from harness.hosts.directory import ROOT, Directory
 from harness.hosts.faults import parse_fault
 from harness.hosts.pattern import parse_pattern
@@ -178,7 +178,7 @@ def _give_up(end, parts: _Parts, t: int, k: int, i: int, out: _Sum,
 def run_ps(spec: RunSpec, files: RunFiles, loopback: bool,
            session: Session | None = None) -> HostSummary:
     """The PS in a tree: the root that holds the parameters, and the directory."""
-    from harness.hosts.node import _Trainer, busy_frac, machine_cpu
+    from harness.hosts.node import _Trainer
 
     rec = Recorder(files, PS_NAME)
     trainer = _Trainer(spec, rec)
@@ -188,9 +188,7 @@ def run_ps(spec: RunSpec, files: RunFiles, loopback: bool,
     started = time.monotonic()
     expect = {w: 0 for w in range(n)}   # the iteration each worker's next ask is for
     with end:
-        end.join(spec.timeout_s)
-        trainer.evaluate(0)
-        train_start_time, cpu_before = time.time(), machine_cpu()
+        train_start_time, cpu_before = start_ps(end, trainer, spec)
         t, stopped_by = 0, ""
         while not stopped_by:
             t0 = time.monotonic()
@@ -226,12 +224,8 @@ def run_ps(spec: RunSpec, files: RunFiles, loopback: bool,
             t += 1
             stopped_by = trainer.after(t)
         _stop_all(end, parts, t, spec, expect)
-        train_end_time = time.time()
-        if stopped_by != "iterations":
-            rec.stop(stopped_by)
-        summary = ps_summary(transport, end, trainer, t, started,
-                             (train_start_time, train_end_time), stopped_by,
-                             busy_frac(cpu_before, machine_cpu()))
+        summary = finish_ps(rec, transport, end, trainer, t, started, train_start_time,
+                            stopped_by, cpu_before)
     rec.summary(summary)
     return summary
 
