@@ -20,6 +20,7 @@ Three records, each written with every run (``runs.csv``) and every folder (``ma
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import io
@@ -31,8 +32,7 @@ from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
 
-from harness.running.fingerprint import (KINDS, PACKAGES, PROJECT, RULE, Fingerprint,
-                                         fingerprint)
+from harness.running.fingerprint import PACKAGES, PROJECT, RULE, Fingerprint, fingerprint
 
 
 # ---- the machine -------------------------------------------------------------------------------
@@ -323,21 +323,18 @@ def freshness(folder: Path, today: Fingerprint | None = None) -> Freshness:
                      tuple(sorted(changed)), current)
 
 
+@contextlib.contextmanager
 def _tree(commit: str):
-    """A context with the project's packages at ``commit`` in a scratch folder."""
-    import contextlib
+    """The project's packages at ``commit``, in a scratch folder for the ``with`` block."""
     import tarfile
     import tempfile
 
-    @contextlib.contextmanager
-    def tree():
-        with tempfile.TemporaryDirectory() as tmp:
-            archive = subprocess.run(["git", "-C", str(PROJECT), "archive", commit, *PACKAGES],
-                                     capture_output=True, check=True).stdout
-            with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-                tar.extractall(tmp)   # our own commit's tree
-            yield Path(tmp)
-    return tree()
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(["git", "-C", str(PROJECT), "archive", commit, *PACKAGES],
+                                 capture_output=True, check=True).stdout
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(tmp)   # our own commit's tree
+        yield Path(tmp)
 
 
 def translate(folder: Path, commits: Iterable[str] = ()) -> dict[str, str]:
