@@ -48,8 +48,9 @@ import dataclasses
 from mininet.link import TCLink
 from mininet.topo import Topo
 
-from topologies.incast import (CROSS_FIRST_OCTET, MAX_LINK_MBPS, SUBNET_PREFIX, TopologyError,
-                               cross_ip, cross_name, intf, mac_for, worker_ip, worker_name)
+from topologies.incast import (CROSS_FIRST_OCTET, MAX_LINK_MBPS, SUBNET, SUBNET_PREFIX,
+                               TopologyError, cross_ip, cross_name, intf, mac_for, worker_ip,
+                               worker_name)
 
 SPINE_NAME = "sp1"
 SPINE_DPID = 0x100
@@ -149,6 +150,11 @@ class FabricParams:
                     2 + self.workers_per_leaf + index % self.cross_per_leaf)
         raise TopologyError(f"there is no host {host!r} in this fabric; the hosts are "
                             f"{', '.join(self.host_names)}.")
+
+    @property
+    def subnet(self) -> str:
+        """Every host's subnet (the star's: one /24)."""
+        return SUBNET
 
     def link_names(self) -> list[str]:
         """Every interface of the fabric: host side and leaf side of each access link, both

@@ -42,6 +42,7 @@ import dataclasses
 
 from mininet.link import TCLink
 from mininet.topo import Topo
+from transports.base import UserError
 
 PS_NAME = "ps1"
 SWITCH_NAME = "s1"
@@ -56,7 +57,7 @@ MAX_CROSS = 53           # 10.0.0.200..252
 MAX_LINK_MBPS = 1000.0  # Mininet's HTB ceiling; userspace OVS tops out well below it
 
 
-class TopologyError(ValueError):
+class TopologyError(UserError, ValueError):
     """A topology parameter is out of range."""
 
 
@@ -108,6 +109,32 @@ class IncastParams:
     def cross_ports(self) -> list[int]:
         """The switch ports of the cross-traffic hosts, in order."""
         return [cross_port(i, self.n_workers) for i in range(self.n_cross)]
+
+    # The names a measurement of the star reads, from the topology (not from constants).
+    @property
+    def subnet(self) -> str:
+        """Every host's subnet."""
+        return SUBNET
+
+    @property
+    def ps_ip(self) -> str:
+        """The PS's address (what RTTs are measured to)."""
+        return PS_IP
+
+    @property
+    def ps_port(self) -> int:
+        """The switch port toward the PS."""
+        return PS_PORT
+
+    @property
+    def switch_name(self) -> str:
+        """The star's one switch."""
+        return SWITCH_NAME
+
+    @property
+    def bottleneck_intf(self) -> str:
+        """The switch port toward the PS, whose queue is the bottleneck."""
+        return BOTTLENECK_INTF
 
     def link_names(self) -> list[str]:
         """Every interface of the star, host side and switch side."""

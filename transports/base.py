@@ -31,6 +31,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import inspect
+import json
 import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -41,7 +42,13 @@ Addr = tuple[str, int]
 """An (IPv4 address, port) pair."""
 
 
-class TransportError(Exception):
+class UserError(Exception):
+    """An error a user can cause (a bad parameter, a missing build, not root, a busy machine):
+    the command line prints its one sentence and no traceback. Every package's such errors
+    derive from it; it lives here, in the lowest layer, so that all of them can."""
+
+
+class TransportError(UserError):
     """A transport failed in a way the run cannot recover from."""
 
 
@@ -49,8 +56,52 @@ class TransportTimeout(TransportError):
     """A peer did not answer within the allowed time."""
 
 
-class OptionError(ValueError):
+class OptionError(UserError, ValueError):
     """A transport option is unknown or out of range."""
+
+
+def parse_scheme(text: str, what: str = "transport") -> tuple[str, dict[str, Any]]:
+    """``"ltp+filler=zero+cc=false"`` -> ``("ltp", {"filler": "zero", "cc": False})``.
+
+    A scheme is a transport slug with options; each value is read as JSON when it parses
+    (numbers, true/false, null, lists) and as a string otherwise. The one parser of the notation,
+    for the PS's transports and the peers' (``what`` names them in the error).
+    """
+    slug, *pairs = text.strip().split("+")
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise OptionError(f"{text!r}: write {what} options as slug+name=value, not {pair!r}.")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    return slug, options
+
+
+def check_options(table: Sequence[Option], given: Mapping[str, Any] | None, owner: str, *,
+                  what: str = "transport", label: str = "") -> dict[str, Any]:
+    """The effective options of ``owner`` (a ``what``: transport or peer transport): defaults
+    from ``table`` merged with ``given``, each value checked by its row (errors name ``label``,
+    else ``owner``). Raises :class:`OptionError` with one sentence on an unknown name or a bad
+    value."""
+    rows = {o.name: o for o in table}
+    given = dict(given or {})
+    unknown = sorted(set(given) - set(rows))
+    if unknown:
+        raise OptionError(f"{what} {owner!r} has no option {unknown[0]!r}; its options are: "
+                          f"{', '.join(sorted(rows)) or 'none'}.")
+    options = {**{n: o.default for n, o in rows.items()}, **given}
+    for name, row in rows.items():
+        row.check(options[name], label or owner)
+    return options
+
+
+def scheme_name(transport: str, options: dict[str, Any]) -> str:
+    """The inverse of :func:`parse_scheme`."""
+    return "+".join([transport] + [f"{k}={json.dumps(v) if not isinstance(v, str) else v}"
+                                   for k, v in sorted(options.items())])
 
 
 def _is_number(v: Any) -> bool:
@@ -229,7 +280,31 @@ class SendReport:
     stats: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
-class ServerEnd(abc.ABC):
+class End(abc.ABC):
+    """What every end of a job has, whichever its role: counters, refusals, closing; a context
+    manager that closes it."""
+
+    def stats(self) -> dict[str, float | str]:
+        """Cumulative counters of this end (numbers) and settings in effect (strings)."""
+        return {}
+
+    def rejections(self) -> dict[str, float]:
+        """The counters of :meth:`stats` that count datagrams this end refused as not from its
+        run's peers or not what it expects (forged, corrupt, stray), by name; none by default."""
+        return {}
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release sockets and native state. Safe to call twice."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ServerEnd(End):
     """The parameter server's end of a job: gathers gradients, broadcasts parameters."""
 
     @abc.abstractmethod
@@ -310,27 +385,9 @@ class ServerEnd(abc.ABC):
         """Average the workers' messages coordinate by coordinate (filled values included)."""
         return np.mean([d.values for d in deliveries], axis=0, dtype=np.float32)
 
-    def stats(self) -> dict[str, float | str]:
-        """Cumulative counters of this end (numbers) and settings in effect (strings)."""
-        return {}
-
-    def rejections(self) -> dict[str, float]:
-        """The counters of :meth:`stats` that count datagrams this end refused as not from its
-        run's peers or not what it expects (forged, corrupt, stray), by name; none by default."""
-        return {}
-
-    @abc.abstractmethod
-    def close(self) -> None:
-        """Release sockets and native state. Safe to call twice."""
-
-    def __enter__(self) -> ServerEnd:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
-class WorkerEnd(abc.ABC):
+class WorkerEnd(End):
     """A worker's end of a job: pushes gradients, pulls parameters."""
 
     @abc.abstractmethod
@@ -345,24 +402,6 @@ class WorkerEnd(abc.ABC):
     def pull(self, msg_id: int, timeout_s: float) -> Delivery:
         """Receive the server's message ``msg_id``."""
 
-    def stats(self) -> dict[str, float | str]:
-        """Cumulative counters of this end (numbers) and settings in effect (strings)."""
-        return {}
-
-    def rejections(self) -> dict[str, float]:
-        """The counters of :meth:`stats` that count datagrams this end refused as not from its
-        run's peers or not what it expects (forged, corrupt, stray), by name; none by default."""
-        return {}
-
-    @abc.abstractmethod
-    def close(self) -> None:
-        """Release sockets and native state. Safe to call twice."""
-
-    def __enter__(self) -> WorkerEnd:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class Transport(abc.ABC):
@@ -385,17 +424,8 @@ class Transport(abc.ABC):
 
     def __init__(self, slug: str, options: Mapping[str, Any] | None = None) -> None:
         self.slug = slug
-        table = {o.name: o for o in self.option_table()}
-        given = dict(options or {})
-        unknown = sorted(set(given) - set(table))
-        if unknown:
-            known = ", ".join(sorted(table)) or "none"
-            raise OptionError(
-                f"transport {slug!r} has no option {unknown[0]!r}; its options are: {known}."
-            )
-        self._options = {**{n: o.default for n, o in table.items()}, **given}
-        for name, row in table.items():
-            row.check(self._options[name], self.LABEL or slug)
+        self._options = check_options(self.option_table(), options, slug,
+                                      label=self.LABEL or slug)
         self._session: Session | None = None
         self.validate()
 

@@ -212,7 +212,27 @@ def _linger(end: native.Endpoint, max_s: float) -> None:
         pass  # closing anyway
 
 
-class LtpServer(ServerEnd):
+class _NativeEnd:
+    """What both ends over the native core share (``self.end``, ``self.linger_s``)."""
+
+    def service(self, duration_s: float) -> None:
+        """Run the protocol for ``duration_s`` without a request (answers late data, repeats CLOSE)."""
+        self.end.service(duration_s)
+
+    def stats(self) -> dict[str, float]:
+        return _end_stats(self.end)
+
+    def rejections(self) -> dict[str, float]:
+        stats = self.end.stats()
+        return {name: stats[name] for name in native.rejection_stats() if name in stats}
+
+    def close(self) -> None:
+        """Linger until no peer can need this end (:func:`_linger`), then release it."""
+        _linger(self.end, self.linger_s)
+        self.end.close()
+
+
+class LtpServer(_NativeEnd, ServerEnd):
     """The PS end: one socket, one peer slot per worker (slot == rank).
 
     ``settings`` is the end's core configuration (:meth:`LtpTransport.core_settings`).
@@ -334,24 +354,9 @@ class LtpServer(ServerEnd):
         """The early-close threshold currently in force for worker ``rank``'s gradients."""
         return self.end.threshold(rank)
 
-    def service(self, duration_s: float) -> None:
-        """Run the protocol for ``duration_s`` without a request (answers late data, repeats CLOSE)."""
-        self.end.service(duration_s)
-
-    def stats(self) -> dict[str, float]:
-        return _end_stats(self.end)
-
-    def rejections(self) -> dict[str, float]:
-        stats = self.end.stats()
-        return {name: stats[name] for name in native.rejection_stats() if name in stats}
-
-    def close(self) -> None:
-        """Linger until no worker can need this end (:func:`_linger`), then release it."""
-        _linger(self.end, self.linger_s)
-        self.end.close()
 
 
-class LtpWorker(WorkerEnd):
+class LtpWorker(_NativeEnd, WorkerEnd):
     """A worker's end: one socket with the PS as its only peer."""
 
     def __init__(self, options: Mapping[str, Any], settings: Mapping[str, float], rank: int,
@@ -388,18 +393,3 @@ class LtpWorker(WorkerEnd):
         delivery = self.net.recv([self.server_peer], msg_id, timeout_s)[0]
         return self.filler.apply(0, delivery)
 
-    def service(self, duration_s: float) -> None:
-        """Run the protocol for ``duration_s`` without a request (answers late data, repeats CLOSE)."""
-        self.end.service(duration_s)
-
-    def stats(self) -> dict[str, float]:
-        return _end_stats(self.end)
-
-    def rejections(self) -> dict[str, float]:
-        stats = self.end.stats()
-        return {name: stats[name] for name in native.rejection_stats() if name in stats}
-
-    def close(self) -> None:
-        """Linger until the PS cannot need this end (:func:`_linger`), then release it."""
-        _linger(self.end, self.linger_s)
-        self.end.close()

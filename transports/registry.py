@@ -23,10 +23,10 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
-from transports.base import Option, OptionError, Transport
+from transports.base import Option, OptionError, Transport, UserError
 
 
-class UnknownTransport(KeyError):
+class UnknownTransport(UserError, KeyError):
     """The slug is not in the registry."""
 
     def __str__(self) -> str:

@@ -26,7 +26,7 @@ import time
 
 import numpy as np
 
-from harness.running.spec import parse_scheme
+from transports.base import parse_scheme
 
 
 @dataclasses.dataclass(frozen=True)

@@ -27,10 +27,10 @@ from pathlib import Path
 
 from harness.running import results
 from harness.running.runner import counter_deltas
-from harness.running.spec import parse_scheme
 from topologies.impair.loss import Impairment
 from topologies.incast import PS_IP, PS_NAME, SUBNET, IncastParams, worker_name
 from topologies.testbed.network import PROJECT_DIR, Testbed, TestbedError
+from transports.base import UserError, parse_scheme
 
 BENCH_DIR = PROJECT_DIR / "results" / "bench"
 BASE_PORT = 5201
@@ -48,7 +48,7 @@ for i in range({n}):
 """
 
 
-class BenchError(ValueError):
+class BenchError(UserError, ValueError):
     """A benchmark argument is out of range."""
 
 
@@ -138,18 +138,18 @@ def network(bandwidth_mbps: float, queue_pkts: int, loss_pct: float, seconds: fl
         print(f"8 workers -> 1 PS, bottleneck {bandwidth_mbps:g} Mbit/s, queue {queue_pkts} packets"
               f" (raw output in {folder})")
 
-        before = tb.snapshot()
+        before = tb.meter.snapshot()
         (one,), _ = _iperf(tb, folder / "one-flow", [(worker_name(0), BASE_PORT)], seconds)
-        d = counter_deltas(before, tb.snapshot())
+        d = counter_deltas(before, tb.meter.snapshot())
         got = one["end"]["sum_received"]["bits_per_second"] / 1e6
         print(f"one TCP flow:     {got:7.1f} Mbit/s  = {got / bandwidth_mbps:5.1%} of configured "
               f"(CUBIC), {one['end']['sum_sent']['retransmits']} retransmissions, "
               f"{d['queue_drops']} queue drops")
 
-        before = tb.snapshot()
+        before = tb.meter.snapshot()
         flows, span_s = _iperf(tb, folder / "incast",
                                [(worker_name(r), BASE_PORT + r) for r in range(8)], seconds)
-        d = counter_deltas(before, tb.snapshot())
+        d = counter_deltas(before, tb.meter.snapshot())
         # Aggregate over the union of the flows' lifetimes, so staggered starts do not inflate it.
         total = sum(f["end"]["sum_received"]["bytes"] for f in flows) * 8 / span_s / 1e6
         each = [f["end"]["sum_received"]["bits_per_second"] / 1e6 for f in flows]
@@ -158,13 +158,13 @@ def network(bandwidth_mbps: float, queue_pkts: int, loss_pct: float, seconds: fl
               f"(per flow {min(each):.1f}-{max(each):.1f}), {retrans} retransmissions, "
               f"{d['queue_drops']} queue drops (pfifo itself counted {d['queue_drops_tc']})")
 
-        tb.configure(Impairment(loss_pct))
-        before = tb.snapshot()
+        tb.ingress.configure(Impairment(loss_pct))
+        before = tb.meter.snapshot()
         rate_mbps = min(20.0, bandwidth_mbps / 4)
         n_packets = max(2000, int(rate_mbps * 1e6 * seconds / (1400 * 8)))
         tb.host_run(worker_name(0), sys.executable, "-c", UDP_SENDER.format(
             n=n_packets, gap_s=1400 * 8 / (rate_mbps * 1e6), ip=PS_IP))
-        after = tb.snapshot()
+        after = tb.meter.snapshot()
         ps = {k: getattr(after.impair[PS_NAME], k) - getattr(before.impair[PS_NAME], k)
               for k in ("arrived", "dropped")}
         measured = 100.0 * ps["dropped"] / ps["arrived"] if ps["arrived"] else float("nan")
@@ -173,9 +173,18 @@ def network(bandwidth_mbps: float, queue_pkts: int, loss_pct: float, seconds: fl
               f"stream), configured {loss_pct:g} %")
 
 
-def loopback(slugs: tuple[str, ...], folder: Path, n_bytes: int = 437_544,
+
+def mlp_bytes() -> int:
+    """One gradient of the MLP the testbed trains, in bytes (its owner: the model registry)."""
+    from harness.training import models
+
+    return 4 * models.n_params("mlp")
+
+def loopback(slugs: tuple[str, ...], folder: Path, n_bytes: int | None = None,
              pushes: int = LOOPBACK_PUSHES) -> None:
-    """Print loopback goodput and CPU per byte of every scheme; write ``loopback.csv``."""
+    """Print loopback goodput and CPU per byte of every scheme (``n_bytes`` per push, the MLP's
+    gradient unless given); write ``loopback.csv``."""
+    n_bytes = n_bytes or mlp_bytes()
     from harness.bench.loopback import loopback_push
 
     print(f"loopback, one worker -> PS over 127.0.0.1 ({pushes} pushes per cell): goodput of the "
@@ -209,7 +218,7 @@ def _routes(tb: Testbed) -> dict[str, str]:
 
 
 def run_cell(tb: Testbed, zygote, cell: Path, slug: str, iterations: int,
-             n_bytes: int = 437_544, workers: int = 8) -> Cell:
+             n_bytes: int | None = None, workers: int = 8) -> Cell:
     """Run one cell: apply ``slug``'s host settings, then synchronized ``workers``-to-1 pushes
     (the first ``workers`` hosts of the testbed; the others stay idle).
 
@@ -220,6 +229,8 @@ def run_cell(tb: Testbed, zygote, cell: Path, slug: str, iterations: int,
     from harness.running.runner import apply_host_settings, launched, spawn_forked, wait
     from transports import registry
     from transports.base import Session
+
+    n_bytes = n_bytes or mlp_bytes()
 
     name, options = parse_scheme(slug)
     # The scheme's own per-host settings (tcp-cubic-lowrto's minimum RTO).
@@ -250,13 +261,14 @@ def run_cell(tb: Testbed, zygote, cell: Path, slug: str, iterations: int,
 
 
 def transport(slugs: tuple[str, ...], losses: tuple[float, ...], bandwidths: tuple[float, ...],
-              iterations: int, queue_pkts: int, n_bytes: int = 437_544) -> None:
+              iterations: int, queue_pkts: int, n_bytes: int | None = None) -> None:
     """Loopback goodput and CPU per byte, then synchronized 8-to-1 push times on the emulated
     incast vs the bound (no incast part when ``bandwidths`` is empty)."""
     import numpy as np
 
     from harness.hosts.zygote import Zygote
 
+    n_bytes = n_bytes or mlp_bytes()
     folder = BENCH_DIR / time.strftime("transport-%Y%m%dT%H%M%S")
     folder.mkdir(parents=True, exist_ok=True)
     loopback(slugs, folder, n_bytes)
@@ -274,7 +286,7 @@ def transport(slugs: tuple[str, ...], losses: tuple[float, ...], bandwidths: tup
         with Testbed(IncastParams(8, bw, None, queue_pkts, 0.0), net_dir) as tb, \
                 Zygote(net_dir, tb.ledger) as zygote:
             for loss in losses:
-                tb.configure(Impairment(loss))
+                tb.ingress.configure(Impairment(loss))
                 for slug in slugs:
                     got = run_cell(tb, zygote, net_dir / f"{slug}-loss{loss:g}", slug, iterations,
                                    n_bytes)

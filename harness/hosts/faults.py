@@ -32,12 +32,13 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
+from transports.base import UserError
 
 KINDS = ("none", "kill", "restart", "stall", "link", "straggler")
 _TIMED = ("restart", "stall", "link")
 
 
-class FaultError(ValueError):
+class FaultError(UserError, ValueError):
     """A fault's text does not name a fault this harness can inject."""
 
 

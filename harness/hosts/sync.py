@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from transports.base import UserError
 
 SYNC_KINDS = ("bsp", "ssp", "async")
 
 
-class SyncError(ValueError):
+class SyncError(UserError, ValueError):
     """A synchronisation mode's text names no mode."""
 
 

@@ -31,6 +31,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from harness.reporting import stats  # noqa: E402
+from harness.running.results import read_table  # noqa: E402
 
 METRICS = (  # column, title, format, higher is better
     ("sync_s", "sync s/round", ".3f", False),
@@ -58,8 +59,8 @@ def is_p2p(folder: Path) -> bool:
 
 def load(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(ok runs, their curves)."""
-    runs = pd.read_csv(folder / "runs.csv")
-    curves = pd.read_csv(folder / "curves.csv") if (folder / "curves.csv").exists() \
+    runs = read_table(folder / "runs.csv")
+    curves = read_table(folder / "curves.csv") if (folder / "curves.csv").exists() \
         else pd.DataFrame()
     ok = runs[runs.status == "ok"].copy()
     ok["trunk_bytes_per_round"] = ok["trunk_bytes_per_round"] / 1e6

@@ -40,7 +40,7 @@ from transports.base import Session
 
 def port_counters(tb: Testbed, switches: list[str]) -> dict[str, dict[int, dict]]:
     """Every port's counters of every named switch."""
-    return {sw: {port: vars(c) for port, c in tb.switch_ports(sw).items()} for sw in switches}
+    return {sw: {port: vars(c) for port, c in tb.meter.switch_ports(sw).items()} for sw in switches}
 
 
 def link_bytes(before: dict, after: dict, n_leaves: int) -> tuple[int, int]:
@@ -65,7 +65,7 @@ def execute(tb: Testbed, spec: PeerSpec, run_dir: Path, sweep: str, spawn) -> tu
     write_session(session_path, Session.draw())
     started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     code = provenance.fingerprint("p2p").digest
-    tb.configure(Impairment(spec.loss_pct, 0.0, seed=spec.seed))
+    tb.ingress.configure(Impairment(spec.loss_pct, 0.0, seed=spec.seed))
     ips = [tb.host_ips()[worker_name(r)] for r in range(spec.n_workers)]
     switches = spec.fabric.switch_names
     before = port_counters(tb, switches)

@@ -17,54 +17,43 @@ import json
 from typing import Any, ClassVar
 
 from harness.hosts.sync import SyncError, parse_sync
-from harness.running.spec import parse_scheme
+from harness.running.spec import TrainingSpec
 from harness.training import datasets, models
 from topologies.controller.selmcast import POLICIES
 from topologies.fabric import FabricParams
 from topologies.incast import TopologyError
+from transports.base import UserError, parse_scheme
 
 COPIES = ("switch", "unicast")
 TRANSPORTS = ("mcast", "tcp")
 
 
-class PeerSpecError(ValueError):
+class PeerSpecError(UserError, ValueError):
     """A peer-to-peer run parameter is unknown or out of range."""
 
 
 @dataclasses.dataclass(frozen=True)
-class PeerSpec:
+class PeerSpec(TrainingSpec):
     """Everything that defines one peer-to-peer run; invalid values raise :class:`PeerSpecError`."""
 
     policy: str = "selmcast"
     p: int = 2
     copy: str = "switch"
     scheme: str = "mcast"
-    sync: str = "bsp"
     n_leaves: int = 4
     workers_per_leaf: int = 2
     access_mbps: float = 100.0
     uplink_mbps: float | None = None
     n_slow: int = 2
     slow_frac: float = 0.25
-    queue_pkts: int = 64
-    loss_pct: float = 0.0
-    model: str = "mlp"
-    dataset: str = "fashion-mnist"
     rounds: int = 100
-    local_steps: int = 1
-    batch_size: int = 32
-    lr: float = 0.2
     eval_every: int = 20
-    target_accuracy: float | None = None
-    seed: int = 0
-    timeout_s: float = 600.0
     port: int = 6400
 
     def __post_init__(self) -> None:
-        for name in ("access_mbps", "slow_frac", "loss_pct", "lr", "timeout_s"):
+        self._training_values()
+        for name in ("access_mbps", "slow_frac"):
             object.__setattr__(self, name, float(getattr(self, name)))
-        if self.target_accuracy is None and self.model in models.TARGET_ACCURACY:
-            object.__setattr__(self, "target_accuracy", float(models.TARGET_ACCURACY[self.model]))
         try:
             object.__setattr__(self, "sync", parse_sync(self.sync).text())
         except SyncError as exc:

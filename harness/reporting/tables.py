@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.reporting import stats
-from harness.running.results import ResultsError
+from harness.running.results import ResultsError, read_table
 from transports import registry
 
 BASELINE = "tcp-cubic"
@@ -199,10 +199,10 @@ def load(folder: Path) -> Sweep:
     if not runs_csv.exists():
         raise ResultsError(f"{runs_csv} does not exist; run a sweep into {folder} first.")
     try:
-        runs = pd.read_csv(runs_csv).copy()   # one block per dtype: the inserts below stay cheap
-        curves = pd.read_csv(folder / "curves.csv") if (folder / "curves.csv").exists() \
+        runs = read_table(runs_csv).copy()   # one block per dtype: the inserts below stay cheap
+        curves = read_table(folder / "curves.csv") if (folder / "curves.csv").exists() \
             else pd.DataFrame(columns=["run_id"])
-        iters = pd.read_csv(folder / "iterations.csv") if (folder / "iterations.csv").exists() \
+        iters = read_table(folder / "iterations.csv") if (folder / "iterations.csv").exists() \
             else pd.DataFrame(columns=["run_id"])
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise ResultsError(f"a table in {folder} is not a CSV this harness wrote ({exc}).") \

@@ -63,6 +63,7 @@ from topologies.testbed import network
 from topologies.testbed.ledger import ProcessRef
 from topologies.testbed.network import STATE_DIR
 from transports import registry
+from transports.base import UserError
 
 TESTBED = "testbed"
 """The custom resource a node offers per testbed it can run (one per machine)."""
@@ -78,7 +79,7 @@ SCRATCH = STATE_DIR / "cluster"
 APPENDED = (".log", ".jsonl")   # network files a later attempt appends to, as a local resume does
 
 
-class ClusterError(RuntimeError):
+class ClusterError(UserError, RuntimeError):
     """The cluster cannot run this sweep: no Ray, no cluster, no testbed, or a group failed."""
 
 

@@ -25,9 +25,10 @@ from pathlib import Path
 from harness.running import results
 from harness.running import kinds
 from harness.running.runfiles import RunFiles
+from transports.base import UserError
 
 
-class SweepError(RuntimeError):
+class SweepError(UserError, RuntimeError):
     """The results folder cannot take this sweep."""
 
 

@@ -50,11 +50,12 @@ from typing import Any, ClassVar
 
 from pathlib import Path
 
-from harness.running.spec import RunSpec, SpecError, parse_scheme
+from harness.running.spec import RunSpec, SpecError
 from transports import registry
+from transports.base import UserError, parse_scheme
 
 
-class UnknownPreset(KeyError):
+class UnknownPreset(UserError, KeyError):
     """The preset name is not defined."""
 
     def __str__(self) -> str:

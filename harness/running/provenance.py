@@ -33,6 +33,7 @@ from importlib import metadata
 from pathlib import Path
 
 from harness.running.fingerprint import PACKAGES, PROJECT, RULE, Fingerprint, fingerprint
+from harness.running.results import read_table
 
 
 # ---- the machine -------------------------------------------------------------------------------
@@ -293,12 +294,10 @@ def _translations(man: dict) -> dict[str, Fingerprint]:
 def freshness(folder: Path, today: Fingerprint | None = None) -> Freshness:
     """Compare the fingerprints a folder's runs recorded with today's code's (a digest recorded
     under an earlier hash rule through its translation, where the manifest has one)."""
-    import pandas as pd
-
     folder = Path(folder)
     kind = folder_kind(folder)
     today = today or fingerprint(kind, cached=True)
-    runs = pd.read_csv(folder / "runs.csv")
+    runs = read_table(folder / "runs.csv")
     man = read_manifest(folder)
     backfill = {c: d["digest"] for c, d in man.get("backfilled_fingerprints", {}).items()}
     digests = []
@@ -347,7 +346,7 @@ def translate(folder: Path, commits: Iterable[str] = ()) -> dict[str, str]:
 
     folder = Path(folder).resolve()
     kind = folder_kind(folder)
-    runs = pd.read_csv(folder / "runs.csv")
+    runs = read_table(folder / "runs.csv")
     man = read_manifest(folder)
     done = man.setdefault("translated_fingerprints", {})
     recorded = recorded_fingerprints(folder)
@@ -379,13 +378,11 @@ def backfill(folder: Path) -> dict[str, str]:
     fingerprint of the code at each commit its runs name (from git; a table without commits:
     the commit that first added it). Returns {commit: digest}. The runs' work trees may have
     differed from their commits (``git_dirty``); the manifest says so."""
-    import pandas as pd
-
     folder = Path(folder).resolve()
     kind = folder_kind(folder)
-    runs = pd.read_csv(folder / "runs.csv")
+    runs = read_table(folder / "runs.csv")
     if "git_commit" in runs:
-        commits = sorted(set(runs.git_commit.astype(str)) - {"unknown", "nan"})
+        commits = sorted(set(runs.git_commit.dropna().astype(str)) - {"unknown", "nan"})
     else:
         first = subprocess.run(["git", "-C", str(PROJECT), "log", "--diff-filter=A", "--format=%H",
                                 "--", str((folder / "runs.csv").relative_to(PROJECT))],

@@ -22,9 +22,10 @@ import json
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from transports.base import UserError
 
 
-class ResultsError(RuntimeError):
+class ResultsError(UserError, RuntimeError):
     """A results table does not have the expected columns."""
 
 
@@ -491,6 +492,18 @@ def read_rows(path: Path) -> list[dict[str, str]]:
     if text and not text.endswith("\n"):
         text = text[: text.rfind("\n") + 1]
     return list(csv.DictReader(io.StringIO(text)))
+
+
+# Columns that name things (a run, a commit, a code fingerprint): text, even when a value is all
+# digits (a fingerprint such as 265933038540), which pandas would otherwise read as a number.
+IDENTITY_COLUMNS = ("run_id", "git_commit", "code_fingerprint")
+
+
+def read_table(path: Path):
+    """A table as a pandas DataFrame, its identity columns (:data:`IDENTITY_COLUMNS`) as text."""
+    import pandas as pd
+
+    return pd.read_csv(path, dtype={c: str for c in IDENTITY_COLUMNS})
 
 
 def finished_run_ids(folder: Path) -> set[str]:

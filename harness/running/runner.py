@@ -176,9 +176,9 @@ def prepare(testbed: Testbed, spec: RunSpec, run_dir: Path,
     session = Session.draw()
     write_session(files.session, session)
     started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    testbed.configure(impairment or Impairment(spec.loss_text, spec.delay_ms, seed=spec.seed))
+    testbed.ingress.configure(impairment or Impairment(spec.loss_text, spec.delay_ms, seed=spec.seed))
     apply_host_settings(testbed, transport)
-    rtt_ms = testbed.rtt_ms(worker_name(0))
+    rtt_ms = testbed.meter.rtt_ms(worker_name(0))
     testbed.controller_errors()  # only what this run causes counts
     code = provenance.fingerprint("ps").digest   # the code this run starts with
     return Prepared(spec, files, transport, session, started_at, rtt_ms, t_begin, code)
@@ -260,7 +260,7 @@ def collect(testbed: Testbed, prep: Prepared, before: Snapshot, after: Snapshot,
     deltas = counter_deltas(before, after)
     files.counters.write_text(json.dumps(
         {"before": before.to_dict(), "after": after.to_dict(), "delta": deltas}, indent=1))
-    stats = testbed.port_stats_between(before.t, after.t)
+    stats = testbed.meter.port_stats_between(before.t, after.t)
     with open(files.port_stats, "w") as f:
         for rec in stats:
             f.write(json.dumps(rec) + "\n")
@@ -311,7 +311,7 @@ def execute(testbed: Testbed, spec: RunSpec, run_dir: Path, sweep: str,
     try:
         with CrossTraffic(testbed, cross or spec.cross, prep.files.raw / "cross", seed=spec.seed):
             load.start()
-            before = testbed.snapshot()
+            before = testbed.meter.snapshot()
             t0 = time.monotonic()
             commands = node_commands(spec, prep.files)
             with launched(spawn, commands) as procs:
@@ -322,7 +322,7 @@ def execute(testbed: Testbed, spec: RunSpec, run_dir: Path, sweep: str,
                 finally:
                     injector.finish()
             wall_s = time.monotonic() - t0
-            after = testbed.snapshot()
+            after = testbed.meter.snapshot()
             other_load = load.stop()
     finally:
         prep.files.session.unlink(missing_ok=True)   # the key is no use after the run; keep it nowhere

@@ -26,60 +26,56 @@ from topologies.impair.delay import DelayError, check_delay
 from topologies.impair.loss import LossModelError, Uniform, parse_loss
 from topologies.incast import IncastParams, TopologyError, check_params
 from transports import registry
-from transports.base import OptionError
+from transports.base import OptionError, UserError, scheme_name
 
 
-class SpecError(ValueError):
+class SpecError(UserError, ValueError):
     """A run parameter is unknown or out of range."""
 
 
-def parse_scheme(text: str) -> tuple[str, dict[str, Any]]:
-    """``"ltp+filler=zero+cc=false"`` -> ``("ltp", {"filler": "zero", "cc": False})``.
+@dataclasses.dataclass(frozen=True)
+class TrainingSpec:
+    """What every kind of training run has, whatever carries its messages (the PS's
+    :class:`RunSpec`, the peers' :class:`~harness.p2p.spec.PeerSpec`): the model and its data,
+    SGD's settings, the queue and loss of the network, the seed and the time allowed."""
 
-    A scheme is a transport slug with options; each value is read as JSON when it parses
-    (numbers, true/false, null, lists) and as a string otherwise.
-    """
-    slug, *pairs = text.strip().split("+")
-    options: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise SpecError(f"{text!r}: write transport options as slug+name=value, not {pair!r}.")
-        try:
-            options[key] = json.loads(value)
-        except json.JSONDecodeError:
-            options[key] = value
-    return slug, options
+    model: str = "mlp"
+    dataset: str = "fashion-mnist"
+    batch_size: int = 32
+    lr: float = 0.2
+    local_steps: int = 1
+    """SGD steps a worker takes per synchronisation (1: push each gradient)."""
+    sync: str = "bsp"
+    """Synchronisation mode: ``bsp``, ``ssp:S`` or ``async`` (:mod:`harness.hosts.ps`)."""
+    target_accuracy: float | None = None
+    """The accuracy time to accuracy is measured to; None: the model's own
+    (``models.TARGET_ACCURACY``)."""
+    queue_pkts: int = 64
+    loss_pct: float = 0.0
+    seed: int = 0
+    timeout_s: float = 600.0
 
-
-def scheme_name(transport: str, options: dict[str, Any]) -> str:
-    """The inverse of :func:`parse_scheme`."""
-    return "+".join([transport] + [f"{k}={json.dumps(v) if not isinstance(v, str) else v}"
-                                   for k, v in sorted(options.items())])
+    def _training_values(self) -> None:
+        """Numbers as floats where they are rates or times, and the model's target filled in."""
+        for name in ("loss_pct", "lr", "timeout_s"):
+            object.__setattr__(self, name, float(getattr(self, name)))
+        if self.target_accuracy is None and self.model in models.TARGET_ACCURACY:
+            object.__setattr__(self, "target_accuracy", float(models.TARGET_ACCURACY[self.model]))
 
 
 @dataclasses.dataclass(frozen=True)
-class RunSpec:
-    """Everything that defines one run; invalid values raise :class:`SpecError`."""
+class RunSpec(TrainingSpec):
+    """Everything that defines one run through a PS; invalid values raise :class:`SpecError`."""
 
     transport: str = "tcp-cubic"
     transport_options: tuple[tuple[str, Any], ...] = ()
     n_workers: int = 8
     bottleneck_mbps: float = 100.0
     worker_link_mbps: float | None = None
-    queue_pkts: int = 64
-    loss_pct: float = 0.0
     delay_ms: float = 0.0
-    model: str = "mlp"
-    dataset: str = "fashion-mnist"
     iterations: int = 100
-    batch_size: int = 32
-    lr: float = 0.2
     eval_every: int = 25
-    seed: int = 0
-    timeout_s: float = 600.0
     port: int = 5000
-    target_accuracy: float | None = None   # None: the model's own (models.TARGET_ACCURACY)
     stop_at_target: bool = False
     max_train_s: float | None = None       # cap on the PS's training time; None: no cap
     loss_model: str = ""
@@ -87,8 +83,6 @@ class RunSpec:
     model, ``loss_pct`` is its mean loss."""
     cross: str = "none"
     """Background traffic through the bottleneck (``tcp:2``, ...; :mod:`topologies.impair.cross`)."""
-    sync: str = "bsp"
-    """Synchronisation mode: ``bsp``, ``ssp:S`` or ``async`` (:mod:`harness.hosts.ps`)."""
     fault: str = "none"
     """A fault the harness injects (``kill@20``, ``link@20:2s``, ...; :mod:`harness.hosts.faults`)."""
     byzantine: str = "0"
@@ -105,8 +99,6 @@ class RunSpec:
     """The ``score`` aggregator keeps only updates scoring at least this (None: the n - f best)."""
     compress: str = "none"
     """How workers compress their pushes: ``none``, ``topk:R`` or ``sign`` (:mod:`harness.training.compress`)."""
-    local_steps: int = 1
-    """SGD steps a worker takes per synchronisation (1: push each gradient)."""
     error_reset: int = DEFAULT_RESET
     """A compressing worker's residual is reset every this many synchronisations (0: never)."""
 
@@ -125,12 +117,11 @@ class RunSpec:
             opts = opts.items()
         object.__setattr__(self, "transport_options",
                            tuple(sorted((str(k), _freeze(v)) for k, v in opts)))
-        for name in ("bottleneck_mbps", "loss_pct", "delay_ms", "lr", "timeout_s", "score_penalty"):
+        self._training_values()
+        for name in ("bottleneck_mbps", "delay_ms", "score_penalty"):
             object.__setattr__(self, name, float(getattr(self, name)))
         if self.worker_link_mbps is not None:
             object.__setattr__(self, "worker_link_mbps", float(self.worker_link_mbps))
-        if self.target_accuracy is None and self.model in models.TARGET_ACCURACY:
-            object.__setattr__(self, "target_accuracy", models.TARGET_ACCURACY[self.model])
         for name in ("target_accuracy", "max_train_s", "score_threshold"):
             value = getattr(self, name)
             if isinstance(value, (int, float)) and not isinstance(value, bool):

@@ -43,7 +43,6 @@ from topologies.impair.loss import GilbertElliott, GilbertElliottTime, Uniform, 
 PROJECT = Path(__file__).resolve().parents[2]
 NATIVE = PROJECT / "transports" / "native"
 BINARY = NATIVE / "build" / "ltp_sim"
-GRADIENT_BYTES = 437_544     # the MLP's 109,386 float32 values (harness.training.models.mlp)
 # The LTP core's schemes, and the TCP reference: a stated model of TCP (SACK, NewReno-style
 # window, Linux's 200 ms least RTO) in the same event simulator, sim/tcp_model.h.
 SCHEMES = ("ltp", "ltp-reliable", "plot", "tcp-ref")
@@ -70,9 +69,19 @@ CHECKED = (("workers", "--workers", "--workers", 1, "", True),
            ("delay_ms", "--delay-us", "--delay", 1000, " ms", False),
            ("iterations", "--iterations", "--iterations", 1, "", True),
            ("seed", "--seed", "--seeds", 1, "", True))
+from transports.base import UserError
 
 
-class SimulationError(ValueError):
+
+@functools.lru_cache(maxsize=1)
+def gradient_bytes() -> int:
+    """The bytes of one gradient of the MLP the testbed trains (:func:`harness.training.models.n_params`)."""
+    from harness.training import models
+
+    return 4 * models.n_params("mlp")
+
+
+class SimulationError(UserError, ValueError):
     """A simulation setting is out of range (the message is one sentence)."""
 
 
@@ -158,7 +167,7 @@ def plot_segments() -> str:
 def limit_s(cell: Cell) -> float:
     """Virtual seconds an iteration may take before the run counts as a timeout: 60, or 20 times
     the iteration's bound (broadcast and push, every frame through the link) if more."""
-    bound = 2 * cell.workers * GRADIENT_BYTES * 1.08 * 8 / (cell.bottleneck_mbps * 1e6)
+    bound = 2 * cell.workers * gradient_bytes() * 1.08 * 8 / (cell.bottleneck_mbps * 1e6)
     return max(60.0, 20 * bound + cell.compute_ms / 1e3 + cell.update_ms / 1e3)
 
 
@@ -166,7 +175,7 @@ def argv(cell: Cell, segments: str | None = None) -> list[str]:
     """The simulator's command line for one cell."""
     host = HOSTS[cell.host]
     out = [str(BINARY), "--workers", str(cell.workers), "--iterations", str(cell.iterations),
-           "--scenario", cell.scenario, "--bytes", str(GRADIENT_BYTES),
+           "--scenario", cell.scenario, "--bytes", str(gradient_bytes()),
            "--bottleneck-mbps", f"{cell.bottleneck_mbps:g}", "--queue-pkts", str(cell.queue_pkts),
            "--delay-us", f"{cell.delay_ms * 1000:.0f}", "--seed", str(cell.seed),
            "--compute-us", f"{cell.compute_ms * 1000:.0f}", "--update-us", f"{cell.update_ms * 1000:.0f}",

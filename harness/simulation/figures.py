@@ -26,13 +26,16 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from harness.reporting import stats  # noqa: E402
-from harness.simulation.driver import GRADIENT_BYTES  # noqa: E402
+from harness.running.results import read_table  # noqa: E402
+from harness.simulation.driver import gradient_bytes  # noqa: E402
 from transports import registry  # noqa: E402
 
-# A 437,544-byte gradient in 1,420-byte chunks is 309 DATA frames of (chunk + 52 header + 8 MAC
-# + 42 Ethernet/IP/UDP) bytes, the last one shorter: the bytes a push puts on the wire at least.
-_PACKETS = math.ceil(GRADIENT_BYTES / 1420)
-FRAME_BYTES = GRADIENT_BYTES + _PACKETS * (52 + 8 + 42)
+
+
+def frame_bytes() -> int:
+    """The bytes a push puts on the wire at least: the gradient in 1,420-byte chunks, each a
+    DATA frame of (chunk + 52 header + 8 MAC + 42 Ethernet/IP/UDP) bytes, the last one shorter."""
+    return gradient_bytes() + math.ceil(gradient_bytes() / 1420) * (52 + 8 + 42)
 
 
 
@@ -45,7 +48,7 @@ def _save(fig, path: Path) -> Path:
 
 def bound_s(n_workers, mbps):
     """The physical bound of a synchronized push: every worker's frames through the link."""
-    return np.asarray(n_workers) * FRAME_BYTES * 8 / (np.asarray(mbps) * 1e6)
+    return np.asarray(n_workers) * frame_bytes() * 8 / (np.asarray(mbps) * 1e6)
 
 
 def _style(slug: str) -> dict:
@@ -151,12 +154,12 @@ def draw(folder: Path) -> list[Path]:
     """Every figure of the sweep in ``folder`` (and ``crossovers.csv``); their paths."""
     out = folder / "figures"
     out.mkdir(exist_ok=True)
-    runs = pd.read_csv(folder / "runs.csv")
+    runs = read_table(folder / "runs.csv")
     ok = runs[runs["status"] == "ok"]
     if ok.empty:   # failed runs stay in the tables; there is nothing to draw
         return []
     keys = ["transport", "n_workers", "bottleneck_mbps", "seed", "loss", "delay_ms", "queue_pkts"]
-    its = pd.read_csv(folder / "iterations.csv").merge(ok[keys], on=keys)
+    its = read_table(folder / "iterations.csv").merge(ok[keys], on=keys)
     paths = [_panels(its, "push_s", "push time (s)", out, "push_vs_workers"),
              _panels(its, "iteration_s", "iteration time (s)", out, "iteration_vs_workers"),
              _cost(ok, out)]

@@ -39,7 +39,7 @@ def emulate(folder: Path, workers: Sequence[int], iterations: int, loss_pct: flo
     with Testbed(IncastParams(max(workers), bandwidth_mbps, None, queue_pkts, 0.0), folder / "net") as tb, \
             Zygote(folder / "net", tb.ledger) as zygote:
         if loss_pct:
-            tb.configure(Impairment(loss_pct))
+            tb.ingress.configure(Impairment(loss_pct))
         for n in workers:
             cell = run_cell(tb, zygote, folder / f"ltp-{n}", "ltp", iterations, workers=n)
             if cell.status != "ok":

@@ -36,13 +36,14 @@ import dataclasses
 from collections.abc import Callable
 
 import numpy as np
+from transports.base import UserError
 
 AGGREGATORS = ("mean", "score", "median", "trimmed-mean", "krum")
 SCORE_BATCH = 64         # validation samples the PS scores each round's updates on
 SCORE_PENALTY = 0.0005   # rho: the score's penalty per squared unit of an update's size
 
 
-class AggregatorError(ValueError):
+class AggregatorError(UserError, ValueError):
     """An aggregation rule is unknown, or cannot tolerate ``f`` of ``n`` updates."""
 
 

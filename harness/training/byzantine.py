@@ -41,6 +41,8 @@ from statistics import NormalDist
 
 import numpy as np
 
+from transports.base import UserError
+
 # behaviour -> (parameter's meaning, default); the one table the parser, docs and errors share.
 BEHAVIOURS: dict[str, tuple[str, float | None]] = {
     "sign-flip": ("factor F: pushes -F g", 4.0),
@@ -53,7 +55,7 @@ BEHAVIOURS: dict[str, tuple[str, float | None]] = {
 ESTIMATING = ("alie", "ipm")   # behaviours that estimate the honest mean first
 
 
-class ByzantineError(ValueError):
+class ByzantineError(UserError, ValueError):
     """A ``--byzantine`` text names no attack, or one that cannot happen in the run."""
 
 

@@ -53,7 +53,7 @@ import re
 
 import numpy as np
 
-from transports.base import Delivery, Layout
+from transports.base import Delivery, Layout, UserError
 
 # kind -> (parameter's meaning, default); the one table the parser, docs and errors share.
 COMPRESSORS: dict[str, tuple[str, float | None]] = {
@@ -64,7 +64,7 @@ COMPRESSORS: dict[str, tuple[str, float | None]] = {
 DEFAULT_RESET = 1
 
 
-class CompressError(ValueError):
+class CompressError(UserError, ValueError):
     """A ``--compress`` text names no compressor, or a parameter out of range."""
 
 

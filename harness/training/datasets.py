@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+from transports.base import UserError
 
 if TYPE_CHECKING:  # imported where data is loaded, so naming a data set stays cheap
     import torch
@@ -25,7 +26,7 @@ PROJECT_DIR = Path(__file__).resolve().parents[2]
 CACHE_DIR = Path(os.environ.get("LTP_STATE_DIR", PROJECT_DIR / ".state")) / "datasets"
 
 
-class DatasetError(RuntimeError):
+class DatasetError(UserError, RuntimeError):
     """A data set is unknown or its files are missing."""
 
 

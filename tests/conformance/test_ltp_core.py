@@ -17,6 +17,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
+from harness.training import models
 from transports import filling, native, registry
 from transports.base import (Delivery, Layout, OptionError, Session, TransportError,
                              TransportTimeout)
@@ -28,7 +29,7 @@ try:
 except TransportError as exc:  # pragma: no cover - depends on the build
     pytest.skip(str(exc), allow_module_level=True)
 
-N_FLOATS = 109_386           # 437,544 bytes, the reference model's gradient
+N_FLOATS = models.n_params("mlp")   # the reference model's gradient
 TIMEOUT_S = 20.0
 
 

@@ -135,3 +135,11 @@ def run_ok(bed, folder: Path, **fields):
     assert row["status"] == "ok", row["reason"]
     assert row["iterations_done"] == spec.iterations
     return row, curves, iters
+
+
+def short_run(bed, folder: Path, iterations: int, **fields):
+    """:func:`run_ok` of a short run on the whole of ``bed`` (every worker, the bed's bottleneck
+    rate): ``iterations`` iterations, evaluated at the end, two minutes at most."""
+    params = bed[0].params
+    return run_ok(bed, folder, n_workers=params.n_workers, bottleneck_mbps=params.bottleneck_mbps,
+                  iterations=iterations, eval_every=iterations, timeout_s=120, **fields)

@@ -29,6 +29,7 @@ import time
 from harness.running.runfiles import RunFiles
 from harness.running.runner import collect, launched, node_commands, prepare, spawn_plain, wait
 from harness.running.spec import RunSpec
+from harness.training import models
 from tests.emulation.conftest import network_fixture
 from topologies.incast import IncastParams, worker_name
 from topologies.testbed.network import Testbed
@@ -38,7 +39,7 @@ from tests.emulation.attacker import CLASS_TTL
 
 N_WORKERS = 4
 ITERATIONS = 40
-GRADIENT_BYTES = 437_544   # the MLP's (harness.training.models)
+GRADIENT_BYTES = 4 * models.n_params("mlp")   # what a worker pushes: the MLP's gradient
 VICTIM_HOSTS = {"ps": "ps1", "worker": worker_name(0)}
 ATTACKER_HOST = worker_name(N_WORKERS - 1)
 
@@ -81,7 +82,7 @@ def _attacked_run(tb: Testbed, folder, auth: bool) -> dict:
                         "--session", str(prep.files.session), "--iterations", str(ITERATIONS),
                         "--bytes", str(GRADIENT_BYTES), "--auth", str(int(auth)), "--port",
                         str(spec.port), "--report", str(report)], folder / "attacker.log")
-    before = tb.snapshot()
+    before = tb.meter.snapshot()
     t0 = time.monotonic()
     try:
         with launched(spawn_plain(tb), node_commands(spec, prep.files)) as procs:
@@ -93,7 +94,7 @@ def _attacked_run(tb: Testbed, folder, auth: bool) -> dict:
     finally:
         attacker.kill()
         prep.files.session.unlink(missing_ok=True)
-    row, _, _ = collect(tb, prep, before, tb.snapshot(), status, reason, wall_s, "test")
+    row, _, _ = collect(tb, prep, before, tb.meter.snapshot(), status, reason, wall_s, "test")
     files = RunFiles(prep.files.dir)
     assert attacker.poll() == 0 and report.exists(), (folder / "attacker.log").read_text()[-2000:]
     sent = json.loads(report.read_text())

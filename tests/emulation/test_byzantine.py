@@ -8,18 +8,14 @@ the defender tolerating one, each round keeps exactly ``n - 1`` updates, and the
 honest updates the transport delivered in part are counted.
 """
 
-from tests.emulation.conftest import incast_fixture, run_ok
+from tests.emulation.conftest import incast_fixture, short_run
 
-N_WORKERS = 4
 ITERATIONS = 15
-
-
-bed = incast_fixture("byzantine", N_WORKERS)
+bed = incast_fixture("byzantine", 4)
 
 
 def _run(bed, tmp_path, **fields):
-    row, _, iters = run_ok(bed, tmp_path, n_workers=N_WORKERS, bottleneck_mbps=100,
-                           iterations=ITERATIONS, eval_every=ITERATIONS, timeout_s=120, **fields)
+    row, _, iters = short_run(bed, tmp_path, ITERATIONS, **fields)
     return row, iters
 
 

@@ -9,18 +9,14 @@ counts; the models still learn. At 10 % random loss over LTP, lost index-value p
 by the PS, counted, and the run still learns.
 """
 
-from tests.emulation.conftest import incast_fixture, run_ok
+from tests.emulation.conftest import incast_fixture, short_run
 
-N_WORKERS = 4
 ITERATIONS = 15
-
-
-bed = incast_fixture("compression", N_WORKERS)
+bed = incast_fixture("compression", 4)
 
 
 def _run(bed, tmp_path, **fields):
-    row, curves, _ = run_ok(bed, tmp_path, n_workers=N_WORKERS, bottleneck_mbps=100,
-                            iterations=ITERATIONS, eval_every=ITERATIONS, timeout_s=120, **fields)
+    row, curves, _ = short_run(bed, tmp_path, ITERATIONS, **fields)
     assert curves[-1]["accuracy"] > curves[0]["accuracy"] + 0.2   # it learns
     return row
 

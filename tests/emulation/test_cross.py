@@ -40,10 +40,10 @@ bed = network_fixture("cross", IncastParams(n_workers=1, n_cross=2, bottleneck_m
 class TestCrossTraffic:
     def test_bulk_tcp_cross_traffic_crosses_the_bottleneck_and_slows_a_flow(self, bed, tmp_path):
         bare = tcp_mbps(bed, tmp_path, "bare")
-        before = bed.snapshot()
+        before = bed.meter.snapshot()
         with CrossTraffic(bed, "tcp:2", tmp_path / "cross") as traffic:
             shared = tcp_mbps(bed, tmp_path, "shared")
-        after = bed.snapshot()
+        after = bed.meter.snapshot()
         d = after.delta(before)
         print(f"w1 -> ps1: {bare:.1f} Mbit/s alone, {shared:.1f} Mbit/s beside 2 cross flows; "
               f"cross hosts sent {d.cross_tx_bytes / 1e6:.1f} MB; {traffic.report}")
@@ -55,15 +55,15 @@ class TestCrossTraffic:
         assert [g["pid"] for g in bed.ledger.data["groups"]] == [bed.controller_ref.pid]
 
     def test_on_off_udp_is_seeded_paced_and_counted(self, bed, tmp_path):
-        before = bed.snapshot()
+        before = bed.meter.snapshot()
         port = cross_port(0, 1)
         with CrossTraffic(bed, "udp:1:rate=40,on=50ms,off=50ms", tmp_path / "cross", seed=3) as tr:
             # Wait for traffic, never by sleeping: until the switch counted 1 MB from x1.
             deadline = time.monotonic() + 10
-            while bed.snapshot().ports[port].rx_bytes - before.ports[port].rx_bytes < 1_000_000:
+            while bed.meter.snapshot().ports[port].rx_bytes - before.ports[port].rx_bytes < 1_000_000:
                 assert time.monotonic() < deadline, "the generator sent nothing through the switch"
                 time.sleep(0.05)
-        after = bed.snapshot()
+        after = bed.meter.snapshot()
         sent, = [r for h, r in tr.report.items() if h == "x1"]
         sink = json.loads(next((tmp_path / "cross").glob("cross-sink-*.json")).read_text())
         rate_mbps = 8 * sent["wire_bytes"] / sent["seconds"] / 1e6

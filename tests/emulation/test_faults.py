@@ -82,7 +82,7 @@ def clean_bed(bed):
     """The network is shared: after each test no link is still cut (the injector restores it)."""
     yield
     tb, _ = bed
-    assert tb.rtt_ms("w1") > 0 and tb.rtt_ms(f"w{N_WORKERS}") > 0
+    assert tb.meter.rtt_ms("w1") > 0 and tb.meter.rtt_ms(f"w{N_WORKERS}") > 0
 
 
 @pytest.mark.parametrize("transport", ["tcp-cubic"])

@@ -28,11 +28,11 @@ SENDER = ("import socket,time\n"
 def settled(bed, host: str = "ps1", deadline_s: float = 10.0):
     """A snapshot once ``host`` has stopped receiving (the switch may still hold a backlog when
     the sender returns): two readings 0.1 s apart that agree."""
-    last = bed.snapshot()
+    last = bed.meter.snapshot()
     deadline = time.monotonic() + deadline_s
     while True:
         time.sleep(0.1)
-        now = bed.snapshot()
+        now = bed.meter.snapshot()
         if now.impair[host].arrived == last.impair[host].arrived:
             return now
         assert time.monotonic() < deadline, f"{host} kept receiving"
@@ -61,15 +61,15 @@ def bed(tmp_path_factory):
 class TestLossModels:
     def test_gilbert_elliott_meets_its_mean_loss_and_burst_length(self, bed):
         model = GilbertElliott.from_mean(5, 4)
-        bed.configure(Impairment(model, seed=11))
+        bed.ingress.configure(Impairment(model, seed=11))
         try:
             assert ge_programs(2) == 2  # ps1 and w1
-            before = bed.snapshot()
+            before = bed.meter.snapshot()
             bed.host_run("w1", sys.executable, "-c", SENDER)
             after = settled(bed)
             ge = impair.parse_ge_counters(bed.host_run("ps1", *impair.ge_argv("read", intf("ps1"))))
         finally:
-            bed.configure(Impairment(0))
+            bed.ingress.configure(Impairment(0))
         ps = after.impair["ps1"]
         arrived = ps.arrived - before.impair["ps1"].arrived
         dropped = ps.dropped - before.impair["ps1"].dropped
@@ -94,15 +94,15 @@ class TestLossModels:
         assert ge_programs(0) == 0  # uniform loss again: the programs are gone
 
     def test_per_host_configuration_touches_only_the_named_hosts(self, bed):
-        bed.configure(Impairment("ge:20:2", seed=1), hosts=["ps1"])
+        bed.ingress.configure(Impairment("ge:20:2", seed=1), hosts=["ps1"])
         try:
-            assert bed.impairments["w1"].loss == Uniform(0.0)
+            assert bed.ingress.applied["w1"].loss == Uniform(0.0)
             assert ge_programs(1) == 1
-            before = bed.snapshot()
+            before = bed.meter.snapshot()
             out = bed.host_run("w1", "ping", "-c", "200", "-i", "0.002", "-q", "-W", "1", PS_IP)
             after = settled(bed)
         finally:
-            bed.configure(Impairment(0))
+            bed.ingress.configure(Impairment(0))
         d_ps = after.impair["ps1"].dropped - before.impair["ps1"].dropped
         d_w1 = after.impair["w1"].dropped - before.impair["w1"].dropped
         assert d_ps > 10 and d_w1 == 0, out
@@ -110,13 +110,13 @@ class TestLossModels:
 
     def test_a_bad_host_name_changes_nothing(self, bed):
         with pytest.raises(Exception, match="no host 'w9'"):
-            bed.configure(Impairment(5), hosts=["w9"])
+            bed.ingress.configure(Impairment(5), hosts=["w9"])
         rules = bed.host_run("ps1", "nft", "-j", "list", "table", "netdev", impair.TABLE)
         assert "numgen" not in json.dumps(json.loads(rules))
 
 
 def test_programs_go_with_the_testbed(tmp_path, clean_machine):
     with Testbed(IncastParams(n_workers=2), tmp_path) as tb:
-        tb.configure(Impairment("ge:5:4"))
+        tb.ingress.configure(Impairment("ge:5:4"))
         assert ge_programs(3) == 3
     assert ge_programs(0) == 0

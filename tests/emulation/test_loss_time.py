@@ -89,13 +89,13 @@ def test_time_chain_meets_its_loss_and_periods_and_spares_a_sparse_flow(bed, tmp
         procs.append(proc)
         return proc
 
-    bed.configure(Impairment(MODEL, seed=5))
+    bed.ingress.configure(Impairment(MODEL, seed=5))
     try:
         assert ge_programs(2) == 2  # ps1 and w1
         rx_ps, rx_w1 = start("ps1", RECEIVER), start("w1", RECEIVER)
         for rx in (rx_ps, rx_w1):
             wait_for(rx, lambda t: t.startswith("ready"), "a bound receiver", 10)
-        before = bed.snapshot()
+        before = bed.meter.snapshot()
         sparse = start("ps1", SENDER, bed.host_ips()["w1"], str(SPARSE_N), str(SPARSE_MS / 1000))
         bed.host_run("w1", sys.executable, "-c", SENDER, PS_IP, str(DENSE_RATE * DENSE_S),
                      str(1 / DENSE_RATE))
@@ -110,7 +110,7 @@ def test_time_chain_meets_its_loss_and_periods_and_spares_a_sparse_flow(bed, tmp
     finally:
         for proc in procs:
             proc.kill()
-        bed.configure(Impairment(0))
+        bed.ingress.configure(Impairment(0))
     assert ge_programs(0) == 0
 
     n = {h: {k: getattr(after.impair[h], k) - getattr(before.impair[h], k)

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from harness.training import models
 from tests.emulation.conftest import network_fixture
 from topologies.controller.multicast import udp_in_datagrams
 from topologies.fabric import FabricParams
@@ -25,6 +26,7 @@ SIZE = 1000
 WORKERS = ["w1", "w2", "w3", "w4", "w5", "w6"]
 UDP_BOUND = "07"
 READY_S = 10.0
+SIZE_BYTES = 4 * models.n_params("mlp")   # what a peer multicasts: the MLP's parameters
 
 
 def _bound(pid: int, port: int) -> bool:
@@ -99,7 +101,7 @@ class TestMulticast:
             bed.host_run("w1", "ping", "-c", "1", "-W", "2", target)
 
     def test_group_buckets_copy_each_datagram_to_exactly_the_selected_receivers(self, bed):
-        chosen = bed.mcast.select("w1", 2, "selmcast")
+        chosen = bed.mcast.select("w1", 2, "selmcast", size_bytes=SIZE_BYTES)
         # Idle network: every receiver behind 100 Mbit/s links is as fast as the best two, so
         # selmcast takes them all; w6's quarter-rate link would make the multicast 4x slower.
         assert chosen["receivers"] == ["w2", "w3", "w4", "w5"]
@@ -169,8 +171,9 @@ class TestMulticast:
             _wait(lambda: bed.mcast.links()["sp1>l2"]["measured_mbps"] > 65,
                   "the controller measured the background on sp1>l2")
             links = bed.mcast.links()
-            chosen = bed.mcast.select("w1", 2, "selmcast", round_=1)
-            randoms = [bed.mcast.select("w1", 2, "random-p", seed=s, round_=2 + s)
+            chosen = bed.mcast.select("w1", 2, "selmcast", round_=1, size_bytes=SIZE_BYTES)
+            randoms = [bed.mcast.select("w1", 2, "random-p", seed=s, round_=2 + s,
+                                        size_bytes=SIZE_BYTES)
                        for s in range(10)]
         finally:
             if blaster is not None:

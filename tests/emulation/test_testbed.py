@@ -39,18 +39,18 @@ def test_gradient_bytes_cross_the_bottleneck(testbed, tmp_path):
 
 
 def test_measured_loss_is_near_the_configured_rate(testbed):
-    testbed.configure(Impairment(5.0))
+    testbed.ingress.configure(Impairment(5.0))
     try:
-        before = testbed.snapshot()
+        before = testbed.meter.snapshot()
         sender = ("import socket,time\n"
                   "s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
                   "for i in range(20000):\n"
                   "    s.sendto(b'x'*200,('10.0.0.254',9))\n"
                   "    time.sleep(0.00005) if i % 10 == 0 else None\n")
         testbed.host_run("w1", sys.executable, "-c", sender)
-        after = testbed.snapshot()
+        after = testbed.meter.snapshot()
     finally:
-        testbed.configure(Impairment(0.0))
+        testbed.ingress.configure(Impairment(0.0))
     arrived = after.impair["ps1"].arrived - before.impair["ps1"].arrived
     dropped = after.impair["ps1"].dropped - before.impair["ps1"].dropped
     # Enough samples: an unpaced blast also loses packets before the impairment (the sender's

@@ -6,7 +6,7 @@ import pytest
 from harness.running.spec import RunSpec, SpecError
 from harness.training import aggregators as agg
 from harness.training.aggregators import AggregatorError
-from harness.training.byzantine import Attack, ByzantineError, alie_z, corrupt, parse_byzantine
+from harness.training.byzantine import Attack, alie_z, corrupt
 
 
 def _honest(n=6, d=50, seed=0):
@@ -17,24 +17,6 @@ def _honest(n=6, d=50, seed=0):
 
 
 # ---- attacks -------------------------------------------------------------------------------
-@pytest.mark.parametrize("text,canonical", [
-    ("0", "0"), ("2:sign-flip", "2:sign-flip"), ("2:SIGN-FLIP:4", "2:sign-flip"),
-    ("2:sign-flip:1", "2:sign-flip:1"), ("1:scaled:-3", "1:scaled:-3"), ("3:alie", "3:alie"),
-    ("1:ipm:0.1", "1:ipm:0.1"), ("1:gaussian:2", "1:gaussian:2"), ("1:random", "1:random")])
-def test_byzantine_texts_read_back(text, canonical):
-    assert parse_byzantine(text).text() == canonical
-    assert parse_byzantine(canonical).text() == canonical
-
-
-@pytest.mark.parametrize("text,words", [
-    ("2:foo", "unknown Byzantine behaviour"), ("2", "names no behaviour"),
-    ("two:sign-flip", "not a Byzantine setting"), ("0:sign-flip", "write 0 alone"),
-    ("1:gaussian:0", "above 0")])
-def test_bad_byzantine_texts_are_one_sentence(text, words):
-    with pytest.raises(ByzantineError, match=words):
-        parse_byzantine(text)
-
-
 def test_the_attackers_are_the_highest_ranks():
     assert Attack(2, "sign-flip").ranks(8) == [6, 7]
     assert Attack().ranks(8) == []

@@ -1,4 +1,4 @@
-"""Cross traffic's text form, the counter snapshot's figures, the names of the star with cross
+"""Cross traffic's flows, the counter snapshot's figures, the names of the star with cross
 hosts, and the one host-process handle (no root)."""
 
 import dataclasses
@@ -8,44 +8,12 @@ import sys
 
 import pytest
 
-from topologies.impair.cross import CrossError, CrossSpec, OnOffUdp, TcpFlows, parse_cross
+from topologies.impair.cross import OnOffUdp, TcpFlows, parse_cross
 from topologies.incast import (BOTTLENECK_INTF, IncastParams, IncastTopo, TopologyError,
                                cross_ip, cross_port, intf, switch_intf)
 from topologies.testbed.counters import LossCounters, PortCounters, QueueCounters, Snapshot
 from topologies.testbed.ledger import Ledger
 from topologies.testbed.process import HostProcess
-
-
-# ---- cross traffic's text form -------------------------------------------------------------------
-
-@pytest.mark.parametrize("text, spec", [
-    ("none", CrossSpec()),
-    (None, CrossSpec()),
-    ("tcp:2", CrossSpec((TcpFlows(2),))),
-    ("tcp:1:cc=bbr", CrossSpec((TcpFlows(1, "bbr"),))),
-    ("udp:1:rate=50,on=50ms,off=150ms", CrossSpec((OnOffUdp(1, 50, 50, 150),))),
-    ("udp:2:rate=30:on=0.02s:off=80", CrossSpec((OnOffUdp(2, 30, 20, 80),))),
-    ("tcp:2+udp:1:rate=10,dist=exp,size=200",
-     CrossSpec((TcpFlows(2), OnOffUdp(1, 10, 50, 150, 200, "exp")))),
-])
-def test_cross_texts_parse_and_round_trip(text, spec):
-    assert parse_cross(text) == spec
-    assert parse_cross(spec.text()) == spec
-
-
-@pytest.mark.parametrize("text, words", [
-    ("tcp", "whole number"), ("tcp:0", "whole number"), ("udp:x", "whole number"),
-    ("quic:1", "not a cross-traffic kind"), ("tcp:1+", "not a cross-traffic kind"),
-    ("udp:1:rate=0", "rate must be above 0"), ("udp:1:rate=fast", "rate must be above 0"),
-    ("udp:1:on=5min", "duration"), ("udp:1:off=0", "above 0"),
-    ("udp:1:size=9000", "size"), ("udp:1:dist=pareto", "dist"),
-    ("udp:1:rate", "name=value"), ("udp:1:on=1ms,on=2ms", "twice"),
-    ("tcp:1:rate=5", "tcp takes cc"), ("tcp:1:cc=dctcp", "cc must be one of"),
-])
-def test_bad_cross_texts_raise_one_sentence(text, words):
-    with pytest.raises(CrossError, match=words) as info:
-        parse_cross(text)
-    assert str(info.value).endswith(".")
 
 
 def test_every_flow_gets_its_own_host_in_order():

@@ -1,5 +1,5 @@
-"""Fault texts and the injector's timing, with fake processes (the emulation tests use real
-ones)."""
+"""Faults that must fit their run, and the injector's timing, with fake processes (the
+emulation tests use real ones)."""
 
 import json
 import signal
@@ -8,33 +8,6 @@ import pytest
 
 from harness.hosts import faults
 from harness.hosts.faults import Fault, FaultError, FaultInjector, parse_fault
-
-
-@pytest.mark.parametrize("text, fault", [
-    ("none", Fault()),
-    ("kill@20", Fault("kill", 20)),
-    ("kill@20:w3", Fault("kill", 20, worker=2)),
-    ("restart@5:1.5s", Fault("restart", 5, 1.5)),
-    ("stall@20:2s", Fault("stall", 20, 2.0)),
-    ("link@20:2s:w1", Fault("link", 20, 2.0, worker=0)),
-    ("straggler:3x", Fault("straggler", factor=3.0)),
-    ("STRAGGLER:1.5x:w2", Fault("straggler", factor=1.5, worker=1)),
-])
-def test_texts_round_trip(text, fault):
-    assert parse_fault(text) == fault
-    assert parse_fault(fault.text()) == fault
-
-
-@pytest.mark.parametrize("text, words", [
-    ("explode@3", "is not a fault"), ("kill", "say after which iteration"),
-    ("kill@3:2s", "takes no duration"), ("stall@3", "needs a duration"),
-    ("stall@3:0s", "needs a duration"), ("link@3:5x", "needs a duration"),
-    ("straggler:0.5x", "slow-down F of at least 1"), ("straggler@3:2x", "slow-down"),
-    ("none:w2", "takes no arguments"), ("kill@3:w0", "numbered from w1"),
-])
-def test_bad_texts_are_one_sentence(text, words):
-    with pytest.raises(FaultError, match=words):
-        parse_fault(text)
 
 
 def test_a_fault_must_fit_the_run():

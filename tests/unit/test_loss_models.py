@@ -131,14 +131,6 @@ def test_the_mark_is_read_from_the_c_header():
     assert impair.GE_MARK == 0x4745
 
 
-@pytest.fixture
-def helper():
-    try:
-        return impair.ge_binary()
-    except LossModelError:
-        pytest.skip("ge-loss is not built (./setup.sh)")
-
-
 def test_attach_command_line_carries_probabilities_seed_and_stream(helper):
     argv = impair.ge_argv("attach", "w2-eth0", GilbertElliott(1, 25, 0, 100), seed=9, stream=2)
     assert argv[:4] == [str(helper), "attach", "--dev", "w2-eth0"]

@@ -97,14 +97,6 @@ def test_counters_give_the_mean_bad_period():
 
 # ---- the exponential table and the simulated chain -------------------------------------------
 
-@pytest.fixture
-def helper():
-    try:
-        return impair.ge_binary()
-    except LossModelError:
-        pytest.skip("ge-loss is not built (./setup.sh)")
-
-
 def test_the_table_gives_an_exponential_distribution(helper):
     t = json.loads(subprocess.run([str(helper), "table"], capture_output=True, text=True,
                                   check=True).stdout)

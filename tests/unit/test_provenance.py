@@ -58,6 +58,13 @@ def test_a_folder_is_fresh_only_at_todays_fingerprint(tmp_path):
     assert "Stale: code changed since" in stale.text() and "`harness/hosts/ps.py`" in stale.text()
 
 
+def test_an_all_digit_fingerprint_is_still_a_fingerprint(tmp_path):
+    today = provenance.fingerprint("ps")
+    today = fingerprint.Fingerprint(today.kind, "265933038540", today.files, today.rule)
+    fresh = provenance.freshness(_folder(tmp_path, today.digest, today.files), today)
+    assert fresh.fresh and fresh.unknown_runs == 0 and fresh.recorded == ("265933038540",)
+
+
 def test_a_folder_without_fingerprints_is_stale(tmp_path):
     pd.DataFrame({"run_id": ["a"], "status": ["ok"], "git_commit": ["c1"]}).to_csv(
         tmp_path / "runs.csv", index=False)

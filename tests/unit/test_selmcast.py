@@ -1,6 +1,7 @@
 """Receiver selection, the link meter and multicast plans on synthetic views (no network)."""
 
 import collections
+import functools
 import itertools
 import json
 import random
@@ -9,9 +10,14 @@ import pytest
 
 from topologies.controller.linkview import LinkMeter, Wiring, WiringError
 from topologies.controller.mcast_plan import group_address, plan
+from harness.training import models
+from topologies.controller import selmcast
 from topologies.controller.selmcast import (WIRE_FACTOR, RoundPlan, SelectionError, paces,
-                                            planned_bytes, random_p_expected_s, select, tree_links)
+                                            planned_bytes, random_p_expected_s, tree_links)
 from topologies.fabric import FabricParams
+
+SIZE_BYTES = 4 * models.n_params("mlp")   # one parameter message of the MLP the peers train
+select = functools.partial(selmcast.select, size_bytes=SIZE_BYTES)
 
 
 def fabric(**kwargs) -> Wiring:

@@ -55,7 +55,9 @@ def test_the_binary_refuses_bad_flags_with_a_sentence(binary):
     for args, words in ((["--workers", "0"], "--workers must be a number from 1"),
                         (["--scenario", "x"], "--scenario must be push or bsp"),
                         (["--loss", "2"], "--loss must be a number from 0 to 1"),
-                        (["--cfg", "no_such_option=1"], "core option no_such_option=1")):
+                        (["--bytes", "4", "--cfg", "no_such_option=1"],
+                         "core option no_such_option=1"),
+                        ([], "--bytes (or --segments) is required")):
         got = subprocess.run([str(binary), *args], capture_output=True, text=True)
         assert got.returncode == 2 and words in got.stderr, got.stderr
 

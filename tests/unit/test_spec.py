@@ -102,7 +102,7 @@ def test_override_any_dimension_and_validate_up_front():
 
 
 def test_schemes_carry_options_into_specs_and_names():
-    from harness.running.spec import parse_scheme, scheme_name
+    from transports.base import OptionError, parse_scheme, scheme_name
 
     assert parse_scheme("ltp+filler=zero+cc=false+max_wait_ms=50") == (
         "ltp", {"filler": "zero", "cc": False, "max_wait_ms": 50})
@@ -112,7 +112,7 @@ def test_schemes_carry_options_into_specs_and_names():
     assert [s.scheme for s in specs] == ["tcp-cubic", "ltp+filler=zero"]
     assert specs[1].transport == "ltp" and specs[1].options() == {"filler": "zero"}
     assert scheme_name("ltp", {"filler": "zero", "cc": False}) == "ltp+cc=false+filler=zero"
-    with pytest.raises(SpecError, match="slug\\+name=value"):
+    with pytest.raises(OptionError, match="slug\\+name=value"):
         parse_scheme("ltp+zero")
     with pytest.raises(SpecError, match="filler"):
         presets.get("smoke").override(transports=("ltp+filler=sideways",))

@@ -58,6 +58,13 @@ MCAST_PRIORITY = 150
 REPLY_S = 3.0
 
 
+def _size(cmd: dict) -> int:
+    """A select or round command's message size (the harness knows it: the model's)."""
+    if "size_bytes" not in cmd:
+        raise ValueError(f"a {cmd['op']} command needs size_bytes, the bytes each receiver gets.")
+    return int(cmd["size_bytes"])
+
+
 class MulticastController(app_manager.OSKenApp):
     """Link measurement, receiver selection and group entries; see the module docstring."""
 
@@ -165,7 +172,7 @@ class MulticastController(app_manager.OSKenApp):
             chosen = select(cmd.get("policy", "selmcast"), cmd["sender"], cmd["p"], self.wiring,
                             self.meter.available(), self.round_plan,
                             round_=int(cmd.get("round", 0)), seed=int(cmd.get("seed", 0)),
-                            size_bytes=int(cmd.get("size_bytes", 437_544)),
+                            size_bytes=_size(cmd),
                             max_wait_rounds=int(cmd.get("max_wait_rounds", MAX_WAIT_ROUNDS)))
             return {"t": time.time(), **chosen.as_dict()}
         if op == "multicast":
@@ -190,7 +197,7 @@ class MulticastController(app_manager.OSKenApp):
         order and on one view of the links (each later sender sees the earlier ones' trees as
         load), then install all of their multicasts with one barrier per switch."""
         t0 = time.monotonic()
-        size_bytes = int(cmd.get("size_bytes", 437_544))
+        size_bytes = _size(cmd)
         for sender in cmd["senders"]:   # a sender asks again once its last transfer is over
             if sender in self.transfers:
                 self.meter.end_transfer(self.transfers.pop(sender), t0)

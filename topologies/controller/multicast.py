@@ -49,9 +49,9 @@ class MulticastClient(ControllerClient):
         return {row.pop("link"): row for row in self.command("links")["links"]}
 
     def select(self, sender: str, p: int, policy: str = "selmcast", *, seed: int = 0,
-               round_: int = 0, size_bytes: int = 437_544, **extra) -> dict:
-        """Who ``sender`` should multicast to this round, by ``policy`` (the controller's
-        :class:`~topologies.controller.selmcast.Selection` as a dict)."""
+               round_: int = 0, size_bytes: int, **extra) -> dict:
+        """Who ``sender`` should multicast ``size_bytes`` to this round, by ``policy`` (the
+        controller's :class:`~topologies.controller.selmcast.Selection` as a dict)."""
         return self.command("select", sender=sender, p=p, policy=policy, seed=seed,
                             round=round_, size_bytes=size_bytes, **extra)
 
@@ -67,7 +67,7 @@ class MulticastClient(ControllerClient):
         return reply
 
     def round(self, round_: int, senders, p: int, policy: str = "selmcast", *, seed: int = 0,
-              size_bytes: int = 437_544, install: bool = True) -> dict:
+              size_bytes: int, install: bool = True) -> dict:
         """Select every sender's receivers for one round (in the order given) and, with
         ``install``, put all of their multicasts in the switches; return once the datapaths
         forward by them (``purge`` drops the datapaths' cached flows: a round cannot wait half

@@ -154,7 +154,7 @@ def random_p_expected_s(times_s: list[float], p: int) -> float:
 
 
 def select(policy: str, sender: str, p: int, wiring: Wiring, available_mbps: dict[str, float],
-           plan: RoundPlan, *, round_: int = 0, seed: int = 0, size_bytes: int = 437_544,
+           plan: RoundPlan, *, size_bytes: int, round_: int = 0, seed: int = 0,
            max_wait_rounds: int = MAX_WAIT_ROUNDS) -> Selection:
     """Choose ``sender``'s receivers by ``policy`` and record them in ``plan``.
 

@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 from topologies.incast import PS_IP, PS_NAME, cross_ip, cross_name
+from transports.base import UserError
 
 TCP_BASE_PORT = 6100   # iperf3 server of cross flow i listens on TCP_BASE_PORT + i
 UDP_BASE_PORT = 6200   # the sink of generator i binds UDP_BASE_PORT + i; it sends from the same
@@ -43,7 +44,7 @@ CONGESTION_CONTROLS = ("cubic", "reno", "bbr")
 RUN_FOR_S = 86400      # iperf3 clients run "for ever": they are killed when the traffic stops
 
 
-class CrossError(ValueError):
+class CrossError(UserError, ValueError):
     """Cross traffic was given a bad text, or could not be started."""
 
 

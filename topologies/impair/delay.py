@@ -57,14 +57,27 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import re
 import time
 from pathlib import Path
 
 from topologies.incast import intf
+from transports.base import UserError
 
 DELAY_DIR = Path(__file__).resolve().parent / "delay"
 BINARY = DELAY_DIR / "build" / "nfq-delay"
-MAX_DELAY_MS = 1000.0
+
+
+def c_define(source: Path, name: str, pattern: str) -> str:
+    """A constant's text from a C source or header of the network's programs (C owns the
+    values; Python reads them)."""
+    found = re.search(rf"#define {name} +({pattern})", source.read_text())
+    if found is None:
+        raise RuntimeError(f"{source} defines no {name}.")
+    return found.group(1)
+
+
+MAX_DELAY_MS = float(c_define(DELAY_DIR / "nfq_delay.c", "ND_MAX_DELAY_MS", r"[\d.]+"))
 # Every host has its own network namespace, hence its own queue numbering: one number fits all.
 QUEUE_NUM = 7
 IPTABLES = "iptables-nft"
@@ -73,7 +86,7 @@ RT_PRIORITY = 0
 READY_LINE = "ready"
 
 
-class DelayError(ValueError):
+class DelayError(UserError, ValueError):
     """The delay line was given a bad value, or could not be set up or taken down."""
 
 

@@ -57,7 +57,8 @@ import math
 import re
 from pathlib import Path
 
-from topologies.impair.delay import check_delay
+from topologies.impair.delay import c_define, check_delay
+from transports.base import UserError
 
 TABLE = "ltp_impair"
 RESOLUTION = 1_000_000
@@ -66,14 +67,12 @@ GE_BINARY = GE_DIR / "build" / "ge-loss"
 MAX_LOSS_PCT = 50.0
 
 
-class LossModelError(ValueError):
+class LossModelError(UserError, ValueError):
     """A loss model's text or parameters are invalid."""
 
 
 def _c_define(header: str, name: str, pattern: str) -> str:
-    """A constant's text from the programs' headers (C owns the values)."""
-    text = (GE_DIR / header).read_text()
-    return re.search(rf"#define {name} +({pattern})", text).group(1)
+    return c_define(GE_DIR / header, name, pattern)
 
 
 GE_MARK = int(_c_define("ge_chain.h", "GE_MARK", "0x[0-9a-fA-F]+"), 16)

@@ -18,24 +18,24 @@ The topology comes from the parameters (``params.topo()``): the incast star
 per switch (``switch_tables()``) and names the switch ports that get the pfifo (``queue_intfs()``);
 one that also describes its wiring (``wiring()``, the fabric) gets the controller's multicast app
 (:mod:`topologies.controller.mcast_app`) next to the forwarding app, and the testbed a client for
-it, :attr:`Testbed.mcast`. :meth:`Testbed.snapshot`, :meth:`Testbed.rtt_ms` and
-:attr:`Testbed.bottleneck_intf` are the incast star's (they name the PS).
+it, :attr:`Testbed.mcast`.
 
 Leaving it, also on Ctrl-C, SIGTERM and errors, removes exactly what it created, recorded in a
 ledger on disk (:mod:`topologies.testbed.ledger`) as it went. It never runs ``mn -c`` or
 ``mininet.clean.cleanup()``, which kill and delete machine-wide by name.
 
-While it is up:
+While it is up, the testbed runs processes on hosts and two objects do the rest:
 
-- :meth:`Testbed.configure` applies an :class:`~topologies.impair.loss.Impairment` (a loss model
-  and a one-way delay, in the spirit of Mininet's ``Intf.config()``) to every host or to named
-  hosts, in place, so consecutive runs can share one network;
-- :meth:`Testbed.snapshot` reads every counter a run needs as a typed
-  :class:`~topologies.testbed.counters.Snapshot` (``after.delta(before)`` gives a run's figures);
+- :attr:`Testbed.ingress` (:class:`~topologies.impair.ingress.Ingress`) applies an
+  :class:`~topologies.impair.loss.Impairment` (a loss model and a one-way delay) to every host or
+  to named hosts, in place, so consecutive runs can share one network;
+- :attr:`Testbed.meter` (:class:`~topologies.testbed.measure.Meter`) reads every counter a run
+  needs as a typed :class:`~topologies.testbed.counters.Snapshot` (``after.delta(before)`` gives a
+  run's figures), RTTs to the PS and the controller's port statistics; the names it reads (the
+  PS, the switch, the bottleneck port) come from the topology's parameters;
 - :meth:`Testbed.start_process` runs a program inside a host, in its own process group,
   recorded for cleanup (a :class:`~topologies.testbed.process.HostProcess`);
-- :meth:`Testbed.rtt_ms`, :meth:`Testbed.reset_routes` and :meth:`Testbed.host_run` measure and
-  set up hosts.
+  :meth:`Testbed.host_run` and :meth:`Testbed.reset_routes` set up hosts.
 
 Cross traffic through the bottleneck is its own context manager on top of a testbed
 (:mod:`topologies.impair.cross`).
@@ -50,11 +50,9 @@ import os
 import re
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -65,17 +63,14 @@ from mininet.node import Host, OVSSwitch, RemoteController
 
 from topologies.controller.control import ControllerClient
 from topologies.controller.multicast import MulticastClient
-from topologies.impair import loss as impair
-from topologies.impair.delay import DelayLine
-from topologies.impair.loss import CHAINS, Impairment
-from topologies.incast import (BOTTLENECK_INTF, PS_IP, PS_PORT, SUBNET, SWITCH_NAME,
-                               IncastParams, intf)
+from topologies.impair.ingress import Ingress
+from topologies.impair.loss import Impairment
+from topologies.incast import IncastParams, intf
 from topologies.testbed import ovs
-from topologies.testbed.counters import (LossCounters, Snapshot, parse_dump_ports, parse_nstat,
-                                         parse_qdisc)
 from topologies.testbed.ledger import (Ledger, ProcessRef, link_exists, read_sysctl, reclaim,
                                        write_sysctl)
-from topologies.testbed.process import HostProcess
+from topologies.testbed.measure import Meter
+from topologies.testbed.process import HostProcess, TestbedError, run
 
 if TYPE_CHECKING:
     from topologies.fabric import FabricParams
@@ -100,10 +95,6 @@ FLOW_COOKIE = 0x17B  # marks the controller's flows, so we can poll the switch f
 MCAST_COOKIE = 0x17C  # marks the multicast app's flows
 CONTROLLER_READY_S = 30.0
 FLOWS_READY_S = 15.0
-
-
-class TestbedError(RuntimeError):
-    """The emulated network could not be brought up or used."""
 
 
 def _ledger(state_dir: Path) -> Ledger:
@@ -144,13 +135,6 @@ def _listening(port: int) -> bool:
         return any(line.split()[1] == want and line.split()[3] == "0A" for line in f.readlines()[1:])
 
 
-def _run(*args: str, env: dict | None = None) -> str:
-    proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=30)
-    if proc.returncode != 0:
-        raise TestbedError(f"{' '.join(args)} failed: {(proc.stderr or proc.stdout).strip()}")
-    return proc.stdout
-
-
 class _Recorded:
     """Mixin: record a Mininet node's shell in the ledger the moment it exists."""
 
@@ -186,9 +170,10 @@ class Testbed:
         self.mcast: MulticastClient | None = None
         """The multicast app's client (topologies that describe their wiring; else None)."""
         self.net: Mininet | None = None
-        self.delay = DelayLine(self)
-        self.impairments: dict[str, Impairment] = {}
-        """The impairment applied at each host's ingress."""
+        self.ingress = Ingress(self)
+        """Loss and delay at each host's ingress (:class:`~topologies.impair.ingress.Ingress`)."""
+        self.meter = Meter(self)
+        """Counters, RTTs, port statistics (:class:`~topologies.testbed.measure.Meter`)."""
         self._controller_log_offset = 0
         self._saved_env: dict[str, str | None] = {}
 
@@ -243,9 +228,9 @@ class Testbed:
             self.host_run(name, "sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1",
                           "net.ipv6.conf.default.disable_ipv6=1")
         for dev in self.topo.queue_intfs():
-            _run("tc", "qdisc", "add", "dev", dev, "parent", "5:1", "handle", "10:",
+            run("tc", "qdisc", "add", "dev", dev, "parent", "5:1", "handle", "10:",
                  "pfifo", "limit", str(self.params.queue_pkts))
-        self.configure(Impairment(self.params.loss_pct))
+        self.ingress.configure(Impairment(self.params.loss_pct))
         self._wait_for_flows()
 
     def _down(self) -> None:
@@ -254,7 +239,7 @@ class Testbed:
         try:
             if self.net is not None:
                 with contextlib.suppress(Exception):
-                    self.delay.stop()
+                    self.ingress.delay.stop()
             for item in list(self.ledger.data.get("groups", [])):
                 ProcessRef(**item).kill_group()
             if self.net is not None:
@@ -340,7 +325,7 @@ class Testbed:
         for switch, table in self.topo.switch_tables().items():
             want = len(table["hosts"]) + 2
             while True:
-                flows = _run("ovs-ofctl", "-O", "OpenFlow13", "dump-flows", switch,
+                flows = run("ovs-ofctl", "-O", "OpenFlow13", "dump-flows", switch,
                              f"cookie={FLOW_COOKIE:#x}/-1")
                 if flows.count("cookie=") >= want:
                     break
@@ -351,11 +336,6 @@ class Testbed:
                 time.sleep(0.02)
 
     # ---- use -------------------------------------------------------------------------------
-
-    @property
-    def bottleneck_intf(self) -> str:
-        """The switch port toward the PS, whose queue is the bottleneck."""
-        return BOTTLENECK_INTF
 
     def host(self, name: str):
         """The Mininet host ``name``."""
@@ -376,95 +356,12 @@ class Testbed:
         """Put every host's route back to the kernel's own (drops per-route settings like
         rto_min)."""
         for name, ip in self.host_ips().items():
-            self.host_run(name, "ip", "route", "replace", SUBNET, "dev", intf(name), "proto",
+            self.host_run(name, "ip", "route", "replace", self.params.subnet, "dev", intf(name), "proto",
                           "kernel", "scope", "link", "src", ip)
 
     def host_ips(self) -> dict[str, str]:
         """Every host's IPv4 address, by name."""
         return {e["host"]: e["ip"] for e in self.topo.forwarding_table()}
-
-    def configure(self, impairment: Impairment, hosts: Iterable[str] | None = None) -> None:
-        """Apply ``impairment`` (loss model, one-way delay, seed) at the ingress of every host,
-        or of the named ``hosts``; the others keep theirs. Loss counters restart from zero on
-        the hosts configured.
-
-        Under Gilbert-Elliott loss (per packet or in time) each host runs its own chain, seeded
-        with the impairment's seed and the host's position in :meth:`host_names` (so hosts do
-        not lose in step).
-        """
-        names = self.host_names()
-        hosts = names if hosts is None else list(hosts)
-        unknown = [h for h in hosts if h not in names]
-        if unknown:
-            raise TestbedError(f"there is no host {unknown[0]!r}; the hosts are "
-                               f"{', '.join(names)}.")
-        if isinstance(impairment.loss, CHAINS):
-            impair.ge_binary()  # missing build: one sentence before anything changes
-        for host in hosts:
-            self._apply_loss(host, impairment, names.index(host))
-        self.delay.set_hosts({host: impairment.delay_ms for host in hosts})
-
-    def _apply_loss(self, host: str, imp: Impairment, stream: int) -> None:
-        was_ge = isinstance(self.impairments.get(host, Impairment()).loss, CHAINS)
-        script = self.folder / f".impair-{host}.nft"
-        script.write_text(impair.ruleset(intf(host), imp.loss))
-        try:
-            self.host_run(host, "nft", "-f", str(script))
-        finally:
-            script.unlink()
-        if isinstance(imp.loss, CHAINS):
-            # Replaces a running program atomically, with fresh counters.
-            self.host_run(host, *impair.ge_argv("attach", intf(host), imp.loss, imp.seed, stream))
-        elif was_ge:
-            self.host_run(host, *impair.ge_argv("detach", intf(host)))
-        self.impairments[host] = imp
-
-    def rtt_ms(self, host: str, count: int = 5) -> float:
-        """The median of ``count`` application-level RTTs from ``host`` to the PS, on the idle
-        network.
-
-        ``ping -U`` times from user space to user space, which counts delay added at the
-        pinging host's own ingress (plain ping does not).
-        """
-        out = self.host_run(host, "ping", "-U", "-n", "-c", str(count), "-i", "0.02",
-                            "-W", "5", PS_IP)
-        times = [float(t) for t in re.findall(r"time=([\d.]+) ms", out)]
-        if not times:
-            raise TestbedError(f"ping from {host} to the PS printed no RTT: {out.strip()[-200:]}")
-        return statistics.median(times)
-
-    def snapshot(self) -> Snapshot:
-        """Every counter a run needs, at this instant (:mod:`topologies.testbed.counters`)."""
-        # One process per host for every reading: this runs twice per run for every host.
-        hosts = {}
-        for name in self.host_names():
-            ge = isinstance(self.impairments.get(name, Impairment()).loss, CHAINS)
-            read_ge = (" && echo '@@' && " + " ".join(impair.ge_argv("read", intf(name)))) \
-                if ge else ""
-            out = self.host_run(name, "sh", "-c", f"nft -j list counters table netdev {impair.TABLE}"
-                                " && echo '@@' && nstat -asz --json" + read_ge)
-            hosts[name] = out.split("@@")
-        impairs = {}
-        for name, parts in hosts.items():
-            nft = impair.parse_counters(parts[0])
-            ge = impair.parse_ge_counters(parts[2]) if len(parts) > 2 else {}
-            impairs[name] = LossCounters(nft["arrived"], nft["dropped"], ge.get("bursts"),
-                                         ge.get("bad_periods"), ge.get("bad_ns"))
-        return Snapshot(
-            t=time.time(),
-            ports=parse_dump_ports(_run("ovs-ofctl", "-O", "OpenFlow13", "dump-ports",
-                                        SWITCH_NAME)),
-            bottleneck=parse_qdisc(_run("tc", "-s", "-j", "qdisc", "show", "dev",
-                                        BOTTLENECK_INTF)),
-            impair=impairs,
-            tcp={name: parse_nstat(parts[1]) for name, parts in hosts.items()},
-            ps_port=PS_PORT, worker_ports=tuple(self.params.worker_ports),
-            cross_ports=tuple(self.params.cross_ports),
-        )
-
-    def switch_ports(self, switch: str) -> dict:
-        """Switch ``switch``'s per-port counters now (OpenFlow port number -> PortCounters)."""
-        return parse_dump_ports(_run("ovs-ofctl", "-O", "OpenFlow13", "dump-ports", switch))
 
     def start_process(self, host: str, argv: list[str], log_path: Path,
                       env: dict[str, str] | None = None) -> HostProcess:
@@ -487,19 +384,6 @@ class Testbed:
         bad += [line for line in text.splitlines()
                 if re.search(r"Traceback|Exception|Error", line)]
         return bad
-
-    def port_stats_between(self, t0: float, t1: float) -> list[dict]:
-        """The controller's port statistics records with ``t0 <= t <= t1``."""
-        out = []
-        with contextlib.suppress(FileNotFoundError), open(self.stats_path) as f:
-            for line in f:
-                if not line.endswith("\n"):
-                    break  # the controller is writing this line right now
-                rec = json.loads(line)
-                if t0 <= rec["t"] <= t1:
-                    out.append(rec)
-        return out
-
 
 class RecordedHost(_Recorded, Host):
     """A Mininet host whose shell is recorded in the ledger."""

@@ -22,12 +22,13 @@ import time
 from pathlib import Path
 
 from topologies.testbed.ledger import ProcessRef
+from transports.base import UserError
 
 SCHEMA = Path("/usr/share/openvswitch/vswitch.ovsschema")
 DAEMONS = ("ovs-vswitchd", "ovsdb-server")  # stop order
 
 
-class OVSError(RuntimeError):
+class OVSError(UserError, RuntimeError):
     """Open vSwitch could not be started."""
 
 

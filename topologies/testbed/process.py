@@ -1,4 +1,5 @@
-"""One handle for every process the testbed starts inside an emulated host.
+"""One handle for every process the testbed starts inside an emulated host (and :func:`run`, for
+commands in the root namespace).
 
 A host process is the leader of its own process group (its own session), writes its output to one
 file, and is recorded in the testbed's ledger (``groups``) from the moment it exists until it has
@@ -16,6 +17,22 @@ import subprocess
 from pathlib import Path
 
 from topologies.testbed.ledger import Ledger, ProcessRef
+from transports.base import UserError
+
+
+class TestbedError(UserError, RuntimeError):
+    """The emulated network could not be brought up or used."""
+
+    __test__ = False  # not a pytest test class, despite the name
+
+
+def run(*args: str, env: dict | None = None) -> str:
+    """Run a command in the root namespace (30 s at most) and return its output; raise
+    :class:`TestbedError` with its error text when it fails."""
+    proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=30)
+    if proc.returncode != 0:
+        raise TestbedError(f"{' '.join(args)} failed: {(proc.stderr or proc.stdout).strip()}")
+    return proc.stdout
 
 
 class HostProcess:

@@ -13,11 +13,10 @@ parameter server's. See ``docs/peer-transports.md``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from transports.base import OptionError, Session
+from transports.base import OptionError, Session, parse_scheme
 from transports.peer.base import Incoming, PeerEnd, SendReport
 from transports.peer.mcast import McastPeer
 from transports.peer.tcp import TcpPeer
@@ -28,26 +27,13 @@ __all__ = ["SCHEMES", "Incoming", "PeerEnd", "SendReport", "create", "parse"]
 
 
 def parse(text: str) -> tuple[str, dict[str, Any]]:
-    """``"mcast+close_frac=0.9+poll_ms=2"`` -> ``("mcast", {"close_frac": 0.9, "poll_ms": 2})``.
-
-    The same notation as :func:`harness.running.spec.parse_scheme` (values read as JSON when they
-    parse, as strings otherwise), written again here so that transports never import the harness.
-    The slug must be one of :data:`SCHEMES`; the options are checked by :func:`create`.
-    """
-    slug, *pairs = text.strip().split("+")
+    """``"mcast+close_frac=0.9+poll_ms=2"`` -> ``("mcast", {"close_frac": 0.9, "poll_ms": 2})``:
+    :func:`transports.base.parse_scheme`, for a slug of :data:`SCHEMES` (the options are
+    checked by :func:`create`)."""
+    slug, options = parse_scheme(text, "peer transport")
     if slug not in SCHEMES:
         raise OptionError(f"unknown peer transport {slug!r}; choose one of "
                           f"{', '.join(sorted(SCHEMES))}.")
-    options: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise OptionError(f"{text!r}: write peer transport options as slug+name=value, "
-                              f"not {pair!r}.")
-        try:
-            options[key] = json.loads(value)
-        except json.JSONDecodeError:
-            options[key] = value
     return slug, options
 
 

@@ -26,7 +26,7 @@ range is dropped and counted in :meth:`PeerEnd.stats`; the receiving thread neve
 The peer transports are named by :data:`transports.peer.SCHEMES`, not by
 :mod:`transports.registry` (that registry is the parameter-server contract of
 :mod:`transports.base`). Options are declared as :class:`~transports.base.Option` rows and
-checked with :func:`check_options`.
+checked with :func:`transports.base.check_options`, as the PS's transports' are.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from transports.base import Addr, Option, OptionError, Session
+from transports.base import Addr, End, Option, Session, check_options
 
 MAX_PEERS = 65535   # ranks travel as 16-bit numbers
 
@@ -82,30 +82,12 @@ class SendReport:
     unfinished: tuple[int, ...]
 
 
-def check_options(table: Sequence[Option], given: Mapping[str, Any] | None,
-                  owner: str) -> dict[str, Any]:
-    """The effective options: defaults from ``table`` merged with ``given``, each value checked.
-
-    Raises :class:`~transports.base.OptionError` with one sentence on an unknown name or a bad
-    value.
-    """
-    rows = {o.name: o for o in table}
-    given = dict(given or {})
-    unknown = sorted(set(given) - set(rows))
-    if unknown:
-        raise OptionError(f"peer transport {owner!r} has no option {unknown[0]!r}; its options "
-                          f"are: {', '.join(sorted(rows)) or 'none'}.")
-    options = {**{n: o.default for n, o in rows.items()}, **given}
-    for name, row in rows.items():
-        row.check(options[name], owner)
-    return options
-
-
-class PeerEnd(abc.ABC):
+class PeerEnd(End):
     """One peer's end of a peer-to-peer job; a context manager.
 
-    Subclasses implement :meth:`send`, :meth:`stats` and :meth:`close`, start their receiving
-    thread in ``__init__`` and hand each closed message to :meth:`_deliver`.
+    Subclasses implement :meth:`send`, :meth:`stats` and :meth:`_shut`, start their receiving
+    thread in ``__init__`` (it runs until ``_stop`` is set) and hand each closed message to
+    :meth:`_deliver`.
     """
 
     SLUG = ""
@@ -134,9 +116,12 @@ class PeerEnd(abc.ABC):
         self.n_peers = len(ips)
         self.n_floats = n_floats
         self.session = session
-        self.options = check_options(self.OPTIONS, options, self.SLUG or type(self).__name__)
+        self.options = check_options(self.OPTIONS, options, self.SLUG or type(self).__name__,
+                                     what="peer transport")
         self._incoming: list[Incoming] = []
         self._incoming_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._closed = False
 
     # --- what a caller uses ---------------------------------------------------------------
 
@@ -159,15 +144,17 @@ class PeerEnd(abc.ABC):
     def stats(self) -> dict[str, float]:
         """Cumulative counters of this end (datagrams in and out, dropped by reason, ...)."""
 
-    @abc.abstractmethod
     def close(self) -> None:
         """Stop the receiving thread and release the sockets. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        self._shut()
 
-    def __enter__(self) -> PeerEnd:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    @abc.abstractmethod
+    def _shut(self) -> None:
+        """Once ``_stop`` is set: wait for this end's threads and close its sockets."""
 
     # --- for subclasses -------------------------------------------------------------------
 

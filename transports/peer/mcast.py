@@ -150,8 +150,6 @@ class McastPeer(PeerEnd):
             self._sock.close()
             raise
         self._mcast_ready = False
-        self._stop = threading.Event()
-        self._closed = False
         self._thread = threading.Thread(target=self._receive_loop, daemon=True,
                                         name=f"mcast-peer-{rank}")
         self._thread.start()
@@ -387,10 +385,6 @@ class McastPeer(PeerEnd):
         merged["bytes_out"] += rx.get("status_bytes_out", 0)
         return merged
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._stop.set()
+    def _shut(self) -> None:
         self._thread.join(timeout=2 * TICK_S + 1.0)
         self._sock.close()

@@ -73,8 +73,6 @@ class TcpPeer(PeerEnd):
         self._send_lock = threading.Lock()
         self._conns: dict[int, socket.socket] = {}
         self._readers: list[tuple[socket.socket, threading.Thread]] = []
-        self._stop = threading.Event()
-        self._closed = False
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
             self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -250,11 +248,7 @@ class TcpPeer(PeerEnd):
         with self._lock:
             return {k: float(self._counters[k]) for k in STATS_KEYS}
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._stop.set()
+    def _shut(self) -> None:
         self._acceptor.join(timeout=2 * TICK_S + 1.0)
         self._listener.close()
         with self._lock:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from transports.base import UserError
 
 _BLOCK = re.compile(r"<!-- generated:([a-z0-9-]+) -->\n(.*?)<!-- /generated:\1 -->", re.S)
 
 
-class BlockError(ValueError):
+class BlockError(UserError, ValueError):
     """A page names a block nobody generates, or its markers do not pair."""
 
 

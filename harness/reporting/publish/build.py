@@ -25,6 +25,7 @@ import pandas as pd
 from harness.reporting.publish import blocks
 from harness.reporting.publish.claims.common import anchor
 from harness.reporting.publish.context import PROJECT, Context, MissingFolder
+from harness.running.results import read_table
 
 # Folders whose tables are other folders' tables concatenated (columns: the union; a column a
 # source lacks is empty in its rows), for one figure across the settings of several sweeps.
@@ -58,7 +59,7 @@ def combine(rel: str, sources: tuple[str, ...], root: Path, check: bool, out: Ou
     """Rebuild a combined folder's tables and manifest from its sources."""
     folder = root / rel
     for table in TABLES:
-        frames = [pd.read_csv(root / s / table) for s in sources if (root / s / table).exists()]
+        frames = [read_table(root / s / table) for s in sources if (root / s / table).exists()]
         if frames:
             _put(folder / table, pd.concat(frames, ignore_index=True).to_csv(index=False),
                  check, out, root)

@@ -16,6 +16,7 @@ import pandas as pd
 from harness.reporting import stats, tables
 from harness.reporting.report import seed_text
 from harness.running import provenance
+from harness.running.results import read_table
 
 PROJECT = provenance.PROJECT
 RESULTS = PROJECT / "results"
@@ -48,7 +49,7 @@ class Folder:
     @functools.cached_property
     def runs(self) -> pd.DataFrame:
         """Every run of the folder (``runs.csv``)."""
-        return pd.read_csv(self.path / "runs.csv")
+        return read_table(self.path / "runs.csv")
 
     @functools.cached_property
     def ok(self) -> pd.DataFrame:

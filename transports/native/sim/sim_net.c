@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L   /* clock_gettime */
 #include "sim_net.h"
 #include "event_heap.h"
+#include "sim_link.h"   /* the links and host effects, shared with tests/test_core.c */
 /* The project's one generator (ltp_uniform, ltp_internal.h) and the one Gilbert-Elliott chain
  * (the eBPF program's, topologies/impair/geloss/ge_chain.h): one seed, one sequence of decisions. */
 #include "ltp_internal.h"
@@ -9,7 +10,6 @@
 #define GE_U32 uint32_t
 #include "ge_chain.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,9 +22,6 @@ enum { EV_SWITCH = 1, EV_DELIVER = 2, EV_RUN = 3 };
 
 typedef struct { uint64_t at, seq; int kind, node, slot, len; uint8_t *data; } ev_t;
 EVENT_HEAP(evq, ev_t)
-
-/* A FIFO link: departure times of the frames it holds, in a ring. */
-typedef struct { uint64_t *dep; int cap, head, len; uint64_t last; double bytes_per_us; } fifo_t;
 
 typedef struct {
     void *ep;
@@ -40,9 +37,8 @@ struct sim {
     evq_t q;                    /* the events, earliest first */
     struct ge_config ge;        /* the loss chain's probabilities, as thresholds */
     uint64_t now, app_at, wake_rng;
-    fifo_t btl, ps_link, *wlink;
-    double tb_tokens;           /* the bottleneck's token bucket, bytes as of tb_us */
-    uint64_t tb_us;
+    link_fifo_t btl, ps_link, *wlink;
+    link_bucket_t tb;           /* the bottleneck's token bucket (burst_bytes 0: none) */
     uint8_t held[2048];         /* the PS's datagram its full link refused */
     int held_len, held_slot;
     sim_counters_t k;
@@ -63,50 +59,6 @@ static void heap_push(sim_t *s, ev_t e)
     if (evq_push(&s->q, e)) { fprintf(stderr, "sim: out of memory for events\n"); exit(2); }
 }
 
-static int fifo_init(fifo_t *f, int cap, double mbps)
-{
-    f->cap = cap;
-    f->dep = calloc((size_t)cap, sizeof *f->dep);
-    f->bytes_per_us = mbps / 8.0;
-    return f->dep != NULL;
-}
-
-static void fifo_drain(fifo_t *f, uint64_t now)
-{
-    while (f->len && f->dep[f->head] <= now) { f->head = (f->head + 1) % f->cap; f->len--; }
-}
-
-/* Enqueue a frame; its departure time, or NEVER_US if the FIFO is full. */
-static uint64_t fifo_put(fifo_t *f, uint64_t now, int frame_bytes)
-{
-    fifo_drain(f, now);
-    if (f->len >= f->cap) return NEVER_US;
-    uint64_t start = f->last > now ? f->last : now;
-    f->last = start + (uint64_t)ceil(frame_bytes / f->bytes_per_us);
-    f->dep[(f->head + f->len) % f->cap] = f->last;
-    f->len++;
-    return f->last;
-}
-
-/* The bottleneck: drop-tail FIFO, or HTB-like token bucket (a lull lets a burst through). */
-static uint64_t bottleneck_put(sim_t *s, int frame_bytes)
-{
-    if (s->c.burst_bytes <= 0) return fifo_put(&s->btl, s->now, frame_bytes);
-    fifo_t *f = &s->btl;
-    fifo_drain(f, s->now);
-    if (f->len >= f->cap) return NEVER_US;
-    uint64_t start = f->last > s->now ? f->last : s->now;
-    double r = f->bytes_per_us, tok = s->tb_tokens + r * (double)(start - s->tb_us);
-    if (tok > s->c.burst_bytes) tok = s->c.burst_bytes;
-    uint64_t dep = tok >= frame_bytes ? start : start + (uint64_t)ceil((frame_bytes - tok) / r);
-    s->tb_tokens = tok + r * (double)(dep - start) - frame_bytes;
-    s->tb_us = dep;
-    f->last = dep;
-    f->dep[(f->head + f->len) % f->cap] = dep;
-    f->len++;
-    return dep;
-}
-
 /* A probability as the chain's threshold out of 2^32 (GE_ONE: always). */
 static GE_U64 threshold(double p)
 {
@@ -122,24 +74,6 @@ static int ingress_drops(sim_t *s, int dst)
     s->k.random_drops += (uint64_t)drop;
     s->k.loss_bursts += chain->bursts - bursts;
     return drop;
-}
-
-static uint64_t lateness(sim_t *s)
-{
-    if (!s->c.wake_mean_us) return 0;
-    return (uint64_t)(-log(1 - ltp_uniform(&s->wake_rng)) * (double)s->c.wake_mean_us);
-}
-
-/* The PS reads its socket once per rx_poll_us slot, at a pseudo-random instant inside the slot
- * (a pure function of the slot, so arrival order is kept). */
-static uint64_t rx_wake(const sim_t *s, uint64_t at)
-{
-    uint64_t p = s->c.rx_poll_us;
-    for (uint64_t k = at / p;; k++) {
-        uint64_t h = k ^ s->c.seed;
-        uint64_t t = k * p + (uint64_t)(ltp_uniform(&h) * (double)p);
-        if (t >= at) return t;
-    }
 }
 
 static void schedule(sim_t *s, int kind, int node, int slot, uint64_t at, const uint8_t *b, int len)
@@ -160,19 +94,21 @@ static void run_at(sim_t *s, int node, uint64_t at)
     schedule(s, EV_RUN, node, -1, at, NULL, 0);
 }
 
+static uint64_t lateness(sim_t *s) { return link_wake_late_us(&s->wake_rng, s->c.wake_mean_us); }
+
 void sim_kick(sim_t *s, int node) { run_at(s, node, s->now + lateness(s)); }
 
 /* A worker's frame reached the switch: the bottleneck, then the PS's ingress. */
 static void to_ps(sim_t *s, int src, const uint8_t *b, int len)
 {
     int data = s->ops.classify(b, (size_t)len) & SIM_PKT_DATA;
-    uint64_t dep = bottleneck_put(s, len + FRAME_OVERHEAD);
-    if (dep == NEVER_US) { s->k.queue_drops++; s->k.data_lost[1] += data != 0; return; }
+    uint64_t dep = link_shaped_put(&s->btl, &s->tb, s->now, len + FRAME_OVERHEAD);
+    if (dep == LINK_NEVER) { s->k.queue_drops++; s->k.data_lost[1] += data != 0; return; }
     s->k.bottleneck_frames++;
     s->k.bottleneck_bytes += (uint64_t)(len + FRAME_OVERHEAD);
     if (ingress_drops(s, 0)) { s->k.data_lost[1] += data != 0; return; }
     uint64_t at = dep + s->c.delay_us;
-    if (s->c.rx_poll_us) at = rx_wake(s, at);
+    if (s->c.rx_poll_us) at = link_poll_instant(s->c.rx_poll_us, s->c.seed, at);
     schedule(s, EV_DELIVER, 0, src - 1, at, b, len);
 }
 
@@ -182,8 +118,8 @@ static int emit(sim_t *s, int src, int slot, const uint8_t *b, int len)
     int f = s->ops.classify(b, (size_t)len);
     if (src == 0) {
         if (slot < 0 || slot >= s->c.n_workers) return 0;
-        uint64_t dep = fifo_put(&s->ps_link, s->now, len + FRAME_OVERHEAD);
-        if (dep == NEVER_US) { s->k.ps_refused++; return -1; }   /* ENOBUFS: the driver keeps it */
+        uint64_t dep = link_fifo_put(&s->ps_link, s->now, len + FRAME_OVERHEAD);
+        if (dep == LINK_NEVER) { s->k.ps_refused++; return -1; }   /* ENOBUFS: the driver keeps it */
         s->k.datagrams++;
         if (f & SIM_PKT_DATA) s->k.data_sent++;
         if (f & SIM_PKT_RTX) s->k.rtx_sent[0]++;
@@ -194,8 +130,8 @@ static int emit(sim_t *s, int src, int slot, const uint8_t *b, int len)
     s->k.datagrams++;
     if (f & SIM_PKT_DATA) s->k.data_sent++;
     if (f & SIM_PKT_RTX) s->k.rtx_sent[1]++;
-    uint64_t dep = fifo_put(&s->wlink[src - 1], s->now, len + FRAME_OVERHEAD);
-    if (dep == NEVER_US) { s->k.worker_link_drops++; s->k.data_lost[1] += (f & SIM_PKT_DATA) != 0; return 0; }
+    uint64_t dep = link_fifo_put(&s->wlink[src - 1], s->now, len + FRAME_OVERHEAD);
+    if (dep == LINK_NEVER) { s->k.worker_link_drops++; s->k.data_lost[1] += (f & SIM_PKT_DATA) != 0; return 0; }
     schedule(s, EV_SWITCH, src, -1, dep, b, len);
     return 0;
 }
@@ -243,9 +179,11 @@ sim_t *sim_new(const sim_netcfg_t *c, const sim_ops_t *ops, void **eps, char *er
     s->wake_rng = c->seed ^ 0x5DEECE66Dull;
     s->ge = (struct ge_config){threshold(c->p_gb), threshold(c->p_bg), threshold(c->loss_good),
                                threshold(c->loss_bad)};
-    int ok = s->node && s->wlink && fifo_init(&s->btl, c->queue_pkts, c->bottleneck_mbps) &&
-             fifo_init(&s->ps_link, c->ps_queue_pkts, c->ps_mbps);
-    for (int w = 0; ok && w < c->n_workers; w++) ok = fifo_init(&s->wlink[w], c->worker_queue_pkts, c->worker_mbps);
+    s->tb.burst_bytes = c->burst_bytes;
+    int ok = s->node && s->wlink && link_fifo_init(&s->btl, c->queue_pkts, c->bottleneck_mbps / 8.0) &&
+             link_fifo_init(&s->ps_link, c->ps_queue_pkts, c->ps_mbps / 8.0);
+    for (int w = 0; ok && w < c->n_workers; w++)
+        ok = link_fifo_init(&s->wlink[w], c->worker_queue_pkts, c->worker_mbps / 8.0);
     if (!ok) { sim_free(s); snprintf(err, err_len, "out of memory for %d workers.", c->n_workers); return NULL; }
     for (int k = 0; k < s->n; k++) {
         s->node[k].ep = eps[k];

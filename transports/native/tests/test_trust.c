@@ -52,6 +52,7 @@ typedef struct pair pair_t;
 typedef int (*tap_fn)(pair_t *P, int from, uint8_t *b, int *len);
 
 struct pair {
+    ltp_config_t cfg;        /* both cores' */
     ltp_core_t *c[2];
     uint64_t now;
     ev_t *q;
@@ -75,11 +76,13 @@ static ltp_config_t cfg_with(const char *const *names, const double *values, int
     return c;
 }
 
-static void pair_init(pair_t *P, const ltp_config_t *cfg)
+/* A PS and a worker on cfg_with(names, values, n). */
+static void pair_init(pair_t *P, const char *const *names, const double *values, int n)
 {
     memset(P, 0, sizeof *P);
-    P->c[PS] = ltp_core_new(cfg, 0xFFFF);
-    P->c[WK] = ltp_core_new(cfg, 0);
+    P->cfg = cfg_with(names, values, n);
+    P->c[PS] = ltp_core_new(&P->cfg, 0xFFFF);
+    P->c[WK] = ltp_core_new(&P->cfg, 0);
     ltp_core_add_peer(P->c[PS], 0);
     ltp_core_add_peer(P->c[WK], 0xFFFF);
     P->q = calloc(QCAP, sizeof *P->q);
@@ -181,12 +184,20 @@ static float *vec(uint32_t n, float base)
 
 #define N 4000u   /* floats per message: 16,000 bytes, 39 packets of 420 bytes */
 
+/* The worker sends message msg (N floats of v, segment 0); the pair runs until the PS can take
+ * it, for 2 s of virtual time at most. 1 if it can. */
+static int deliver(pair_t *P, uint32_t msg, const float *v)
+{
+    key_t_ k = {msg, 0};
+    ltp_core_send(P->c[WK], 0, msg, 0, v, N * 4, 0, P->now);
+    return pair_run(P, 2000000, rx_ready, &k);
+}
+
 /* ------------------------------------------------------------------ 1. a forged one-packet DATA */
 static void test_forged_short_message(void)
 {
-    ltp_config_t cfg = cfg_with(NULL, NULL, 0);
     pair_t P;
-    pair_init(&P, &cfg);
+    pair_init(&P, NULL, NULL, 0);
     ltp_core_expect(P.c[PS], 0, N * 4, 0);
     float *v = vec(N, 1.0f);
     /* A genuine first DATA, then a forgery from it: one packet, 4 bytes, same message. */
@@ -233,11 +244,8 @@ static int tap_forge_first(pair_t *P, int from, uint8_t *b, int *len)
 
 static void first_copy(int auth)
 {
-    const char *names[] = {"auth"};
-    double values[] = {auth};
-    ltp_config_t cfg = cfg_with(names, values, 1);
     pair_t P;
-    pair_init(&P, &cfg);
+    pair_init(&P, (const char *[]){"auth"}, (double[]){auth}, 1);
     uint8_t key[16] = {0x6b, 0x65, 0x79};
     ltp_core_set_key(P.c[PS], key, sizeof key);
     ltp_core_set_key(P.c[WK], key, sizeof key);
@@ -245,9 +253,7 @@ static void first_copy(int auth)
     float *v = vec(N, 1.0f), *got = calloc(N, sizeof *got);
     uint8_t *mask = calloc(N, 1);
     P.tap = tap_forge_first;
-    ltp_core_send(P.c[WK], 0, 1, 0, v, N * 4, 0, P.now);
-    key_t_ k1 = {1, 0};
-    int ok = pair_run(&P, 2000000, rx_ready, &k1);
+    int ok = deliver(&P, 1, v);
     ltp_msg_stats_t st;
     int rc = ok ? ltp_core_rx_take(P.c[PS], 0, 1, 0, got, N * 4, mask, &st) : -1;
     CHECK(rc == 0, "auth %d: not delivered (rc %d)", auth, rc);
@@ -268,9 +274,8 @@ static void first_copy(int auth)
 /* ------------------------------------------------------------------ 3. forged ACK and CLOSE */
 static void test_forged_ack(void)
 {
-    ltp_config_t cfg = cfg_with(NULL, NULL, 0);
     pair_t P;
-    pair_init(&P, &cfg);
+    pair_init(&P, NULL, NULL, 0);
     float *v = vec(N, 1.0f);
     P.tap = tap_first_data_and_ack;
     ltp_core_send(P.c[WK], 0, 1, 0, v, N * 4, 0, P.now);
@@ -302,14 +307,12 @@ static void test_forged_ack(void)
  * with reason stale ends the send as stale, not as success. */
 static void test_forged_close(void)
 {
-    ltp_config_t cfg = cfg_with(NULL, NULL, 0);
     pair_t P;
-    pair_init(&P, &cfg);
+    pair_init(&P, NULL, NULL, 0);
     float *v = vec(N, 1.0f), *got = calloc(N, sizeof *got);
     /* Messages 6 then 5: by the time 5 arrives the PS has taken 6, so 5 is stale. */
     key_t_ k6 = {6, 0};
-    ltp_core_send(P.c[WK], 0, 6, 0, v, N * 4, 0, P.now);
-    CHECK(pair_run(&P, 2000000, rx_ready, &k6), "message 6 not delivered");
+    CHECK(deliver(&P, 6, v), "message 6 not delivered");
     ltp_core_rx_take(P.c[PS], 0, 6, 0, got, N * 4, NULL, NULL);
     pair_run(&P, 2000000, tx_done, &k6);
     ltp_core_send_release(P.c[WK], 0, 6, 0);
@@ -360,14 +363,12 @@ static int tap_drop_from_ps(pair_t *P, int from, uint8_t *b, int *len)
  * for ever). */
 static void test_close_after_a_cancelled_send(void)
 {
-    ltp_config_t cfg = cfg_with(NULL, NULL, 0);
     pair_t P;
-    pair_init(&P, &cfg);
+    pair_init(&P, NULL, NULL, 0);
     float *v = vec(N, 1.0f), *got = calloc(N, sizeof *got);
     key_t_ k = {9, 0};
     P.tap = tap_drop_from_ps;
-    ltp_core_send(P.c[WK], 0, 9, 0, v, N * 4, 0, P.now);
-    CHECK(pair_run(&P, 2000000, rx_ready, &k), "message 9 not delivered");
+    CHECK(deliver(&P, 9, v), "message 9 not delivered");
     CHECK(ltp_core_rx_take(P.c[PS], 0, 9, 0, got, N * 4, NULL, NULL) == 0, "take failed");
     CHECK(ltp_core_send_status(P.c[WK], 0, 9, 0, NULL, P.now) == 0, "the send ended with no CLOSE");
     ltp_core_send_release(P.c[WK], 0, 9, 0);   /* the deadline: cancelled */
@@ -400,11 +401,8 @@ static int tap_gap(pair_t *P, int from, uint8_t *b, int *len)
  * finished "all acked", the receiver waited for ever; seen in a bursty-loss sweep). */
 static void test_idle_context_kept_while_room(void)
 {
-    const char *names[] = {"rx_idle_evict_us"};
-    double values[] = {100000};
-    ltp_config_t cfg = cfg_with(names, values, 1);
     pair_t P;
-    pair_init(&P, &cfg);
+    pair_init(&P, (const char *[]){"rx_idle_evict_us"}, (double[]){100000}, 1);
     float *v = vec(N, 1.0f), *got = calloc(N, sizeof *got);
     key_t_ k = {3, 0};
     gap_seen = 0;
@@ -426,11 +424,8 @@ static void table_after_forgery(uint32_t forged_base, int refresh, const char *w
 {
     /* Idle contexts go after 0.1 s; kept busy, the default 5 s would never come within a message's
      * 2 s (what matters then is that a needed id displaces them). */
-    const char *names[] = {"rx_idle_evict_us"};
-    double values[] = {refresh ? 5000000 : 100000};
-    ltp_config_t cfg = cfg_with(names, values, 1);
     pair_t P;
-    pair_init(&P, &cfg);
+    pair_init(&P, (const char *[]){"rx_idle_evict_us"}, (double[]){refresh ? 5000000 : 100000}, 1);
     ltp_core_expect(P.c[PS], 0, N * 4, 0);
     float *v = vec(N, 1.0f), *got = calloc(N, sizeof *got);
     P.tap = tap_keep_data;
@@ -492,9 +487,8 @@ static void test_ring(void)
     /* Unpaced (cc off), so the worker sends every layer at once. */
     const char *names[] = {"max_tx_per_peer", "max_open_per_peer", "cc"};
     double values[] = {SEGS, 2 * SEGS, 0};
-    ltp_config_t cfg = cfg_with(names, values, 3);
     pair_t P;
-    pair_init(&P, &cfg);
+    pair_init(&P, names, values, 3);
     for (uint16_t s = 1; s <= SEGS; s++) ltp_core_expect(P.c[PS], s, SEG_FLOATS * 4, 0);
     float *v = vec(SEG_FLOATS * SEGS, 1.0f), *got = calloc(SEG_FLOATS, sizeof *got);
     for (uint16_t s = 1; s <= SEGS; s++)
@@ -519,18 +513,12 @@ static void test_ring(void)
     pair_free(&P);
 
     /* The same with a ring of one and no layout: the taken key falls out of the ring at once. */
-    const char *n2[] = {"closed_ring"};
-    double v2[] = {1};
-    cfg = cfg_with(n2, v2, 1);
-    pair_init(&P, &cfg);
+    pair_init(&P, (const char *[]){"closed_ring"}, (double[]){1}, 1);
     float *w = vec(N, 1.0f), *g2 = calloc(N, sizeof *g2);
-    key_t_ k = {3, 0}, k4 = {4, 0};
     P.tap = tap_keep_data;
-    ltp_core_send(P.c[WK], 0, 3, 0, w, N * 4, 0, P.now);
-    pair_run(&P, 2000000, rx_ready, &k);
+    deliver(&P, 3, w);
     ltp_core_rx_take(P.c[PS], 0, 3, 0, g2, N * 4, NULL, NULL);
-    ltp_core_send(P.c[WK], 0, 4, 0, w, N * 4, 0, P.now);   /* its close pushes 3 out of the ring */
-    pair_run(&P, 2000000, rx_ready, &k4);
+    deliver(&P, 4, w);   /* its close pushes 3 out of the ring */
     inject(&P, PS, P.kept[0], P.kept_len[0]);
     CHECK(ltp_core_rx_frac(P.c[PS], 0, 3, 0) < 0, "late data for taken message 3 opened a new context");
     free(w); free(g2);
@@ -566,11 +554,8 @@ static void test_siphash_vectors(void)
  * for one receiver is refused by another; any changed byte is refused. */
 static void test_auth(void)
 {
-    const char *names[] = {"auth"};
-    double values[] = {1};
-    ltp_config_t cfg = cfg_with(names, values, 1);
     pair_t P;
-    pair_init(&P, &cfg);
+    pair_init(&P, (const char *[]){"auth"}, (double[]){1}, 1);
     float *v = vec(N, 1.0f), *got = calloc(N, sizeof *got);
     ltp_core_send(P.c[WK], 0, 1, 0, v, N * 4, 0, P.now);
     uint8_t b[1600];
@@ -593,11 +578,11 @@ static void test_auth(void)
     }
     CHECK(rejected == (len + 36) / 37, "%d of %d altered datagrams accepted", (len + 36) / 37 - rejected, (len + 36) / 37);
     /* The worker's datagram, shown to a second PS-side core of another rank: its key differs. */
-    ltp_core_t *third = ltp_core_new(&cfg, 7);
+    ltp_core_t *third = ltp_core_new(&P.cfg, 7);
     ltp_core_add_peer(third, 0);
     ltp_core_set_key(third, key, 16);
     CHECK(ltp_core_input(third, 0, P.kept[0], (size_t)len, P.now) != 0, "a datagram for one receiver accepted by another");
-    ltp_core_t *stranger = ltp_core_new(&cfg, 0xFFFF);
+    ltp_core_t *stranger = ltp_core_new(&P.cfg, 0xFFFF);
     ltp_core_add_peer(stranger, 0);
     ltp_core_set_key(stranger, other, 16);
     CHECK(ltp_core_input(stranger, 0, P.kept[0], (size_t)len, P.now) != 0, "a datagram accepted under another key");

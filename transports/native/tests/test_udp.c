@@ -32,6 +32,8 @@ typedef struct {
     ltp_udp_t *ps;
     ltp_udp_t *w[N_WORKERS];
     float data[N_WORKERS][N_FLOATS];
+    float out[N_WORKERS][N_FLOATS];   /* where the server takes each worker's message */
+    ltp_recv_req_t q[N_WORKERS];      /* the server's requests, one a worker */
 } job_t;
 
 /* Every end of a job shares the run's key (auth is on by default). */
@@ -64,6 +66,16 @@ static int open_job(job_t *j)
     return 0;
 }
 
+/* The job a test runs, opened afresh; not opening is a failed check. */
+static job_t *start_job(void)
+{
+    static job_t j;   /* too large for the stack */
+    memset(&j, 0, sizeof j);
+    int rc = open_job(&j);
+    CHECK(rc == 0, "opening the job: %d", rc);
+    return &j;
+}
+
 static void close_job(job_t *j)
 {
     for (int r = 0; r < N_WORKERS; r++) ltp_udp_close(j->w[r]);
@@ -77,80 +89,73 @@ static int push(job_t *j, int r, uint32_t msg_id)
     return ltp_udp_send(j->w[r], &s, 1, 2000000);
 }
 
-static void reqs_for(ltp_recv_req_t *q, float (*out)[N_FLOATS], const uint32_t *ids)
+/* The server's requests (j->q) for message ids[r] of every worker r, into j->out[r]. */
+static void ask_for(job_t *j, const uint32_t *ids)
 {
-    memset(q, 0, sizeof(ltp_recv_req_t) * N_WORKERS);
+    memset(j->q, 0, sizeof j->q);
     for (int r = 0; r < N_WORKERS; r++) {
-        q[r].peer = r;
-        q[r].msg_id = ids[r];
-        q[r].cap_bytes = N_FLOATS * 4;
-        q[r].data = out[r];
+        j->q[r].peer = r;
+        j->q[r].msg_id = ids[r];
+        j->q[r].cap_bytes = N_FLOATS * 4;
+        j->q[r].data = j->out[r];
     }
 }
 
 /* One worker delivers: recv_some(min_done 1) returns it at once, the others stay pending. */
 static void test_recv_any(void)
 {
-    static job_t j;
-    static float out[N_WORKERS][N_FLOATS];
-    ltp_recv_req_t q[N_WORKERS];
+    job_t *j = start_job();
     uint32_t ids[N_WORKERS] = {7, 3, 5};   /* every peer has its own message sequence */
-    int rc_open = open_job(&j);
-    CHECK(rc_open == 0, "opening the job: %d", rc_open);
-    CHECK(push(&j, 1, 3) == 0, "worker 1 push");
-    reqs_for(q, out, ids);
+    CHECK(push(j, 1, 3) == 0, "worker 1 push");
+    ask_for(j, ids);
     double t0 = now_s();
-    int got = ltp_udp_recv_some(j.ps, q, N_WORKERS, 1, 5000000);
+    int got = ltp_udp_recv_some(j->ps, j->q, N_WORKERS, 1, 5000000);
     CHECK(got == 1, "took %d messages, not 1", got);
     CHECK(now_s() - t0 < 1.0, "recv any waited %.2f s", now_s() - t0);
-    CHECK(q[1].status == 0 && q[0].status == LTP_ETIMEDOUT && q[2].status == LTP_ETIMEDOUT,
-          "statuses %d %d %d", q[0].status, q[1].status, q[2].status);
-    CHECK(memcmp(out[1], j.data[1], sizeof out[1]) == 0, "worker 1's values differ");
-    CHECK(q[1].stats.received_bytes == N_FLOATS * 4, "received %llu bytes",
-          (unsigned long long)q[1].stats.received_bytes);
+    CHECK(j->q[1].status == 0 && j->q[0].status == LTP_ETIMEDOUT && j->q[2].status == LTP_ETIMEDOUT,
+          "statuses %d %d %d", j->q[0].status, j->q[1].status, j->q[2].status);
+    CHECK(memcmp(j->out[1], j->data[1], sizeof j->out[1]) == 0, "worker 1's values differ");
+    CHECK(j->q[1].stats.received_bytes == N_FLOATS * 4, "received %llu bytes",
+          (unsigned long long)j->q[1].stats.received_bytes);
 
     /* Nobody else delivers: at the deadline nothing is taken, and that is not an error. */
     ids[1] = 4;
-    reqs_for(q, out, ids);
+    ask_for(j, ids);
     t0 = now_s();
-    got = ltp_udp_recv_some(j.ps, q, N_WORKERS, 1, 100000);
+    got = ltp_udp_recv_some(j->ps, j->q, N_WORKERS, 1, 100000);
     double waited = now_s() - t0;
     CHECK(got == 0, "took %d at the deadline", got);
     CHECK(waited >= 0.09 && waited < 1.0, "waited %.3f s for a 0.1 s deadline", waited);
 
     /* Worker 2 and 0 deliver while nobody asks; a later gather of all three takes both and times
      * out on worker 1 only. */
-    CHECK(push(&j, 2, 5) == 0, "worker 2 push");
-    CHECK(push(&j, 0, 7) == 0, "worker 0 push");
-    reqs_for(q, out, ids);
-    got = ltp_udp_recv_some(j.ps, q, N_WORKERS, N_WORKERS, 200000);
+    CHECK(push(j, 2, 5) == 0, "worker 2 push");
+    CHECK(push(j, 0, 7) == 0, "worker 0 push");
+    ask_for(j, ids);
+    got = ltp_udp_recv_some(j->ps, j->q, N_WORKERS, N_WORKERS, 200000);
     CHECK(got == 2, "gather with a deadline took %d, not 2", got);
-    CHECK(q[0].status == 0 && q[2].status == 0 && q[1].status == LTP_ETIMEDOUT,
-          "statuses %d %d %d", q[0].status, q[1].status, q[2].status);
-    CHECK(memcmp(out[0], j.data[0], sizeof out[0]) == 0 && memcmp(out[2], j.data[2], sizeof out[2]) == 0,
-          "values of workers 0 and 2 differ");
-    close_job(&j);
+    CHECK(j->q[0].status == 0 && j->q[2].status == 0 && j->q[1].status == LTP_ETIMEDOUT,
+          "statuses %d %d %d", j->q[0].status, j->q[1].status, j->q[2].status);
+    CHECK(memcmp(j->out[0], j->data[0], sizeof j->out[0]) == 0 &&
+          memcmp(j->out[2], j->data[2], sizeof j->out[2]) == 0, "values of workers 0 and 2 differ");
+    close_job(j);
 }
 
 /* A message that started arriving before the deadline is not lost by being left: the next call
  * takes it whole. */
 static void test_left_message_is_kept(void)
 {
-    static job_t j;
-    static float out[N_WORKERS][N_FLOATS];
-    ltp_recv_req_t q[N_WORKERS];
+    job_t *j = start_job();
     uint32_t ids[N_WORKERS] = {1, 1, 1};
-    int rc_open = open_job(&j);
-    CHECK(rc_open == 0, "opening the job: %d", rc_open);
-    reqs_for(q, out, ids);
-    CHECK(ltp_udp_recv_some(j.ps, q, N_WORKERS, 1, 1000) == 0, "took something before any push");
-    CHECK(push(&j, 0, 1) == 0, "worker 0 push");   /* arrives while nobody asks */
-    reqs_for(q, out, ids);
-    int got = ltp_udp_recv_some(j.ps, q, N_WORKERS, 1, 2000000);
-    CHECK(got == 1 && q[0].status == 0, "took %d, status %d", got, q[0].status);
-    CHECK(memcmp(out[0], j.data[0], sizeof out[0]) == 0, "worker 0's values differ");
-    CHECK(ltp_udp_recv_some(j.ps, q, N_WORKERS, 4, 1000) == LTP_EINVAL, "min_done > n accepted");
-    close_job(&j);
+    ask_for(j, ids);
+    CHECK(ltp_udp_recv_some(j->ps, j->q, N_WORKERS, 1, 1000) == 0, "took something before any push");
+    CHECK(push(j, 0, 1) == 0, "worker 0 push");   /* arrives while nobody asks */
+    ask_for(j, ids);
+    int got = ltp_udp_recv_some(j->ps, j->q, N_WORKERS, 1, 2000000);
+    CHECK(got == 1 && j->q[0].status == 0, "took %d, status %d", got, j->q[0].status);
+    CHECK(memcmp(j->out[0], j->data[0], sizeof j->out[0]) == 0, "worker 0's values differ");
+    CHECK(ltp_udp_recv_some(j->ps, j->q, N_WORKERS, 4, 1000) == LTP_EINVAL, "min_done > n accepted");
+    close_job(j);
 }
 
 /* Lingering ends leave within the quiet period (linger_min_us, 100 ms here) once their farewell
@@ -158,26 +163,22 @@ static void test_left_message_is_kept(void)
  * farewell after the caller first found it pending, and must wake the caller for it. */
 static void test_linger_leaves_when_quiet(void)
 {
-    static job_t j;
-    static float out[N_WORKERS][N_FLOATS];
-    ltp_recv_req_t q[N_WORKERS];
+    job_t *j = start_job();
     uint32_t ids[N_WORKERS] = {1, 1, 1};
-    int rc_open = open_job(&j);
-    CHECK(rc_open == 0, "opening the job: %d", rc_open);
-    for (int r = 0; r < N_WORKERS; r++) CHECK(push(&j, r, 1) == 0, "worker %d push", r);
-    reqs_for(q, out, ids);
-    CHECK(ltp_udp_recv(j.ps, q, N_WORKERS, 2000000) == 0, "the server's gather failed");
+    for (int r = 0; r < N_WORKERS; r++) CHECK(push(j, r, 1) == 0, "worker %d push", r);
+    ask_for(j, ids);
+    CHECK(ltp_udp_recv(j->ps, j->q, N_WORKERS, 2000000) == 0, "the server's gather failed");
     double t0 = now_s();
-    CHECK(ltp_udp_linger(j.ps, 5000000) == 0, "server linger failed");
+    CHECK(ltp_udp_linger(j->ps, 5000000) == 0, "server linger failed");
     double waited = now_s() - t0;
     CHECK(waited >= 0.09 && waited < 1.0, "the server lingered %.2f s (quiet period 0.1 s, bound 5 s)", waited);
     for (int r = 0; r < N_WORKERS; r++) {
         t0 = now_s();
-        CHECK(ltp_udp_linger(j.w[r], 5000000) == 0, "worker %d linger failed", r);
+        CHECK(ltp_udp_linger(j->w[r], 5000000) == 0, "worker %d linger failed", r);
         waited = now_s() - t0;
         CHECK(waited < 1.0, "worker %d lingered %.2f s (quiet period 0.1 s, bound 5 s)", r, waited);
     }
-    close_job(&j);
+    close_job(j);
 }
 
 /* A message of several segments (PLOT's layers, one id) is taken segment by segment as each
@@ -185,31 +186,26 @@ static void test_linger_leaves_when_quiet(void)
  * opens and is delivered; an older id is stale. */
 static void test_segments_taken_one_by_one(void)
 {
-    static job_t j;
-    static float out[2][N_FLOATS];
-    int rc_open = open_job(&j);
-    CHECK(rc_open == 0, "opening the job: %d", rc_open);
-    ltp_recv_req_t q[2];
-    memset(q, 0, sizeof q);
+    job_t *j = start_job();
     for (int k = 0; k < 2; k++)
-        q[k] = (ltp_recv_req_t){.peer = 0, .msg_id = 2, .segment = (uint32_t)(1 + k),
-                                .cap_bytes = N_FLOATS * 4, .data = out[k]};
+        j->q[k] = (ltp_recv_req_t){.peer = 0, .msg_id = 2, .segment = (uint32_t)(1 + k),
+                                   .cap_bytes = N_FLOATS * 4, .data = j->out[k]};
     ltp_send_req_t s = {.peer = 0, .msg_id = 2, .segment = 1, .len_bytes = N_FLOATS * 4,
-                        .data = j.data[0]};
-    CHECK(ltp_udp_send(j.w[0], &s, 1, 2000000) == 0, "segment 1 push");
-    int got = ltp_udp_recv_some(j.ps, q, 2, 1, 2000000);
-    CHECK(got == 1 && q[0].status == 0 && q[1].status == LTP_ETIMEDOUT, "took %d, statuses %d %d",
-          got, q[0].status, q[1].status);
+                        .data = j->data[0]};
+    CHECK(ltp_udp_send(j->w[0], &s, 1, 2000000) == 0, "segment 1 push");
+    int got = ltp_udp_recv_some(j->ps, j->q, 2, 1, 2000000);
+    CHECK(got == 1 && j->q[0].status == 0 && j->q[1].status == LTP_ETIMEDOUT, "took %d, statuses %d %d",
+          got, j->q[0].status, j->q[1].status);
     s.segment = 2;
-    s.data = j.data[1];
-    int rc = ltp_udp_send(j.w[0], &s, 1, 2000000);
+    s.data = j->data[1];
+    int rc = ltp_udp_send(j->w[0], &s, 1, 2000000);
     CHECK(rc == 0, "segment 2 of the id just taken was refused: %d", rc);
-    got = ltp_udp_recv_some(j.ps, &q[1], 1, 1, 2000000);
-    CHECK(got == 1 && q[1].status == 0, "segment 2: took %d, status %d", got, q[1].status);
-    CHECK(memcmp(out[1], j.data[1], sizeof out[1]) == 0, "segment 2's values differ");
+    got = ltp_udp_recv_some(j->ps, &j->q[1], 1, 1, 2000000);
+    CHECK(got == 1 && j->q[1].status == 0, "segment 2: took %d, status %d", got, j->q[1].status);
+    CHECK(memcmp(j->out[1], j->data[1], sizeof j->out[1]) == 0, "segment 2's values differ");
     s.msg_id = 1;   /* older than the id taken */
-    CHECK(ltp_udp_send(j.w[0], &s, 1, 2000000) == LTP_ESTALE, "an older id was not stale");
-    close_job(&j);
+    CHECK(ltp_udp_send(j->w[0], &s, 1, 2000000) == LTP_ESTALE, "an older id was not stale");
+    close_job(j);
 }
 
 int main(void)

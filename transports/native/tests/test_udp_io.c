@@ -56,19 +56,38 @@ static struct sockaddr_in bound(int fd)
     return sa;
 }
 
-/* The receiving end as ltp_udp_open builds it, without its progress thread: peer 0 is `from`. */
-static ltp_udp_t *rx_open(const ltp_config_t *cfg, struct sockaddr_in from, struct sockaddr_in *at)
+/* An end as ltp_udp_open builds it, before its buffers, socket and progress thread: one peer,
+ * of rank peer_rank at addr, and the key when auth is on. */
+static ltp_udp_t *end_new(const ltp_config_t *cfg, uint16_t rank, uint16_t peer_rank, struct sockaddr_in addr)
 {
     ltp_udp_t *u = calloc(1, sizeof *u);
-    u->core = ltp_core_new(cfg, LTP_RANK_SERVER);
+    u->core = ltp_core_new(cfg, rank);
     u->tag_bytes = (uint32_t)auth_trailer(cfg);
     u->last_data_peer = -1;
     u->max_peers = 1;
     u->addrs = calloc(1, sizeof *u->addrs);
-    u->addrs[0] = from;
+    u->addrs[0] = addr;
     u->n_peers = 1;
-    ltp_core_add_peer(u->core, 0);
+    ltp_core_add_peer(u->core, peer_rank);
     if (cfg->auth) ltp_core_set_key(u->core, KEY, sizeof KEY);
+    return u;
+}
+
+/* Either end (each has one of the two buffers; the other is NULL). */
+static void end_free(ltp_udp_t *u)
+{
+    close(u->fd);
+    ltp_core_free(u->core);
+    free(u->addrs);
+    free(u->rxbuf);
+    free(u->txbuf);
+    free(u);
+}
+
+/* The receiving end, without its progress thread: peer 0 is `from`. */
+static ltp_udp_t *rx_open(const ltp_config_t *cfg, struct sockaddr_in from, struct sockaddr_in *at)
+{
+    ltp_udp_t *u = end_new(cfg, LTP_RANK_SERVER, 0, from);
     u->rxbuf = malloc((size_t)BATCH * RX_SLOT_BYTES);
     u->fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
     int big = 8 << 20;
@@ -83,13 +102,21 @@ static ltp_udp_t *rx_open(const ltp_config_t *cfg, struct sockaddr_in from, stru
     return u;
 }
 
-static void rx_close(ltp_udp_t *u)
+/* A receiving end and the plain socket that plays its peer 0 (a worker). */
+typedef struct { ltp_udp_t *u; int tx; struct sockaddr_in at; } rx_bench_t;
+
+static rx_bench_t bench_open(const ltp_config_t *cfg)
 {
-    close(u->fd);
-    ltp_core_free(u->core);
-    free(u->addrs);
-    free(u->rxbuf);
-    free(u);
+    rx_bench_t b;
+    b.tx = socket(AF_INET, SOCK_DGRAM, 0);
+    b.u = rx_open(cfg, bound(b.tx), &b.at);
+    return b;
+}
+
+static void bench_close(rx_bench_t *b)
+{
+    end_free(b->u);
+    close(b->tx);
 }
 
 static uint64_t stat_of(ltp_udp_t *u, int i)
@@ -99,8 +126,11 @@ static uint64_t stat_of(ltp_udp_t *u, int i)
     return st[i];
 }
 
-/* The DATA datagrams of message msg_id (worker rank 0 to the PS), in index order. */
-static int message(const ltp_config_t *cfg, uint32_t msg_id, const float *v, uint8_t (*out)[DG], int *lens)
+/* The DATA datagrams of one message, in index order. */
+typedef struct { uint8_t dg[10][DG]; int len[10]; } burst_t;
+
+/* Message msg_id (worker rank 0 to the PS) cut into m; how many DATA it took. */
+static int message(const ltp_config_t *cfg, uint32_t msg_id, const float *v, burst_t *m)
 {
     ltp_core_t *tx = ltp_core_new(cfg, 0);
     ltp_core_add_peer(tx, LTP_RANK_SERVER);
@@ -109,14 +139,23 @@ static int message(const ltp_config_t *cfg, uint32_t msg_id, const float *v, uin
     int n = 0, len, slot;
     static uint8_t b[LTP_MAX_DATAGRAM];
     while (n < 10 && (len = ltp_core_poll_tx(tx, 1, b, sizeof b, &slot)) > 0)
-        if (b[WIRE_TYPE] == LTP_T_DATA) { memcpy(out[n], b, (size_t)len); lens[n++] = len; }
+        if (b[WIRE_TYPE] == LTP_T_DATA) { memcpy(m->dg[n], b, (size_t)len); m->len[n++] = len; }
     ltp_core_free(tx);
     return n;
 }
 
-static void put(int fd, struct sockaddr_in to, const uint8_t *b, int len)
+static void put(const rx_bench_t *b, const uint8_t *dg, int len)
 {
-    sendto(fd, b, (size_t)len, 0, (struct sockaddr *)&to, sizeof to);
+    sendto(b->tx, dg, (size_t)len, 0, (const struct sockaddr *)&b->at, sizeof b->at);
+}
+
+/* A copy of datagram k of m with `bit` flipped in byte `at`: a forgery made from a genuine one. */
+static void put_altered(const rx_bench_t *b, const burst_t *m, int k, int at, uint8_t bit)
+{
+    static uint8_t f[DG];
+    memcpy(f, m->dg[k], (size_t)m->len[k]);
+    f[at] ^= bit;
+    put(b, f, m->len[k]);
 }
 
 static float *vec(float base)
@@ -132,28 +171,23 @@ static float *vec(float base)
 static void test_copies_in_one_batch(void)
 {
     ltp_config_t c = cfg_of(0, 4);
-    int tx = socket(AF_INET, SOCK_DGRAM, 0);
-    struct sockaddr_in from = bound(tx), at;
-    ltp_udp_t *u = rx_open(&c, from, &at);
-    static uint8_t dg[10][DG], forged[DG];
-    int lens[10];
+    rx_bench_t b = bench_open(&c);
+    static burst_t m;
     float *v = vec(1.0f);
-    CHECK(message(&c, 5, v, dg, lens) == 10, "message");
-    put(tx, at, dg[0], lens[0]);
-    CHECK(do_rx(u) == 1 && ltp_core_rx_frac(u->core, 0, 5, 0) > 0, "packet 0 not taken in");
-    memcpy(forged, dg[2], (size_t)lens[2]);
-    forged[LTP_DATA_HDR_BYTES + 100] ^= 0x40;
-    put(tx, at, forged, lens[2]);
-    put(tx, at, dg[2], lens[2]);
-    CHECK(do_rx(u) == 2, "the two copies were not read in one batch");
-    CHECK(stat_of(u, LTP_S_DUP_CONFLICT) == 1, "copies that disagree were not disputed (%llu)",
-          (unsigned long long)stat_of(u, LTP_S_DUP_CONFLICT));
-    CHECK(stat_of(u, LTP_S_RX_PLACED) == 0, "a copy that came twice in one batch was passed in place");
-    for (int k = 1; k < 10; k++) if (k != 2) put(tx, at, dg[k], lens[k]);
-    do_rx(u);
+    CHECK(message(&c, 5, v, &m) == 10, "message");
+    put(&b, m.dg[0], m.len[0]);
+    CHECK(do_rx(b.u) == 1 && ltp_core_rx_frac(b.u->core, 0, 5, 0) > 0, "packet 0 not taken in");
+    put_altered(&b, &m, 2, LTP_DATA_HDR_BYTES + 100, 0x40);
+    put(&b, m.dg[2], m.len[2]);
+    CHECK(do_rx(b.u) == 2, "the two copies were not read in one batch");
+    CHECK(stat_of(b.u, LTP_S_DUP_CONFLICT) == 1, "copies that disagree were not disputed (%llu)",
+          (unsigned long long)stat_of(b.u, LTP_S_DUP_CONFLICT));
+    CHECK(stat_of(b.u, LTP_S_RX_PLACED) == 0, "a copy that came twice in one batch was passed in place");
+    for (int k = 1; k < 10; k++) if (k != 2) put(&b, m.dg[k], m.len[k]);
+    do_rx(b.u);
     float *got = malloc(N_FLOATS * 4);
     uint8_t *mask = malloc(N_FLOATS);
-    CHECK(ltp_core_rx_take(u->core, 0, 5, 0, got, N_FLOATS * 4, mask, NULL) == 0, "not complete");
+    CHECK(ltp_core_rx_take(b.u->core, 0, 5, 0, got, N_FLOATS * 4, mask, NULL) == 0, "not complete");
     uint32_t chunk = ltp_chunk_bytes(&c) / 4;   /* floats per packet */
     int ok = 1;
     for (uint32_t i = 0; i < N_FLOATS; i++) {
@@ -161,11 +195,10 @@ static void test_copies_in_one_batch(void)
         ok &= disputed ? mask[i] == 0 && got[i] == 0.0f : mask[i] == 1 && got[i] == v[i];
     }
     CHECK(ok, "the message is not the genuine one with packet 2 missing");
-    CHECK(stat_of(u, LTP_S_RX_PLACED) >= 6, "later packets did not land in place (%llu)",
-          (unsigned long long)stat_of(u, LTP_S_RX_PLACED));
+    CHECK(stat_of(b.u, LTP_S_RX_PLACED) >= 6, "later packets did not land in place (%llu)",
+          (unsigned long long)stat_of(b.u, LTP_S_RX_PLACED));
     free(v); free(got); free(mask);
-    rx_close(u);
-    close(tx);
+    bench_close(&b);
 }
 
 /* A table of two: messages 5 and 10 open, guesses into 10. One batch, all genuine and sealed:
@@ -175,75 +208,56 @@ static void test_copies_in_one_batch(void)
 static void test_place_freed_in_the_batch(void)
 {
     ltp_config_t c = cfg_of(1, 2);
-    int tx = socket(AF_INET, SOCK_DGRAM, 0);
-    struct sockaddr_in from = bound(tx), at;
-    ltp_udp_t *u = rx_open(&c, from, &at);
-    static uint8_t m3[10][DG], m5[10][DG], m10[10][DG];
-    int l3[10], l5[10], l10[10];
+    rx_bench_t b = bench_open(&c);
+    static burst_t m3, m5, m10;
     float *v = vec(2.0f);
-    message(&c, 3, v, m3, l3);
-    message(&c, 5, v, m5, l5);
-    message(&c, 10, v, m10, l10);
-    put(tx, at, m5[0], l5[0]);   /* one batch, read before any guess: no miss to pause guessing */
-    put(tx, at, m10[0], l10[0]);
-    CHECK(do_rx(u) == 2, "messages 5 and 10 not opened");
-    put(tx, at, m3[0], l3[0]);
-    put(tx, at, m10[2], l10[2]);
-    CHECK(do_rx(u) == 2, "not one batch");
-    CHECK(stat_of(u, LTP_S_RX_EVICTED) == 1, "message 10 was not evicted");
-    CHECK(stat_of(u, LTP_S_RX_PLACE_LOST) == 1 && stat_of(u, LTP_S_RX_PLACED) == 0,
-          "place_lost %llu placed %llu", (unsigned long long)stat_of(u, LTP_S_RX_PLACE_LOST),
-          (unsigned long long)stat_of(u, LTP_S_RX_PLACED));
-    CHECK(ltp_core_rx_frac(u->core, 0, 10, 0) < 0, "message 10 reopened from a freed buffer");
+    message(&c, 3, v, &m3);
+    message(&c, 5, v, &m5);
+    message(&c, 10, v, &m10);
+    put(&b, m5.dg[0], m5.len[0]);   /* one batch, read before any guess: no miss to pause guessing */
+    put(&b, m10.dg[0], m10.len[0]);
+    CHECK(do_rx(b.u) == 2, "messages 5 and 10 not opened");
+    put(&b, m3.dg[0], m3.len[0]);
+    put(&b, m10.dg[2], m10.len[2]);
+    CHECK(do_rx(b.u) == 2, "not one batch");
+    CHECK(stat_of(b.u, LTP_S_RX_EVICTED) == 1, "message 10 was not evicted");
+    CHECK(stat_of(b.u, LTP_S_RX_PLACE_LOST) == 1 && stat_of(b.u, LTP_S_RX_PLACED) == 0,
+          "place_lost %llu placed %llu", (unsigned long long)stat_of(b.u, LTP_S_RX_PLACE_LOST),
+          (unsigned long long)stat_of(b.u, LTP_S_RX_PLACED));
+    CHECK(ltp_core_rx_frac(b.u->core, 0, 10, 0) < 0, "message 10 reopened from a freed buffer");
     free(v);
-    rx_close(u);
-    close(tx);
+    bench_close(&b);
 }
 
 /* With auth on: a flipped payload byte of a DATA read into place is refused (bad_mac). */
 static void test_mac_in_place(void)
 {
     ltp_config_t c = cfg_of(1, 4);
-    int tx = socket(AF_INET, SOCK_DGRAM, 0);
-    struct sockaddr_in from = bound(tx), at;
-    ltp_udp_t *u = rx_open(&c, from, &at);
-    static uint8_t dg[10][DG], forged[DG];
-    int lens[10];
+    rx_bench_t b = bench_open(&c);
+    static burst_t m;
     float *v = vec(3.0f);
-    CHECK(message(&c, 7, v, dg, lens) == 10 && lens[1] == DG, "message");
-    put(tx, at, dg[0], lens[0]);
-    do_rx(u);
-    memcpy(forged, dg[1], (size_t)lens[1]);
-    forged[LTP_DATA_HDR_BYTES + 5000] ^= 0x01;
-    put(tx, at, forged, lens[1]);
-    do_rx(u);
-    CHECK(stat_of(u, LTP_S_BAD_MAC) == 1 && stat_of(u, LTP_S_RX_PLACED) == 1,
-          "bad_mac %llu placed %llu", (unsigned long long)stat_of(u, LTP_S_BAD_MAC),
-          (unsigned long long)stat_of(u, LTP_S_RX_PLACED));
-    for (int k = 1; k < 10; k++) put(tx, at, dg[k], lens[k]);
-    do_rx(u);
+    CHECK(message(&c, 7, v, &m) == 10 && m.len[1] == DG, "message");
+    put(&b, m.dg[0], m.len[0]);
+    do_rx(b.u);
+    put_altered(&b, &m, 1, LTP_DATA_HDR_BYTES + 5000, 0x01);
+    do_rx(b.u);
+    CHECK(stat_of(b.u, LTP_S_BAD_MAC) == 1 && stat_of(b.u, LTP_S_RX_PLACED) == 1,
+          "bad_mac %llu placed %llu", (unsigned long long)stat_of(b.u, LTP_S_BAD_MAC),
+          (unsigned long long)stat_of(b.u, LTP_S_RX_PLACED));
+    for (int k = 1; k < 10; k++) put(&b, m.dg[k], m.len[k]);
+    do_rx(b.u);
     float *got = malloc(N_FLOATS * 4);
-    CHECK(ltp_core_rx_take(u->core, 0, 7, 0, got, N_FLOATS * 4, NULL, NULL) == 0 &&
+    CHECK(ltp_core_rx_take(b.u->core, 0, 7, 0, got, N_FLOATS * 4, NULL, NULL) == 0 &&
           memcmp(got, v, N_FLOATS * 4) == 0, "the genuine message did not arrive whole");
     free(v); free(got);
-    rx_close(u);
-    close(tx);
+    bench_close(&b);
 }
 
-/* The sending end as ltp_udp_open builds it, without its thread: peer 0 (the PS) at `to`. */
+/* The sending end, without its progress thread: peer 0 (the PS) at `to`. */
 static ltp_udp_t *tx_open(const ltp_config_t *cfg, struct sockaddr_in to)
 {
-    ltp_udp_t *u = calloc(1, sizeof *u);
-    u->core = ltp_core_new(cfg, 0);
+    ltp_udp_t *u = end_new(cfg, 0, LTP_RANK_SERVER, to);
     u->gso = cfg->udp_gso != 0;
-    u->tag_bytes = (uint32_t)auth_trailer(cfg);
-    u->last_data_peer = -1;
-    u->max_peers = 1;
-    u->addrs = calloc(1, sizeof *u->addrs);
-    u->addrs[0] = to;
-    u->n_peers = 1;
-    ltp_core_add_peer(u->core, LTP_RANK_SERVER);
-    if (cfg->auth) ltp_core_set_key(u->core, KEY, sizeof KEY);
     u->txbuf = malloc((size_t)TX_SLOTS * TX_SLOT_BYTES);
     u->fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
     int one = 1, big = 8 << 20;
@@ -312,11 +326,7 @@ static int child_refused_writes(void)
     CHECK(o && getsockopt(o->fd, IPPROTO_IP, IP_RECVERR, &on, &len) == 0 && on == 1, "IP_RECVERR is off");
     ltp_udp_close(o);
     free(v);
-    free(u->txbuf);
-    free(u->addrs);
-    ltp_core_free(u->core);
-    close(u->fd);
-    free(u);
+    end_free(u);
     close(rx);
     return n_fail ? 1 : 0;
 }

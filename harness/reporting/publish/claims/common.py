@@ -41,6 +41,12 @@ def listing(values: Iterable, spec: str = "g") -> str:
     return ", ".join(items[:-1]) + " and " + items[-1]
 
 
+def span(values: Iterable[float], spec: str = ".2f") -> str:
+    """``0.41-0.87``: the least and the greatest of ``values``."""
+    values = list(values)
+    return f"{min(values):{spec}}-{max(values):{spec}}"
+
+
 def phrase(sign: int | None, better: str, worse: str,
            noise: str = "within noise") -> str:
     """The words of a verdict's sign: ``better`` (+1), ``worse`` (-1), ``noise`` (0), or that

@@ -18,7 +18,7 @@ import pandas as pd
 
 from harness.reporting import stats
 from harness.reporting.publish.claims import Section
-from harness.reporting.publish.claims.common import dataset
+from harness.reporting.publish.claims.common import dataset, span
 from harness.reporting.publish.context import Context, Folder
 from harness.reporting.report import seed_text
 
@@ -54,7 +54,7 @@ def _setting(f: Folder) -> str:
     delays = sorted(runs.delay_ms.unique())
     delay = ("" if delays == [0] else
              f", {_list(delays)} ms added one way at every host's ingress (round trip measured "
-             f"before each run: {runs.rtt_ms.min():.1f}-{runs.rtt_ms.max():.1f} ms)")
+             f"before each run: {span(runs.rtt_ms, '.1f')} ms)")
     models = sorted({str(m).split(":")[0] for m in runs.loss_model})
     cap = base.get("max_train_s")
     auth = {bool(_options(r).get("auth")) for _, r in runs.iterrows()}
@@ -248,7 +248,7 @@ def _edge_repair(f: Folder) -> str:
             "Some runs retransmitted more than was dropped.")
     return (f"- **{head}** The bottleneck queue dropped {int(qd.min()):,}-{int(qd.max()):,} "
             "packets a run (the incast's own); retransmissions were "
-            f"{ratio.min():.2f}-{ratio.max():.2f} of all drops per run, "
+            f"{span(ratio)} of all drops per run, "
             + ("below 1 in every run, as they should be: drops also count what needs no repair "
                "(the workers' ACKs, a copy lost after its message closed) and `ltp`'s early "
                "closes skip a few." if below else

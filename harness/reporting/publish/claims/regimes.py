@@ -21,8 +21,8 @@ from harness.reporting.publish.claims import Section
 from harness.reporting.publish.claims.common import (DIFF_RULE, FAMILY, RELIABLE, STRONGEST_TCP,
                                                      TOLERANT, against, cap_text, cell, legend,
                                                      listing, name, phrase, reached_text, runs_of,
-                                                     scheme_order, setting, speed_ratio, time_fmt,
-                                                     tolerance_summary, tta_est, tta_of,
+                                                     scheme_order, setting, span, speed_ratio,
+                                                     time_fmt, tolerance_summary, tta_est, tta_of,
                                                      verdict_text)
 from harness.reporting.publish.context import Context, Folder
 
@@ -35,6 +35,13 @@ RERUNS = ("results/regimes/incast-32-rerun", "results/regimes/incast-32-rerun-30
 # A first broadcast this many times the median first broadcast of its cell is a stall: the
 # stalls seen were over ten times the typical one, the rest within a factor of two.
 STALL_FACTOR = 5.0
+# What the stalls' analysis cannot say, whatever the numbers (the reruns carry the per-send timing
+# the stalled runs lacked).
+STALL_CAUSE_UNKNOWN = (
+    "What it waited for is not known: the per-send timing that could show it was added after "
+    "the stalls, and the reruns that have it did not stall. The probe-timeout suspicion "
+    "(`docs/ltp-protocol.md` §4) is neither confirmed nor ruled out, and nothing was changed "
+    "for it.")
 
 
 def _merged(ctx: Context, rels) -> pd.DataFrame:
@@ -171,13 +178,13 @@ def _stall_text(ctx: Context) -> list[str]:
         stalled = mine[mine.stall]
         what = "; ".join(
             f"seed {int(r.seed)}: {r.first_s:.1f} s, the machine {r.cpu_busy_frac:.2f} busy "
-            f"over the run against {rest.cpu_busy_frac.min():.2f}-"
-            f"{rest.cpu_busy_frac.max():.2f} in the others" for r in stalled.itertuples())
+            f"over the run against {span(rest.cpu_busy_frac)} in the others"
+            for r in stalled.itertuples())
         lines.append(f"- `{f.rel}/` ({len(mine)} runs of {int(mine.iterations.max())} "
                      f"iterations): {len(stalled)} stall{'s' if len(stalled) != 1 else ''}"
                      + (f" ({what})" if what else "")
-                     + f"; the other runs' first broadcasts {rest.first_s.min():.2f}-"
-                     f"{rest.first_s.max():.2f} s, their longest broadcast of any iteration "
+                     + f"; the other runs' first broadcasts {span(rest.first_s)} s, their "
+                     "longest broadcast of any iteration "
                      f"{rest.longest_s.max():.2f} s.")
     k_early, k_late = int(early.stall.sum()), int(late.stall.sum())
     idle = all(r.cpu_busy_frac < runs[(runs.folder == r.folder) & ~runs.stall].cpu_busy_frac.min()
@@ -193,17 +200,12 @@ def _stall_text(ctx: Context) -> list[str]:
             "test, one-sided). " + (
                 "Every stalled run had the machine less busy than any other run of its folder, "
                 "so the PS was waiting, not computing. " if idle else "")
-            + "What it waited for is "
-            "not known: the per-send timing that could show it was added after the stalls, and "
-            "the reruns that have it did not stall. The probe-timeout suspicion "
-            "(`docs/ltp-protocol.md` §4) is neither confirmed nor ruled out, and nothing was "
-            "changed for it.")
+            + STALL_CAUSE_UNKNOWN)
     return lines
 
 
 def _incast_tta(ctx: Context) -> list[str]:
-    f = ctx.folder(INCAST_TTA)
-    ok = f.ok
+    ok = ctx.folder(INCAST_TTA).ok
     target = ok.target_accuracy.median()
     lines = [f"**Does the filling cost accuracy?** Time to {target:.0%} through the same "
              f"queue (`{INCAST_TTA}/`, {listing(name(s) for s in scheme_order(ok))}; runs stop "

@@ -20,7 +20,9 @@ import pandas as pd
 
 from harness.reporting import stats
 from harness.reporting.publish.claims import Section
+from harness.reporting.publish.claims.common import span
 from harness.reporting.publish.context import PROJECT, Context, Folder
+from harness.running.results import read_table
 from harness.simulation.driver import SCHEMES
 from harness.simulation.figures import bound_s, crossovers, medians
 from topologies.impair.loss import Uniform, parse_loss
@@ -39,7 +41,7 @@ SIM_ARGS = PROJECT / "transports" / "native" / "sim" / "sim_args.c"
 
 def pushes(f: Folder) -> pd.DataFrame:
     """One row per push (iteration) of the folder's ok runs, as the figures use them."""
-    its = pd.read_csv(f.path / "iterations.csv")
+    its = read_table(f.path / "iterations.csv")
     return its.merge(f.ok[KEYS], on=KEYS)
 
 
@@ -236,12 +238,12 @@ def by_n_text(ctx: Context) -> list[str]:
               f"{_ratios(medl, LTP, RELIABLE, 'n_workers', '.3f')} with it. Without loss "
               f"{_separated(f, LTP, RELIABLE)}; with it {_separated(fl, LTP, RELIABLE)}. "
               f"`{LTP}`'s early closes leave out the last part of a gradient (a run's mean "
-              f"received fraction {frac.min():.3f}-{frac.max():.3f}) but do not shorten the "
+              f"received fraction {span(frac, '.3f')}) but do not shorten the "
               "incast, whose time is the queue's.",
               f"- **`{PLOT}` against `{LTP}`**: {_ratios(med, PLOT, LTP, 'n_workers', '.3f')} "
               f"without loss; {_ratios(medl, PLOT, LTP, 'n_workers', '.3f')} with it; `{PLOT}` "
               f"closes its layers at their bounds (a run's mean received fraction "
-              f"{plot_frac.min():.3f}-{plot_frac.max():.3f}).",
+              f"{span(plot_frac, '.3f')}).",
               f"- **`{TCP}` against `{LTP}` in N** ({_list(f.ok.bottleneck_mbps.unique())} "
               f"Mbit/s): {_ratios(med, TCP, LTP, 'n_workers')} without loss, "
               f"{_order(med, LTP, TCP, 'n_workers', 'workers', 'N')}; with loss "
@@ -255,8 +257,7 @@ def by_n_text(ctx: Context) -> list[str]:
               "at a larger N, and the change of side here is a lower estimate of that N, not a "
               "measured one.",
               f"- **Iteration time** (broadcast and push) over push time, median over median: "
-              + "; ".join(f"`{s}` {(g.iteration / g['median']).min():.2f}-"
-                          f"{(g.iteration / g['median']).max():.2f}x"
+              + "; ".join(f"`{s}` {span(g.iteration / g['median'])}x"
                           for s, g in med.groupby("transport") if s in LTP_FAMILY)
               + " without loss (2x would mean the serial broadcast takes as long as the "
               "incast)."]

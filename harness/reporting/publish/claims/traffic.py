@@ -19,7 +19,8 @@ from harness.reporting.publish.claims import Section
 from harness.reporting.publish.claims.common import (FAMILY, RELIABLE, STRONGEST_TCP, TOLERANT,
                                                      against, cap_text, capped, cell, legend,
                                                      listing, name, runs_of, scheme_order, setting,
-                                                     speed_ratio, tolerance_summary, verdict_text)
+                                                     span, speed_ratio, tolerance_summary,
+                                                     verdict_text)
 from harness.reporting.publish.context import Context, Folder
 
 CROSS = "results/regimes/cross"
@@ -110,12 +111,11 @@ def _cross_outlier(ok: pd.DataFrame) -> list[str]:
                      f"{r.cpu_busy_frac:.2f} busy, update {1e3 * r.update_p50_s:.1f} ms, cross "
                      f"flows {_mb(r.cross_tx_bytes)}" for r in mine.itertuples())
     lines = [f"**The slowest cell**, {name(scheme)} next to `{kind}` at {loss:g} % loss "
-             f"(the rest of the LTP family there: {peers.iters_per_s.min():.2f}-"
-             f"{peers.iters_per_s.max():.2f} it/s, cross flows {_mb(peers.cross_tx_bytes.min())}"
+             f"(the rest of the LTP family there: {span(peers.iters_per_s)} it/s, cross flows "
+             f"{_mb(peers.cross_tx_bytes.min())}"
              f"-{_mb(peers.cross_tx_bytes.max())}): {runs}. In every other run of the sweep the "
-             f"PS's update took {1e3 * rest.update_p50_s.min():.1f}-"
-             f"{1e3 * rest.update_p50_s.max():.1f} ms and the machine was "
-             f"{rest.cpu_busy_frac.min():.2f}-{rest.cpu_busy_frac.max():.2f} busy."]
+             f"PS's update took {span(1e3 * rest.update_p50_s, '.1f')} ms and the machine was "
+             f"{span(rest.cpu_busy_frac)} busy."]
     if not slow_update.empty:
         lines[0] += (f" In {len(slow_update)} of its {len(mine)} runs the update, which uses "
                      "only the CPU, took longer than in any other run: there the machine, not "
@@ -125,8 +125,7 @@ def _cross_outlier(ok: pd.DataFrame) -> list[str]:
 
 
 def _cross_idle(ctx: Context) -> list[str]:
-    f = ctx.folder(CROSS_IDLE)
-    ok = f.ok
+    ok = ctx.folder(CROSS_IDLE).ok
     kind, loss = ok.cross.iloc[0], ok.loss_pct.iloc[0]
     parts = [f"{name(s)} {verdict_text(against(ok, s, RELIABLE), 'faster', 'slower')}"
              for s in TOLERANT if s in set(ok.scheme)]
@@ -142,12 +141,11 @@ def _cross_idle(ctx: Context) -> list[str]:
     return [f"**Rerun on a quieter machine** (`{CROSS_IDLE}/`, {schemes}"
             f" next to `{kind}` at {loss:g} % loss): iterations/s {speeds}; against "
             f"`{RELIABLE}`: " + "; ".join(parts) + f". Each scheme's slowest run "
-            f"({slow.iters_per_s.min():.2f}-{slow.iters_per_s.max():.2f} it/s) had the cross "
+            f"({span(slow.iters_per_s)} it/s) had the cross "
             f"flows carry {_mb(slow.cross_tx_bytes.min())}-{_mb(slow.cross_tx_bytes.max())} "
             f"against {_mb(rest.cross_tx_bytes.min())}-{_mb(rest.cross_tx_bytes.max())} in the "
-            f"others, with the machine {slow.cpu_busy_frac.min():.2f}-"
-            f"{slow.cpu_busy_frac.max():.2f} busy against {rest.cpu_busy_frac.min():.2f}-"
-            f"{rest.cpu_busy_frac.max():.2f}"
+            f"others, with the machine {span(slow.cpu_busy_frac)} busy against "
+            f"{span(rest.cpu_busy_frac)}"
             + (": every slowest run had the machine busier than every other run, so the same "
                "training bytes took longer while the machine was busier, and the TCP flows "
                "filled the time." if slow.cpu_busy_frac.min() > rest.cpu_busy_frac.max()

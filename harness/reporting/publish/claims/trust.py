@@ -18,7 +18,7 @@ import pandas as pd
 
 from harness.reporting import stats
 from harness.reporting.publish.claims import Section
-from harness.reporting.publish.claims.common import dataset
+from harness.reporting.publish.claims.common import dataset, span
 from harness.reporting.publish.context import Context, Folder
 from harness.reporting.sections.byzantine import COLLAPSE_RATIO, HOLD_MARGIN
 from harness.reporting.sections.faults import TTA_LEVEL, with_tta
@@ -345,7 +345,7 @@ def lossy_text(ctx: Context) -> list[str]:
     lines = [f"The same setting over loss-tolerant transports: "
              f"{', '.join(name for name, _, _ in folders)} at "
              f"{', '.join(f'{x:g}' for x in sorted(d0.loss_pct.unique()))} % uniform random loss "
-             f"(measured {loss.min():.2f}-{loss.max():.2f} % across the runs), rules "
+             f"(measured {span(loss)} % across the runs), rules "
              f"{', '.join(f'`{r}`' for r in _rules(d0))}, the rest as above. A gradient closed "
              "early has holes, zero-filled for the rules; filled per gradient: "
              f"{fills}. Does `{VALIDATOR}` take such an honest update for an attack? Counts are "
