@@ -351,14 +351,14 @@ def translate(folder: Path, commits: Iterable[str] = ()) -> dict[str, str]:
     done = man.setdefault("translated_fingerprints", {})
     recorded = recorded_fingerprints(folder)
     rules = {d: recorded[d].rule if d in recorded else 1
-             for d in runs.get("code_fingerprint", pd.Series(dtype=str)).dropna().astype(str)}
+             for d in runs.get("code_fingerprint", pd.Series(dtype=str)).dropna()}
     wanted = {d for d, rule in rules.items() if d and d not in done and rule < RULE}
-    candidates = list(dict.fromkeys([*runs.get("git_commit", pd.Series(dtype=str)).dropna()
-                                     .astype(str), *commits]))
+    candidates = list(dict.fromkeys([*runs.get("git_commit", pd.Series(dtype=str)).dropna(),
+                                     *commits]))
     for commit in candidates:
         if not wanted:
             break
-        if commit in ("unknown", "nan"):
+        if commit == "unknown":
             continue
         with _tree(commit) as tmp:
             for rule in sorted({rules[d] for d in wanted}):
@@ -382,7 +382,7 @@ def backfill(folder: Path) -> dict[str, str]:
     kind = folder_kind(folder)
     runs = read_table(folder / "runs.csv")
     if "git_commit" in runs:
-        commits = sorted(set(runs.git_commit.dropna().astype(str)) - {"unknown", "nan"})
+        commits = sorted(set(runs.git_commit.dropna()) - {"unknown"})
     else:
         first = subprocess.run(["git", "-C", str(PROJECT), "log", "--diff-filter=A", "--format=%H",
                                 "--", str((folder / "runs.csv").relative_to(PROJECT))],
