@@ -20,6 +20,7 @@ Three records, each written with every run (``runs.csv``) and every folder (``ma
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import io
@@ -31,8 +32,7 @@ from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
 
-from harness.running.fingerprint import (KINDS, PACKAGES, PROJECT, RULE, Fingerprint,
-                                         fingerprint)
+from harness.running.fingerprint import PACKAGES, PROJECT, RULE, Fingerprint, fingerprint
 from harness.running.results import read_table
 
 
@@ -322,21 +322,18 @@ def freshness(folder: Path, today: Fingerprint | None = None) -> Freshness:
                      tuple(sorted(changed)), current)
 
 
+@contextlib.contextmanager
 def _tree(commit: str):
-    """A context with the project's packages at ``commit`` in a scratch folder."""
-    import contextlib
+    """The project's packages at ``commit``, in a scratch folder for the ``with`` block."""
     import tarfile
     import tempfile
 
-    @contextlib.contextmanager
-    def tree():
-        with tempfile.TemporaryDirectory() as tmp:
-            archive = subprocess.run(["git", "-C", str(PROJECT), "archive", commit, *PACKAGES],
-                                     capture_output=True, check=True).stdout
-            with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-                tar.extractall(tmp)   # our own commit's tree
-            yield Path(tmp)
-    return tree()
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(["git", "-C", str(PROJECT), "archive", commit, *PACKAGES],
+                                 capture_output=True, check=True).stdout
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(tmp)   # our own commit's tree
+        yield Path(tmp)
 
 
 def translate(folder: Path, commits: Iterable[str] = ()) -> dict[str, str]:
@@ -354,14 +351,14 @@ def translate(folder: Path, commits: Iterable[str] = ()) -> dict[str, str]:
     done = man.setdefault("translated_fingerprints", {})
     recorded = recorded_fingerprints(folder)
     rules = {d: recorded[d].rule if d in recorded else 1
-             for d in runs.get("code_fingerprint", pd.Series(dtype=str)).dropna().astype(str)}
+             for d in runs.get("code_fingerprint", pd.Series(dtype=str)).dropna()}
     wanted = {d for d, rule in rules.items() if d and d not in done and rule < RULE}
-    candidates = list(dict.fromkeys([*runs.get("git_commit", pd.Series(dtype=str)).dropna()
-                                     .astype(str), *commits]))
+    candidates = list(dict.fromkeys([*runs.get("git_commit", pd.Series(dtype=str)).dropna(),
+                                     *commits]))
     for commit in candidates:
         if not wanted:
             break
-        if commit in ("unknown", "nan"):
+        if commit == "unknown":
             continue
         with _tree(commit) as tmp:
             for rule in sorted({rules[d] for d in wanted}):
@@ -385,7 +382,7 @@ def backfill(folder: Path) -> dict[str, str]:
     kind = folder_kind(folder)
     runs = read_table(folder / "runs.csv")
     if "git_commit" in runs:
-        commits = sorted(set(runs.git_commit.dropna().astype(str)) - {"unknown", "nan"})
+        commits = sorted(set(runs.git_commit.dropna()) - {"unknown"})
     else:
         first = subprocess.run(["git", "-C", str(PROJECT), "log", "--diff-filter=A", "--format=%H",
                                 "--", str((folder / "runs.csv").relative_to(PROJECT))],
