@@ -12,8 +12,8 @@ the directory (:class:`~harness.hosts.directory.Directory`); one iteration ``t``
    its children as soon as it has it. Once every worker asked, the PS tells each how many
    children it serves (the ``final`` message: the tree of this iteration is complete).
 3. **Reduce.** The tree reversed: a worker adds its children's sums to its own gradient chunk by
-   chunk, forwards each summed chunk as soon as it is complete, then the count of gradients in
-   the sum. The PS divides by the count and takes its SGD step.
+   chunk, forwards each summed chunk as soon as it is complete, then whose gradients the sum
+   holds. The PS divides by their count and takes its SGD step.
 
 **Failures** (runs that inject a fault; without one every wait lasts the run's timeout, the
 classic form). Every wait has the re-forming deadline :data:`REFORM_S`. A worker that did not
@@ -23,8 +23,10 @@ got no sum from a child in time goes on without it. The next iteration's tree fo
 workers that ask: the tree routes around a dead node, and a stalled one that asks again is told
 the iteration to join. Our interpretation where Hoplite re-plans within a transfer: the tree
 re-forms at the next iteration, and a failure costs the subtree's gradients of one iteration.
-The PS records, per iteration, how many gradients its step held, who was absent and how long it
-waited for asks; ``docs/collectives.md`` says more.
+The PS records, per iteration, whose gradients its step held and how much of each arrived, who was
+absent and how long it waited for asks, and a membership event when a worker drops out of the sum
+(``missing``, or ``cut_off`` when it was lost with an ancestor) or is back in it (``back``), as the
+``ps`` pattern's PS does, so a tree's fault columns mean what a PS run's do; ``docs/collectives.md`` says more.
 
 Every message of iteration ``t`` has id ``t`` and is told apart by its part
 (:mod:`transports.mesh`).
@@ -43,7 +45,8 @@ from harness.hosts.collective import Learner, finish_ps, members, start_ps
 from harness.hosts.directory import ROOT, Directory
 from harness.hosts.faults import parse_fault
 from harness.hosts.pattern import parse_pattern
-from harness.running.runfiles import HostSummary, PsIteration, Recorder, RunFiles, WorkerIteration
+from harness.running.runfiles import (HostSummary, MemberEvent, PsIteration, Recorder, RunFiles,
+                                      WorkerIteration)
 from harness.running.spec import RunSpec
 from harness.training import models
 from topologies.incast import PS_NAME, worker_name
@@ -70,7 +73,7 @@ class _Parts:
     answer: int
     serve: list[int]       # the k-th child a worker is told to serve
     final: int             # how many children it serves, once every worker asked
-    count: int             # the gradients a sum holds
+    count: int             # whose gradients a sum holds (see :class:`_Sum`)
 
     @classmethod
     def of(cls, spec: RunSpec) -> _Parts:
@@ -81,9 +84,10 @@ class _Parts:
         serve = list(range(first + 2, first + 2 + pat["fanout"]))
         return cls(down, up, first, first + 1, serve, serve[-1] + 1, serve[-1] + 2)
 
-    def all(self) -> list[Part]:
+    def all(self, n_workers: int) -> list[Part]:
         one, two = Part(0, 1, (1.0, 1.0)), Part(0, 2, (1.0, 1.0))
-        return self.down + self.up + [one, one] + [one] * len(self.serve) + [two, one]
+        return self.down + self.up + [one, one] + [one] * len(self.serve) + \
+            [two, Part(0, n_workers, (1.0, 1.0))]
 
 
 def _open(spec: RunSpec, rank: int, loopback: bool, session: Session | None):
@@ -91,7 +95,7 @@ def _open(spec: RunSpec, rank: int, loopback: bool, session: Session | None):
 
     parts = _Parts.of(spec)
     transport = make_transport(spec, session)
-    return transport, parts, transport.mesh(rank, members(spec, loopback), parts.all())
+    return transport, parts, transport.mesh(rank, members(spec, loopback), parts.all(spec.n_workers))
 
 
 def _one(x: float) -> np.ndarray:
@@ -110,29 +114,45 @@ def _quietly(call) -> bool:
 # ---------------------------------------------------------------------------- reducing
 @dataclasses.dataclass
 class _Sum:
-    """What a node's reduce gathered: the sum, the gradients in it, what it sent up."""
+    """What a node's reduce gathered: the sum, whose gradients are in it, what it sent up.
+
+    ``who`` has an entry per worker: 0 for one whose gradient is not in the sum, else the part of
+    its gradient that reached this node (the fractions received on the way multiplied, an estimate
+    that takes losses at different levels to fall on different floats). It goes up the tree after
+    the sum, so the PS learns who contributed and how much of each arrived."""
 
     total: np.ndarray
-    count: float = 0.0
+    who: np.ndarray
     fracs: dict[int, float] = dataclasses.field(default_factory=dict)   # child -> received
     lost: list[int] = dataclasses.field(default_factory=list)           # children given up
     sent_bytes: int = 0
     wire_bytes: int = 0
     retransmits: int = 0
 
+    @property
+    def count(self) -> int:
+        """How many gradients the sum holds."""
+        return int(np.count_nonzero(self.who))
 
-def _reduce(end, parts: _Parts, t: int, kids: list[int], mine: np.ndarray | None,
+    def add_child(self, k: int, who: np.ndarray) -> None:
+        """Take in child ``k``'s ``who``, scaled by the part of its sum that reached this node."""
+        self.who += np.where(who > 0, np.maximum(who * self.fracs[k], 1e-6), 0.0)
+
+
+def _reduce(end, parts: _Parts, t: int, kids: list[int], mine: tuple[int, np.ndarray] | None,
             spec: RunSpec, to: int | None, height: int = 1) -> _Sum:
-    """Add the children's sums to ``mine`` chunk by chunk, forwarding each chunk to ``to`` as soon
-    as it is complete, then the count. A child whose chunk does not come in time is given up for
+    """Add the children's sums to ``mine`` (a worker's rank and gradient) chunk by chunk,
+    forwarding each chunk to ``to`` as soon as it is complete, then whose gradients the sum holds. A child whose chunk does not come in time is given up for
     the iteration (its chunks so far are taken back out, the rest abandoned). A node ``height``
     levels above its lowest descendant waits that many deadlines for a child: a failure below
     is given up by the nodes nearer to it first, so the sums above it still arrive in time."""
     wait = _deadline(spec)
     patience = wait * max(1, height)
     n = parts.up[-1].offset + parts.up[-1].n_floats
-    out = _Sum(np.zeros(n, np.float32) if mine is None else mine.copy(),
-               0.0 if mine is None else 1.0, {k: 0.0 for k in kids})
+    out = _Sum(np.zeros(n, np.float32) if mine is None else mine[1].copy(),
+               np.zeros(spec.n_workers, np.float32), {k: 0.0 for k in kids})
+    if mine is not None:
+        out.who[mine[0]] = 1.0
     got: dict[int, list[np.ndarray]] = {k: [] for k in kids}
     for i, p in enumerate(parts.up):
         for k in [k for k in kids if k not in out.lost]:
@@ -155,11 +175,11 @@ def _reduce(end, parts: _Parts, t: int, kids: list[int], mine: np.ndarray | None
             out.retransmits += rep.retransmits
     for k in [k for k in kids if k not in out.lost]:
         try:
-            out.count += float(end.recv(k, t, parts.count, patience).values[0])
+            out.add_child(k, end.recv(k, t, parts.count, patience).values)
         except TransportError:
             _give_up(end, parts, t, k, len(parts.up), out, got)
     if to is not None:
-        _quietly(lambda: end.send([to], t, parts.count, _one(out.count), wait))
+        _quietly(lambda: end.send([to], t, parts.count, out.who, wait))
     return out
 
 
@@ -187,6 +207,7 @@ def run_ps(spec: RunSpec, files: RunFiles, loopback: bool,
     transport, parts, end = _open(spec, root, loopback, session)
     started = time.monotonic()
     expect = {w: 0 for w in range(n)}   # the iteration each worker's next ask is for
+    counted = set(range(n))             # the workers whose gradients the last step held
     with end:
         train_start_time, cpu_before = start_ps(end, trainer, spec)
         t, stopped_by = 0, ""
@@ -195,6 +216,7 @@ def run_ps(spec: RunSpec, files: RunFiles, loopback: bool,
             directory = Directory(pat["fanout"], pat["root"])
             params = trainer.params.numpy()
             feeds, ask_wait_s = _form(end, parts, t, directory, params, spec, expect)
+            formed = time.monotonic()
             asked = directory.live()
             for w in asked:
                 final = np.array([len(directory.children(w)), directory.height(w)], np.float32)
@@ -211,15 +233,17 @@ def run_ps(spec: RunSpec, files: RunFiles, loopback: bool,
                                     alpha=-spec.lr)
             t3 = time.monotonic()
             trainer.train_s += t3 - t0
+            ranks = [int(r) for r in np.flatnonzero(got.who)]
+            counted = _membership(rec, counted, ranks, directory, t, started, formed, t2)
             rec.iteration(PsIteration(
                 iteration=t, t_s=t0 - started, gather_end_mono=t2, broadcast_s=t1 - t0,
                 gather_s=t2 - t1, update_s=t3 - t2, iter_s=t3 - t0,
-                recv_frac=[got.fracs[k] for k in kids],
-                segment_fracs=[[got.fracs[k]] for k in kids], param_wire_bytes=[],
+                recv_frac=[float(got.who[r]) for r in ranks],
+                segment_fracs=[[float(got.who[r])] for r in ranks], param_wire_bytes=[],
                 param_retransmits=[], msg_stats=[{
                     "tree_depth": float(directory.depth()), "gradients": got.count,
                     "ask_wait_s": ask_wait_s, "subtrees_lost": float(len(got.lost))}],
-                ranks=kids, staleness=[0] * len(kids),
+                ranks=ranks, staleness=[0] * len(ranks),
                 missing=sorted(set(range(n)) - set(asked))))
             t += 1
             stopped_by = trainer.after(t)
@@ -228,6 +252,24 @@ def run_ps(spec: RunSpec, files: RunFiles, loopback: bool,
                             stopped_by, cpu_before)
     rec.summary(summary)
     return summary
+
+
+def _membership(rec: Recorder, counted: set[int], ranks: list[int], directory: Directory, t: int,
+                started: float, formed: float, gathered: float) -> set[int]:
+    """Record who dropped out of the sum and who is back in it; the workers the step held. A
+    worker that did not ask is ``missing`` when the asks end; one whose sum did not reach a
+    parent that is in the step is ``missing`` when the reduce ends; one whose parent is not in
+    the step either is ``cut_off``: lost with an ancestor's sum, the price of a tree and no
+    failure of its own."""
+    now, asked = set(ranks), set(directory.live())
+    for w in sorted(counted - now):
+        parent = directory.parent(w)
+        what = "missing" if w not in asked or parent == ROOT or parent in now else "cut_off"
+        mono = formed if w not in asked else gathered
+        rec.member(MemberEvent(what, w, mono, mono - started, t, t))
+    for w in sorted(now - counted):
+        rec.member(MemberEvent("back", w, gathered, gathered - started, t, t))
+    return now
 
 
 def _asks(end, parts: _Parts, expect: dict[int, int], wait: float) -> list[int]:
@@ -422,7 +464,8 @@ def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool,
             server.join()
             t2 = time.monotonic()
             if not held.failed:
-                got = _reduce(end, parts, t, kids, grad, spec, parent, max(height, default=1))
+                got = _reduce(end, parts, t, kids, (rank, grad), spec, parent,
+                              max(height, default=1))
                 rec.iteration(WorkerIteration(
                     iteration=t, t_s=t0 - started, push_start_mono=t2, pull_s=t1 - t0,
                     compute_s=compute_s, push_s=time.monotonic() - t2, param_frac=1.0,

@@ -111,7 +111,8 @@ class WorkerIteration:
 class MemberEvent:
     """A change in whom the PS counts on (:mod:`harness.hosts.ps`)."""
 
-    event: str                    # missing (gradient overdue), gone (connection ended), back
+    event: str                    # missing (gradient overdue), gone (connection ended), back,
+                                  # cut_off (a tree: lost with an ancestor's sum)
     rank: int
     mono: float                   # time.monotonic() at the PS
     t_s: float                    # from the PS's start

@@ -1,18 +1,36 @@
 """The collective patterns train for real over loopback (no emulation, no root): a ring
 all-reduce and a tree's reduce compute the same mean as the PS, so ring, tree and PS runs of one
-spec end at the same accuracy; a ring stops at its time cap with the accuracy it ended with."""
+spec end at the same accuracy; a ring stops at its time cap with the accuracy it ended with; a
+tree routes around a worker the fault injector kills, and takes back one it stalled, with the
+fault columns a PS run has."""
 
 import subprocess
 import sys
+import time
 
 import pytest
 
+from harness.hosts.faults import FaultInjector, parse_fault
+from harness.running import metrics
 from harness.running.runfiles import RunFiles, write_session
 from harness.running.spec import RunSpec
+from topologies.incast import worker_name
 from transports.base import Session
 
 
+class _Proc:
+    """A host process as the fault injector handles one (``kill``, ``ref``)."""
+
+    def __init__(self, popen: subprocess.Popen) -> None:
+        self.ref = popen
+
+    def kill(self) -> None:
+        self.ref.kill()
+
+
 def _train(run_dir, spec: RunSpec) -> RunFiles:
+    """Run the PS and the workers of ``spec`` as processes, with its fault injected by the
+    harness's injector; every process that was not killed on purpose must end cleanly."""
     files = RunFiles(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     files.spec.write_text(spec.to_json())
@@ -21,40 +39,54 @@ def _train(run_dir, spec: RunSpec) -> RunFiles:
     logs = [open(run_dir / f"{h}.out", "w") for h in range(1 + spec.n_workers)]
     procs = [subprocess.Popen(base + ["--role", "ps"], stdout=logs[0], stderr=logs[0])]
     procs += [subprocess.Popen(base + ["--role", "worker", "--rank", str(r)],
-                               stdout=logs[r + 1], stderr=logs[r + 1])
+                               stdout=logs[r + 1], stderr=logs[r + 1], start_new_session=True)
               for r in range(spec.n_workers)]
+    fault = parse_fault(spec.fault)
+    victim = worker_name(fault.rank(spec.n_workers))
+    injector = FaultInjector(fault, victim, files.ps_progress,
+                             {worker_name(r): _Proc(p) for r, p in enumerate(procs[1:])},
+                             files.faults)
     try:
-        codes = [p.wait(timeout=120) for p in procs]
+        limit = time.monotonic() + 120
+        while procs[0].poll() is None and time.monotonic() < limit:
+            injector.tick()
+            time.sleep(0.02)
+        injector.finish()
+        codes = [p.wait(timeout=max(limit - time.monotonic(), 1)) for p in procs]
     finally:
         for p in procs:
             p.kill()
         for f in logs:
             f.close()
-    assert codes == [0] * (1 + spec.n_workers), [(run_dir / f"{h}.out").read_text()[-500:]
-                                                 for h, c in enumerate(codes) if c]
+    survivors = [c for h, c in enumerate(codes) if h == 0 or worker_name(h - 1) not in
+                 injector.killed]
+    assert survivors == [0] * len(survivors), [(run_dir / f"{h}.out").read_text()[-500:]
+                                               for h, c in enumerate(codes) if c]
     return files
 
 
 @pytest.mark.parametrize("transport, port", [("tcp-cubic", 17600), ("ltp", 17650)])
 def test_ring_and_tree_learn_what_the_ps_learns(tmp_path, transport, port):
-    spec = RunSpec(transport=transport, n_workers=4, iterations=12, eval_every=6, port=port,
+    spec = RunSpec(transport=transport, n_workers=4, iterations=6, eval_every=3, port=port,
                    timeout_s=60)
     ps = [e.accuracy for e in _train(tmp_path / "ps", spec).eval_records()]
     ring = _train(tmp_path / "ring", spec.replace(pattern="ring:pieces=2", port=port + 10))
     tree = _train(tmp_path / "tree", spec.replace(pattern="tree:chunks=4", port=port + 20))
     for files in (ring, tree):
         evals = files.eval_records()
-        assert [e.iteration for e in evals] == [0, 6, 12]
+        assert [e.iteration for e in evals] == [0, 3, 6]
         assert [e.accuracy for e in evals] == pytest.approx(ps, abs=1e-3)
     rounds = ring.ps_iterations()
-    assert len(rounds) == 12 and all(r.recv_frac == [1.0] * 4 for r in rounds)
+    assert len(rounds) == 6 and all(r.recv_frac == [1.0] * 4 for r in rounds)
     # each ring worker sends 2(N-1)/N of the gradient: 3/2 of 109,386 floats
     assert all(r.grad_bytes == pytest.approx(4 * 109_386 * 3 / 2, abs=16)
                for r in ring.worker_iterations("w2"))
     # the tree: the PS serves one worker, a worker two, so 4 workers make a tree 3 deep; every
-    # worker's gradient reaches the PS in one sum, and each worker sends one gradient's bytes
+    # worker's gradient reaches the PS, whole, in one sum, and each worker sends one gradient's
+    # bytes
     rounds = tree.ps_iterations()
-    assert len(rounds) == 12 and all(len(r.ranks) == 1 for r in rounds)
+    assert len(rounds) == 6 and all(r.ranks == [0, 1, 2, 3] and r.recv_frac == [1.0] * 4
+                                     for r in rounds)
     assert all(r.msg_stats[0]["gradients"] == 4 and r.msg_stats[0]["tree_depth"] == 3
                for r in rounds)
     assert all(r.grad_bytes == 4 * 109_386 for r in tree.worker_iterations("w3"))
@@ -68,3 +100,36 @@ def test_a_ring_stops_at_its_time_cap(tmp_path):
     assert ps.stopped_by == "time_cap" and 1.0 <= ps.train_s < 3.0
     assert files.eval_records()[-1].iteration == ps.iterations
     assert files.host_summary("w1").iterations == ps.iterations
+
+
+def _resilience(files: RunFiles, spec: RunSpec) -> dict:
+    ps = files.ps_iterations()
+    return metrics.resilience(spec, files, ps, files.host_summary("ps1").train_start_time)
+
+
+def test_a_tree_routes_around_a_killed_worker(tmp_path):
+    spec = RunSpec(transport="ltp", n_workers=4, iterations=10, eval_every=5, port=17720,
+                   timeout_s=60, pattern="tree", fault="kill@4")
+    files = _train(tmp_path, spec)
+    rounds = files.ps_iterations()
+    struck = files.fault_events()[0]["mono"]
+    after = [r for r in rounds if r.gather_end_mono >= struck]
+    # the dead worker is in no sum from the fault on; the others are back in the next tree
+    assert after and all(3 not in r.ranks for r in after)
+    assert after[-1].ranks == [0, 1, 2] and rounds[0].ranks == [0, 1, 2, 3]
+    got = _resilience(files, spec)
+    assert got["detected_as"] == "missing" and 0 < got["detection_s"] < 5
+    assert got["iterations_lost"] == len(after) and got["false_alarms"] == 0
+    assert len(rounds) == 10
+
+
+def test_a_tree_takes_back_a_stalled_worker(tmp_path):
+    spec = RunSpec(transport="ltp", n_workers=4, iterations=12, eval_every=6, port=17740,
+                   timeout_s=60, pattern="tree", fault="stall@4:2s")
+    files = _train(tmp_path, spec)
+    rounds = files.ps_iterations()
+    got = _resilience(files, spec)
+    # out while stopped (the PS counts it missing), in again once it continues
+    assert got["detected_as"] == "missing" and got["iterations_lost"] >= 1
+    assert got["rejoin_s"] is not None and got["false_alarms"] == 0
+    assert rounds[-1].ranks == [0, 1, 2, 3]
