@@ -72,7 +72,7 @@ class _Parts:
     ask: int
     answer: int
     serve: list[int]       # the k-th child a worker is told to serve
-    final: int             # how many children it serves, once every worker asked
+    final: int             # how many children it serves, its height and the tree's depth
     count: int             # whose gradients a sum holds (see :class:`_Sum`)
 
     @classmethod
@@ -85,9 +85,9 @@ class _Parts:
         return cls(down, up, first, first + 1, serve, serve[-1] + 1, serve[-1] + 2)
 
     def all(self, n_workers: int) -> list[Part]:
-        one, two = Part(0, 1, (1.0, 1.0)), Part(0, 2, (1.0, 1.0))
+        one, three = Part(0, 1, (1.0, 1.0)), Part(0, 3, (1.0, 1.0))
         return self.down + self.up + [one, one] + [one] * len(self.serve) + \
-            [two, Part(0, n_workers, (1.0, 1.0))]
+            [three, Part(0, n_workers, (1.0, 1.0))]
 
 
 def _open(spec: RunSpec, rank: int, loopback: bool, session: Session | None):
@@ -140,14 +140,18 @@ class _Sum:
 
 
 def _reduce(end, parts: _Parts, t: int, kids: list[int], mine: tuple[int, np.ndarray] | None,
-            spec: RunSpec, to: int | None, height: int = 1) -> _Sum:
+            spec: RunSpec, to: int | None, height: int = 1, depth: int = 1) -> _Sum:
     """Add the children's sums to ``mine`` (a worker's rank and gradient) chunk by chunk,
-    forwarding each chunk to ``to`` as soon as it is complete, then whose gradients the sum holds. A child whose chunk does not come in time is given up for
-    the iteration (its chunks so far are taken back out, the rest abandoned). A node ``height``
-    levels above its lowest descendant waits that many deadlines for a child: a failure below
-    is given up by the nodes nearer to it first, so the sums above it still arrive in time."""
+    forwarding each chunk to ``to`` as soon as it is complete, then whose gradients the sum
+    holds. A child whose chunk does not come in time is given up for the iteration (its chunks
+    so far are taken back out, the rest abandoned). A node ``height`` levels above its lowest
+    descendant waits that many deadlines for a child: a failure below is given up by the nodes
+    nearer to it first, so the sums above it still arrive in time. In a tree ``depth`` levels
+    deep, a send up waits ``depth + 1`` deadlines: the parent may be waiting out a failed child
+    first."""
     wait = _deadline(spec)
     patience = wait * max(1, height)
+    wait_up = wait * (max(1, depth) + 1)
     n = parts.up[-1].offset + parts.up[-1].n_floats
     out = _Sum(np.zeros(n, np.float32) if mine is None else mine[1].copy(),
                np.zeros(spec.n_workers, np.float32), {k: 0.0 for k in kids})
@@ -166,7 +170,7 @@ def _reduce(end, parts: _Parts, t: int, kids: list[int], mine: tuple[int, np.nda
             out.fracs[k] += d.received_frac * p.n_floats / n
         if to is not None:
             try:
-                rep = end.send([to], t, len(parts.down) + i, p.of(out.total), wait)[0]
+                rep = end.send([to], t, len(parts.down) + i, p.of(out.total), wait_up)[0]
             except TransportError:
                 to = None   # the parent is gone: this subtree's sum is lost with it
                 continue
@@ -179,7 +183,7 @@ def _reduce(end, parts: _Parts, t: int, kids: list[int], mine: tuple[int, np.nda
         except TransportError:
             _give_up(end, parts, t, k, len(parts.up), out, got)
     if to is not None:
-        _quietly(lambda: end.send([to], t, parts.count, out.who, wait))
+        _quietly(lambda: end.send([to], t, parts.count, out.who, wait_up))
     return out
 
 
@@ -219,7 +223,8 @@ def run_ps(spec: RunSpec, files: RunFiles, loopback: bool,
             formed = time.monotonic()
             asked = directory.live()
             for w in asked:
-                final = np.array([len(directory.children(w)), directory.height(w)], np.float32)
+                final = np.array([len(directory.children(w)), directory.height(w),
+                                  directory.depth()], np.float32)
                 _quietly(lambda w=w, final=final: end.send([w], t, parts.final, final,
                                                            _deadline(spec)))
             for f in feeds:
@@ -361,10 +366,11 @@ class _Held:
 
 
 def _serve(end, parts: _Parts, t: int, held: _Held, spec: RunSpec, kids: list[int],
-           height: list[int]) -> None:
+           height: list[int], known: threading.Event) -> None:
     """Learn whom to serve from the PS and forward every chunk to each child (a thread per
-    child); ``kids`` gets the children and ``height`` this node's height, both complete once
-    this returns."""
+    child); ``kids`` gets the children and ``height`` this node's height and the tree's depth,
+    all complete once ``known`` is set (before the forwarding ends: a reduce need not wait for a
+    send to a dead child to time out)."""
     root, wait = spec.n_workers, _deadline(spec)
     final, senders = None, []
     limit = time.monotonic() + spec.timeout_s
@@ -378,8 +384,8 @@ def _serve(end, parts: _Parts, t: int, held: _Held, spec: RunSpec, kids: list[in
                         + ([(root, t, parts.final)] if final is None else []))
             break
         if (root, t, parts.final) in got:
-            final, levels = (int(x) for x in got[(root, t, parts.final)].values)
-            height.append(levels)
+            final, levels, depth = (int(x) for x in got[(root, t, parts.final)].values)
+            height += [levels, depth]
         for key, d in got.items():
             if key[2] != parts.final:
                 child = int(d.values[0])
@@ -388,6 +394,7 @@ def _serve(end, parts: _Parts, t: int, held: _Held, spec: RunSpec, kids: list[in
                                      daemon=True)
                 s.start()
                 senders.append(s)
+    known.set()
     for s in senders:
         s.join()
 
@@ -443,9 +450,9 @@ def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool,
                 t = int(SKIP - answer)
                 continue
             parent = int(answer)
-            held, kids, height = _Held(len(parts.down)), [], []
-            server = threading.Thread(target=_serve,
-                                      args=(end, parts, t, held, spec, kids, height), daemon=True)
+            held, kids, height, known = _Held(len(parts.down)), [], [], threading.Event()
+            server = threading.Thread(target=_serve, args=(end, parts, t, held, spec, kids,
+                                                           height, known), daemon=True)
             server.start()
             params = np.empty(n_floats, np.float32)
             for i, p in enumerate(parts.down):
@@ -461,17 +468,18 @@ def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool,
             if not held.failed:
                 models.load_flat(learner.model, torch.from_numpy(params))
                 grad, loss, compute_s = learner.gradient()
-            server.join()
+            known.wait()
             t2 = time.monotonic()
             if not held.failed:
-                got = _reduce(end, parts, t, kids, (rank, grad), spec, parent,
-                              max(height, default=1))
+                levels, depth = height or (1, 1)
+                got = _reduce(end, parts, t, kids, (rank, grad), spec, parent, levels, depth)
                 rec.iteration(WorkerIteration(
                     iteration=t, t_s=t0 - started, push_start_mono=t2, pull_s=t1 - t0,
                     compute_s=compute_s, push_s=time.monotonic() - t2, param_frac=1.0,
                     train_loss=loss, grad_bytes=got.sent_bytes, wire_bytes=got.wire_bytes,
                     packets=0, retransmits=got.retransmits))
                 done += 1
+            server.join()
             t += 1
         summary = HostSummary(host=host, role="worker", rank=rank, iterations=done,
                               elapsed_s=time.monotonic() - started, cpu_s=cpu_s(),

@@ -39,6 +39,8 @@ import tokenize
 from collections.abc import Iterable
 from pathlib import Path
 
+from harness.hosts.pattern import parse_pattern
+
 PROJECT = Path(__file__).resolve().parents[2]
 PACKAGES = ("harness", "transports", "topologies")
 RULE = 2
@@ -57,6 +59,8 @@ _NATIVE = ("transports/native/include/*.h", "transports/native/src/*.[ch]",
 _NETWORK = ("topologies/impair/delay/*.c", "topologies/impair/geloss/*.[ch]")
 # The registry loads the transports by name, so no import statement leads to them.
 _TRANSPORTS = ("transports.tcp", "transports.ltp", "transports.plot", "transports.filling")
+# The node loads a collective pattern's module by name too (harness.hosts.pattern).
+_COLLECTIVES = ("harness.hosts.tree", "harness.hosts.ring")
 # Modules whose changes cannot change a measured number, even where run code imports them:
 # reporting (a package, with everything in it), the named plans (every run records its own
 # spec), the command line, the sweep loop, benchmarks, and provenance (which only describes runs).
@@ -73,6 +77,12 @@ KINDS: dict[str, Kind] = {
     # its controller app (started by osken-manager, so named here).
     "ps": Kind(("harness.hosts.node", "harness.hosts.zygote", "harness.running.runner",
                 "topologies.controller.controller_app") + _TRANSPORTS, _NATIVE + _NETWORK),
+    # Training through a collective pattern (a tree, a ring) on the emulated network: the same,
+    # and the patterns' host processes. A PS folder's runs each record the kind of their pattern
+    # (:func:`run_kind`), so work on the collectives leaves the ``ps`` pattern's folders fresh.
+    "collective": Kind(("harness.hosts.node", "harness.hosts.zygote", "harness.running.runner",
+                        "topologies.controller.controller_app") + _TRANSPORTS + _COLLECTIVES,
+                       _NATIVE + _NETWORK),
     # Peer-to-peer training on the fabric: the peers, the round coordinator, the controller apps.
     "p2p": Kind(("harness.p2p.run", "harness.p2p.peer", "harness.p2p.coord",
                  "topologies.controller.controller_app", "topologies.controller.mcast_app",
@@ -81,6 +91,13 @@ KINDS: dict[str, Kind] = {
     # The simulator: the same C core over a discrete-event network, and its driver.
     "simulate": Kind(("harness.simulation.driver",), _NATIVE + ("transports/native/sim/*.[ch]",)),
 }
+
+
+def run_kind(pattern: str) -> str:
+    """The kind of a training run through the PS's network with communication ``pattern``."""
+    return "ps" if parse_pattern(pattern).kind == "ps" else "collective"
+
+
 # Where modules moved since rule 2 began: today's dotted name -> the canonical one. A package's
 # entry moves everything under it (C sources in its folder too).
 MOVES: dict[str, str] = {

@@ -26,7 +26,10 @@ start of training, wall clock: the injector and the PS share the machine's clock
 ``detection_s`` how long until the PS counted the worker missing or gone (its membership
 events), ``iterations_lost`` how many rounds from the fault on closed without that worker's
 gradient, ``rejoin_s`` how long after the fault ended (a link restored, a process continued)
-until the PS had the worker back, and ``fault_iter_max_s`` the slowest round from the fault on.
+until the PS had the worker back, ``recovered_s`` how long after the fault (after its end, for one
+that ends) until the first round that held every worker then running (a killed one left out: for
+a ``tree`` run, how long the tree took to re-form), and ``fault_iter_max_s`` the slowest round
+from the fault on.
 ``false_alarms`` counts workers the PS counted missing that no fault had hit (a slow worker, a
 TCP flow in a retransmission timeout): the price of a deadline.
 
@@ -155,7 +158,7 @@ def resilience(spec: RunSpec, files: RunFiles, ps: list[PsIteration],
            "staleness_max": int(stale.max()) if stale.size else None,
            "late_gradients": sum(rec.late for rec in ps),
            "fault_t_s": None, "detection_s": None, "detected_as": "", "iterations_lost": None,
-           "rejoin_s": None, "fault_iter_max_s": None, "false_alarms": 0}
+           "rejoin_s": None, "recovered_s": None, "fault_iter_max_s": None, "false_alarms": 0}
     fault = parse_fault(spec.fault)
     rank = fault.rank(spec.n_workers)
     events = files.fault_events()
@@ -179,6 +182,8 @@ def resilience(spec: RunSpec, files: RunFiles, ps: list[PsIteration],
         out["detection_s"], out["detected_as"] = lost.mono - hit["mono"], lost.event
     ended = next((e for e in events[1:] if e["event"] in ("restored", "continued", "restarted")),
                  None)
+    out["recovered_s"] = _recovered(spec, ps, rank, fault.kind,
+                                    hit["mono"] if ended is None else ended["mono"])
     if ended is not None:
         # From when the harness asked for the link back (packets may pass from the controller's
         # first flow change on, before its call returns).
@@ -187,6 +192,15 @@ def resilience(spec: RunSpec, files: RunFiles, ps: list[PsIteration],
         if back is not None:
             out["rejoin_s"] = back.mono - since
     return out
+
+
+def _recovered(spec: RunSpec, ps: list[PsIteration], rank: int, kind: str,
+               since: float) -> float | None:
+    """From ``since`` until the end of the first round that held every worker still running."""
+    running = set(range(spec.n_workers)) - ({rank} if kind == "kill" else set())
+    first = next((rec for rec in ps if rec.gather_end_mono >= since
+                  and running <= set(rec.ranks)), None)
+    return None if first is None else first.gather_end_mono - since
 
 
 def _verdicts(spec: RunSpec, rec: PsIteration) -> list[tuple[bool, bool, bool]]:

@@ -32,7 +32,8 @@ from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
 
-from harness.running.fingerprint import PACKAGES, PROJECT, RULE, Fingerprint, fingerprint
+from harness.running.fingerprint import (PACKAGES, PROJECT, RULE, Fingerprint, fingerprint,
+                                         run_kind)
 from harness.running.results import read_table
 
 
@@ -198,13 +199,17 @@ def git_state() -> tuple[str, bool]:
         return "unknown", False
 
 
-def manifest(kind: str) -> dict:
-    """A manifest's provenance: git state, the machine, the command, today's code fingerprint."""
+def manifest(kind: str, others: Iterable[str] = ()) -> dict:
+    """A manifest's provenance: git state, the machine, the command, today's code fingerprint
+    (and those of the ``others`` kinds its runs may record, e.g. ``collective`` in a PS folder)."""
     import sys
 
     commit, dirty = git_state()
-    return {"git_commit": commit, "git_dirty": dirty, **machine(), "host": platform.node(),
-            "command": " ".join(sys.argv), "fingerprint": fingerprint(kind).as_dict()}
+    out = {"git_commit": commit, "git_dirty": dirty, **machine(), "host": platform.node(),
+           "command": " ".join(sys.argv), "fingerprint": fingerprint(kind).as_dict()}
+    if others:
+        out["other_fingerprints"] = [fingerprint(k).as_dict() for k in others]
+    return out
 
 
 # ---- is a folder fresh? ------------------------------------------------------------------------
@@ -237,8 +242,9 @@ def recorded_fingerprints(folder: Path) -> dict[str, Fingerprint]:
     entries = [man.get("provenance", {})] + [e.get("provenance", {})
                                              for e in man.get("extended", [])]
     for entry in entries:
-        if "fingerprint" in entry:
-            fp = Fingerprint.from_dict(entry["fingerprint"])
+        for data in ([entry["fingerprint"]] if "fingerprint" in entry else []) + \
+                entry.get("other_fingerprints", []):
+            fp = Fingerprint.from_dict(data)
             found[fp.digest] = fp
     for data in man.get("backfilled_fingerprints", {}).values():
         fp = Fingerprint.from_dict(data)
@@ -250,8 +256,8 @@ def recorded_fingerprints(folder: Path) -> dict[str, Fingerprint]:
 class Freshness:
     """Whether a folder's numbers were measured with today's code."""
 
-    kind: str
-    today: str                    # today's digest
+    kind: str                     # the kinds of its runs, e.g. "ps" or "ps and collective"
+    today: str                    # today's digest (of each kind, comma-separated)
     recorded: tuple[str, ...]     # the digests its runs ran with (as their rows say)
     unknown_runs: int             # runs with no known fingerprint
     changed: tuple[str, ...]      # files that differ from today's (every recorded digest)
@@ -260,14 +266,17 @@ class Freshness:
     @property
     def fresh(self) -> bool:
         """Every run ran with today's code."""
-        return (self.current or self.recorded) == (self.today,) and not self.unknown_runs
+        return (self.current or self.recorded) == tuple(self.today.split(", ")) \
+            and not self.unknown_runs
 
     def text(self) -> str:
         """One sentence for a report."""
         if self.fresh:
-            was = "" if self.recorded == (self.today,) else \
+            was = "" if self.recorded == tuple(self.today.split(", ")) else \
                 f", recorded as {', '.join(self.recorded)} under the earlier hash rule"
-            return (f"Fresh: every run ran with the code of today's fingerprint {self.today} "
+            plural = "s" if ", " in self.today else ""
+            return (f"Fresh: every run ran with the code of today's fingerprint{plural} "
+                    f"{self.today} "
                     f"({self.kind} runs{was}; harness/running/fingerprint.py).")
         parts = []
         if self.recorded:
@@ -296,30 +305,36 @@ def freshness(folder: Path, today: Fingerprint | None = None) -> Freshness:
     under an earlier hash rule through its translation, where the manifest has one)."""
     folder = Path(folder)
     kind = folder_kind(folder)
-    today = today or fingerprint(kind, cached=True)
     runs = read_table(folder / "runs.csv")
+    # A PS folder's runs each ran the code of their pattern's kind (fingerprint.run_kind).
+    kinds = [run_kind(str(p)) for p in runs["pattern"].fillna("ps")] \
+        if kind == "ps" and "pattern" in runs else [kind] * len(runs)
+    todays = {k: today if today is not None and today.kind == k else fingerprint(k, cached=True)
+              for k in sorted(set(kinds) or {kind})}
     man = read_manifest(folder)
     backfill = {c: d["digest"] for c, d in man.get("backfilled_fingerprints", {}).items()}
-    digests = []
-    for _, row in runs.iterrows():
+    digests, of_kind = [], {}
+    for (_, row), k in zip(runs.iterrows(), kinds):
         code = row.get("code_fingerprint")
         if isinstance(code, str) and code:
             digests.append(code)
         else:   # written before runs recorded it: the commit's (or the table's first commit's)
             digests.append(backfill.get(str(row.get("git_commit", man.get("table_commit", ""))),
                                         ""))
+        of_kind[digests[-1]] = k
     known = sorted({d for d in digests if d})
     table, moved = recorded_fingerprints(folder), _translations(man)
     changed: set[str] = set()
     for digest in known:
-        fp = moved.get(digest) or table.get(digest)
-        if fp is None or fp.digest == today.digest:
+        fp, now = moved.get(digest) or table.get(digest), todays[of_kind[digest]]
+        if fp is None or fp.digest == now.digest:
             continue
-        against = today if fp.rule == today.rule else fingerprint(kind, cached=True, rule=fp.rule)
+        against = now if fp.rule == now.rule else fingerprint(now.kind, cached=True, rule=fp.rule)
         changed.update(fp.changed(against))
     current = tuple(sorted({moved[d].digest if d in moved else d for d in known}))
-    return Freshness(kind, today.digest, tuple(known), sum(1 for d in digests if not d),
-                     tuple(sorted(changed)), current)
+    return Freshness(" and ".join(todays), ", ".join(sorted(t.digest for t in todays.values())),
+                     tuple(known), sum(1 for d in digests if not d), tuple(sorted(changed)),
+                     current)
 
 
 @contextlib.contextmanager

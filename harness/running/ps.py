@@ -19,6 +19,7 @@ from pathlib import Path
 from harness.running import provenance, results
 from harness.running import kinds
 from harness.running.engine import SweepError, fmt_s
+from harness.running.fingerprint import run_kind
 from harness.running.presets import Plan
 from harness.running.spec import RunSpec
 
@@ -74,10 +75,15 @@ def write_manifest(plan: Plan, specs: list[RunSpec], folder: Path) -> None:
                  "plugins": plan.plugins, "blocks": plan.blocks,
                  "base": plan.base.as_dict()},
         "run_ids": ids, "specs": [s.as_dict() for s in specs],
-        "provenance": provenance.manifest("ps"),
+        "provenance": provenance.manifest("ps", _other_kinds(specs)),
     }
     folder.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(manifest, indent=1))
+
+
+def _other_kinds(specs: list[RunSpec]) -> list[str]:
+    """The kinds of code besides ``ps`` that runs of ``specs`` record (:func:`run_kind`)."""
+    return sorted({run_kind(s.pattern) for s in specs} - {"ps"})
 
 
 def _extend_manifest(path: Path, old: dict, plan: Plan, specs: list[RunSpec]) -> None:
@@ -98,7 +104,7 @@ def _extend_manifest(path: Path, old: dict, plan: Plan, specs: list[RunSpec]) ->
         old.setdefault("extended", []).append({
             "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "runs_added": len(added), "dimensions": dims,
-            "provenance": provenance.manifest("ps")})
+            "provenance": provenance.manifest("ps", _other_kinds(added))})
     path.write_text(json.dumps(old, indent=1, default=list))
 
 

@@ -197,6 +197,8 @@ RUNS_COLUMNS = (
                                             "faulted worker's gradient"),
     Column("rejoin_s", "s", "from the end of the fault (link restored, process continued) until "
                             "the PS had the worker back"),
+    Column("recovered_s", "s", "from the fault (its end, for one that ends) until the first round "
+                               "that held every worker still running (a tree: its re-forming)"),
     Column("fault_iter_max_s", "s", "the slowest round from the fault on"),
     Column("false_alarms", "events", "workers counted missing that no fault had hit (slow, "
                                      "e.g. a TCP flow in a retransmission timeout)"),

@@ -34,6 +34,7 @@ import pandas as pd
 from harness.hosts.faults import FaultInjector, parse_fault
 from harness.hosts.zygote import Zygote
 from harness.running import metrics, provenance
+from harness.running.fingerprint import run_kind
 from harness.running.runfiles import RunFiles, read_jsonl, write_session
 from harness.running.spec import RunSpec
 from topologies.impair.cross import CrossSpec, CrossTraffic
@@ -180,7 +181,7 @@ def prepare(testbed: Testbed, spec: RunSpec, run_dir: Path,
     apply_host_settings(testbed, transport)
     rtt_ms = testbed.meter.rtt_ms(worker_name(0))
     testbed.controller_errors()  # only what this run causes counts
-    code = provenance.fingerprint("ps").digest   # the code this run starts with
+    code = provenance.fingerprint(run_kind(spec.pattern)).digest   # the code this run starts with
     return Prepared(spec, files, transport, session, started_at, rtt_ms, t_begin, code)
 
 

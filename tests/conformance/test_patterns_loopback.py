@@ -120,6 +120,8 @@ def test_a_tree_routes_around_a_killed_worker(tmp_path):
     got = _resilience(files, spec)
     assert got["detected_as"] == "missing" and 0 < got["detection_s"] < 5
     assert got["iterations_lost"] == len(after) and got["false_alarms"] == 0
+    # re-formed: the first round without it that held the three others
+    assert 0 < got["recovered_s"] < 10
     assert len(rounds) == 10
 
 
@@ -132,4 +134,5 @@ def test_a_tree_takes_back_a_stalled_worker(tmp_path):
     # out while stopped (the PS counts it missing), in again once it continues
     assert got["detected_as"] == "missing" and got["iterations_lost"] >= 1
     assert got["rejoin_s"] is not None and got["false_alarms"] == 0
+    assert got["recovered_s"] == pytest.approx(got["rejoin_s"], abs=0.5)
     assert rounds[-1].ranks == [0, 1, 2, 3]

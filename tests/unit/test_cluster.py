@@ -180,7 +180,7 @@ def fakes(tmp_path, monkeypatch):
     groups = FakeGroups(folder)
     commit = git_state()[0]
     monkeypatch.setattr(engine, "run_group", groups)
-    monkeypatch.setattr(provenance, "manifest", lambda kind: {"git_commit": commit, "host": "fake"})
+    monkeypatch.setattr(provenance, "manifest", lambda kind, others=(): {"git_commit": commit, "host": "fake"})
     monkeypatch.setattr(engine, "draw", lambda kind, folder, progress: None)
     monkeypatch.setattr(cluster, "SCRATCH", tmp_path / "scratch")
     monkeypatch.setattr(network, "running_owner", lambda: None)   # no testbed of this checkout
@@ -282,7 +282,7 @@ def test_groups_are_cut_so_that_every_testbed_has_work(fakes):
 
 
 def test_a_node_at_another_commit_is_refused(fakes):
-    fakes.monkeypatch.setattr(provenance, "manifest", lambda kind: {"git_commit": "0" * 40, "host": "x"})
+    fakes.monkeypatch.setattr(provenance, "manifest", lambda kind, others=(): {"git_commit": "0" * 40, "host": "x"})
     with pytest.raises(cluster.ClusterError, match="check out the same commit"):
         cluster.run_plan(_plan(), fakes.folder, "auto", lambda line: None)
     assert not (fakes.folder / "runs.csv").exists()

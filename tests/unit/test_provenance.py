@@ -58,6 +58,26 @@ def test_a_folder_is_fresh_only_at_todays_fingerprint(tmp_path):
     assert "Stale: code changed since" in stale.text() and "`harness/hosts/ps.py`" in stale.text()
 
 
+def test_a_collective_run_records_the_collectives_code_and_a_ps_run_does_not(tmp_path):
+    ps, collective = provenance.fingerprint("ps"), provenance.fingerprint("collective")
+    tree = {"harness/hosts/tree.py", "harness/hosts/ring.py", "harness/hosts/directory.py",
+            "harness/hosts/collective.py"}
+    assert not tree & set(ps.files) and tree <= set(collective.files)
+    assert set(ps.files) < set(collective.files)
+    assert [fingerprint.run_kind(p) for p in ("ps", "tree:fanout=2", "ring")] == \
+        ["ps", "collective", "collective"]
+    # a folder of both: each run is compared with today's code of its own pattern's kind
+    pd.DataFrame({"run_id": ["a", "b"], "status": ["ok", "ok"], "pattern": ["ps", "tree"],
+                  "code_fingerprint": [ps.digest, collective.digest]}).to_csv(
+        tmp_path / "runs.csv", index=False)
+    both = provenance.freshness(tmp_path)
+    assert both.fresh and both.kind == "collective and ps"
+    pd.DataFrame({"run_id": ["a", "b"], "status": ["ok", "ok"], "pattern": ["ps", "tree"],
+                  "code_fingerprint": [ps.digest, ps.digest]}).to_csv(
+        tmp_path / "runs.csv", index=False)
+    assert not provenance.freshness(tmp_path).fresh
+
+
 def test_an_all_digit_fingerprint_is_still_a_fingerprint(tmp_path):
     today = provenance.fingerprint("ps")
     today = fingerprint.Fingerprint(today.kind, "265933038540", today.files, today.rule)
