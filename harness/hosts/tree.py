@@ -12,8 +12,8 @@ the directory (:class:`~harness.hosts.directory.Directory`); one iteration ``t``
    its children as soon as it has it. Once every worker asked, the PS tells each how many
    children it serves (the ``final`` message: the tree of this iteration is complete).
 3. **Reduce.** The tree reversed: a worker adds its children's sums to its own gradient chunk by
-   chunk, forwards each summed chunk as soon as it is complete, then whose gradients the sum
-   holds. The PS divides by their count and takes its SGD step.
+   chunk, and forwards each summed chunk, with whose gradients it holds, as soon as it is
+   complete. The PS divides each chunk by the number of gradients in it and takes its SGD step.
 
 **Failures** (runs that inject a fault; without one every wait lasts the run's timeout, the
 classic form). Every wait has the re-forming deadline :data:`REFORM_S`. A worker that did not
@@ -73,7 +73,7 @@ class _Parts:
     answer: int
     serve: list[int]       # the k-th child a worker is told to serve
     final: int             # how many children it serves, its height and the tree's depth
-    count: int             # whose gradients a sum holds (see :class:`_Sum`)
+    who: list[int]         # per sum chunk: whose gradients it holds (see :class:`_Sum`)
 
     @classmethod
     def of(cls, spec: RunSpec) -> _Parts:
@@ -82,12 +82,18 @@ class _Parts:
         down, up = chunks(n_floats, pat["chunks"], (1.0, 1.0)), chunks(n_floats, pat["chunks"])
         first = 2 * len(down)
         serve = list(range(first + 2, first + 2 + pat["fanout"]))
-        return cls(down, up, first, first + 1, serve, serve[-1] + 1, serve[-1] + 2)
+        final = serve[-1] + 1
+        return cls(down, up, first, first + 1, serve, final,
+                   list(range(final + 1, final + 1 + len(up))))
 
     def all(self, n_workers: int) -> list[Part]:
         one, three = Part(0, 1, (1.0, 1.0)), Part(0, 3, (1.0, 1.0))
-        return self.down + self.up + [one, one] + [one] * len(self.serve) + \
-            [three, Part(0, n_workers, (1.0, 1.0))]
+        return self.down + self.up + [one, one] + [one] * len(self.serve) + [three] + \
+            [Part(0, n_workers, (1.0, 1.0))] * len(self.up)
+
+    def sum_keys(self, k: int, t: int, i: int) -> list[tuple[int, int, int]]:
+        """The two messages of sum chunk ``i`` from member ``k`` in iteration ``t``."""
+        return [(k, t, len(self.down) + i), (k, t, self.who[i])]
 
 
 def _open(spec: RunSpec, rank: int, loopback: bool, session: Session | None):
@@ -114,88 +120,96 @@ def _quietly(call) -> bool:
 # ---------------------------------------------------------------------------- reducing
 @dataclasses.dataclass
 class _Sum:
-    """What a node's reduce gathered: the sum, whose gradients are in it, what it sent up.
+    """What a node's reduce gathered, chunk by chunk: the sum, whose gradients each chunk holds,
+    what it sent up.
 
-    ``who`` has an entry per worker: 0 for one whose gradient is not in the sum, else the part of
-    its gradient that reached this node (the fractions received on the way multiplied, an estimate
-    that takes losses at different levels to fall on different floats). It goes up the tree after
-    the sum, so the PS learns who contributed and how much of each arrived."""
+    ``who`` has a row per chunk and an entry per worker: 0 for a worker whose gradient is not in
+    that chunk's sum, else the part of its chunk that reached this node (the fractions received on
+    the way multiplied, an estimate that takes losses at different levels to fall on different
+    floats). Each chunk travels with its row, so a chunk is averaged over exactly the gradients it
+    holds, even when a child is given up after some of its chunks went up."""
 
     total: np.ndarray
     who: np.ndarray
-    fracs: dict[int, float] = dataclasses.field(default_factory=dict)   # child -> received
-    lost: list[int] = dataclasses.field(default_factory=list)           # children given up
+    lost: list[int] = dataclasses.field(default_factory=list)   # children given up
     sent_bytes: int = 0
     wire_bytes: int = 0
     retransmits: int = 0
 
-    @property
-    def count(self) -> int:
-        """How many gradients the sum holds."""
-        return int(np.count_nonzero(self.who))
+    def ranks(self) -> list[int]:
+        """The workers with any part of their gradient in the sum."""
+        return [int(r) for r in np.flatnonzero(self.who.max(axis=0))]
 
-    def add_child(self, k: int, who: np.ndarray) -> None:
-        """Take in child ``k``'s ``who``, scaled by the part of its sum that reached this node."""
-        self.who += np.where(who > 0, np.maximum(who * self.fracs[k], 1e-6), 0.0)
+    def fractions(self, parts: _Parts) -> np.ndarray:
+        """Per worker, the part of its gradient in the sum."""
+        sizes = np.array([p.n_floats for p in parts.up], dtype=np.float64)
+        return (self.who * sizes[:, None]).sum(axis=0) / sizes.sum()
+
+    def mean(self, parts: _Parts) -> np.ndarray:
+        """The sum divided, chunk by chunk, by the number of gradients in it (0 where none)."""
+        out = np.zeros_like(self.total)
+        for i, p in enumerate(parts.up):
+            count = np.count_nonzero(self.who[i])
+            if count:
+                p.of(out)[:] = p.of(self.total) / np.float32(count)
+        return out
 
 
 def _reduce(end, parts: _Parts, t: int, kids: list[int], mine: tuple[int, np.ndarray] | None,
             spec: RunSpec, to: int | None, height: int = 1, depth: int = 1) -> _Sum:
-    """Add the children's sums to ``mine`` (a worker's rank and gradient) chunk by chunk,
-    forwarding each chunk to ``to`` as soon as it is complete, then whose gradients the sum
-    holds. A child whose chunk does not come in time is given up for the iteration (its chunks
-    so far are taken back out, the rest abandoned). A node ``height`` levels above its lowest
-    descendant waits that many deadlines for a child: a failure below is given up by the nodes
-    nearer to it first, so the sums above it still arrive in time. In a tree ``depth`` levels
-    deep, a send up waits ``depth + 1`` deadlines: the parent may be waiting out a failed child
-    first."""
+    """Add the children's sums to ``mine`` (a worker's rank and gradient) chunk by chunk and
+    forward each summed chunk to ``to``, with whose gradients it holds, as soon as every child's
+    has come. Every child's messages are taken as they arrive, whichever chunk they are (a slow
+    child holds up no other's). A node ``height`` levels above its lowest descendant waits that
+    many deadlines, from the start of its reduce, for all its children's chunks: a failure below
+    is given up by the node nearest to it first, so the sums above it still arrive in time. A
+    child whose chunk has not come by then is given up from that chunk on (its chunks so far
+    stay in the sum, with their rows of ``who``); the rest of its messages are abandoned. In a
+    tree ``depth`` levels deep a send up waits ``depth + 1`` deadlines: the parent may be waiting
+    out a failed child first."""
     wait = _deadline(spec)
-    patience = wait * max(1, height)
+    deadline = time.monotonic() + wait * max(1, height)
     wait_up = wait * (max(1, depth) + 1)
     n = parts.up[-1].offset + parts.up[-1].n_floats
     out = _Sum(np.zeros(n, np.float32) if mine is None else mine[1].copy(),
-               np.zeros(spec.n_workers, np.float32), {k: 0.0 for k in kids})
+               np.zeros((len(parts.up), spec.n_workers), np.float32))
     if mine is not None:
-        out.who[mine[0]] = 1.0
-    got: dict[int, list[np.ndarray]] = {k: [] for k in kids}
+        out.who[:, mine[0]] = 1.0
+    pending = {key for k in kids for i in range(len(parts.up)) for key in parts.sum_keys(k, t, i)}
+    have: dict[tuple[int, int, int], object] = {}
     for i, p in enumerate(parts.up):
-        for k in [k for k in kids if k not in out.lost]:
-            try:
-                d = end.recv(k, t, len(parts.down) + i, patience)
-            except TransportError:
-                _give_up(end, parts, t, k, i, out, got)
-                continue
+        live = [k for k in kids if k not in out.lost]
+        need = [key for k in live for key in parts.sum_keys(k, t, i)]
+        while any(key not in have for key in need):
+            left = deadline - time.monotonic()
+            got = end.recv_some(sorted(pending), 1, left) if left > 0 else {}
+            if not got and left <= 0:
+                late = sorted({key[0] for key in need if key not in have})
+                out.lost += late
+                drop = [key for k in late for j in range(i, len(parts.up))
+                        for key in parts.sum_keys(k, t, j)]
+                end.abandon([key for key in drop if key in pending])
+                pending.difference_update(drop)
+                break
+            have.update(got)
+            pending.difference_update(got)
+        for k in [k for k in live if k not in out.lost]:
+            d, w = have.pop(parts.sum_keys(k, t, i)[0]), have.pop(parts.sum_keys(k, t, i)[1])
             p.of(out.total)[:] += d.values
-            got[k].append(d.values)
-            out.fracs[k] += d.received_frac * p.n_floats / n
-        if to is not None:
-            try:
-                rep = end.send([to], t, len(parts.down) + i, p.of(out.total), wait_up)[0]
-            except TransportError:
-                to = None   # the parent is gone: this subtree's sum is lost with it
-                continue
-            out.sent_bytes += rep.payload_bytes
-            out.wire_bytes += rep.wire_bytes
-            out.retransmits += rep.retransmits
-    for k in [k for k in kids if k not in out.lost]:
+            out.who[i] += np.where(w.values > 0,
+                                   np.maximum(w.values * d.received_frac, 1e-6), 0.0)
+        if to is None:
+            continue
         try:
-            out.add_child(k, end.recv(k, t, parts.count, patience).values)
+            rep = end.send([to], t, len(parts.down) + i, p.of(out.total), wait_up)[0]
+            end.send([to], t, parts.who[i], out.who[i], wait_up)
         except TransportError:
-            _give_up(end, parts, t, k, len(parts.up), out, got)
-    if to is not None:
-        _quietly(lambda: end.send([to], t, parts.count, out.who, wait_up))
+            to = None   # the parent is gone: this subtree's sum is lost with it
+            continue
+        out.sent_bytes += rep.payload_bytes
+        out.wire_bytes += rep.wire_bytes
+        out.retransmits += rep.retransmits
     return out
-
-
-def _give_up(end, parts: _Parts, t: int, k: int, i: int, out: _Sum,
-             got: dict[int, list[np.ndarray]]) -> None:
-    """Child ``k`` missed chunk ``i``: take its chunks so far back out of the sum and abandon the
-    rest of what it would send this iteration."""
-    out.lost.append(k)
-    for j, values in enumerate(got.pop(k)):
-        parts.up[j].of(out.total)[:] -= values
-    end.abandon([(k, t, len(parts.down) + j) for j in range(i, len(parts.up))]
-                + [(k, t, parts.count)])
 
 
 # ---------------------------------------------------------------------------- the PS
@@ -233,26 +247,26 @@ def run_ps(spec: RunSpec, files: RunFiles, loopback: bool,
             kids = directory.children(ROOT)
             got = _reduce(end, parts, t, kids, None, spec, None, directory.height(ROOT))
             t2 = time.monotonic()
-            if got.count:
-                trainer.params.add_(torch.from_numpy(got.total / np.float32(got.count)),
-                                    alpha=-spec.lr)
+            ranks, fracs = got.ranks(), got.fractions(parts)
+            if ranks:
+                trainer.params.add_(torch.from_numpy(got.mean(parts)), alpha=-spec.lr)
             t3 = time.monotonic()
             trainer.train_s += t3 - t0
-            ranks = [int(r) for r in np.flatnonzero(got.who)]
             counted = _membership(rec, counted, ranks, directory, t, started, formed, t2)
             rec.iteration(PsIteration(
                 iteration=t, t_s=t0 - started, gather_end_mono=t2, broadcast_s=t1 - t0,
                 gather_s=t2 - t1, update_s=t3 - t2, iter_s=t3 - t0,
-                recv_frac=[float(got.who[r]) for r in ranks],
-                segment_fracs=[[float(got.who[r])] for r in ranks], param_wire_bytes=[],
+                recv_frac=[float(fracs[r]) for r in ranks],
+                segment_fracs=[[float(x) for x in got.who[:, r]] for r in ranks],
+                param_wire_bytes=[],
                 param_retransmits=[], msg_stats=[{
-                    "tree_depth": float(directory.depth()), "gradients": got.count,
+                    "tree_depth": float(directory.depth()), "gradients": float(len(ranks)),
                     "ask_wait_s": ask_wait_s, "subtrees_lost": float(len(got.lost))}],
                 ranks=ranks, staleness=[0] * len(ranks),
                 missing=sorted(set(range(n)) - set(asked))))
             t += 1
             stopped_by = trainer.after(t)
-        _stop_all(end, parts, t, spec, expect)
+        _stop_all(end, parts, t, spec, expect, directory.depth())
         summary = finish_ps(rec, transport, end, trainer, t, started, train_start_time,
                             stopped_by, cpu_before)
     rec.summary(summary)
@@ -328,12 +342,16 @@ def _feed(end, parts: _Parts, t: int, child: int, params: np.ndarray, start: int
             return
 
 
-def _stop_all(end, parts: _Parts, t: int, spec: RunSpec, expect: dict[int, int]) -> None:
-    """Answer every live worker's next ask with STOP (a worker that does not ask within the
-    deadline is gone or stalled; it stops once it finds the PS's summary)."""
+def _stop_all(end, parts: _Parts, t: int, spec: RunSpec, expect: dict[int, int],
+              depth: int) -> None:
+    """Answer every live worker's next ask with STOP. With a fault, a worker may still be
+    waiting out a failure for up to ``depth + 1`` deadlines (:func:`_reduce`), so asks are taken
+    for ``depth + 2``; one that does not ask by then is gone or stalled, and stops once it finds
+    the PS's summary."""
     wait = _deadline(spec)
     pending = dict(expect)
-    deadline = time.monotonic() + (wait if wait < spec.timeout_s else spec.timeout_s)
+    deadline = time.monotonic() + (wait * (depth + 2) if wait < spec.timeout_s
+                                   else spec.timeout_s)
     while pending and time.monotonic() < deadline:
         for w in _asks(end, parts, pending, max(deadline - time.monotonic(), 1e-3)):
             _quietly(lambda w=w: end.send([w], pending[w], parts.answer, _one(STOP), wait))
@@ -374,27 +392,29 @@ def _serve(end, parts: _Parts, t: int, held: _Held, spec: RunSpec, kids: list[in
     root, wait = spec.n_workers, _deadline(spec)
     final, senders = None, []
     limit = time.monotonic() + spec.timeout_s
-    while (final is None or len(kids) < final) and time.monotonic() < limit:
-        want = [] if len(kids) >= len(parts.serve) else [(root, t, parts.serve[len(kids)])]
-        if final is None:
-            want.append((root, t, parts.final))
-        got = end.recv_some(want, 1, wait)
-        if not got and held.failed:   # the iteration is given up: nobody will be served
-            end.abandon([(root, t, k) for k in parts.serve[len(kids):]]
-                        + ([(root, t, parts.final)] if final is None else []))
-            break
-        if (root, t, parts.final) in got:
-            final, levels, depth = (int(x) for x in got[(root, t, parts.final)].values)
-            height += [levels, depth]
-        for key, d in got.items():
-            if key[2] != parts.final:
-                child = int(d.values[0])
-                kids.append(child)
-                s = threading.Thread(target=_forward, args=(end, parts, t, child, held, wait),
-                                     daemon=True)
-                s.start()
-                senders.append(s)
-    known.set()
+    try:
+        while (final is None or len(kids) < final) and time.monotonic() < limit:
+            want = [] if len(kids) >= len(parts.serve) else [(root, t, parts.serve[len(kids)])]
+            if final is None:
+                want.append((root, t, parts.final))
+            got = end.recv_some(want, 1, wait)
+            if not got and held.failed:   # the iteration is given up: nobody will be served
+                end.abandon([(root, t, k) for k in parts.serve[len(kids):]]
+                            + ([(root, t, parts.final)] if final is None else []))
+                break
+            if (root, t, parts.final) in got:
+                final, levels, depth = (int(x) for x in got[(root, t, parts.final)].values)
+                height += [levels, depth]
+            for key, d in got.items():
+                if key[2] != parts.final:
+                    child = int(d.values[0])
+                    kids.append(child)
+                    s = threading.Thread(target=_forward, args=(end, parts, t, child, held, wait),
+                                         daemon=True)
+                    s.start()
+                    senders.append(s)
+    finally:   # whatever happened, the reduce must not wait for this
+        known.set()
     for s in senders:
         s.join()
 

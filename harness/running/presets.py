@@ -27,7 +27,8 @@ evidence presets run three seeds per cell. ``docs/running.md`` has the table wit
   minimum RTO).
 - ``patterns``, ``patterns-scale``: the PS, a tree and a ring all-reduce over TCP CUBIC (with
   and without a 5 ms minimum RTO), LTP and LTP reliable, at 0-10 % loss, 8 to 32 workers
-  (``docs/collectives.md``).
+  (``docs/collectives.md``); ``patterns-faults``: a tree and the PS through a killed and a
+  stalled worker.
 - ``paper``: every scheme, 100 and 200 Mbit/s, loss up to 20 %, 300 iterations; hours.
 - ``faults``: bsp, ssp:2 and async under no fault, a killed worker, a 2 s stall, a 2 s link cut
   and a 3x straggler, TCP CUBIC and LTP; about 40 minutes.
@@ -39,7 +40,7 @@ evidence presets run three seeds per cell. ``docs/running.md`` has the table wit
 - ``compression``: LTP without loss, pushes uncompressed, top-1 % and scaled sign, error
   feedback reset never or every round, one or four local steps: bytes on the wire per round
   against accuracy (``docs/compression.md``); about 25 minutes.
-- ``lab1`` .. ``lab5``: the teaching labs (``docs/labs/``).
+- ``lab1`` .. ``lab5``, ``lab7``: the teaching labs (``docs/labs/``).
 
 The peer-to-peer presets (no PS: ``p2p``, ``p2p-smoke``, ``lab6``) are
 :data:`harness.p2p.spec.PRESETS`; ``invoke run-sweep --preset p2p`` runs them the same way.
@@ -319,6 +320,12 @@ PRESETS: dict[str, Plan] = {
         loss_pcts=(0.0, 10.0), bottleneck_mbps=(200.0,), seeds=SEEDS, workers=(16, 32),
         patterns=("ps", "tree", "ring"),
         base=_INCAST.replace(iterations=30, max_train_s=30.0, timeout_s=900.0)),
+    # Tree and PS through a killed and a stalled worker (docs/collectives.md, "Failures").
+    "patterns-faults": Plan(
+        name="patterns-faults", transports=("tcp-cubic-lowrto", "ltp"), loss_pcts=(0.0,),
+        bottleneck_mbps=(200.0,), seeds=SEEDS, patterns=("ps", "tree"),
+        faults=("kill@15", "stall@15:2s"),
+        base=_INCAST.replace(iterations=40, max_train_s=30.0, timeout_s=600.0)),
     # Paper figures: every scheme, both link speeds, loss up to 20 %, three seeds. Hours.
     "paper": Plan(
         name="paper", transports=EVERYTHING, loss_pcts=(0.0, 1.0, 2.0, 5.0, 10.0, 20.0),
@@ -346,6 +353,10 @@ PRESETS: dict[str, Plan] = {
         name="lab5", transports=("tcp-cubic",), loss_pcts=(0.0,), bottleneck_mbps=(100.0,),
         seeds=(0,), byzantine=("0", "2:sign-flip"), aggregators=("mean", "score", "median"),
         base=_INCAST.replace(iterations=60, eval_every=10, tolerate=2, timeout_s=300.0)),
+    "lab7": Plan(
+        name="lab7", transports=("tcp-cubic", "ltp"), loss_pcts=(0.0,), bottleneck_mbps=(200.0,),
+        seeds=(0,), patterns=("ps", "tree", "ring"),
+        base=_INCAST.replace(iterations=30, timeout_s=600.0)),
 }
 DEFAULT_PRESET = "default"
 

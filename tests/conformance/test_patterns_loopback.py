@@ -4,6 +4,9 @@ spec end at the same accuracy; a ring stops at its time cap with the accuracy it
 tree routes around a worker the fault injector kills, and takes back one it stalled, with the
 fault columns a PS run has."""
 
+import contextlib
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -16,6 +19,18 @@ from harness.running.runfiles import RunFiles, write_session
 from harness.running.spec import RunSpec
 from topologies.incast import worker_name
 from transports.base import Session
+
+
+def _wait(proc: subprocess.Popen, limit: float) -> int | None:
+    """The process's exit code, or None if it had not ended by ``limit`` (then its stacks are
+    dumped to its log)."""
+    try:
+        return proc.wait(timeout=max(limit - time.monotonic(), 1))
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+        return None
 
 
 class _Proc:
@@ -37,9 +52,11 @@ def _train(run_dir, spec: RunSpec) -> RunFiles:
     write_session(files.session, Session.draw())
     base = [sys.executable, "-m", "harness.hosts.node", "--run", str(run_dir), "--loopback"]
     logs = [open(run_dir / f"{h}.out", "w") for h in range(1 + spec.n_workers)]
-    procs = [subprocess.Popen(base + ["--role", "ps"], stdout=logs[0], stderr=logs[0])]
+    env = dict(os.environ, PYTHONFAULTHANDLER="1")   # a hung host's stacks go to its log
+    procs = [subprocess.Popen(base + ["--role", "ps"], stdout=logs[0], stderr=logs[0], env=env)]
     procs += [subprocess.Popen(base + ["--role", "worker", "--rank", str(r)],
-                               stdout=logs[r + 1], stderr=logs[r + 1], start_new_session=True)
+                               stdout=logs[r + 1], stderr=logs[r + 1], start_new_session=True,
+                               env=env)
               for r in range(spec.n_workers)]
     fault = parse_fault(spec.fault)
     victim = worker_name(fault.rank(spec.n_workers))
@@ -52,7 +69,7 @@ def _train(run_dir, spec: RunSpec) -> RunFiles:
             injector.tick()
             time.sleep(0.02)
         injector.finish()
-        codes = [p.wait(timeout=max(limit - time.monotonic(), 1)) for p in procs]
+        codes = [_wait(p, limit) for p in procs]
     finally:
         for p in procs:
             p.kill()
@@ -60,8 +77,8 @@ def _train(run_dir, spec: RunSpec) -> RunFiles:
             f.close()
     survivors = [c for h, c in enumerate(codes) if h == 0 or worker_name(h - 1) not in
                  injector.killed]
-    assert survivors == [0] * len(survivors), [(run_dir / f"{h}.out").read_text()[-500:]
-                                               for h, c in enumerate(codes) if c]
+    assert survivors == [0] * len(survivors), [(run_dir / f"{h}.out").read_text()[-3000:]
+                                               for h, c in enumerate(codes) if c != 0]
     return files
 
 
@@ -107,32 +124,34 @@ def _resilience(files: RunFiles, spec: RunSpec) -> dict:
     return metrics.resilience(spec, files, ps, files.host_summary("ps1").train_start_time)
 
 
+# Fault runs train for 7 s (the time cap), long past the fault at iteration 4, so that workers
+# cut off with the victim's subtree have time to come back.
+_FAULTED = RunSpec(transport="ltp", n_workers=4, iterations=100_000, eval_every=100_000,
+                   timeout_s=60, max_train_s=7.0, pattern="tree")
+
+
 def test_a_tree_routes_around_a_killed_worker(tmp_path):
-    spec = RunSpec(transport="ltp", n_workers=4, iterations=10, eval_every=5, port=17720,
-                   timeout_s=60, pattern="tree", fault="kill@4")
+    spec = _FAULTED.replace(port=17720, fault="kill@4")
     files = _train(tmp_path, spec)
     rounds = files.ps_iterations()
     struck = files.fault_events()[0]["mono"]
     after = [r for r in rounds if r.gather_end_mono >= struck]
-    # the dead worker is in no sum from the fault on; the others are back in the next tree
+    # the dead worker is in no sum from the fault on; the others are back in a later tree
     assert after and all(3 not in r.ranks for r in after)
     assert after[-1].ranks == [0, 1, 2] and rounds[0].ranks == [0, 1, 2, 3]
     got = _resilience(files, spec)
     assert got["detected_as"] == "missing" and 0 < got["detection_s"] < 5
     assert got["iterations_lost"] == len(after) and got["false_alarms"] == 0
     # re-formed: the first round without it that held the three others
-    assert 0 < got["recovered_s"] < 10
-    assert len(rounds) == 10
+    assert 0 < got["recovered_s"] < 6
 
 
 def test_a_tree_takes_back_a_stalled_worker(tmp_path):
-    spec = RunSpec(transport="ltp", n_workers=4, iterations=12, eval_every=6, port=17740,
-                   timeout_s=60, pattern="tree", fault="stall@4:2s")
+    spec = _FAULTED.replace(port=17740, fault="stall@4:2s")
     files = _train(tmp_path, spec)
     rounds = files.ps_iterations()
     got = _resilience(files, spec)
     # out while stopped (the PS counts it missing), in again once it continues
     assert got["detected_as"] == "missing" and got["iterations_lost"] >= 1
-    assert got["rejoin_s"] is not None and got["false_alarms"] == 0
-    assert got["recovered_s"] == pytest.approx(got["rejoin_s"], abs=0.5)
+    assert got["false_alarms"] == 0 and 0 <= got["rejoin_s"] <= got["recovered_s"] < 6
     assert rounds[-1].ranks == [0, 1, 2, 3]

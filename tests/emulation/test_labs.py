@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.running import results
+from harness.training import models
 
 PROJECT = Path(__file__).resolve().parents[2]
 LABS = sorted((PROJECT / "docs" / "labs").glob("lab*.md"))
@@ -109,9 +110,28 @@ def check_lab6(rows: list[dict], folder: Path) -> None:
     assert "random-p against selmcast" in (folder / "report.md").read_text()
 
 
+def check_lab7(rows: list[dict], folder: Path) -> None:
+    """Lab 7's "What you should observe": about N gradients cross the PS's link per iteration
+    through the PS, about one through the tree, almost none through the ring; the same accuracy."""
+    gradient = 4 * models.n_params("mlp")
+    for scheme in {r["scheme"] for r in rows}:
+        cell = {r["pattern"]: r for r in rows if r["scheme"] == scheme}
+        per = {p: float(r["bottleneck_tx_bytes"]) / float(r["iterations_done"]) / gradient
+               for p, r in cell.items()}
+        n = int(cell["ps"]["n_workers"])
+        assert n - 0.5 < per["ps"] < 1.2 * n + 0.5, (scheme, per)
+        assert 0.9 < per["tree"] < 1.5, (scheme, per)
+        done = float(cell["ring"]["iterations_done"])
+        assert per["ring"] < 1.2 / done + 0.05, (scheme, per)   # the model for the evaluation
+        accuracy = {p: float(r["final_accuracy"]) for p, r in cell.items()}
+        assert max(accuracy.values()) - min(accuracy.values()) < 2e-3, (scheme, accuracy)
+    assert "Collectives against their bounds" in (folder / "report.md").read_text()
+
+
 # What each lab page says its commands show, checked on the tables they wrote.
 OBSERVATIONS = {"lab2-tolerating-loss": check_lab2, "lab4-killing-a-worker": check_lab4,
-                "lab5-byzantine-workers": check_lab5, "lab6-peer-to-peer": check_lab6}
+                "lab5-byzantine-workers": check_lab5, "lab6-peer-to-peer": check_lab6,
+                "lab7-the-incast-vanishes": check_lab7}
 
 
 @pytest.mark.parametrize("page", LABS, ids=lambda p: p.stem)

@@ -100,3 +100,21 @@ def test_a_wrongly_blamed_node_comes_back():
     assert not d.nodes[1].dead and d.nodes[0].dead and d.parent(1) == ROOT
     with pytest.raises(TreeError, match="PS itself"):
         d.failed(1, parent=ROOT)
+
+
+def test_a_tree_chunk_is_averaged_over_the_gradients_it_holds():
+    from harness.hosts.tree import _Parts, _Sum
+    from harness.running.spec import RunSpec
+
+    parts = _Parts.of(RunSpec(n_workers=3, pattern="tree:chunks=2"))
+    n = parts.up[-1].offset + parts.up[-1].n_floats
+    # workers 0 and 1 in both chunks, worker 2 (given up after its first chunk) in the first only,
+    # and half of worker 1's second chunk arrived
+    got = _Sum(np.zeros(n, np.float32), np.array([[1, 1, 1], [1, 0.5, 0]], np.float32))
+    first, second = parts.up
+    first.of(got.total)[:], second.of(got.total)[:] = 6.0, 4.0
+    mean = got.mean(parts)
+    assert np.all(first.of(mean) == 2.0) and np.all(second.of(mean) == 2.0)
+    assert got.ranks() == [0, 1, 2]
+    share = first.n_floats / n
+    assert got.fractions(parts) == pytest.approx([1.0, share + 0.5 * (1 - share), share])
