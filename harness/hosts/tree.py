@@ -194,7 +194,7 @@ def _reduce(end, parts: _Parts, t: int, kids: list[int], mine: tuple[int, np.nda
             have.update(got)
             pending.difference_update(got)
         for k in [k for k in live if k not in out.lost]:
-            d, w = have.pop(parts.sum_keys(k, t, i)[0]), have.pop(parts.sum_keys(k, t, i)[1])
+            d, w = (have.pop(key) for key in parts.sum_keys(k, t, i))
             p.of(out.total)[:] += d.values
             out.who[i] += np.where(w.values > 0,
                                    np.maximum(w.values * d.received_frac, 1e-6), 0.0)

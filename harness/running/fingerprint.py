@@ -61,6 +61,11 @@ _NETWORK = ("topologies/impair/delay/*.c", "topologies/impair/geloss/*.[ch]")
 _TRANSPORTS = ("transports.tcp", "transports.ltp", "transports.plot", "transports.filling")
 # The node loads a collective pattern's module by name too (harness.hosts.pattern).
 _COLLECTIVES = ("harness.hosts.tree", "harness.hosts.ring")
+# Training on the incast star: the host processes, the fork server that starts them, the runner
+# and the metrics that turn their records into rows, the network and its controller app (started
+# by osken-manager, so named here).
+_PS = ("harness.hosts.node", "harness.hosts.zygote", "harness.running.runner",
+       "topologies.controller.controller_app") + _TRANSPORTS
 # Modules whose changes cannot change a measured number, even where run code imports them:
 # reporting (a package, with everything in it), the named plans (every run records its own
 # spec), the command line, the sweep loop, benchmarks, and provenance (which only describes runs).
@@ -72,17 +77,12 @@ NOT_MEASURING = frozenset({
     "harness.running.engine", "harness.running.kinds", "harness.running.ps",
     "harness.running.cluster", "transports.options_doc"})
 KINDS: dict[str, Kind] = {
-    # Training through a PS on the emulated network: the host processes, the fork server that
-    # starts them, the runner and the metrics that turn their records into rows, the network and
-    # its controller app (started by osken-manager, so named here).
-    "ps": Kind(("harness.hosts.node", "harness.hosts.zygote", "harness.running.runner",
-                "topologies.controller.controller_app") + _TRANSPORTS, _NATIVE + _NETWORK),
+    # Training through a PS on the emulated network.
+    "ps": Kind(_PS, _NATIVE + _NETWORK),
     # Training through a collective pattern (a tree, a ring) on the emulated network: the same,
     # and the patterns' host processes. A PS folder's runs each record the kind of their pattern
     # (:func:`run_kind`), so work on the collectives leaves the ``ps`` pattern's folders fresh.
-    "collective": Kind(("harness.hosts.node", "harness.hosts.zygote", "harness.running.runner",
-                        "topologies.controller.controller_app") + _TRANSPORTS + _COLLECTIVES,
-                       _NATIVE + _NETWORK),
+    "collective": Kind(_PS + _COLLECTIVES, _NATIVE + _NETWORK),
     # Peer-to-peer training on the fabric: the peers, the round coordinator, the controller apps.
     "p2p": Kind(("harness.p2p.run", "harness.p2p.peer", "harness.p2p.coord",
                  "topologies.controller.controller_app", "topologies.controller.mcast_app",

@@ -124,7 +124,7 @@ def _faults(sw: Sweep, d: pd.DataFrame) -> list[str]:
              "| workers | loss | scheme | pattern | fault | runs | detection s | seen as "
              "| rounds without it | recovered s | slowest round after s | false alarms "
              "| final accuracy |", "|" + "---|" * 13]
-    for n, loss, fault in [c for c in _cells(hit)]:
+    for n, loss, fault in _cells(hit):
         here = hit[(hit.n_workers == n) & (hit.loss_pct == loss) & (hit.fault == fault)]
         for scheme in [s for s in sw.order if s in set(here.scheme)]:
             for pattern in _patterns(here):
@@ -162,7 +162,7 @@ def section(sw: Sweep) -> list[str]:
              "| x floor | sending s | gathering s | PS link gradients/iteration | filled "
              "| iterations/s | final accuracy |", "|" + "---|" * 15]
     quiet = d[d.fault == "none"]
-    for n, loss, _ in [c for c in _cells(quiet)]:
+    for n, loss, _ in _cells(quiet):
         here = quiet[(quiet.n_workers == n) & (quiet.loss_pct == loss)]
         for scheme in [s for s in sw.order if s in set(here.scheme)]:
             for pattern in _patterns(here):
