@@ -1,5 +1,6 @@
 """What the collective patterns' host processes share (``tree``, ``ring``;
-:mod:`harness.hosts.pattern`): the job's members and a worker's local training.
+:mod:`harness.hosts.pattern`): the job's members, a worker's local training, and the PS's outbox
+(each worker's messages sent in order by a thread of its own).
 
 Every host of a collective run is a *member* of one mesh job (:mod:`transports.mesh`): the
 workers are members ``0 .. N-1`` in rank order and the PS's host is member ``N``. In a tree the
@@ -11,6 +12,9 @@ interpretation: the run's records and its stopping rule stay the PS's, as in the
 
 from __future__ import annotations
 
+import dataclasses
+import queue
+import threading
 import time
 
 import numpy as np
@@ -20,7 +24,7 @@ from harness.running.runfiles import HostSummary
 from harness.running.spec import RunSpec
 from harness.training import datasets, models
 from topologies.incast import PS_IP, PS_NAME, worker_ip
-from transports.base import Addr
+from transports.base import Addr, TransportError
 
 # A worker's report at the end of an iteration (the ``done`` part), in this order.
 REPORT = ("lost_floats", "recv_floats", "compute_s", "exchange_s", "train_loss", "sent_bytes",
@@ -90,3 +94,50 @@ def finish_ps(rec, transport, end, trainer, t: int, started: float, train_start_
         cpu_busy_frac=busy_frac(cpu_before, machine_cpu()), transport=transport.slug,
         transport_options=transport.options(), session_id=transport.session.session_id,
         rejections=end.rejections())
+
+
+@dataclasses.dataclass
+class Posted:
+    """A message in the outbox: whether it went through, once ``done`` is set."""
+
+    ok: bool = False
+    done: threading.Event = dataclasses.field(default_factory=threading.Event)
+
+
+class Outbox:
+    """A PS's small messages to the workers (a tree's answers, whom to serve, its shape), each
+    worker's sent in order by a thread of its own: a send to a dead or stopped worker waits out
+    its deadline (``wait``) and holds up no message to another."""
+
+    def __init__(self, end, wait: float) -> None:
+        self.end, self.wait = end, wait
+        self.queues: dict[int, queue.SimpleQueue] = {}
+        self.threads: list[threading.Thread] = []
+
+    def post(self, w: int, msg_id: int, part: int, values: np.ndarray) -> Posted:
+        """Queue a message to ``w``; what becomes of it."""
+        if w not in self.queues:
+            self.queues[w] = queue.SimpleQueue()
+            thread = threading.Thread(target=self._run, args=(w, self.queues[w]), daemon=True)
+            thread.start()
+            self.threads.append(thread)
+        posted = Posted()
+        self.queues[w].put((msg_id, part, values, posted))
+        return posted
+
+    def _run(self, w: int, q: queue.SimpleQueue) -> None:
+        while (item := q.get()) is not None:
+            msg_id, part, values, posted = item
+            try:
+                self.end.send([w], msg_id, part, values, self.wait)
+                posted.ok = True
+            except TransportError:
+                posted.ok = False
+            posted.done.set()
+
+    def close(self) -> None:
+        """Send what is posted, then stop."""
+        for q in self.queues.values():
+            q.put(None)
+        for thread in self.threads:
+            thread.join()

@@ -26,7 +26,9 @@ re-forms at the next iteration, and a failure costs the subtree's gradients of o
 The PS records, per iteration, whose gradients its step held and how much of each arrived, who was
 absent and how long it waited for asks, and a membership event when a worker drops out of the sum
 (``missing``, or ``cut_off`` when it was lost with an ancestor) or is back in it (``back``), as the
-``ps`` pattern's PS does, so a tree's fault columns mean what a PS run's do; ``docs/collectives.md`` says more.
+``ps`` pattern's PS does, so a tree's fault columns mean what a PS run's do. The PS's small
+messages go out through an :class:`~harness.hosts.collective.Outbox` (one dead worker delays
+nobody else's), and a worker receives on one thread only. ``docs/collectives.md`` says more.
 
 Every message of iteration ``t`` has id ``t`` and is told apart by its part
 (:mod:`transports.mesh`).
@@ -41,7 +43,7 @@ import time
 import numpy as np
 import torch
 
-from harness.hosts.collective import Learner, finish_ps, members, start_ps
+from harness.hosts.collective import Learner, Outbox, Posted, finish_ps, members, start_ps
 from harness.hosts.directory import ROOT, Directory
 from harness.hosts.faults import parse_fault
 from harness.hosts.pattern import parse_pattern
@@ -226,6 +228,7 @@ def run_ps(spec: RunSpec, files: RunFiles, loopback: bool,
     started = time.monotonic()
     expect = {w: 0 for w in range(n)}   # the iteration each worker's next ask is for
     counted = set(range(n))             # the workers whose gradients the last step held
+    outbox = Outbox(end, _deadline(spec))
     with end:
         train_start_time, cpu_before = start_ps(end, trainer, spec)
         t, stopped_by = 0, ""
@@ -233,14 +236,13 @@ def run_ps(spec: RunSpec, files: RunFiles, loopback: bool,
             t0 = time.monotonic()
             directory = Directory(pat["fanout"], pat["root"])
             params = trainer.params.numpy()
-            feeds, ask_wait_s = _form(end, parts, t, directory, params, spec, expect)
+            feeds, ask_wait_s = _form(end, outbox, parts, t, directory, params, spec, expect)
             formed = time.monotonic()
             asked = directory.live()
             for w in asked:
                 final = np.array([len(directory.children(w)), directory.height(w),
                                   directory.depth()], np.float32)
-                _quietly(lambda w=w, final=final: end.send([w], t, parts.final, final,
-                                                           _deadline(spec)))
+                outbox.post(w, t, parts.final, final)
             for f in feeds:
                 f.join()
             t1 = time.monotonic()
@@ -266,7 +268,8 @@ def run_ps(spec: RunSpec, files: RunFiles, loopback: bool,
                 missing=sorted(set(range(n)) - set(asked))))
             t += 1
             stopped_by = trainer.after(t)
-        _stop_all(end, parts, t, spec, expect, directory.depth())
+        _stop_all(end, outbox, parts, t, spec, expect, directory.depth())
+        outbox.close()
         summary = finish_ps(rec, transport, end, trainer, t, started, train_start_time,
                             stopped_by, cpu_before)
     rec.summary(summary)
@@ -297,13 +300,13 @@ def _asks(end, parts: _Parts, expect: dict[int, int], wait: float) -> list[int]:
     return [w for w, _, _ in got]
 
 
-def _form(end, parts: _Parts, t: int, directory: Directory, params: np.ndarray, spec: RunSpec,
-          expect: dict[int, int]) -> tuple[list[threading.Thread], float]:
+def _form(end, outbox: Outbox, parts: _Parts, t: int, directory: Directory, params: np.ndarray,
+          spec: RunSpec, expect: dict[int, int]) -> tuple[list[threading.Thread], float]:
     """Answer the workers' asks in the order they come: a parent for this iteration's, the
     iteration to join for a late one. The PS feeds its own children (a thread each) and tells a
     worker parent whom it serves. Returns the feeding threads and how long the asks took after
     the first (with a fault injected, asks stop being waited for :data:`REFORM_S` after it)."""
-    n, root, wait = spec.n_workers, spec.n_workers, _deadline(spec)
+    root, wait = spec.n_workers, _deadline(spec)
     feeds, served = [], {}
     first = None
     while any(i == t for i in expect.values()):
@@ -312,37 +315,39 @@ def _form(end, parts: _Parts, t: int, directory: Directory, params: np.ndarray, 
             break
         for w in _asks(end, parts, expect, max(left, 1e-3) if first else spec.timeout_s):
             if expect[w] < t:   # it fell behind (stalled): join at the next iteration
-                _quietly(lambda w=w: end.send([w], expect[w], parts.answer, _one(SKIP - (t + 1)),
-                                              wait))
+                outbox.post(w, expect[w], parts.answer, _one(SKIP - (t + 1)))
                 expect[w] = t + 1
                 continue
             first = first or time.monotonic()
             expect[w] = t + 1
             parent = directory.ask(w)
-            _quietly(lambda w=w: end.send([w], t, parts.answer,
-                                          _one(root if parent == ROOT else parent), wait))
+            told = outbox.post(w, t, parts.answer, _one(root if parent == ROOT else parent))
             if parent == ROOT:
-                feed = threading.Thread(target=_feed, args=(end, parts, t, w, params, 0, wait),
+                feed = threading.Thread(target=_feed, args=(end, parts, t, w, params, told, wait),
                                         daemon=True)
                 feed.start()
                 feeds.append(feed)
             else:
                 k = served.get(parent, 0)
                 served[parent] = k + 1
-                _quietly(lambda w=w: end.send([parent], t, parts.serve[k], _one(w), wait))
+                outbox.post(parent, t, parts.serve[k], _one(w))
     return feeds, (time.monotonic() - first) if first else 0.0
 
 
-def _feed(end, parts: _Parts, t: int, child: int, params: np.ndarray, start: int,
+def _feed(end, parts: _Parts, t: int, child: int, params: np.ndarray, told: Posted,
           wait: float) -> None:
-    """Send the parameters' chunks from ``start`` on to ``child`` (give up at the first that
-    does not go through in time: the child is gone)."""
-    for i in range(start, len(parts.down)):
+    """Send the parameters' chunks to ``child`` once it has its answer (a chunk that came first
+    could take the room in the child's end the answer needs), and give up at the first that
+    does not go through in time: the child is gone."""
+    told.done.wait()
+    if not told.ok:
+        return
+    for i in range(len(parts.down)):
         if not _quietly(lambda i=i: end.send([child], t, i, parts.down[i].of(params), wait)):
             return
 
 
-def _stop_all(end, parts: _Parts, t: int, spec: RunSpec, expect: dict[int, int],
+def _stop_all(end, outbox: Outbox, parts: _Parts, t: int, spec: RunSpec, expect: dict[int, int],
               depth: int) -> None:
     """Answer every live worker's next ask with STOP. With a fault, a worker may still be
     waiting out a failure for up to ``depth + 1`` deadlines (:func:`_reduce`), so asks are taken
@@ -354,7 +359,7 @@ def _stop_all(end, parts: _Parts, t: int, spec: RunSpec, expect: dict[int, int],
                                    else spec.timeout_s)
     while pending and time.monotonic() < deadline:
         for w in _asks(end, parts, pending, max(deadline - time.monotonic(), 1e-3)):
-            _quietly(lambda w=w: end.send([w], pending[w], parts.answer, _one(STOP), wait))
+            outbox.post(w, pending[w], parts.answer, _one(STOP))
             del pending[w]
 
 
@@ -383,40 +388,81 @@ class _Held:
             return self.chunks[i]
 
 
-def _serve(end, parts: _Parts, t: int, held: _Held, spec: RunSpec, kids: list[int],
-           height: list[int], known: threading.Event) -> None:
-    """Learn whom to serve from the PS and forward every chunk to each child (a thread per
-    child); ``kids`` gets the children and ``height`` this node's height and the tree's depth,
-    all complete once ``known`` is set (before the forwarding ends: a reduce need not wait for a
-    send to a dead child to time out)."""
-    root, wait = spec.n_workers, _deadline(spec)
-    final, senders = None, []
-    limit = time.monotonic() + spec.timeout_s
-    try:
-        while (final is None or len(kids) < final) and time.monotonic() < limit:
-            want = [] if len(kids) >= len(parts.serve) else [(root, t, parts.serve[len(kids)])]
-            if final is None:
-                want.append((root, t, parts.final))
-            got = end.recv_some(want, 1, wait)
-            if not got and held.failed:   # the iteration is given up: nobody will be served
-                end.abandon([(root, t, k) for k in parts.serve[len(kids):]]
-                            + ([(root, t, parts.final)] if final is None else []))
-                break
-            if (root, t, parts.final) in got:
-                final, levels, depth = (int(x) for x in got[(root, t, parts.final)].values)
-                height += [levels, depth]
-            for key, d in got.items():
-                if key[2] != parts.final:
-                    child = int(d.values[0])
-                    kids.append(child)
-                    s = threading.Thread(target=_forward, args=(end, parts, t, child, held, wait),
-                                         daemon=True)
-                    s.start()
-                    senders.append(s)
-    finally:   # whatever happened, the reduce must not wait for this
-        known.set()
-    for s in senders:
-        s.join()
+class _Broadcast:
+    """One iteration's broadcast at a worker: the parameters' chunks from its parent, and from the
+    PS whom it serves and the tree's shape. Everything is received on the worker's main thread (an
+    end's receives and abandons are not made from two threads at once); each child is served by a
+    thread of its own that forwards every chunk as soon as it is held."""
+
+    def __init__(self, end, parts: _Parts, t: int, parent: int, spec: RunSpec) -> None:
+        self.end, self.parts, self.t, self.parent = end, parts, t, parent
+        self.root, self.wait, self.spec = spec.n_workers, _deadline(spec), spec
+        self.held = _Held(len(parts.down))
+        self.kids: list[int] = []
+        self.final: tuple[int, int, int] | None = None   # children, height, the tree's depth
+        self.senders: list[threading.Thread] = []
+
+    def _told(self) -> list[tuple[int, int, int]]:
+        """The PS's messages about this node still to come."""
+        p, t, root = self.parts, self.t, self.root
+        more = p.serve[len(self.kids):] if self.final is None else \
+            p.serve[len(self.kids):self.final[0]]
+        return [(root, t, k) for k in more] + ([(root, t, p.final)] if self.final is None else [])
+
+    def _take(self, got: dict) -> None:
+        """Learn from the PS's messages in ``got``: a child to serve (its forwarding starts at
+        once), the final shape."""
+        told = set(self._told())
+        for key in sorted(k for k in got if k in told):
+            d = got[key]
+            if key[2] == self.parts.final:
+                self.final = tuple(int(x) for x in d.values)
+                continue
+            child = int(d.values[0])
+            self.kids.append(child)
+            s = threading.Thread(target=_forward, args=(self.end, self.parts, self.t, child,
+                                                        self.held, self.wait), daemon=True)
+            s.start()
+            self.senders.append(s)
+
+    def pull(self) -> np.ndarray | None:
+        """The parameters, each chunk within a deadline of the last (None: the parent failed, and
+        this iteration is given up)."""
+        params = np.empty(self.parts.down[-1].offset + self.parts.down[-1].n_floats, np.float32)
+        for i, p in enumerate(self.parts.down):
+            key, deadline = (self.parent, self.t, i), time.monotonic() + self.wait
+            got: dict = {}
+            while key not in got:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self._give_up(i)
+                    return None
+                got = self.end.recv_some([key] + self._told(), 1, left)
+                self._take(got)
+            p.of(params)[:] = got[key].values
+            self.held.put(i, got[key].values)
+        return params
+
+    def _give_up(self, i: int) -> None:
+        self.held.put(i, None)
+        self.end.abandon([(self.parent, self.t, j) for j in range(i, len(self.parts.down))]
+                         + self._told())
+
+    def shape(self) -> tuple[list[int], int, int] | None:
+        """Once the PS told every child: the children, this node's height and the tree's depth
+        (None if it did not within the run's timeout)."""
+        limit = time.monotonic() + self.spec.timeout_s
+        while self._told() and time.monotonic() < limit:
+            self._take(self.end.recv_some(self._told(), 1, limit - time.monotonic()))
+        if self._told():
+            self.end.abandon(self._told())
+            return None
+        return self.kids, self.final[1], self.final[2]
+
+    def finish(self) -> None:
+        """Wait for the forwarding to end."""
+        for s in self.senders:
+            s.join()
 
 
 def _forward(end, parts: _Parts, t: int, child: int, held: _Held, wait: float) -> None:
@@ -453,12 +499,11 @@ def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool,
     computes its gradient, adds its children's sums to it and forwards the sum."""
     from harness.hosts.node import cpu_s
 
-    host, root, wait = worker_name(rank), spec.n_workers, _deadline(spec)
+    host = worker_name(rank)
     rec = Recorder(files, host)
     learner = Learner(spec, rank)
     _, parts, end = _open(spec, rank, loopback, session)
     started, t, done = time.monotonic(), 0, 0
-    n_floats = parts.down[-1].offset + parts.down[-1].n_floats
     with end:
         end.join(spec.timeout_s)
         while True:
@@ -470,36 +515,24 @@ def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool,
                 t = int(SKIP - answer)
                 continue
             parent = int(answer)
-            held, kids, height, known = _Held(len(parts.down)), [], [], threading.Event()
-            server = threading.Thread(target=_serve, args=(end, parts, t, held, spec, kids,
-                                                           height, known), daemon=True)
-            server.start()
-            params = np.empty(n_floats, np.float32)
-            for i, p in enumerate(parts.down):
-                try:
-                    values = end.recv(parent, t, i, wait).values
-                except TransportError:   # the parent failed: this iteration is given up
-                    held.put(i, None)
-                    end.abandon([(parent, t, j) for j in range(i, len(parts.down))])
-                    break
-                p.of(params)[:] = values
-                held.put(i, values)
+            cast = _Broadcast(end, parts, t, parent, spec)
+            params = cast.pull()
             t1 = time.monotonic()
-            if not held.failed:
+            if params is not None:
                 models.load_flat(learner.model, torch.from_numpy(params))
                 grad, loss, compute_s = learner.gradient()
-            known.wait()
-            t2 = time.monotonic()
-            if not held.failed:
-                levels, depth = height or (1, 1)
-                got = _reduce(end, parts, t, kids, (rank, grad), spec, parent, levels, depth)
-                rec.iteration(WorkerIteration(
-                    iteration=t, t_s=t0 - started, push_start_mono=t2, pull_s=t1 - t0,
-                    compute_s=compute_s, push_s=time.monotonic() - t2, param_frac=1.0,
-                    train_loss=loss, grad_bytes=got.sent_bytes, wire_bytes=got.wire_bytes,
-                    packets=0, retransmits=got.retransmits))
-                done += 1
-            server.join()
+                shape = cast.shape()
+                t2 = time.monotonic()
+                if shape is not None:
+                    kids, levels, depth = shape
+                    got = _reduce(end, parts, t, kids, (rank, grad), spec, parent, levels, depth)
+                    rec.iteration(WorkerIteration(
+                        iteration=t, t_s=t0 - started, push_start_mono=t2, pull_s=t1 - t0,
+                        compute_s=compute_s, push_s=time.monotonic() - t2, param_frac=1.0,
+                        train_loss=loss, grad_bytes=got.sent_bytes, wire_bytes=got.wire_bytes,
+                        packets=0, retransmits=got.retransmits))
+                    done += 1
+            cast.finish()
             t += 1
         summary = HostSummary(host=host, role="worker", rank=rank, iterations=done,
                               elapsed_s=time.monotonic() - started, cpu_s=cpu_s(),
