@@ -286,12 +286,18 @@ def _resampled(ref: Folder, keys: list, ref_est: list, n_fresh: int, inside: int
             + _verdict_on(inside, lo, hi))
 
 
+PAUSE_S = 60.0   # between two runs' starts, more than a run and this: the sweep was resumed later
+
+
 def span_minutes(f: Folder) -> float:
-    """From the first run's start to the last run's end, in minutes (networks coming up and
-    down included)."""
-    started = pd.to_datetime(f.runs.started_at, utc=True)
-    last = started.idxmax()
-    return ((started.max() - started.min()).total_seconds() + float(f.runs.wall_s[last])) / 60
+    """How long the sweep ran, in minutes: from each run's start to the next one's (networks
+    coming up and down included), and the last run's own time. Where the next run started more
+    than :data:`PAUSE_S` after a run ended, the sweep was stopped and resumed later (runs dropped
+    and rerun on an idle machine): only the run's own time counts there."""
+    runs = f.runs.assign(start=pd.to_datetime(f.runs.started_at, utc=True)).sort_values("start")
+    gaps = runs.start.diff().shift(-1).dt.total_seconds()
+    walls = runs.wall_s.astype(float)
+    return float(gaps.where(gaps <= walls + PAUSE_S, walls).fillna(walls).sum()) / 60
 
 
 def quickstart(ctx: Context) -> str:
