@@ -96,6 +96,15 @@ def finish_ps(rec, transport, end, trainer, t: int, started: float, train_start_
         rejections=end.rejections())
 
 
+def quietly(call) -> bool:
+    """Run a send or receive whose failure the pattern survives; whether it succeeded."""
+    try:
+        call()
+        return True
+    except TransportError:
+        return False
+
+
 @dataclasses.dataclass
 class Posted:
     """A message in the outbox: whether it went through, once ``done`` is set."""
@@ -128,11 +137,7 @@ class Outbox:
     def _run(self, w: int, q: queue.SimpleQueue) -> None:
         while (item := q.get()) is not None:
             msg_id, part, values, posted = item
-            try:
-                self.end.send([w], msg_id, part, values, self.wait)
-                posted.ok = True
-            except TransportError:
-                posted.ok = False
+            posted.ok = quietly(lambda: self.end.send([w], msg_id, part, values, self.wait))
             posted.done.set()
 
     def close(self) -> None:

@@ -43,7 +43,8 @@ import time
 import numpy as np
 import torch
 
-from harness.hosts.collective import Learner, Outbox, Posted, finish_ps, members, start_ps
+from harness.hosts.collective import (Learner, Outbox, Posted, finish_ps, members, quietly,
+                                      start_ps)
 from harness.hosts.directory import ROOT, Directory
 from harness.hosts.faults import parse_fault
 from harness.hosts.pattern import parse_pattern
@@ -108,15 +109,6 @@ def _open(spec: RunSpec, rank: int, loopback: bool, session: Session | None):
 
 def _one(x: float) -> np.ndarray:
     return np.array([x], dtype=np.float32)
-
-
-def _quietly(call) -> bool:
-    """Run a send or receive whose failure the pattern survives; whether it succeeded."""
-    try:
-        call()
-        return True
-    except TransportError:
-        return False
 
 
 # ---------------------------------------------------------------------------- reducing
@@ -343,7 +335,7 @@ def _feed(end, parts: _Parts, t: int, child: int, params: np.ndarray, told: Post
     if not told.ok:
         return
     for i in range(len(parts.down)):
-        if not _quietly(lambda i=i: end.send([child], t, i, parts.down[i].of(params), wait)):
+        if not quietly(lambda i=i: end.send([child], t, i, parts.down[i].of(params), wait)):
             return
 
 
@@ -468,7 +460,7 @@ class _Broadcast:
 def _forward(end, parts: _Parts, t: int, child: int, held: _Held, wait: float) -> None:
     for i in range(len(parts.down)):
         values = held.get(i)
-        if values is None or not _quietly(lambda: end.send([child], t, i, values, wait)):
+        if values is None or not quietly(lambda: end.send([child], t, i, values, wait)):
             return
 
 
