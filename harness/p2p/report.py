@@ -122,7 +122,7 @@ def comparisons(ok: pd.DataFrame) -> list[str]:
         for copy in sorted(ok["copy"].unique()):
             for scheme in sorted(ok.scheme.unique()):
                 base = {"copy": copy, "scheme": scheme, "sync": sync}
-                for policy in ("selmcast", "selmcast-p", "broadcast"):
+                for policy in ("selmcast", "most-per-second", "selmcast-p", "broadcast"):
                     pair(f"random-p against {policy} ({copy} copies, {scheme}, {sync})",
                          {"policy": "random-p", **base}, {"policy": policy, **base},
                          ("sync_s", "round_s", "avg_p", "trunk_bytes_per_round",

@@ -35,10 +35,10 @@ def test_bad_specs_say_one_sentence(fields, words):
 
 def test_preset_runs_are_distinct_and_round_trip():
     specs = PRESETS["p2p"].specs()
-    assert len({s.run_id for s in specs}) == len(specs) == 30
+    assert len({s.run_id for s in specs}) == len(specs) == 36
     assert all(PeerSpec.from_json(s.to_json()) == s for s in specs)
     smaller = PRESETS["p2p"].override(seeds=[0], rounds=5)
-    assert {s.rounds for s in smaller.specs()} == {5} and len(smaller.specs()) == 10
+    assert {s.rounds for s in smaller.specs()} == {5} and len(smaller.specs()) == 12
 
 
 def _msg(sender, round_, values, mask=None):

@@ -254,3 +254,70 @@ def test_selmcast_p_takes_exactly_p_of_the_fastest():
         chosen = select("selmcast-p", "w1", 2, wiring, idle(wiring), RoundPlan(), seed=seed)
         assert len(chosen.receivers) == 2
         assert not {"w5", "w6"} & set(chosen.receivers)   # the quarter-rate ones
+
+
+def test_selmcast_puts_the_rate_first_and_most_per_second_the_count():
+    wiring = fabric(n_leaves=3, workers_per_leaf=2)
+    view = idle(wiring)
+    view["sp1>l2"] = 95.0   # w3 and w4 a little slower than w2
+    view["l3>w5"] = 95.0    # w5 too
+    view["l3>w6"] = 10.0    # w6 far slower
+    published = select("selmcast", "w1", 1, wiring, view, RoundPlan())
+    assert published.receivers == ("w2",)   # the highest rate that serves p = 1, and only it
+    earlier = select("most-per-second", "w1", 1, wiring, view, RoundPlan())
+    assert earlier.receivers == ("w2", "w3", "w4", "w5")   # 4 at 95 beat 1 at 100
+    # p = 2: the second fastest sets the rate, and every peer that rate serves comes along.
+    assert select("selmcast", "w1", 2, wiring, view, RoundPlan()).receivers == \
+        ("w2", "w3", "w4", "w5")
+
+
+def test_selmcast_plans_a_round_jointly_to_a_fixed_point(monkeypatch):
+    wiring = fabric(n_leaves=3, workers_per_leaf=2, n_slow=1)
+    view = idle(wiring)
+    senders = ["w1", "w3", "w5", "w2"]
+    round_plan = RoundPlan()
+    chosen = selmcast.plan_round("selmcast", senders, 2, wiring, view, round_plan,
+                                 size_bytes=SIZE_BYTES, round_=4)
+    assert [c.sender for c in chosen] == senders
+    # Settled: each sender's choice is its best answer to all the others' trees.
+    for c in chosen:
+        again = select("selmcast", c.sender, 2, wiring, view, round_plan, round_=4)
+        assert again.receivers == c.receivers
+    # Here the first pass alone (each sender seeing only the earlier ones) is not settled.
+    monkeypatch.setattr(selmcast, "JOINT_PASSES", 1)
+    first = selmcast.plan_round("selmcast", senders, 2, wiring, view, RoundPlan(),
+                                size_bytes=SIZE_BYTES, round_=4)
+    assert [c.receivers for c in first] != [c.receivers for c in chosen]
+    # The other policies plan once, in order, as a sequence of selections would.
+    seq_plan, joint_plan = RoundPlan(), RoundPlan()
+    seq = [select("most-per-second", s, 2, wiring, view, seq_plan, round_=4) for s in senders]
+    once = selmcast.plan_round("most-per-second", senders, 2, wiring, view, joint_plan,
+                               size_bytes=SIZE_BYTES, round_=4)
+    assert [c.receivers for c in once] == [c.receivers for c in seq]
+
+
+def test_transfers_in_flight_are_load_for_selmcast_only():
+    wiring = fabric(n_leaves=3, workers_per_leaf=2)
+    view, round_plan = idle(wiring), RoundPlan()
+    round_plan.fly("w3", tree_links(wiring, "w3", ["w1", "w2", "w4", "w5", "w6"]))
+    chosen = select("selmcast", "w5", 1, wiring, view, round_plan, round_=0)
+    assert chosen.rate_mbps == {"w1": 50, "w2": 50, "w3": 100, "w4": 50, "w6": 50}
+    assert chosen.receivers == ("w3",)
+    blind = select("most-per-second", "w5", 1, wiring, view, round_plan, round_=0)
+    assert set(blind.rate_mbps.values()) == {100}
+    round_plan.land("w3")   # w3 asked again: its transfer is over
+    assert set(select("selmcast", "w5", 1, wiring, view, round_plan,
+                      round_=0).rate_mbps.values()) == {100}
+
+
+def test_a_receiver_dropped_when_its_sender_plans_again_has_not_received():
+    wiring = fabric(n_leaves=2, workers_per_leaf=3)
+    round_plan = RoundPlan()
+    round_plan.start(0)
+    round_plan.register("w1", frozenset(), ("w2", "w3"))
+    assert round_plan.waited("w2") == 0
+    round_plan.register("w1", frozenset(), ("w3",))   # planned again without w2
+    assert round_plan.waited("w2") == 1               # never received: rounds since the start
+    round_plan.start(1)
+    assert round_plan.waited("w3") == 1 and round_plan.waited("w2") == 2
+    del wiring

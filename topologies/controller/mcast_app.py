@@ -50,7 +50,8 @@ from os_ken.ofproto import ofproto_v1_3
 from topologies.controller.controller_app import answer_commands, read_config
 from topologies.controller.linkview import LinkMeter, Wiring
 from topologies.controller.mcast_plan import MulticastPlan, plan
-from topologies.controller.selmcast import MAX_WAIT_ROUNDS, RoundPlan, paces, planned_bytes, select
+from topologies.controller.selmcast import (MAX_WAIT_ROUNDS, RoundPlan, paces, plan_round,
+                                            planned_bytes, select, tree_links)
 
 MCAST_PRIORITY = 150
 REPLY_S = 3.0
@@ -190,21 +191,21 @@ class MulticastController(app_manager.OSKenApp):
                          "round, reset, groups.")
 
     def _round(self, cmd: dict) -> dict:
-        """Select the receivers of every sender in ``cmd["senders"]`` for one round, in that
-        order and on one view of the links (each later sender sees the earlier ones' trees as
-        load), then install all of their multicasts with one barrier per switch."""
+        """Select the receivers of every sender in ``cmd["senders"]`` for one round on one view
+        of the links (:func:`~topologies.controller.selmcast.plan_round`: in that order, each
+        later sender seeing the earlier ones' trees as load; ``selmcast`` then jointly), then
+        install all of their multicasts with one barrier per switch."""
         t0 = time.monotonic()
         size_bytes = _size(cmd)
         for sender in cmd["senders"]:   # a sender asks again once its last transfer is over
             if sender in self.transfers:
                 self.meter.end_transfer(self.transfers.pop(sender), t0)
+            self.round_plan.land(sender)
         available = self.meter.available()
-        chosen = [select(cmd.get("policy", "selmcast"), sender, cmd["p"], self.wiring,
-                         available, self.round_plan, round_=int(cmd["round"]),
-                         seed=int(cmd.get("seed", 0)),
-                         size_bytes=size_bytes,
-                         max_wait_rounds=int(cmd.get("max_wait_rounds", MAX_WAIT_ROUNDS)))
-                  for sender in cmd["senders"]]
+        chosen = plan_round(cmd.get("policy", "selmcast"), cmd["senders"], cmd["p"], self.wiring,
+                            available, self.round_plan, round_=int(cmd["round"]),
+                            seed=int(cmd.get("seed", 0)), size_bytes=size_bytes,
+                            max_wait_rounds=int(cmd.get("max_wait_rounds", MAX_WAIT_ROUNDS)))
         install = cmd.get("install", True)
         # Everyone planned in this round so far (under SSP, senders that asked earlier too).
         planned = {sender: receivers for sender, (_, receivers) in self.round_plan.trees.items()}
@@ -213,6 +214,7 @@ class MulticastController(app_manager.OSKenApp):
         for c in chosen:
             self.transfers[c.sender] = self.meter.start_transfer(t0, planned_bytes(
                 self.wiring, {c.sender: c.receivers}, size_bytes, copies=not install))
+            self.round_plan.fly(c.sender, tree_links(self.wiring, c.sender, c.receivers))
         t1 = time.monotonic()
         if install:
             self._install([plan(self.wiring, c.sender, c.receivers) for c in chosen])
