@@ -61,6 +61,8 @@ PROJECT = Path(__file__).resolve().parent
     "max_train": "cap on each run's training time at the PS, in seconds",
     "cluster": "run each group of runs sharing a network on a node of a Ray cluster: the head's "
                "address (HOST:6379) or auto (docs/cluster.md); without it, on this machine",
+    "no_figures": "write the tables and the report but draw no figure (invoke figures draws "
+                  "them later)",
 })
 def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=None, workers=None,
               queue=None, delay=None, cross=None, sync=None, fault=None, byzantine=None,
@@ -68,7 +70,7 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
               score_threshold=None, compress=None, local_steps=None, error_reset=None, pattern=None,
               model=None,
               iterations=None, seeds=None, timeout=None, target=None, stop_at_target=False,
-              max_train=None, cluster=None):
+              max_train=None, cluster=None, no_figures=False):
     """Run a sweep of training runs over the emulated incast network and tabulate the results."""
     from harness import cli
 
@@ -80,11 +82,12 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
         if preset in p2p.PRESETS:
             given = [name for name, value in locals().items() if name not in (
                 "c", "preset", "out", "seeds", "iterations", "loss", "sync", "timeout", "cli",
-                "presets", "engine", "p2p") and value not in (None, False)]
+                "presets", "engine", "p2p", "no_figures") and value not in (None, False)]
             if given:
                 raise p2p.PeerSpecError(f"--{given[0].replace('_', '-')} does not apply to the "
                                     f"peer-to-peer preset {preset}; it takes --seeds, "
-                                    "--iterations (rounds), --loss, --sync and --timeout.")
+                                    "--iterations (rounds), --loss, --sync, --timeout and "
+                                    "--no-figures.")
             plan = p2p.get(preset).override(
                 seeds=cli.numbers(seeds, int, "--seeds"),
                 rounds=cli.number(iterations, int, "--iterations"),
@@ -94,7 +97,7 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
             engine.check_folder(folder)
             cli.require_root()
             cli.require_setup()
-            engine.run_plan(plan, folder)
+            engine.run_plan(plan, folder, figures=not no_figures)
             return
         plan = presets.get(preset or presets.DEFAULT_PRESET).override(
             transports=cli.words(transports), loss_pcts=cli.losses(loss), cross=cli.items(cross),
@@ -124,11 +127,11 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
             # The head only coordinates (no root, no network here); Ray is imported only now.
             from harness.running import cluster as ray_cluster
 
-            ray_cluster.run_plan(plan, folder, cluster)
+            ray_cluster.run_plan(plan, folder, cluster, figures=not no_figures)
             return
         cli.require_root()
         cli.require_setup()
-        engine.run_plan(plan, folder)
+        engine.run_plan(plan, folder, figures=not no_figures)
 
 
 @task(help={

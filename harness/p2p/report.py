@@ -248,9 +248,11 @@ def draw(folder: Path) -> list[Path]:
     return figures(ok, curves, folder) if not ok.empty else []
 
 
-def write(folder: Path) -> Path:
-    """Write the figures and ``report.md`` of the sweep in ``folder``; return the report."""
-    draw(folder)
+def write(folder: Path, figures: bool = True) -> Path:
+    """Write ``report.md`` of the sweep in ``folder`` (and, with ``figures``, its figures);
+    return the report."""
+    if figures:
+        draw(folder)
     path = folder / "report.md"
     path.write_text(report_text(folder))
     return path

@@ -217,10 +217,10 @@ class PeerKind(kinds.Kind):
         return (f"sync {row['sync_s'] or float('nan'):.3f} s/round, p {row['avg_p'] or 0:.2f}, "
                 f"accuracy {row['final_accuracy'] or float('nan'):.3f}")
 
-    def report(self, folder: Path) -> list[Path]:
+    def report(self, folder: Path, figures: bool = True) -> list[Path]:
         from harness.p2p import report
 
-        return [report.write(folder)]
+        return [report.write(folder, figures)]
 
 
 KIND = PeerKind()

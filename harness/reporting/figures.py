@@ -329,11 +329,12 @@ def draw(sw: Sweep) -> list[Path]:
     return written + sections.draw(sw, folder, _save)
 
 
-def make(folder: Path) -> list[Path]:
-    """Write every figure and the report of the sweep in ``folder``; return the paths written."""
+def make(folder: Path, figures: bool = True) -> list[Path]:
+    """Write the report of the sweep in ``folder`` and, with ``figures``, every figure; return
+    the paths written."""
     from harness.reporting import report
 
     sw = load(folder)
-    written = draw(sw)
+    written = draw(sw) if figures else []
     written.append(report.write(sw))
     return written

@@ -273,7 +273,7 @@ def connect(ray, address: str) -> list[dict]:
 
 
 def run_plan(plan: Plan, folder: Path, address: str,
-             progress: Callable[[str], None] = print) -> Path:
+             progress: Callable[[str], None] = print, figures: bool = True) -> Path:
     """Run every unfinished run of ``plan`` on the Ray cluster at ``address`` into ``folder``."""
     done = results.finished_run_ids(folder)
     if all(s.run_id in done for s in plan.specs()):
@@ -292,7 +292,7 @@ def run_plan(plan: Plan, folder: Path, address: str,
     lost = sum(a["outcome"].startswith("node lost") for a in head.entry["attempts"])
     progress(f"{head.said.finished} runs on {len(used)} node(s) in "
              f"{engine.fmt_s(time.monotonic() - t0)}; {lost} group attempt(s) lost with their node")
-    engine.draw(KIND, folder, progress)
+    engine.draw(KIND, folder, progress, figures)
     if head.given_up:
         raise ClusterError(f"{len(head.given_up)} run(s) lost their node {MAX_ATTEMPTS} times and "
                            "were not run; the same command runs them (finished rows are kept).")

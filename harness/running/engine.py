@@ -167,8 +167,10 @@ def unfinished(plan, folder: Path, progress: Callable[[str], None]) -> list:
     return todo
 
 
-def run_plan(plan, folder: Path, progress: Callable[[str], None] = print) -> Path:
-    """Run every unfinished run of ``plan`` into ``folder``, then its report; return ``folder``."""
+def run_plan(plan, folder: Path, progress: Callable[[str], None] = print,
+             figures: bool = True) -> Path:
+    """Run every unfinished run of ``plan`` into ``folder``, then its report (and, unless
+    ``figures`` is false, its figures); return ``folder``."""
     kind = kinds.of(plan.kind)
     todo = unfinished(plan, folder, progress)
     if not todo:
@@ -194,15 +196,17 @@ def run_plan(plan, folder: Path, progress: Callable[[str], None] = print) -> Pat
     progress(kind.summary(said.done, total, network_s)
              or f"{len(todo)} runs in {fmt_s(total)}, {network_s:.0f}s bringing networks up "
                 "and down")
-    draw(kind, folder, progress)
+    draw(kind, folder, progress, figures)
     progress(f"wrote {folder}")
     return folder
 
 
-def draw(kind: kinds.Kind, folder: Path, progress: Callable[[str], None]) -> None:
-    """Regenerate the figures and the report (a sweep with no ok run has nothing to draw)."""
+def draw(kind: kinds.Kind, folder: Path, progress: Callable[[str], None],
+         figures: bool = True) -> None:
+    """Regenerate the report and, with ``figures``, the figures (a sweep with no ok run has
+    nothing to draw)."""
     try:
-        written = kind.report(folder)
+        written = kind.report(folder, figures)
     except results.ResultsError as exc:
         progress(f"no figures: {exc}")
         return

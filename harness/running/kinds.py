@@ -79,8 +79,9 @@ class Kind:
         :class:`~harness.running.engine.Finished`; ``None``: the loop's own line)."""
         return None
 
-    def report(self, folder: Path) -> list[Path]:
-        """Draw the folder's figures and write its report from its tables; the paths written."""
+    def report(self, folder: Path, figures: bool = True) -> list[Path]:
+        """Write the folder's report from its tables and, with ``figures``, draw its figures;
+        the paths written."""
         return []
 
 

@@ -168,10 +168,10 @@ class PsKind(kinds.Kind):
                 f"{100 * (total_s - training) / total_s:.1f}% of the sweep's {fmt_s(total_s)} "
                 "was not training")
 
-    def report(self, folder: Path) -> list[Path]:
-        from harness.reporting import figures
+    def report(self, folder: Path, figures: bool = True) -> list[Path]:
+        from harness.reporting import figures as drawing
 
-        return figures.make(folder)
+        return drawing.make(folder, figures)
 
 
 KIND = PsKind()

@@ -89,10 +89,10 @@ class SimKind(kinds.Kind):
                 f"{row['virtual_s'] or 0:.4f} virtual s, {row['events'] or 0:,} events in "
                 f"{row['wall_s'] or 0:.1f} s, {row['peak_rss_mb'] or 0:.0f} MB")
 
-    def report(self, folder: Path) -> list[Path]:
-        from harness.simulation import figures
+    def report(self, folder: Path, figures: bool = True) -> list[Path]:
+        from harness.simulation import figures as drawing
 
-        return figures.draw(folder)
+        return drawing.draw(folder) if figures else []
 
 
 KIND = SimKind()

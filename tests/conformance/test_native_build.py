@@ -1,6 +1,7 @@
 """Builds and runs the native LTP core's own checks: C unit tests (core and UDP driver), sanitizers, a short fuzz run.
 
-Runs ``make -C transports/native test test-asan`` (the core's tests, the forged-datagram
+Compiles every binary side by side (``make -j2 binaries``), then runs
+``make -C transports/native test test-asan`` (the core's tests, the forged-datagram
 reproductions of ``tests/test_trust.c`` and the driver's receive batches of
 ``tests/test_udp_io.c``) and a 10-second ``make ... fuzz`` (the stateful core
 target, then the driver's parsing) into
@@ -29,6 +30,8 @@ def _make(*targets: str, timeout_s: float) -> subprocess.CompletedProcess:
 @pytest.mark.skipif(shutil.which("make") is None or shutil.which("cc") is None,
                     reason="make and a C compiler are needed")
 def test_c_unit_tests_plain_and_sanitized() -> None:
+    built = _make("-j2", "binaries", timeout_s=600)   # compiled side by side, run one by one
+    assert built.returncode == 0, built.stdout[-4000:] + built.stderr[-4000:]
     proc = _make("test", "test-asan", timeout_s=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     summaries = [line for line in proc.stdout.splitlines() if line.endswith(" failed")]

@@ -11,7 +11,7 @@ testbed = network_fixture("ltp", IncastParams(n_workers=4, bottleneck_mbps=100,
 
 
 def test_ltp_at_5pct_loss_trains_as_well_as_tcp_without_loss(testbed, tmp_path):
-    common = dict(n_workers=4, iterations=60, eval_every=20, timeout_s=300)
+    common = dict(n_workers=4, iterations=40, eval_every=20, timeout_s=300)
     tcp, _, _ = execute(testbed, RunSpec(transport="tcp-cubic", loss_pct=0.0, **common),
                         tmp_path / "tcp", "test")
     ltp, _, iters = execute(testbed, RunSpec(transport="ltp", loss_pct=5.0, **common),
@@ -25,4 +25,4 @@ def test_ltp_at_5pct_loss_trains_as_well_as_tcp_without_loss(testbed, tmp_path):
     assert ltp["retransmits"] > 0
     assert abs(ltp["final_accuracy"] - tcp["final_accuracy"]) < 0.04, (ltp["final_accuracy"],
                                                                        tcp["final_accuracy"])
-    assert len(iters) == 60
+    assert len(iters) == common["iterations"]

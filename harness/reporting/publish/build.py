@@ -140,8 +140,10 @@ def findings(ctx: Context) -> str:
 
 
 def publish(root: Path = PROJECT, check: bool = False, figures: bool = True,
-            say=print) -> Outcome:
-    """Regenerate (``check``: compare) everything published; see the module docstring."""
+            say=print, reports: bool = True) -> Outcome:
+    """Regenerate (``check``: compare) everything published; see the module docstring. Without
+    ``reports``, only the pages' generated blocks and the findings page (not each folder's
+    report and figures)."""
     from harness.reporting.publish import claims
 
     out = Outcome()
@@ -149,7 +151,7 @@ def publish(root: Path = PROJECT, check: bool = False, figures: bool = True,
     for rel, sources in COMBINED.items():
         combine(rel, sources, root, check, out)
     ctx = Context(root)   # the combined tables may have changed
-    for f in ctx.all():
+    for f in ctx.all() if reports else []:
         report(ctx, f.rel, check, figures, out)
         say(f"{'checked' if check else 'wrote'} {f.rel}")
     render = claims.blocks()

@@ -41,13 +41,17 @@ def applies(sw: Sweep) -> bool:
     return "pattern" in sw.ok and (sw.ok.pattern.astype(str) != "ps").any()
 
 
-def _kind(pattern: str) -> str:
+def kind(pattern: str) -> str:
+    """``tree`` from ``tree:fanout=2``."""
     return parse_pattern(str(pattern)).kind
 
 
-def _frame(sw: Sweep) -> pd.DataFrame:
+def frame(sw: Sweep) -> pd.DataFrame:
+    """The ok runs, with their pattern's kind (``pattern_kind``), the gradients the switch sent
+    toward the PS per iteration (``ps_link_gradients``) and the mean part of a gradient the
+    transports filled (``filled``)."""
     d = sw.ok.copy()
-    d["pattern_kind"] = d.pattern.map(_kind)
+    d["pattern_kind"] = d.pattern.map(kind)
     gradient = {m: 4 * models.n_params(m) for m in d.model.unique()}
     per_iter = d.bottleneck_tx_bytes / d.iterations_done.where(d.iterations_done > 0)
     d["ps_link_gradients"] = per_iter / d.model.map(gradient)
@@ -62,14 +66,14 @@ def _cells(d: pd.DataFrame) -> list[tuple[int, float, str]]:
 
 
 def _patterns(d: pd.DataFrame) -> list[str]:
-    return sorted(d.pattern.unique(), key=lambda p: (PATTERNS.index(_kind(p)), p))
+    return sorted(d.pattern.unique(), key=lambda p: (PATTERNS.index(kind(p)), p))
 
 
 def draw(sw: Sweep, folder: Path, save) -> list[Path]:
     """Write ``patterns_bound``; nothing if the sweep has no collective."""
     if not applies(sw):
         return []
-    d = _frame(sw)
+    d = frame(sw)
     cells = [c for c in _cells(d) if c[2] == "none"] or _cells(d)
     patterns = _patterns(d)
     colours = dict(zip(patterns, plt.get_cmap("tab10").colors))
@@ -146,7 +150,7 @@ def section(sw: Sweep) -> list[str]:
     """The report's "Collectives against their bounds" section (nothing without a collective)."""
     if not applies(sw):
         return []
-    d = _frame(sw)
+    d = frame(sw)
     lines = ["## Collectives against their bounds", "",
              "Per pattern (docs/collectives.md): the median iteration at the PS; its data bound "
              "(`fd_bound_s`, payload only: `ps`, N parameter messages and one gradient through "
@@ -191,7 +195,7 @@ def _against_ps(sw: Sweep, quiet: pd.DataFrame) -> list[str]:
             base = mine[mine.pattern_kind == "ps"]
             if base.empty:
                 continue
-            for pattern in [p for p in _patterns(mine) if _kind(p) != "ps"]:
+            for pattern in [p for p in _patterns(mine) if kind(p) != "ps"]:
                 other = mine[mine.pattern == pattern]
                 v = sw.compare(pattern, stats.by_seed(other, "iters_per_s"), "ps",
                                stats.by_seed(base, "iters_per_s"))

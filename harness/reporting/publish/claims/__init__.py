@@ -22,7 +22,7 @@ Render = Callable[[Context], str]
 
 # The topics, in the order the findings page takes them.
 TOPICS = ("headline", "training", "compression", "regimes", "traffic", "trust", "peers",
-          "simulation", "protocol", "folders")
+          "collectives", "simulation", "protocol", "folders")
 
 
 @dataclasses.dataclass(frozen=True)
