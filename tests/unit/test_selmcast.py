@@ -87,7 +87,8 @@ def test_selmcast_never_serves_fewer_than_p_nor_expects_to_be_slower_than_random
         sender = f"w{rng.randint(1, 9)}"
         chosen = select("selmcast", sender, p, wiring, view, RoundPlan(), seed=trial)
         assert len(chosen.receivers) >= p
-        assert chosen.estimate_s <= chosen.random_p_estimate_s * (1 + 1e-9)
+        # (rates within RATE_TIE of the chosen one count as served at it)
+        assert chosen.estimate_s <= chosen.random_p_estimate_s / (1 - selmcast.RATE_TIE)
         # The slowest chosen receiver is never slower than the best one left out.
         left = [r for r in chosen.rate_mbps if r not in chosen.receivers]
         if left:
