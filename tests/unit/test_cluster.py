@@ -181,7 +181,7 @@ def fakes(tmp_path, monkeypatch):
     commit = git_state()[0]
     monkeypatch.setattr(engine, "run_group", groups)
     monkeypatch.setattr(provenance, "manifest", lambda kind, others=(): {"git_commit": commit, "host": "fake"})
-    monkeypatch.setattr(engine, "draw", lambda kind, folder, progress: None)
+    monkeypatch.setattr(engine, "draw", lambda kind, folder, progress, figures=True: None)
     monkeypatch.setattr(cluster, "SCRATCH", tmp_path / "scratch")
     monkeypatch.setattr(network, "running_owner", lambda: None)   # no testbed of this checkout
     monkeypatch.setenv("PYTHONPATH", "")
@@ -335,7 +335,7 @@ from harness import cli
 from harness.running import engine
 ran = []
 cli.require_root = cli.require_setup = lambda: None
-engine.run_plan = lambda plan, folder: ran.append(folder)
+engine.run_plan = lambda plan, folder, figures=True: ran.append(folder)
 tasks.run_sweep(invoke.Context(), preset="smoke", out={str(tmp_path / 'sweep')!r})
 assert ran, "the local sweep did not run"
 assert "ray" not in sys.modules, "ray was imported"

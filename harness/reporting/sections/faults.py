@@ -35,14 +35,18 @@ TTA_LEVEL = 0.70   # the accuracy whose time the fault figures and tables compar
 FIGURES: tuple = ()   # its figures are shown inside its section
 
 
+def time_to(curves: pd.DataFrame, level: float) -> pd.Series:
+    """Per run (``run_id``), the training time of its first evaluation after the start at or
+    above ``level`` (``tta_s``; runs that never got there are absent)."""
+    if curves.empty or "accuracy" not in curves:
+        return pd.Series(dtype=float, name="tta_s")
+    hit = curves[(curves.accuracy >= level) & (curves.iteration > 0)]
+    return hit.sort_values("time_s").groupby("run_id").time_s.first().rename("tta_s")
+
+
 def with_tta(sw: Sweep) -> pd.DataFrame:
     """The ok runs with ``tta_s``: training time to ``TTA_LEVEL`` from their curves (NaN if never)."""
-    curves = sw.curves
-    if curves.empty or "accuracy" not in curves:
-        return sw.ok.assign(tta_s=np.nan)
-    hit = curves[(curves.accuracy >= TTA_LEVEL) & (curves.iteration > 0)]
-    first = hit.sort_values("time_s").groupby("run_id").time_s.first().rename("tta_s")
-    return sw.ok.join(first, on="run_id")
+    return sw.ok.join(time_to(sw.curves, TTA_LEVEL), on="run_id")
 
 
 def applies(sw: Sweep) -> bool:

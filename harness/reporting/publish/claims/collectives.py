@@ -16,9 +16,12 @@ import pandas as pd
 
 from harness.reporting import stats
 from harness.reporting.publish.claims import Section
-from harness.reporting.publish.claims.common import (RELIABLE, STRONGEST_TCP, anchor, listing,
-                                                     name, phrase, setting, span, time_fmt)
+from harness.reporting.publish.claims.common import cell as rows_where
+from harness.reporting.publish.claims.common import (RELIABLE, STRONGEST_TCP, anchor,
+                                                     listing, name, phrase, scheme_order,
+                                                     setting, span, time_fmt)
 from harness.reporting.publish.context import Context, Folder
+from harness.reporting.sections import faults
 from harness.reporting.sections import patterns as section
 
 PATTERNS = "results/patterns"
@@ -40,11 +43,7 @@ def _frame(f: Folder) -> pd.DataFrame:
     """The ok runs (:func:`section.frame`) with ``tta_s``: the training time of the first
     evaluation at or above :data:`TARGET` (empty: never)."""
     sw = f.sweep
-    d = section.frame(sw)
-    hit = sw.curves[sw.curves.accuracy >= TARGET]
-    first = hit.groupby("run_id").time_s.min()
-    d["tta_s"] = d.run_id.map(first)
-    return d
+    return section.frame(sw).join(faults.time_to(sw.curves, TARGET), on="run_id")
 
 
 def _tta(cell: pd.DataFrame) -> str:
@@ -53,31 +52,26 @@ def _tta(cell: pd.DataFrame) -> str:
     return f"{time_fmt(est)} ({int(cell.tta_s.notna().sum())} of {len(cell)} reached)"
 
 
-def _schemes(d: pd.DataFrame) -> list[str]:
-    known = ["tcp-cubic", STRONGEST_TCP, "ltp", RELIABLE]
-    return [s for s in known if s in set(d.scheme)] + sorted(set(d.scheme) - set(known))
-
-
-def _pick(d: pd.DataFrame, **eq) -> pd.DataFrame:
-    mask = pd.Series(True, index=d.index)
-    for col, value in eq.items():
-        mask &= d[col] == value
-    return d[mask]
-
-
 def _vs(d: pd.DataFrame, a: dict, b: dict, column: str = "iters_per_s",
         higher: bool = True, names: tuple[str, str] = ("", "")) -> stats.Verdict:
     """Cell ``a`` against cell ``b`` (each a selection of ``d``), paired by seed."""
     return stats.compare(names[0] or a.get("pattern_kind", ""),
-                         stats.by_seed(_pick(d, **a), column),
+                         stats.by_seed(rows_where(d, **a), column),
                          names[1] or b.get("pattern_kind", ""),
-                         stats.by_seed(_pick(d, **b), column), higher, ".2f")
+                         stats.by_seed(rows_where(d, **b), column), higher, ".2f")
 
 
 def _ratio(v: stats.Verdict) -> str:
     """``faster, 1.8x [1.5, 2.0]`` from a verdict on iterations/s."""
     word = phrase(v.sign, "faster", "slower")
     return f"{word}, {v.estimate.fmt('.2f', 'x')}" if v.estimate.n else word
+
+
+def _against_ps(here: pd.DataFrame) -> list[stats.Verdict | None]:
+    """Each collective (tree, ring) against the PS in one cell on iterations/s; ``None`` where
+    the cell lacks either."""
+    return [_vs(here, {"pattern_kind": p}, {"pattern_kind": "ps"})
+            if {p, "ps"} <= set(here.pattern_kind) else None for p in ORDER[1:]]
 
 
 def _incast(d: pd.DataFrame) -> str:
@@ -105,21 +99,16 @@ def _speed_table(d: pd.DataFrame) -> tuple[list[str], list[stats.Estimate]]:
     shown: list[stats.Estimate] = []
     rows = []
     for loss in sorted(d.loss_pct.unique()):
-        for scheme in _schemes(d):
-            here = _pick(d, loss_pct=loss, scheme=scheme)
-            speeds, times, verdicts = [], [], []
+        for scheme in scheme_order(d):
+            here = rows_where(d, loss_pct=loss, scheme=scheme)
+            speeds, times = [], []
             for p in ORDER:
                 cell = here[here.pattern_kind == p]
                 e = stats.median_ci(cell.iters_per_s) if len(cell) else None
                 speeds.append(e.fmt(".2f") if e else "-")
                 shown += [e] if e else []
                 times.append(_tta(cell) if len(cell) else "-")
-            for p in ORDER[1:]:
-                if {p, "ps"} <= set(here.pattern_kind):
-                    verdicts.append(_ratio(_vs(here, {"pattern_kind": p},
-                                               {"pattern_kind": "ps"})))
-                else:
-                    verdicts.append("-")
+            verdicts = [_ratio(v) if v else "-" for v in _against_ps(here)]
             rows.append(f"| {loss:g} % | {name(scheme)} | " + " | ".join(speeds + verdicts + times)
                         + " |")
     return head + rows, shown
@@ -138,7 +127,7 @@ def _excess(d: pd.DataFrame) -> list[str]:
              "| scheme | pattern | iteration s | floor s | excess s | sending s |",
              "|---|---|---|---|---|---|"]
     verdicts, signs = [], {}
-    for scheme in _schemes(quiet):
+    for scheme in scheme_order(quiet):
         here = quiet[quiet.scheme == scheme]
         for p in [p for p in ORDER if p in set(here.pattern_kind)]:
             cell = here[here.pattern_kind == p]
@@ -176,7 +165,7 @@ def _tolerance(d: pd.DataFrame) -> list[str]:
     gains: dict[tuple[float, str, str], pd.Series] = {}
     for loss in sorted(x for x in d.loss_pct.unique() if x > 0):
         for p in [p for p in ORDER if p in set(d.pattern_kind)]:
-            here = _pick(d, loss_pct=loss, pattern_kind=p)
+            here = rows_where(d, loss_pct=loss, pattern_kind=p)
             for other in TOLERANCE:
                 if not {"ltp", other} <= set(here.scheme):
                     continue
@@ -224,9 +213,9 @@ def faults_text(ctx: Context) -> list[str]:
              "| scheme | fault | pattern | iterations/s | detection s | rounds without it "
              "| recovered s | false alarms | final accuracy |", "|" + "---|" * 9]
     shown, verdicts = [], []
-    for scheme in _schemes(d):
+    for scheme in scheme_order(d):
         for fault in sorted(d.fault.unique()):
-            here = _pick(d, scheme=scheme, fault=fault)
+            here = rows_where(d, scheme=scheme, fault=fault)
             for p in [p for p in ORDER if p in set(here.pattern_kind)]:
                 cell = here[here.pattern_kind == p]
                 ests = [stats.median_ci(cell[c]) for c in
@@ -263,15 +252,14 @@ def scale_text(ctx: Context) -> list[str]:
     shown = []
     for n in sorted(d.n_workers.unique()):
         for loss in sorted(d.loss_pct.unique()):
-            for scheme in _schemes(d):
-                here = _pick(d, n_workers=n, loss_pct=loss, scheme=scheme)
+            for scheme in scheme_order(d):
+                here = rows_where(d, n_workers=n, loss_pct=loss, scheme=scheme)
                 if here.empty:
                     continue
                 ests = [stats.median_ci(here[here.pattern_kind == p].iters_per_s)
                         for p in ORDER]
                 shown += [e for e in ests if e.n]
-                vs = [_ratio(_vs(here, {"pattern_kind": p}, {"pattern_kind": "ps"}))
-                      if {p, "ps"} <= set(here.pattern_kind) else "-" for p in ORDER[1:]]
+                vs = [_ratio(v) if v else "-" for v in _against_ps(here)]
                 lines.append(f"| {n} | {loss:g} % | {name(scheme)} | "
                              + " | ".join(e.fmt(".2f") if e.n else "-" for e in ests)
                              + " | " + " | ".join(vs) + " |")
@@ -293,10 +281,9 @@ def summary(ctx: Context) -> str:
     d = _frame(f)
     lines = [f"From {f.cite()}: {f.status()}", ""]
     with stats.tally() as tally:
-        for p in ORDER[1:]:
-            cells = [here for _, here in d.groupby(["loss_pct", "scheme"])
-                     if {p, "ps"} <= set(here.pattern_kind)]
-            found = [_vs(here, {"pattern_kind": p}, {"pattern_kind": "ps"}) for here in cells]
+        per_cell = [_against_ps(here) for _, here in d.groupby(["loss_pct", "scheme"])]
+        for i, p in enumerate(ORDER[1:]):
+            found = [vs[i] for vs in per_cell if vs[i]]
             lines.append(f"- The {p} against the PS, iterations/s per loss and scheme: "
                          f"{_counts(found)} (paired by seed, seeds {listing(f.seeds())}).")
     lines += ["", "The tables, the excess over each floor, loss tolerance under each pattern, "
