@@ -58,7 +58,8 @@ class Redo:
     those that ran with other code than today's (``stale``), those during which other processes
     used more than ``loaded`` of the machine's CPU (``loaded:FRAC``), those not ok (``failed``).
     Their rows leave every table of the folder (git keeps the old ones); their run folders are
-    set aside when they run again."""
+    set aside when they run again. Tables an older harness wrote (other columns) are begun
+    again with today's columns when every run is to run again."""
 
     stale: bool = False
     loaded: float | None = None
@@ -102,11 +103,19 @@ def redo_runs(kind: kinds.Kind, folder: Path, redo: Redo | None,
     runs = folder / "runs.csv"
     if not redo or not runs.exists():
         return 0
-    results.check_tables(folder, kind.tables)
     from harness.running.provenance import stale_run_ids
 
     stale = stale_run_ids(folder) if redo.stale else set()
-    ids = {row["run_id"] for row in results.read_rows(runs) if redo.wants(row, stale)}
+    rows = results.read_rows(runs)
+    ids = {row["run_id"] for row in rows if redo.wants(row, stale)}
+    try:
+        results.check_tables(folder, kind.tables)
+    except results.ResultsError:
+        # Tables of an older harness (other columns) can only be begun again, all runs redone.
+        if len(ids) < len({row["run_id"] for row in rows}):
+            raise SweepError(f"{folder}'s tables have other columns than this version writes, "
+                             "so --redo must run all its runs again (stale does when every "
+                             "run ran with older code); otherwise write to a new folder.") from None
     for table, columns in kind.tables.items():   # runs.csv last: its rows mark runs finished
         path = folder / table
         rows = results.read_rows(path) if path.exists() else []

@@ -225,3 +225,35 @@ def test_a_redo_text_that_names_nothing_known_is_one_sentence():
         with pytest.raises(engine.SweepError, match=r"^--redo .*comma-separated\.$"):
             engine.parse_redo(bad)
     assert engine.parse_redo("failed,stale") == engine.Redo(stale=True, failed=True)
+
+
+def test_redo_begins_tables_of_other_columns_again_only_when_every_run_runs_again(tmp_path):
+    import pytest
+
+    from harness.running import engine, kinds, results
+
+    src = Path(__file__).resolve().parents[2] / "results" / "default-check"
+    folder = tmp_path / "sweep"
+    folder.mkdir()
+    for name in ("curves.csv", "iterations.csv", "manifest.json"):
+        (folder / name).write_bytes((src / name).read_bytes())
+    import csv
+    import io
+
+    # An older harness (no other_load_frac column) and older code, for every run.
+    rows = list(csv.DictReader(open(src / "runs.csv", newline="")))
+    for row in rows:
+        del row["other_load_frac"]
+        row["code_fingerprint"] = "0123456789ab"
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    (folder / "runs.csv").write_text(out.getvalue())
+    kind = kinds.of("ps")
+    with pytest.raises(engine.SweepError, match="other columns"):
+        engine.redo_runs(kind, folder, engine.parse_redo("failed"), progress=lambda _: None)
+    assert engine.redo_runs(kind, folder, engine.parse_redo("stale"),
+                            progress=lambda _: None) == len(rows)
+    results.check_tables(folder, kind.tables)   # today's columns now, and no row
+    assert not results.finished_run_ids(folder)
