@@ -72,7 +72,8 @@ GRID: dict[str, str] = {
     "delays_ms": "delay_ms", "workers": "n_workers", "queues": "queue_pkts", "cross": "cross",
     "syncs": "sync", "faults": "fault", "byzantine": "byzantine", "aggregators": "aggregator",
     "compressions": "compress", "local_steps": "local_steps", "error_resets": "error_reset",
-    "patterns": "pattern", "seeds": "seed",
+    "patterns": "pattern", "models": "model", "reset_modes": "reset_mode", "holdouts": "holdout",
+    "seeds": "seed",
 }
 
 
@@ -111,6 +112,12 @@ class Plan:
     """Error-reset periods in synchronisations (0: never)."""
     patterns: tuple[str, ...] = ("ps",)
     """Communication patterns (``ps``, ``tree``, ``ring``, with options; :mod:`harness.hosts.pattern`)."""
+    models: tuple[str, ...] = ()
+    """Models (``mlp``, ``lenet5``, ...; :mod:`harness.training.models`); empty: the base's."""
+    reset_modes: tuple[str, ...] = ("drop",)
+    """What an error reset does with the residual (``drop``, ``cser``; :mod:`harness.training.compress`)."""
+    holdouts: tuple[int, ...] = (0,)
+    """Training samples the PS keeps as its own validation set (0: none)."""
     plugins: tuple[str, ...] = ()   # transport plugin files (from the project folder) it uses
     blocks: int = 1
     """Into how many blocks the seeds are cut, in order: each block runs on a network of its
@@ -131,25 +138,23 @@ class Plan:
         """
         if self.plugins:
             registry.use_plugins([PROJECT / p for p in self.plugins])
+        dims = [(dim, field, getattr(self, dim) or (getattr(self.base, field),))
+                for dim, field in GRID.items()]
         out = []
-        for (scheme, loss, bw, delay, n, queue, cross, sync, fault, byz, agg, comp, steps, reset,
-             pattern, seed) in itertools.product(
-                self.transports, self.loss_pcts, self.bottleneck_mbps, self.delays_ms,
-                self.workers, self.queues, self.cross, self.syncs, self.faults, self.byzantine,
-                self.aggregators, self.compressions, self.local_steps, self.error_resets,
-                self.patterns, self.seeds):
-            slug, options = parse_scheme(scheme)
-            if isinstance(loss, str):  # a loss model's text; RunSpec derives loss_pct from it
-                loss_fields = {"loss_model": loss}
-            else:
-                loss_fields = {"loss_pct": loss, "loss_model": ""}
-            out.append(self.base.replace(transport=slug,
-                                         transport_options={**self.base.options(), **options},
-                                         bottleneck_mbps=bw, delay_ms=delay, n_workers=n,
-                                         queue_pkts=queue, cross=cross, sync=sync,
-                                         fault=fault, byzantine=byz, aggregator=agg,
-                                         compress=comp, local_steps=steps, error_reset=reset,
-                                         pattern=pattern, seed=seed, **loss_fields))
+        for values in itertools.product(*(vals for _, _, vals in dims)):
+            fields: dict[str, Any] = {}
+            for (dim, field, _), value in zip(dims, values):
+                if dim == "transports":
+                    slug, options = parse_scheme(value)
+                    fields.update(transport=slug,
+                                  transport_options={**self.base.options(), **options})
+                elif dim == "loss_pcts" and isinstance(value, str):
+                    fields["loss_model"] = value   # a loss model; RunSpec derives loss_pct
+                elif dim == "loss_pcts":
+                    fields.update(loss_pct=value, loss_model="")
+                else:
+                    fields[field] = value
+            out.append(self.base.replace(**fields))
         # A dimension that does not apply to every run (error_reset without compression) makes
         # the same run twice: keep it once.
         return list(dict.fromkeys(out))

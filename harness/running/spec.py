@@ -119,6 +119,12 @@ class RunSpec(TrainingSpec):
     """How workers compress their pushes: ``none``, ``topk:R`` or ``sign`` (:mod:`harness.training.compress`)."""
     error_reset: int = DEFAULT_RESET
     """A compressing worker's residual is reset every this many synchronisations (0: never)."""
+    reset_mode: str = "drop"
+    """What an error reset does with the residual: ``drop`` it, or ``cser``: synchronise it
+    first, each worker keeping a local model (:mod:`harness.training.compress`)."""
+    holdout: int = 0
+    """Training samples the PS keeps for itself, as its validation set, and no worker trains
+    on (0: validation samples the training set; :mod:`harness.hosts.robust`)."""
     pattern: str = "ps"
     """How gradients and parameters travel: ``ps``, ``tree`` or ``ring`` with options
     (:mod:`harness.hosts.pattern`)."""
@@ -129,7 +135,8 @@ class RunSpec(TrainingSpec):
                        "byzantine": "0", "aggregator": "mean", "tolerate": None,
                        "score_batch": SCORE_BATCH, "score_penalty": SCORE_PENALTY,
                        "score_threshold": None, "compress": "none", "local_steps": 1,
-                       "error_reset": DEFAULT_RESET, "pattern": "ps"}
+                       "error_reset": DEFAULT_RESET, "reset_mode": "drop", "holdout": 0,
+                       "pattern": "ps"}
 
     def __post_init__(self) -> None:
         # Options may come in as a dict; store them sorted so equal specs hash equal.
