@@ -38,21 +38,29 @@ PROJECT = Path(__file__).resolve().parent
                  "behaviour sign-flip, scaled, gaussian, random, alie or ipm, e.g. 0,2:sign-flip "
                  "(the highest ranks attack; docs/byzantine.md)",
     "aggregator": "comma-separated aggregation rules at the PS: mean, score, median, "
-                  "trimmed-mean, krum",
+                  "trimmed-mean, krum, zeno++ (zeno++ also under ssp and async)",
     "tolerate": "Byzantine updates the aggregator tolerates (default: the attacker count)",
     "compress": "comma-separated push compressions: none, topk:R (fraction R of each layer "
                 "kept, default 0.01), sign (docs/compression.md)",
     "local_steps": "comma-separated SGD steps per synchronisation, e.g. 1,4",
     "error_reset": "comma-separated error-reset periods in synchronisations (0: never; "
                    "default 1, every synchronisation)",
+    "reset_mode": "comma-separated reset modes: drop (the residual is dropped at a reset) or cser "
+                  "(synchronised every --error-reset gradient rounds; docs/compression.md)",
     "pattern": "comma-separated communication patterns: ps, tree[:fanout=F,root=R,chunks=C], "
                "ring[:pieces=P] (docs/collectives.md)",
-    "score_batch": "validation samples per round of the score rule (default 64)",
-    "score_penalty": "the score rule's penalty rho per squared unit of update size "
+    "score_batch": "validation samples per round of the score rule, per parameter version of "
+                   "zeno++ (default 64)",
+    "score_penalty": "the score and zeno++ rules' penalty rho on an update's squared size "
                      "(default 0.0005)",
-    "score_threshold": "the score rule keeps only updates scoring at least this "
-                       "(default: the n - f best, no threshold)",
-    "model": "model name (mlp, lenet5)",
+    "score_threshold": "the score rule keeps only updates scoring at least this (default: the "
+                       "n - f best, no threshold); zeno++ accepts a score of at least minus "
+                       "this (default 0)",
+    "holdout": "comma-separated numbers of training samples the PS keeps as its own validation "
+               "set, which no worker trains on: 0 (none), or from --score-batch up to half the "
+               "training set; score and zeno++ only (docs/byzantine.md)",
+    "model": "comma-separated models, e.g. lenet5,mlp6 (harness/training/models.py lists them); "
+             "each is measured to its own target unless --target is given",
     "iterations": "training iterations per run",
     "seeds": "comma-separated seeds",
     "timeout": "per-run timeout in seconds",
@@ -67,7 +75,8 @@ PROJECT = Path(__file__).resolve().parent
 def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=None, workers=None,
               queue=None, delay=None, cross=None, sync=None, fault=None, byzantine=None,
               aggregator=None, tolerate=None, score_batch=None, score_penalty=None,
-              score_threshold=None, compress=None, local_steps=None, error_reset=None, pattern=None,
+              score_threshold=None, compress=None, local_steps=None, error_reset=None,
+              reset_mode=None, holdout=None, pattern=None,
               model=None,
               iterations=None, seeds=None, timeout=None, target=None, stop_at_target=False,
               max_train=None, cluster=None, no_figures=False):
@@ -111,12 +120,14 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
             compressions=cli.compressions(compress),
             local_steps=cli.numbers(local_steps, int, "--local-steps"),
             error_resets=cli.numbers(error_reset, int, "--error-reset"),
+            reset_modes=cli.words(reset_mode),
+            holdouts=cli.numbers(holdout, int, "--holdout"),
             patterns=cli.patterns(pattern),
             tolerate=cli.number(tolerate, int, "--tolerate"),
             score_batch=cli.number(score_batch, int, "--score-batch"),
             score_penalty=cli.number(score_penalty, float, "--score-penalty"),
             score_threshold=cli.number(score_threshold, float, "--score-threshold"),
-            model=model,
+            models=cli.words(model),
             iterations=cli.number(iterations, int, "--iterations"),
             timeout_s=cli.number(timeout, float, "--timeout"),
             target_accuracy=cli.number(target, float, "--target"),

@@ -13,7 +13,7 @@ from invoke.exceptions import Exit
 from harness.hosts.faults import parse_fault
 from harness.hosts.pattern import parse_pattern
 from harness.hosts.sync import parse_sync
-from harness.training.aggregators import AGGREGATORS
+from harness.training.aggregators import AGGREGATORS, AggregatorError
 from harness.training.byzantine import parse_byzantine
 from harness.training.compress import parse_compress
 from topologies.impair.loss import Uniform, parse_loss

@@ -121,9 +121,14 @@ def _peer(slug: str) -> Callable[[], str]:
     return make
 
 
+def _plot_own(o: Option) -> bool:
+    """A PLOT option that is not one of LTP's as LTP has it (the adaptive rule's weights share
+    LTP's names and ranges but apply under that rule only)."""
+    return o not in _ltp().option_table()
+
+
 def _plot_shared() -> str:
-    ltp_names = {o.name for o in _ltp().option_table()}
-    shared = [o.name for o in _plot().option_table() if o.name in ltp_names]
+    shared = [o.name for o in _plot().option_table() if not _plot_own(o)]
     return ("PLOT also takes these LTP options, with LTP's defaults and ranges: "
             + ", ".join(f"`{n}`" for n in shared) + ".\n")
 
@@ -133,7 +138,7 @@ PAGES: dict[str, dict[str, Callable[[], str]]] = {
     "docs/ltp-protocol.md": {"ltp-options": _table(_ltp, core_column=True),
                              "ltp-core-only": core_only_markdown},
     "docs/plot-protocol.md": {
-        "plot-options": _table(_plot, lambda o: o.name not in {x.name for x in _ltp().option_table()}),
+        "plot-options": _table(_plot, _plot_own),
         "plot-shared": _plot_shared},
     "docs/adding-a-transport.md": {"tcp-options": _table(_tcp), "schemes": schemes_markdown},
     "docs/peer-transports.md": {"peer-mcast-options": _peer("mcast"),

@@ -29,13 +29,15 @@ CONDITION_COLUMNS = {"bottleneck_mbps": "{:g} Mbit/s", "delay_ms": "+{:g} ms one
                      "loss_kind": "{} loss", "cross": "cross {}", "sync": "{}",
                      "fault": "fault {}", "byzantine": "byzantine {}", "aggregator": "{}",
                      "compress": "compress {}", "local_steps": "H={:g}",
-                     "error_reset": "reset {:g}", "pattern": "{}"}
+                     "error_reset": "reset {:g}", "reset_mode": "{}", "holdout": "holdout {:g}",
+                     "pattern": "{}"}
 CONDITION_DEFAULTS = {"loss_kind": "uniform", "cross": "none", "sync": "bsp", "fault": "none",
                       "byzantine": "0", "aggregator": "mean", "compress": "none",
-                      "local_steps": 1, "error_reset": 1, "pattern": "ps"}
+                      "local_steps": 1, "error_reset": 1, "reset_mode": "drop", "holdout": 0,
+                      "pattern": "ps"}
 # Conditions with figures and a report section of their own, not the generic regime facets.
 OWN_SECTIONS = ("bottleneck_mbps", "sync", "fault", "byzantine", "aggregator", "compress",
-                "local_steps", "error_reset")
+                "local_steps", "error_reset", "reset_mode", "holdout")
 
 
 def loss_kind(model_text: str) -> str:
@@ -211,11 +213,11 @@ def load(folder: Path) -> Sweep:
     runs["loss_kind"] = (runs["loss_model"].map(loss_kind) if "loss_model" in runs
                          else CONDITION_DEFAULTS["loss_kind"])
     # sweeps written before these columns existed
-    for col in ("cross", "sync", "fault", "byzantine", "aggregator", "pattern"):
+    for col in ("cross", "sync", "fault", "byzantine", "aggregator", "reset_mode", "pattern"):
         if col not in runs:
             runs[col] = CONDITION_DEFAULTS[col]
         runs[col] = runs[col].astype(object).fillna(CONDITION_DEFAULTS[col]).astype(str)
-    for col in ("compress", "local_steps", "error_reset"):
+    for col in ("compress", "local_steps", "error_reset", "holdout"):
         if col not in runs:
             runs[col] = CONDITION_DEFAULTS[col]
         filled = runs[col].astype(object).fillna(CONDITION_DEFAULTS[col])

@@ -30,16 +30,30 @@ evidence presets run three seeds per cell. ``docs/running.md`` has the table wit
   (``docs/collectives.md``); ``patterns-faults``: a tree and the PS through a killed and a
   stalled worker.
 - ``paper``: every scheme, 100 and 200 Mbit/s, loss up to 20 %, 300 iterations; hours.
+- ``plot-adaptive``: PLOT's frozen snr rule, its adaptive rule (per-layer ranges whose threshold
+  follows loss and RTT) and LTP at 0 and 5 % loss, LeNet-5 and the six-layer MLP, 36 runs;
+  ``plot-edge``: the two PLOT rules in the ``edge`` regime's grid, 54 runs
+  (``docs/plot-protocol.md``).
 - ``faults``: bsp, ssp:2 and async under no fault, a killed worker, a 2 s stall, a 2 s link cut
   and a 3x straggler, TCP CUBIC and LTP; about 40 minutes.
-- ``byzantine``: 8 workers, none or two sign-flipping attackers, under each aggregation rule
-  (mean, score, median, trimmed mean, Krum), TCP CUBIC without loss, three seeds, 100
-  iterations; about 20 minutes (``docs/byzantine.md``).
+- ``byzantine``: 8 workers, none or two attackers (sign-flip, alie, ipm), under each
+  aggregation rule (mean, score, median, trimmed mean, Krum, Zeno++), TCP CUBIC without loss,
+  three seeds, 100 iterations; about 50 minutes (rough estimate; ``docs/byzantine.md``).
 - ``byzantine-loss``: honest and Byzantine workers over LTP and PLOT at 5 and 10 % loss, mean
   against score-based validation: does the validator reject honest-but-filled updates?
+- ``validation-async``: Zeno++ against mean under ``ssp:2`` and ``async``, LTP at 0 and 5 %
+  loss, none or two sign-flipping attackers: how many honest (and filled) updates does a
+  validator that judges each arrival alone reject?
+- ``privacy``: score and Zeno++ validating on the whole training set or on 6,000 samples the PS
+  holds out (``holdout``), none or two sign-flipping attackers, TCP CUBIC without loss.
 - ``compression``: LTP without loss, pushes uncompressed, top-1 % and scaled sign, error
   feedback reset never or every round, one or four local steps: bytes on the wire per round
   against accuracy (``docs/compression.md``); about 25 minutes.
+- ``cser``: CSER's error reset (``reset_mode`` ``cser``: the residual synchronised after every 4
+  gradient rounds) against today's (``drop``: the residual dropped every 4 pushes), top-1 % and
+  scaled sign over LTP without loss, each run 60 s of training (a residual round is no gradient
+  step, so the runs compare by time); ``cser-async``: the same for top-1 % under ``ssp:2`` and
+  ``async``. About 20 and 15 minutes (rough estimates).
 - ``lab1`` .. ``lab5``, ``lab7``: the teaching labs (``docs/labs/``).
 
 The peer-to-peer presets (no PS: ``p2p``, ``p2p-smoke``, ``lab6``) are
@@ -55,6 +69,8 @@ from typing import Any, ClassVar
 from pathlib import Path
 
 from harness.running.spec import RunSpec, SpecError
+from harness.training.models import TARGET_ACCURACY
+from harness.training.aggregators import AGGREGATORS, ZENOPP
 from transports import registry
 from transports.base import UserError, parse_scheme
 
@@ -113,7 +129,12 @@ class Plan:
     patterns: tuple[str, ...] = ("ps",)
     """Communication patterns (``ps``, ``tree``, ``ring``, with options; :mod:`harness.hosts.pattern`)."""
     models: tuple[str, ...] = ()
-    """Models (``mlp``, ``lenet5``, ...; :mod:`harness.training.models`); empty: the base's."""
+    """Models (``mlp``, ``lenet5``, ...; :mod:`harness.training.models`); empty: the base's.
+    While the base's target is its own model's, each model is measured to its own target
+    (``models.TARGET_ACCURACY``) unless ``model_targets`` is off."""
+    model_targets: bool = True
+    """Whether ``models`` brings each model's own target; :meth:`override` turns it off when it
+    is given a target, which every run then measures to."""
     reset_modes: tuple[str, ...] = ("drop",)
     """What an error reset does with the residual (``drop``, ``cser``; :mod:`harness.training.compress`)."""
     holdouts: tuple[int, ...] = (0,)
@@ -152,6 +173,9 @@ class Plan:
                     fields["loss_model"] = value   # a loss model; RunSpec derives loss_pct
                 elif dim == "loss_pcts":
                     fields.update(loss_pct=value, loss_model="")
+                elif dim == "models" and self.model_targets and (
+                        self.base.target_accuracy == TARGET_ACCURACY.get(self.base.model)):
+                    fields.update(model=value, target_accuracy=TARGET_ACCURACY.get(value))
                 else:
                     fields[field] = value
             out.append(self.base.replace(**fields))
@@ -187,6 +211,8 @@ class Plan:
         plan = dataclasses.replace(self, **grid)
         if base:
             plan = dataclasses.replace(plan, base=plan.base.replace(**base))
+        if "target_accuracy" in base:   # a given target is every model's
+            plan = dataclasses.replace(plan, model_targets=False)
         specs = plan.specs()  # validate every combination now, before anything starts
         # Two schemes that name the same effective options (ltp, ltp+threshold_min=0.8) would
         # run the same thing twice under two names.
@@ -295,13 +321,28 @@ PRESETS: dict[str, Plan] = {
         seeds=SEEDS, compressions=("none", "topk:0.01", "sign"), local_steps=(1, 4),
         error_resets=(0, 1),
         base=_INCAST.replace(iterations=150, eval_every=10, max_train_s=60.0, timeout_s=600.0)),
-    # Untrusted workers (issue 14, docs/byzantine.md): two sign-flipping attackers of eight
-    # against every aggregation rule, over a reliable transport, three seeds. The defender
-    # tolerates two in every run, attacked or not (it cannot know). About 20 minutes.
+    # CSER's error reset as published against today's drop (docs/compression.md): each run is
+    # 60 s of training (its 1000 rounds only bound it), since a residual round is not a gradient
+    # step: the runs compare by time to accuracy and by accuracy at the time budget.
+    # Without compression the reset mode does not apply: 3 + 2 x 2 x 3 = 15 runs.
+    "cser": Plan(
+        name="cser", transports=("ltp",), loss_pcts=(0.0,), bottleneck_mbps=(200.0,),
+        seeds=SEEDS, compressions=("none", "topk:0.01", "sign"), reset_modes=("drop", "cser"),
+        error_resets=(4,),
+        base=_INCAST.replace(iterations=1000, eval_every=10, max_train_s=60.0, timeout_s=600.0)),
+    # The same where each worker synchronises on its own schedule: ssp:2 and async. 12 runs.
+    "cser-async": Plan(
+        name="cser-async", transports=("ltp",), loss_pcts=(0.0,), bottleneck_mbps=(200.0,),
+        seeds=SEEDS, syncs=("ssp:2", "async"), compressions=("topk:0.01",),
+        reset_modes=("drop", "cser"), error_resets=(4,),
+        base=_INCAST.replace(iterations=1000, eval_every=10, max_train_s=60.0, timeout_s=600.0)),
+    # Untrusted workers (issue 14, docs/byzantine.md): none, or two attackers of eight flipping
+    # their gradient, or estimating the honest mean and moving against it (alie, ipm), against
+    # every aggregation rule, over a reliable transport, three seeds. The defender tolerates two
+    # in every run, attacked or not (it cannot know; zeno++ needs no f). 4 x 6 x 3 = 72 runs.
     "byzantine": Plan(
         name="byzantine", transports=("tcp-cubic",), loss_pcts=(0.0,), bottleneck_mbps=(200.0,),
-        seeds=SEEDS, byzantine=("0", "2:sign-flip"),
-        aggregators=("mean", "score", "median", "trimmed-mean", "krum"),
+        seeds=SEEDS, byzantine=("0", "2:sign-flip", "2:alie", "2:ipm"), aggregators=AGGREGATORS,
         base=_INCAST.replace(iterations=100, eval_every=10, tolerate=2, timeout_s=600.0)),
     # The validator and loss tolerance: honest (with the defender assuming two attackers) and
     # two sign-flipping attackers, LTP and PLOT at 5 and 10 % loss, mean against score.
@@ -309,6 +350,24 @@ PRESETS: dict[str, Plan] = {
         name="byzantine-loss", transports=("ltp", "plot"), loss_pcts=(5.0, 10.0),
         bottleneck_mbps=(200.0,), seeds=SEEDS, byzantine=("0", "2:sign-flip"),
         aggregators=("mean", "score"),
+        base=_INCAST.replace(iterations=100, eval_every=10, tolerate=2, timeout_s=600.0)),
+    # Validation without a round (docs/byzantine.md, Zeno++): each update judged as it arrives,
+    # stale or not, under ssp:2 and async, over LTP without loss and at 5 % loss, where honest
+    # updates arrive with holes filled: how many honest updates does the validator reject, and
+    # does it stop two sign-flipping attackers? Against plain mean. 2 x 2 x 2 x 2 x 3 = 48 runs.
+    "validation-async": Plan(
+        name="validation-async", transports=("ltp",), loss_pcts=(0.0, 5.0),
+        bottleneck_mbps=(200.0,), seeds=SEEDS, syncs=("ssp:2", "async"),
+        byzantine=("0", "2:sign-flip"), aggregators=("mean", ZENOPP),
+        base=_INCAST.replace(iterations=100, eval_every=10, timeout_s=600.0)),
+    # The PS's own validation set (docs/byzantine.md, local privacy): score and zeno++ with the
+    # validator sampling the whole training set (holdout 0) or 6,000 samples no worker trains
+    # on, honest and two sign-flipping attackers, over TCP CUBIC without loss, bsp, tolerating
+    # two. 2 x 2 x 2 x 3 = 24 runs.
+    "privacy": Plan(
+        name="privacy", transports=("tcp-cubic",), loss_pcts=(0.0,), bottleneck_mbps=(200.0,),
+        seeds=SEEDS, byzantine=("0", "2:sign-flip"), aggregators=("score", ZENOPP),
+        holdouts=(0, 6000),
         base=_INCAST.replace(iterations=100, eval_every=10, tolerate=2, timeout_s=600.0)),
     # Collectives (issue 25, docs/collectives.md): the PS, a Hoplite-style tree and a ring
     # all-reduce over the four transports that have an end for collectives, 0, 5 and 10 % loss,
@@ -336,6 +395,15 @@ PRESETS: dict[str, Plan] = {
         name="paper", transports=EVERYTHING, loss_pcts=(0.0, 1.0, 2.0, 5.0, 10.0, 20.0),
         bottleneck_mbps=(100.0, 200.0), seeds=SEEDS,
         base=_INCAST.replace(iterations=300, eval_every=25, timeout_s=3600.0)),
+    # PLOT's bounds that follow the network (docs/plot-protocol.md, the adaptive rule): the
+    # frozen snr rule, the adaptive one and LTP, without loss and at 5 %, on the two models with
+    # many layers (LeNet-5, the six-layer MLP), 100 iterations or 60 s of training: short of
+    # either model's target, so it compares iteration times, per-layer closes and accuracy at
+    # the cap. 3 x 2 x 2 x 3 = 36 runs, about half an hour (rough estimate).
+    "plot-adaptive": Plan(
+        name="plot-adaptive", transports=("plot", "plot+bound_rule=adaptive", "ltp"),
+        loss_pcts=(0.0, 5.0), bottleneck_mbps=(200.0,), seeds=SEEDS, models=("lenet5", "mlp6"),
+        base=_INCAST.replace(iterations=100, eval_every=10, max_train_s=60.0, timeout_s=900.0)),
     # Teaching labs (docs/labs/).
     "lab1": Plan(
         name="lab1", transports=("tcp-cubic", "tcp-cubic-lowrto", "tcp-bbr"),
@@ -363,6 +431,11 @@ PRESETS: dict[str, Plan] = {
         seeds=(0,), patterns=("ps", "tree", "ring"),
         base=_INCAST.replace(iterations=30, timeout_s=600.0)),
 }
+# PLOT's frozen snr rule against the adaptive one in the edge regime's grid: its one-way delays
+# (10, 25, 50 ms; issue 10's stall was at 25 ms, docs/ltp-protocol.md §12), loss and rate.
+# 2 x 3 x 3 x 3 = 54 runs.
+PRESETS["plot-edge"] = dataclasses.replace(
+    PRESETS["edge"], name="plot-edge", transports=("plot", "plot+bound_rule=adaptive"))
 DEFAULT_PRESET = "default"
 
 

@@ -149,6 +149,7 @@ class PsKind(kinds.Kind):
         if spec.compress != "none" or spec.local_steps > 1:
             cross += f" compress {spec.compress} H={spec.local_steps}"
             cross += f" reset {spec.error_reset}" if spec.compress != "none" else ""
+            cross += " cser" if spec.reset_mode == "cser" else ""
         loss = spec.loss_model or f"{spec.loss_pct:g}%"
         return (f"{spec.scheme} loss {loss} bw {spec.bottleneck_mbps:g} Mbit/s{delay}{cross} "
                 f"seed {spec.seed}")

@@ -81,14 +81,18 @@ RUNS_COLUMNS = (
     Column("byzantine", "", "Byzantine workers: 0, or count:behaviour[:param] (2:sign-flip, ...); "
                             "the highest ranks attack (docs/byzantine.md)"),
     Column("aggregator", "", "how the PS combined a round's updates: mean, score, median, "
-                             "trimmed-mean or krum (harness/training/aggregators.py)"),
+                             "trimmed-mean, krum or zeno++ (harness/training/aggregators.py)"),
     Column("tolerate", "updates", "f: Byzantine updates the aggregator was asked to tolerate "
                                   "(by default the attacker count)"),
+    Column("holdout", "samples", "training samples the PS kept as its validation set, which no "
+                                 "worker trained on (0: none; docs/byzantine.md)"),
     Column("compress", "", "how workers compressed their pushes: none, topk:R (fraction R of each "
                            "layer kept) or sign (docs/compression.md)"),
     Column("local_steps", "steps", "SGD steps each worker took per synchronisation"),
     Column("error_reset", "synchronisations", "a compressing worker's residual was reset every "
                                               "this many synchronisations (0: never)"),
+    Column("reset_mode", "", "what a reset did with the residual: drop it, or cser: synchronise it "
+                             "(then error_reset counts gradient rounds; docs/compression.md)"),
     Column("pattern", "", "how gradients and parameters travelled: ps, tree or ring, with options "
                           "(docs/collectives.md)"),
     Column("rtt_ms", "ms", "measured round-trip time w1 -> ps1 on the idle network before the run "
@@ -175,6 +179,8 @@ RUNS_COLUMNS = (
                                            "pushes of one round cost on the wire"),
     Column("compress_dropped", "entries", "index-value pairs or sign words of compressed pushes "
                                           "the PS dropped (lost, out of range or not finite)"),
+    Column("residual_syncs", "rounds", "rounds a worker spent synchronising its residual, not "
+                                       "pushing a gradient (cser), mean over workers"),
     Column("retransmits", "packets", "retransmitted segments or packets, all hosts"),
     Column("rejected_datagrams", "datagrams", "datagrams (or fields of them) the transports refused "
                                               "as forged, corrupt or stray, all hosts (LTP: "
@@ -209,8 +215,8 @@ RUNS_COLUMNS = (
     Column("honest_filled", "updates", "honest updates the transport delivered in part "
                                        "(holes filled by its filler)"),
     Column("honest_filled_rejected", "updates", "of those, the ones the aggregator rejected"),
-    Column("agg_p50_s", "s", "median compute time of the aggregation rule per round (score: its "
-                             "validation forward passes included)"),
+    Column("agg_p50_s", "s", "median compute time of the aggregation rule per round (score and "
+                             "zeno++: their validation passes included)"),
     Column("ps_cpu_s", "s", "CPU time of the PS process, all its threads"),
     Column("workers_cpu_s", "s", "CPU time of all worker processes together"),
     Column("wall_s", "s", "wall-clock time of the run, process start to exit"),

@@ -105,6 +105,8 @@ class WorkerIteration:
     packets: int
     retransmits: int
     byzantine: bool = False       # this worker pushed its attack's vector, not its gradient
+    residual_sync: bool = False   # a cser round that pushed the residual, no gradient
+                                  # (train_loss nan; harness.training.compress.ErrorReset)
 
 
 @dataclasses.dataclass

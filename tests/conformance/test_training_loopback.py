@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import numpy as np
+
 from harness.running.runfiles import RunFiles, write_session
 from harness.running.spec import RunSpec
 from transports.base import Session
@@ -101,3 +103,19 @@ def test_compressed_local_steps_learn_and_push_fewer_bytes(tmp_path):
     assert all(r.grad_bytes == 4 * 2 * 1097 for r in records)
     rounds = files.ps_iterations()
     assert sum(s["compress_dropped"] for rec in rounds for s in rec.msg_stats) == 0
+
+
+def test_cser_synchronises_residuals_in_rounds_of_their_own(tmp_path):
+    """Top-1 % pushes with CSER's error reset over LTP (harness/training/compress.py): after every
+    4 gradient rounds each worker spends one pushing its residual, both in the same rounds (bsp),
+    in the same push layout; the PS's model still learns."""
+    spec = RunSpec(transport="ltp", n_workers=2, iterations=30, eval_every=30, port=17500,
+                   timeout_s=120, compress="topk:0.01", reset_mode="cser", error_reset=4)
+    files = _train(tmp_path, spec)
+    evals = files.eval_records()
+    assert evals[-1].accuracy > evals[0].accuracy + 0.2   # it learns (chance is 0.1)
+    for host in ("w1", "w2"):
+        records = files.worker_iterations(host)
+        assert [r.residual_sync for r in records] == [i % 5 == 4 for i in range(30)]
+        assert all(np.isnan(r.train_loss) == r.residual_sync for r in records)   # no batch
+        assert {r.grad_bytes for r in records} == {4 * 2 * 1097}

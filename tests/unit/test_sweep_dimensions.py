@@ -1,6 +1,8 @@
 """Loss models and cross traffic as sweep dimensions: the command line's lists, the run spec's
 fields (and the ids of runs written before they existed), the plan's grid."""
 
+import dataclasses
+
 import pytest
 
 from harness import cli
@@ -119,3 +121,20 @@ def test_a_blocked_plan_runs_each_block_on_a_network_of_its_own_in_turn():
     seeds = [sorted({s.seed for s in g}) for g in groups]
     assert seeds == [list(range(3 * b, 3 * b + 3)) for b in range(plan.blocks)]
     assert len(ps.order(presets.get("default").specs(), 0)) == 1
+
+
+def test_models_are_a_dimension_each_measured_to_its_own_target():
+    from harness.training.models import TARGET_ACCURACY
+
+    plan = presets.get("smoke").override(transports=("tcp-cubic",), loss_pcts=(0.0,),
+                                         models=("lenet5", "mlp6"))
+    assert {(s.model, s.target_accuracy) for s in plan.specs()} == {
+        ("lenet5", TARGET_ACCURACY["lenet5"]), ("mlp6", TARGET_ACCURACY["mlp6"])}
+    given = presets.get("smoke").override(transports=("tcp-cubic",), loss_pcts=(0.0,),
+                                          models=("lenet5", "mlp6"), target_accuracy=0.8)
+    assert {s.target_accuracy for s in given.specs()} == {0.8}   # a given target is everyone's
+    # Without a models dimension nothing changes: every preset's run ids stay as they were.
+    for plan in presets.PRESETS.values():
+        if not plan.models:
+            off = dataclasses.replace(plan, model_targets=False)
+            assert [s.run_id for s in plan.specs()] == [s.run_id for s in off.specs()]
