@@ -21,6 +21,8 @@ PROJECT = Path(__file__).resolve().parent
 @task(auto_shortflags=False, help={
     "preset": "named sweep (smoke, ...); default: the README's default sweep",
     "out": "results folder (default results/<preset>); the same folder resumes",
+    "redo": "finished runs to run again first: stale (other code than today's), failed, "
+            "loaded:FRAC (other processes used more than FRAC of the CPU), comma-separated",
     "transports": "comma-separated schemes: slugs, optionally with options, e.g. "
                   "tcp-cubic,ltp,ltp+filler=zero",
     "loss": "comma-separated loss: uniform rates in percent or Gilbert-Elliott models, "
@@ -79,7 +81,7 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
               reset_mode=None, holdout=None, pattern=None,
               model=None,
               iterations=None, seeds=None, timeout=None, target=None, stop_at_target=False,
-              max_train=None, cluster=None, no_figures=False):
+              max_train=None, cluster=None, no_figures=False, redo=None):
     """Run a sweep of training runs over the emulated incast network and tabulate the results."""
     from harness import cli
 
@@ -88,15 +90,17 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
         from harness.running import presets
         from harness.running import engine
 
+        again = engine.parse_redo(redo)
         if preset in p2p.PRESETS:
             given = [name for name, value in locals().items() if name not in (
                 "c", "preset", "out", "seeds", "iterations", "loss", "sync", "timeout", "cli",
-                "presets", "engine", "p2p", "no_figures") and value not in (None, False)]
+                "presets", "engine", "p2p", "no_figures", "redo", "again")
+                and value not in (None, False)]
             if given:
                 raise p2p.PeerSpecError(f"--{given[0].replace('_', '-')} does not apply to the "
                                     f"peer-to-peer preset {preset}; it takes --seeds, "
-                                    "--iterations (rounds), --loss, --sync, --timeout and "
-                                    "--no-figures.")
+                                    "--iterations (rounds), --loss, --sync, --timeout, --redo "
+                                    "and --no-figures.")
             plan = p2p.get(preset).override(
                 seeds=cli.numbers(seeds, int, "--seeds"),
                 rounds=cli.number(iterations, int, "--iterations"),
@@ -106,7 +110,7 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
             engine.check_folder(folder)
             cli.require_root()
             cli.require_setup()
-            engine.run_plan(plan, folder, figures=not no_figures)
+            engine.run_plan(plan, folder, figures=not no_figures, redo=again)
             return
         plan = presets.get(preset or presets.DEFAULT_PRESET).override(
             transports=cli.words(transports), loss_pcts=cli.losses(loss), cross=cli.items(cross),
@@ -138,11 +142,11 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
             # The head only coordinates (no root, no network here); Ray is imported only now.
             from harness.running import cluster as ray_cluster
 
-            ray_cluster.run_plan(plan, folder, cluster, figures=not no_figures)
+            ray_cluster.run_plan(plan, folder, cluster, figures=not no_figures, redo=again)
             return
         cli.require_root()
         cli.require_setup()
-        engine.run_plan(plan, folder, figures=not no_figures)
+        engine.run_plan(plan, folder, figures=not no_figures, redo=again)
 
 
 @task(help={

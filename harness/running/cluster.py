@@ -273,8 +273,11 @@ def connect(ray, address: str) -> list[dict]:
 
 
 def run_plan(plan: Plan, folder: Path, address: str,
-             progress: Callable[[str], None] = print, figures: bool = True) -> Path:
-    """Run every unfinished run of ``plan`` on the Ray cluster at ``address`` into ``folder``."""
+             progress: Callable[[str], None] = print, figures: bool = True,
+             redo: engine.Redo | None = None) -> Path:
+    """Run every unfinished run of ``plan`` on the Ray cluster at ``address`` into ``folder``
+    (first taking out the finished runs ``redo`` names)."""
+    engine.redo_runs(KIND, folder, redo, progress)
     done = results.finished_run_ids(folder)
     if all(s.run_id in done for s in plan.specs()):
         engine.unfinished(plan, folder, progress)   # says so

@@ -52,6 +52,89 @@ def check_folder(folder: Path) -> None:
         raise SweepError(f"{folder / 'runs.csv'} is not writable; choose another --out.")
 
 
+@dataclasses.dataclass(frozen=True)
+class Redo:
+    """Which finished runs a sweep runs again before it resumes (``invoke run-sweep --redo``):
+    those that ran with other code than today's (``stale``), those during which other processes
+    used more than ``loaded`` of the machine's CPU (``loaded:FRAC``), those not ok (``failed``).
+    Their rows leave every table of the folder (git keeps the old ones); their run folders are
+    set aside when they run again. Tables an older harness wrote (other columns) are begun
+    again with today's columns when every run is to run again."""
+
+    stale: bool = False
+    loaded: float | None = None
+    failed: bool = False
+
+    def __bool__(self) -> bool:
+        return self.stale or self.loaded is not None or self.failed
+
+    def wants(self, row: dict, stale: set[str]) -> bool:
+        """Whether the run of ``runs.csv`` row ``row`` runs again (``stale``: the stale ids)."""
+        load = row.get("other_load_frac") or "0"
+        return (self.stale and row["run_id"] in stale) or \
+            (self.loaded is not None and float(load) > self.loaded) or \
+            (self.failed and row.get("status") != "ok")
+
+
+def parse_redo(text: str | None) -> Redo:
+    """``"stale,loaded:0.01,failed"`` (any of the three, comma-separated) -> :class:`Redo`."""
+    out: dict = {}
+    for item in filter(None, (t.strip() for t in (text or "").split(","))):
+        name, _, value = item.partition(":")
+        if name in ("stale", "failed") and not value:
+            out[name] = True
+            continue
+        try:
+            limit = float(value) if name == "loaded" else None
+        except ValueError:
+            limit = None
+        if limit is None or not 0 <= limit < 1:
+            raise SweepError(f"--redo {item!r}: write stale, failed or loaded:FRAC (FRAC the "
+                             "other processes' CPU share above which a run runs again, e.g. "
+                             "loaded:0.01), comma-separated.")
+        out["loaded"] = limit
+    return Redo(**out)
+
+
+def redo_runs(kind: kinds.Kind, folder: Path, redo: Redo | None,
+              progress: Callable[[str], None]) -> int:
+    """Take the runs ``redo`` names out of ``folder``'s tables, so the sweep runs them again;
+    return how many."""
+    runs = folder / "runs.csv"
+    if not redo or not runs.exists():
+        return 0
+    from harness.running.provenance import stale_run_ids
+
+    stale = stale_run_ids(folder) if redo.stale else set()
+    rows = results.read_rows(runs)
+    ids = {row["run_id"] for row in rows if redo.wants(row, stale)}
+    try:
+        results.check_tables(folder, kind.tables)
+    except results.ResultsError:
+        # Tables of an older harness (other columns) can only be begun again, all runs redone.
+        if len(ids) < len({row["run_id"] for row in rows}):
+            raise SweepError(f"{folder}'s tables have other columns than this version writes, "
+                             "so --redo must run all its runs again (stale does when every "
+                             "run ran with older code); otherwise write to a new folder.") from None
+    for table, columns in kind.tables.items():   # runs.csv last: its rows mark runs finished
+        path = folder / table
+        rows = results.read_rows(path) if path.exists() else []
+        keep = [row for row in rows if row["run_id"] not in ids]
+        if len(keep) < len(rows):
+            tmp = path.with_name(path.name + ".redo")
+            tmp.unlink(missing_ok=True)
+            results.append_rows(tmp, columns, keep)
+            os.replace(tmp, path)
+    progress(f"{len(ids)} finished runs of {folder} run again ({redo_text(redo)})")
+    return len(ids)
+
+
+def redo_text(redo: Redo) -> str:
+    """What ``redo`` asks for, as the option's text."""
+    return ",".join((["stale"] if redo.stale else []) + (["failed"] if redo.failed else []) +
+                    ([f"loaded:{redo.loaded:g}"] if redo.loaded is not None else []))
+
+
 def fmt_s(seconds: float) -> str:
     """``75.2`` -> ``1m15s``; ``42`` -> ``42s``."""
     seconds = int(round(seconds))
@@ -168,10 +251,12 @@ def unfinished(plan, folder: Path, progress: Callable[[str], None]) -> list:
 
 
 def run_plan(plan, folder: Path, progress: Callable[[str], None] = print,
-             figures: bool = True) -> Path:
-    """Run every unfinished run of ``plan`` into ``folder``, then its report (and, unless
-    ``figures`` is false, its figures); return ``folder``."""
+             figures: bool = True, redo: Redo | None = None) -> Path:
+    """Run every unfinished run of ``plan`` into ``folder`` (first taking out the finished ones
+    ``redo`` names), then its report (and, unless ``figures`` is false, its figures); return
+    ``folder``."""
     kind = kinds.of(plan.kind)
+    redo_runs(kind, folder, redo, progress)
     todo = unfinished(plan, folder, progress)
     if not todo:
         return folder

@@ -300,10 +300,9 @@ def _translations(man: dict) -> dict[str, Fingerprint]:
             for old, data in man.get("translated_fingerprints", {}).items()}
 
 
-def freshness(folder: Path, today: Fingerprint | None = None) -> Freshness:
-    """Compare the fingerprints a folder's runs recorded with today's code's (a digest recorded
-    under an earlier hash rule through its translation, where the manifest has one)."""
-    folder = Path(folder)
+def _run_digests(folder: Path, today: Fingerprint | None = None):
+    """(runs table, today's fingerprint of each kind, each run's kind and recorded digest,
+    manifest) of a results folder; a digest is '' where a run recorded none."""
     kind = folder_kind(folder)
     runs = read_table(folder / "runs.csv")
     # A PS folder's runs each ran the code of their pattern's kind (fingerprint.run_kind).
@@ -313,15 +312,31 @@ def freshness(folder: Path, today: Fingerprint | None = None) -> Freshness:
               for k in sorted(set(kinds) or {kind})}
     man = read_manifest(folder)
     backfill = {c: d["digest"] for c, d in man.get("backfilled_fingerprints", {}).items()}
-    digests, of_kind = [], {}
-    for (_, row), k in zip(runs.iterrows(), kinds):
+    digests = []
+    for _, row in runs.iterrows():
         code = row.get("code_fingerprint")
         if isinstance(code, str) and code:
             digests.append(code)
         else:   # written before runs recorded it: the commit's (or the table's first commit's)
             digests.append(backfill.get(str(row.get("git_commit", man.get("table_commit", ""))),
                                         ""))
-        of_kind[digests[-1]] = k
+    return runs, todays, kinds, digests, man
+
+
+def stale_run_ids(folder: Path) -> set[str]:
+    """Ids of the runs of ``folder`` that did not run with today's code (or recorded no
+    fingerprint): what ``invoke run-sweep --redo stale`` runs again."""
+    runs, todays, kinds, digests, man = _run_digests(Path(folder))
+    moved = _translations(man)
+    return {str(run_id) for run_id, k, d in zip(runs["run_id"], kinds, digests)
+            if not d or (moved[d].digest if d in moved else d) != todays[k].digest}
+
+
+def freshness(folder: Path, today: Fingerprint | None = None) -> Freshness:
+    """Compare the fingerprints a folder's runs recorded with today's code's (a digest recorded
+    under an earlier hash rule through its translation, where the manifest has one)."""
+    runs, todays, kinds, digests, man = _run_digests(Path(folder), today)
+    of_kind = dict(zip(digests, kinds))
     known = sorted({d for d in digests if d})
     table, moved = recorded_fingerprints(folder), _translations(man)
     changed: set[str] = set()

@@ -335,7 +335,7 @@ from harness import cli
 from harness.running import engine
 ran = []
 cli.require_root = cli.require_setup = lambda: None
-engine.run_plan = lambda plan, folder, figures=True: ran.append(folder)
+engine.run_plan = lambda plan, folder, figures=True, redo=None: ran.append(folder)
 tasks.run_sweep(invoke.Context(), preset="smoke", out={str(tmp_path / 'sweep')!r})
 assert ran, "the local sweep did not run"
 assert "ray" not in sys.modules, "ray was imported"

@@ -177,3 +177,83 @@ def test_a_folder_recorded_under_the_earlier_rule_is_fresh_through_its_translati
     man["translated_fingerprints"] = {"0123456789ab": dict(today.as_dict(), digest="feed")}
     (folder / "manifest.json").write_text(json.dumps(man))
     assert not provenance.freshness(folder, today).fresh
+
+
+def test_redo_takes_out_exactly_the_runs_it_names_and_keeps_every_other_line(tmp_path):
+    import csv
+    import io
+
+    from harness.running import engine, kinds, results
+
+    def ids(text: str) -> list[str]:
+        return [row["run_id"] for row in csv.DictReader(io.StringIO(text))]
+
+    src = Path(__file__).resolve().parents[2] / "results" / "default-check"
+    folder = tmp_path / "sweep"
+    folder.mkdir()
+    for name in ("curves.csv", "iterations.csv", "manifest.json"):
+        (folder / name).write_bytes((src / name).read_bytes())
+    # One run recorded other code; the busiest run ran on a loaded machine.
+    rows = list(csv.DictReader(open(src / "runs.csv", newline="")))
+    rows[0]["code_fingerprint"] = "0123456789ab"
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    (folder / "runs.csv").write_text(out.getvalue())
+    before = {name: (folder / name).read_text() for name in ("runs.csv", "curves.csv",
+                                                             "iterations.csv")}
+    loads = [float(r["other_load_frac"] or 0) for r in rows]
+    limit = max(loads) - 1e-9
+    expect = {rows[0]["run_id"]} | {r["run_id"] for r, x in zip(rows, loads) if x > limit}
+    assert engine.parse_redo("") == engine.Redo() and not engine.Redo()
+    redo = engine.parse_redo(f"stale, loaded:{limit!r}")
+    taken = engine.redo_runs(kinds.of("ps"), folder, redo, progress=lambda _: None)
+    assert taken == len(expect) == 2
+    for name, text in before.items():
+        lines, after = text.splitlines(), (folder / name).read_text()
+        kept = [ln for ln, i in zip(lines[1:], ids(text)) if i not in expect]
+        assert after.splitlines() == [lines[0]] + kept and set(ids(after)).isdisjoint(expect)
+    assert set(results.finished_run_ids(folder)).isdisjoint(expect)
+
+
+def test_a_redo_text_that_names_nothing_known_is_one_sentence():
+    import pytest
+    from harness.running import engine
+
+    for bad in ("everything", "loaded", "loaded:2", "stale:1"):
+        with pytest.raises(engine.SweepError, match=r"^--redo .*comma-separated\.$"):
+            engine.parse_redo(bad)
+    assert engine.parse_redo("failed,stale") == engine.Redo(stale=True, failed=True)
+
+
+def test_redo_begins_tables_of_other_columns_again_only_when_every_run_runs_again(tmp_path):
+    import pytest
+
+    from harness.running import engine, kinds, results
+
+    src = Path(__file__).resolve().parents[2] / "results" / "default-check"
+    folder = tmp_path / "sweep"
+    folder.mkdir()
+    for name in ("curves.csv", "iterations.csv", "manifest.json"):
+        (folder / name).write_bytes((src / name).read_bytes())
+    import csv
+    import io
+
+    # An older harness (no other_load_frac column) and older code, for every run.
+    rows = list(csv.DictReader(open(src / "runs.csv", newline="")))
+    for row in rows:
+        del row["other_load_frac"]
+        row["code_fingerprint"] = "0123456789ab"
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    (folder / "runs.csv").write_text(out.getvalue())
+    kind = kinds.of("ps")
+    with pytest.raises(engine.SweepError, match="other columns"):
+        engine.redo_runs(kind, folder, engine.parse_redo("failed"), progress=lambda _: None)
+    assert engine.redo_runs(kind, folder, engine.parse_redo("stale"),
+                            progress=lambda _: None) == len(rows)
+    results.check_tables(folder, kind.tables)   # today's columns now, and no row
+    assert not results.finished_run_ids(folder)
