@@ -179,6 +179,27 @@ def test_a_folder_recorded_under_the_earlier_rule_is_fresh_through_its_translati
     assert not provenance.freshness(folder, today).fresh
 
 
+def _committed_sweep(tmp_path: Path, edit) -> tuple[Path, list[dict]]:
+    """A copy of the committed ``results/default-check`` whose runs.csv rows ``edit`` changed in
+    place (rows as dicts: delete a key to drop that column)."""
+    import csv
+    import io
+
+    src = Path(__file__).resolve().parents[2] / "results" / "default-check"
+    folder = tmp_path / "sweep"
+    folder.mkdir()
+    for name in ("curves.csv", "iterations.csv", "manifest.json"):
+        (folder / name).write_bytes((src / name).read_bytes())
+    rows = list(csv.DictReader(open(src / "runs.csv", newline="")))
+    edit(rows)
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    (folder / "runs.csv").write_text(out.getvalue())
+    return folder, rows
+
+
 def test_redo_takes_out_exactly_the_runs_it_names_and_keeps_every_other_line(tmp_path):
     import csv
     import io
@@ -188,19 +209,9 @@ def test_redo_takes_out_exactly_the_runs_it_names_and_keeps_every_other_line(tmp
     def ids(text: str) -> list[str]:
         return [row["run_id"] for row in csv.DictReader(io.StringIO(text))]
 
-    src = Path(__file__).resolve().parents[2] / "results" / "default-check"
-    folder = tmp_path / "sweep"
-    folder.mkdir()
-    for name in ("curves.csv", "iterations.csv", "manifest.json"):
-        (folder / name).write_bytes((src / name).read_bytes())
     # One run recorded other code; the busiest run ran on a loaded machine.
-    rows = list(csv.DictReader(open(src / "runs.csv", newline="")))
-    rows[0]["code_fingerprint"] = "0123456789ab"
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    (folder / "runs.csv").write_text(out.getvalue())
+    folder, rows = _committed_sweep(tmp_path, lambda rows: rows[0].update(
+        code_fingerprint="0123456789ab"))
     before = {name: (folder / name).read_text() for name in ("runs.csv", "curves.csv",
                                                              "iterations.csv")}
     loads = [float(r["other_load_frac"] or 0) for r in rows]
@@ -232,24 +243,12 @@ def test_redo_begins_tables_of_other_columns_again_only_when_every_run_runs_agai
 
     from harness.running import engine, kinds, results
 
-    src = Path(__file__).resolve().parents[2] / "results" / "default-check"
-    folder = tmp_path / "sweep"
-    folder.mkdir()
-    for name in ("curves.csv", "iterations.csv", "manifest.json"):
-        (folder / name).write_bytes((src / name).read_bytes())
-    import csv
-    import io
+    def older(rows):   # an older harness (no other_load_frac column), older code, every run
+        for row in rows:
+            del row["other_load_frac"]
+            row["code_fingerprint"] = "0123456789ab"
 
-    # An older harness (no other_load_frac column) and older code, for every run.
-    rows = list(csv.DictReader(open(src / "runs.csv", newline="")))
-    for row in rows:
-        del row["other_load_frac"]
-        row["code_fingerprint"] = "0123456789ab"
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    (folder / "runs.csv").write_text(out.getvalue())
+    folder, rows = _committed_sweep(tmp_path, older)
     kind = kinds.of("ps")
     with pytest.raises(engine.SweepError, match="other columns"):
         engine.redo_runs(kind, folder, engine.parse_redo("failed"), progress=lambda _: None)
