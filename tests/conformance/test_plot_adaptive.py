@@ -13,7 +13,6 @@ messages holds ``p_hat`` at 0 and every range at its upper end. Every real model
 segment (docs/plot-protocol.md, "What is open").
 """
 
-import threading
 
 import numpy as np
 import pytest
@@ -21,7 +20,7 @@ import pytest
 from transports import registry
 from transports.base import Layout
 from transports.plot import plot_options
-from tests.conformance.loopback import on_free_ports
+from tests.conformance.loopback import on_free_ports, train_in_threads
 
 N_WORKERS, ITERATIONS, PROFILE, TIMEOUT_S = 4, 16, 3, 20.0
 # What one 1472-byte datagram carries (PLOT's default for layers it always delivers whole).
@@ -38,39 +37,21 @@ def _train(layout, ports):
     transport = registry.create("plot", OPTIONS)
     rng = np.random.default_rng(1)
     common = rng.standard_normal(layout.n_floats).astype(np.float32)
-    errors, seen = [], []
+    seen = []
+    noise = [np.random.default_rng(rank + 10) for rank in range(N_WORKERS)]
     server = transport.serve(ps_addr, addrs, layout)
 
-    def worker(rank):
-        noise = np.random.default_rng(rank + 10)
-        try:
-            with transport.connect(rank, addrs[rank], ps_addr, layout) as end:
-                end.join(TIMEOUT_S)
-                for t in range(ITERATIONS):
-                    end.pull(t, TIMEOUT_S)
-                    grad = common + noise.standard_normal(layout.n_floats).astype(np.float32)
-                    end.push(t, grad, TIMEOUT_S)
-        except Exception as exc:   # surfaced in the main thread
-            errors.append(exc)
+    def gathered(t, deliveries):
+        server.observe(t, deliveries)
+        seen.append([[(d.stats[f"threshold_{1 + i}"], d.stats[f"bound_{i}"],
+                       d.stats[f"bound_max_{i}"]) for i in range(len(layout.segments))]
+                     for d in deliveries])
 
-    threads = [threading.Thread(target=worker, args=(r,)) for r in range(N_WORKERS)]
-    for th in threads:
-        th.start()
-    try:
-        with server:
-            server.wait_for_workers(TIMEOUT_S)
-            for t in range(ITERATIONS):
-                server.broadcast(t, np.zeros(layout.n_floats, np.float32), TIMEOUT_S)
-                deliveries = server.gather(t, TIMEOUT_S)
-                server.observe(t, deliveries)
-                seen.append([[(d.stats[f"threshold_{1 + i}"], d.stats[f"bound_{i}"],
-                               d.stats[f"bound_max_{i}"]) for i in range(len(layout.segments))]
-                             for d in deliveries])
-    finally:
-        for th in threads:
-            th.join(TIMEOUT_S)
-    if errors:
-        raise errors[0]
+    train_in_threads(server, lambda rank: transport.connect(rank, addrs[rank], ps_addr, layout),
+                     N_WORKERS, ITERATIONS,
+                     lambda t, rank, _: common + noise[rank].standard_normal(
+                         layout.n_floats).astype(np.float32),
+                     lambda t: np.zeros(layout.n_floats, np.float32), gathered, TIMEOUT_S)
     return seen
 
 

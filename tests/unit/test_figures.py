@@ -212,6 +212,23 @@ def test_faults_figures_and_report_section(tmp_path):
     assert "TCP CUBIC is better" in line
 
 
+def _byzantine_curve(row, scheme, sync, acc):
+    """A run's two evaluations: chance at 0, ``acc`` at 50 iterations."""
+    return [{"run_id": row["run_id"], "scheme": scheme, "transport": scheme, "loss_pct": 0.0,
+             "delay_ms": 0.0, "seed": row["seed"], "sync": sync, "fault": "none",
+             "byzantine": row["byzantine"], "aggregator": row["aggregator"], "iteration": it,
+             "time_s": it * 0.25, "accuracy": a, "test_loss": 0.5}
+            for it, a in ((0, 0.1), (50, acc))]
+
+
+def _byzantine_report(tmp_path, rows, curves) -> str:
+    """Tables written, figures drawn (the Byzantine one among them); the report's text."""
+    results.append_rows(tmp_path / "runs.csv", results.RUNS_COLUMNS, rows)
+    results.append_rows(tmp_path / "curves.csv", results.CURVES_COLUMNS, curves)
+    assert "byzantine_accuracy.png" in {p.name for p in figures.make(tmp_path)}
+    return (tmp_path / "report.md").read_text()
+
+
 def test_byzantine_figure_and_report_section(tmp_path):
     """A sweep over attacks and rules gets its figure and its section: averaging collapses under
     the attack, score holds, and the verdicts come from intervals."""
@@ -226,16 +243,8 @@ def test_byzantine_figure_and_report_section(tmp_path):
                              honest_updates=600, honest_rejected=0, honest_filled=0,
                              honest_filled_rejected=0, agg_p50_s=0.004)
                 rows.append(r)
-                curves += [{"run_id": r["run_id"], "scheme": "tcp-cubic", "transport": "tcp-cubic",
-                            "loss_pct": 0.0, "delay_ms": 0.0, "seed": seed, "sync": "bsp",
-                            "fault": "none", "byzantine": attack, "aggregator": rule,
-                            "iteration": it, "time_s": it * 0.25, "accuracy": a,
-                            "test_loss": 0.5} for it, a in ((0, 0.1), (50, acc))]
-    results.append_rows(tmp_path / "runs.csv", results.RUNS_COLUMNS, rows)
-    results.append_rows(tmp_path / "curves.csv", results.CURVES_COLUMNS, curves)
-    names = {p.name for p in figures.make(tmp_path)}
-    assert "byzantine_accuracy.png" in names
-    text = (tmp_path / "report.md").read_text()
+                curves += _byzantine_curve(r, "tcp-cubic", "bsp", acc)
+    text = _byzantine_report(tmp_path, rows, curves)
     assert "## Byzantine workers and aggregation rules" in text
     assert "byzantine 2:sign-flip, mean:" in text and "collapses" in text
     assert "byzantine 2:sign-flip, score:" in text and ": holds." in text
@@ -260,16 +269,8 @@ def test_byzantine_section_keeps_sync_modes_and_holdouts_apart(tmp_path):
                          honest_updates=600, honest_rejected=0, honest_filled=0,
                          honest_filled_rejected=0, agg_p50_s=0.004)
             rows.append(r)
-            curves += [{"run_id": r["run_id"], "scheme": "ltp", "transport": "ltp",
-                        "loss_pct": 0.0, "delay_ms": 0.0, "seed": seed, "sync": sync,
-                        "fault": "none", "byzantine": attack, "aggregator": rule,
-                        "iteration": it, "time_s": it * 0.25, "accuracy": a,
-                        "test_loss": 0.5} for it, a in ((0, 0.1), (50, acc))]
-    results.append_rows(tmp_path / "runs.csv", results.RUNS_COLUMNS, rows)
-    results.append_rows(tmp_path / "curves.csv", results.CURVES_COLUMNS, curves)
-    names = {p.name for p in figures.make(tmp_path)}
-    assert "byzantine_accuracy.png" in names
-    text = (tmp_path / "report.md").read_text()
+            curves += _byzantine_curve(r, "ltp", sync, acc)
+    text = _byzantine_report(tmp_path, rows, curves)
     text = text.split("## Byzantine workers and aggregation rules")[1].split("\n## ")[0]
     verdicts = [ln for ln in text.splitlines() if ln.startswith("- ") and "zeno++:" in ln]
     assert any("sync async, holdout 0," in ln and ": holds." in ln for ln in verdicts)
