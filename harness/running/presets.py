@@ -32,7 +32,7 @@ evidence presets run three seeds per cell. ``docs/running.md`` has the table wit
 - ``paper``: every scheme, 100 and 200 Mbit/s, loss up to 20 %, 300 iterations; hours.
 - ``plot-adaptive``: PLOT's frozen snr rule, its adaptive rule (per-layer ranges whose threshold
   follows loss and RTT) and LTP at 0 and 5 % loss, LeNet-5 and the six-layer MLP, 36 runs;
-  ``plot-edge``: the two PLOT rules in the ``edge`` regime's grid, 54 runs
+  ``plot-edge``: the two PLOT rules at the ``edge`` regime's delays and rate, 2 % loss, 18 runs
   (``docs/plot-protocol.md``).
 - ``faults``: bsp, ssp:2 and async under no fault, a killed worker, a 2 s stall, a 2 s link cut
   and a 3x straggler, TCP CUBIC and LTP; about 40 minutes.
@@ -53,7 +53,8 @@ evidence presets run three seeds per cell. ``docs/running.md`` has the table wit
   gradient rounds) against today's (``drop``: the residual dropped every 4 pushes), top-1 % and
   scaled sign over LTP without loss, each run 60 s of training (a residual round is no gradient
   step, so the runs compare by time); ``cser-async``: the same for top-1 % under ``ssp:2`` and
-  ``async``. About 20 and 15 minutes (rough estimates).
+  ``async``; ``cser-validation``: async CSER workers under ``mean`` and ``zeno++``, none or two
+  sign-flipping attackers, 12 runs. About 20, 15 and 15 minutes (rough estimates).
 - ``lab1`` .. ``lab5``, ``lab7``: the teaching labs (``docs/labs/``).
 
 The peer-to-peer presets (no PS: ``p2p``, ``p2p-smoke``, ``lab6``) are
@@ -336,6 +337,14 @@ PRESETS: dict[str, Plan] = {
         seeds=SEEDS, syncs=("ssp:2", "async"), compressions=("topk:0.01",),
         reset_modes=("drop", "cser"), error_resets=(4,),
         base=_INCAST.replace(iterations=1000, eval_every=10, max_train_s=60.0, timeout_s=600.0)),
+    # Validation and error reset in one run (docs/byzantine.md, docs/compression.md): async
+    # workers keeping CSER's local models push top-1 % updates, and the PS averages them or
+    # judges each by Zeno++, with none or two sign-flipping attackers. 2 x 2 x 3 = 12 runs.
+    "cser-validation": Plan(
+        name="cser-validation", transports=("ltp",), loss_pcts=(0.0,), bottleneck_mbps=(200.0,),
+        seeds=SEEDS, syncs=("async",), compressions=("topk:0.01",), reset_modes=("cser",),
+        error_resets=(4,), byzantine=("0", "2:sign-flip"), aggregators=("mean", ZENOPP),
+        base=_INCAST.replace(iterations=1000, eval_every=10, max_train_s=60.0, timeout_s=600.0)),
     # Untrusted workers (issue 14, docs/byzantine.md): none, or two attackers of eight flipping
     # their gradient, or estimating the honest mean and moving against it (alie, ipm), against
     # every aggregation rule, over a reliable transport, three seeds. The defender tolerates two
@@ -434,8 +443,10 @@ PRESETS: dict[str, Plan] = {
 # PLOT's frozen snr rule against the adaptive one in the edge regime's grid: its one-way delays
 # (10, 25, 50 ms; issue 10's stall was at 25 ms, docs/ltp-protocol.md §12), loss and rate.
 # 2 x 3 x 3 x 3 = 54 runs.
+# The edge regime's round trips, at its middle loss only: 18 runs of up to a minute.
 PRESETS["plot-edge"] = dataclasses.replace(
-    PRESETS["edge"], name="plot-edge", transports=("plot", "plot+bound_rule=adaptive"))
+    PRESETS["edge"], name="plot-edge", transports=("plot", "plot+bound_rule=adaptive"),
+    loss_pcts=(2.0,))
 DEFAULT_PRESET = "default"
 
 
