@@ -353,8 +353,8 @@ class ServerEnd(End):
 
         Returns the reports of the sends that finished by the deadline, by rank. One that did not
         finish is either still going (a byte stream cannot take back half a message: TCP finishes
-        it in later calls) or cancelled (LTP); either way, calling again with the same message id
-        later delivers it, and is cheap where it is still going. The default serves a transport
+        it in later calls) or suspended (LTP: it resumes where it stopped when sent again); either
+        way, calling again with the same message id later delivers it, and is cheap. The default serves a transport
         that only has :meth:`broadcast`: every worker, one message id.
         """
         ids = set(messages.values())

@@ -350,7 +350,7 @@ class LtpServer(_NativeEnd, ServerEnd):
 
     def send_some(self, messages, values: np.ndarray, timeout_s: float) -> dict[int, SendReport]:
         """Send to each named worker its own message id, in one call; a send not finished by the
-        deadline is cancelled (calling again sends it again)."""
+        deadline is suspended (calling again with the same message resumes it)."""
         ranks = list(messages)
         sent = self.net.send(ranks, [messages[r] for r in ranks], values, timeout_s, partial=True)
         return {r: rep for r, rep in zip(ranks, sent) if rep is not None}

@@ -156,7 +156,8 @@ class _Messages:
         """Send ``values`` as one message (segment 0) to every peer, in one call into C.
 
         ``msg_id`` is one id for every peer, or one per peer. With ``partial`` a peer whose send
-        did not finish by the deadline gets None (its send cancelled) instead of an error.
+        did not finish by the deadline gets None (its send suspended: sending it again resumes it)
+        instead of an error.
         """
         payload = self.wire.to_wire(_float32_payload(values, self.layout))
         return self.send_parts(peers, msg_id, [(0, payload)], self.wire.critical_bytes, timeout_s,

@@ -39,8 +39,8 @@ over those that delivered; nobody's send waits for a missing worker (it is left 
 broadcast). A missing worker's pending gradient stays asked for: when it arrives (the worker was
 stalled, or its link is back) it is *late*: ``bsp`` discards it, ``ssp``/``async`` apply it with
 its staleness, and the worker is *back*: it gets the current parameters with its next message.
-Parameters whose send did not finish (a datagram transport cancels it at the deadline) are sent
-again every ``RETRY_S`` until they arrive; the gradient of those parameters is asked for meanwhile,
+Parameters whose send did not finish (LTP suspends it at the deadline and resumes it when sent
+again) are sent again every ``RETRY_S`` until they arrive; the gradient of those parameters is asked for meanwhile,
 since a send given up at its deadline may still have reached the worker (TCP: its bytes were in the
 kernel's buffer). A worker sent parameters by such a retry, between rounds, is missing again if its
 gradient is overdue, as in any round. Every change is an event in ``raw/ps1.members.jsonl``
@@ -230,7 +230,7 @@ class ParameterServer:
             if m.state == "computing":
                 out[r] = m.msg
             elif m.state == "missing":
-                # Owed parameters too: a send cancelled at its deadline may still have reached it
+                # Owed parameters too: a send given up at its deadline may still have reached it
                 # (TCP: the bytes were in the kernel's buffer), and its gradient then comes.
                 out[r] = (m.msg, rejoin)
             elif m.state == "gone":

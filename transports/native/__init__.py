@@ -341,8 +341,10 @@ class Endpoint:
 
         A message the receiver refused as stale (it had moved past it) is not an error of the
         call: its stats say so (``done`` is ``send_done().index("stale")``). With ``partial``, an
-        item not finished by the deadline comes back as None (its send cancelled) instead of
-        raising :class:`LtpTimeout` for all of them.
+        item not finished by the deadline comes back as None instead of raising
+        :class:`LtpTimeout` for all of them. Either way a send not finished by the deadline is
+        suspended, not cancelled: sending the same message again resumes it where it stopped
+        (``ltp_udp_send``; docs/ltp-protocol.md §3, "Deadlines").
         """
         ffi, lib = _core()
         reqs = ffi.new("ltp_send_req_t[]", len(items))

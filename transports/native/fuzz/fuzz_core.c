@@ -7,14 +7,16 @@
  * in both directions, moves time (small steps and jumps past the 32-bit microsecond wrap), and
  * injects forged DATA, ACK, CLOSE, HELLO and HELLO_ACK built from the genuine datagrams seen so
  * far, with fields replaced by the input, sealed with the right key or not. Message ids can start
- * just below 2^32 so they wrap during a run.
+ * just below 2^32 so they wrap during a run. A caller's deadline suspends sends, and sending again
+ * resumes them (the same bytes) or starts anew (other bytes).
  *
  * After every operation the harness checks invariants over the cores' internals (ltp_internal.h):
  * bytes and packets in flight equal what the per-packet states add up to, lost counts match their
  * bitmaps, a finished send holds nothing in flight, receive bitmaps match their counts and bases,
  * pending CLOSE counts match the ring, no timer lies in the past, no DATA ever leaves for a send
- * that is done, and a taken message's mask covers exactly the bytes its stats say arrived, with
- * zeros where it is 0. A violation aborts (a crash to libFuzzer).
+ * that is done or suspended, a suspended send references no caller memory, and a taken message's
+ * mask covers exactly the bytes its stats say arrived, with zeros where it is 0. A violation
+ * aborts (a crash to libFuzzer).
  */
 #include "ltp_internal.h"
 
@@ -70,6 +72,7 @@ static void check_core(const ltp_core_t *c, uint64_t now)
             }
             CHECK(pk == m->inflight_pkts && lost == m->n_lost && m->n_acked <= m->count);
             if (m->done) CHECK(m->inflight_pkts == 0 && lost == 0 && m->next_first == m->count);
+            CHECK(!m->suspended || !m->data);   /* a suspended send references no caller memory */
         }
         /* A peer's flow is its own, or the one every peer shares (shared_link, serial). */
         if (p->fl == &p->own) CHECK(inflight == p->own.inflight_bytes);
@@ -104,7 +107,8 @@ static void poll_core(world_t *w, int k)
             const peer_t *p = &w->c[k]->peers[0];
             int live = 0;
             for (uint32_t j = 0; j < w->c[k]->cfg.max_tx_per_peer; j++)
-                live |= p->tx[j].used && !p->tx[j].done && p->tx[j].msg_id == id && p->tx[j].segment == seg;
+                live |= p->tx[j].used && !p->tx[j].done && !p->tx[j].suspended && p->tx[j].msg_id == id &&
+                        p->tx[j].segment == seg;
             CHECK(live);
         }
         if (type >= 1 && type <= 5) { w->last[k][type].len = n; memcpy(w->last[k][type].b, b, (size_t)n); }
@@ -227,6 +231,20 @@ static void app_send(world_t *w, int k)
     }
 }
 
+/* The caller's deadline: suspend core k's sends of its newest id, then (unless `leave`) send the
+ * same id again, with the same bytes (resumed) or, if `other`, with others (a new send). */
+static void app_retry(world_t *w, int k, uint8_t how)
+{
+    uint32_t id = w->next_send[k] - 1;
+    uint16_t segs = k == W ? w->segs : 1;
+    uint32_t per = w->n_floats / segs, shift = how & 2 ? 1 : 0;
+    for (uint16_t s = 0; s < segs; s++) ltp_core_send_suspend(w->c[k], 0, id, segs > 1 ? (uint16_t)(s + 1) : 0);
+    if (how & 1) return;
+    for (uint16_t s = 0; s < segs; s++)
+        ltp_core_send(w->c[k], 0, id, segs > 1 ? (uint16_t)(s + 1) : 0, w->payload + s * per + shift, per * 4, 0,
+                      w->now);
+}
+
 /* Take whatever is ready from the other side (ids around what was sent), checking the mask. */
 static void app_take(world_t *w, int k)
 {
@@ -337,6 +355,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                         ltp_core_send_release(w.c[k], 0, w.next_send[k] - 1 - d, s);
             break;
         }
+        case 14: app_retry(&w, k, u8(&in)); break;
         default: {   /* let the protocol run: both cores, lossless, to the next timer */
             for (int r = 0; r < 1 + (op >> 4 & 7) * 3; r++) {
                 poll_core(&w, W); poll_core(&w, S);

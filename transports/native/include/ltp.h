@@ -200,6 +200,7 @@ enum ltp_stat {
     LTP_S_BAD_MAC, LTP_S_BAD_SHAPE, LTP_S_OUT_OF_WINDOW, LTP_S_RX_EVICTED, LTP_S_DUP_CONFLICT,
     LTP_S_BAD_ECHO, LTP_S_BAD_CLOSE, LTP_S_HINTS_CLAMPED, LTP_S_SENDS_STALE, LTP_S_CLOSE_RING_FULL,
     LTP_S_TX_REFUSED, LTP_S_ICMP_ERRORS,
+    LTP_S_SENDS_SUSPENDED, LTP_S_SENDS_RESUMED,   /* unfinished sends kept at a deadline, resumed */
     LTP_S__COUNT
 };
 
@@ -296,10 +297,10 @@ int ltp_core_input_split(ltp_core_t *core, int peer, const uint8_t *head, size_t
 int ltp_core_poll_tx(ltp_core_t *core, uint64_t now_us, uint8_t *buf, size_t cap, int *peer);
 /* ltp_core_poll_tx without copying a DATA's payload: buf gets the datagram's first n bytes (the
  * return value: a DATA's header, or any other packet whole) and *payload, *payload_len the rest,
- * a span of the message being sent that stays valid until its send is released (NULL and 0 for
- * packets other than DATA). The datagram is buf[0..n) followed by the payload, for a gather
- * write (sendmsg with two iovecs); with auth on a DATA's MAC tag is written to buf[n..n + 8)
- * and goes on the wire after the payload (a third iovec). */
+ * a span of the message being sent that stays valid until its send is released or suspended
+ * (NULL and 0 for packets other than DATA). The datagram is buf[0..n) followed by the payload,
+ * for a gather write (sendmsg with two iovecs); with auth on a DATA's MAC tag is written to
+ * buf[n..n + 8) and goes on the wire after the payload (a third iovec). */
 int ltp_core_poll_tx_ref(ltp_core_t *core, uint64_t now_us, uint8_t *buf, size_t cap,
                          const uint8_t **payload, uint32_t *payload_len, int *peer);
 /* Absolute time at which the core next needs attention (UINT64_MAX: only input can wake it). */
@@ -310,12 +311,23 @@ int ltp_core_peer_joined(const ltp_core_t *core, int peer);        /* HELLO_ACK 
 int ltp_core_peer_greeted(const ltp_core_t *core, int peer);       /* HELLO received */
 
 /* Start sending; data is referenced, not copied, and must stay valid until the send is
- * released. The first ceil(critical_bytes / chunk) packets are critical. */
+ * released or suspended. The first ceil(critical_bytes / chunk) packets are critical. If a
+ * suspended send of this (peer, msg_id, segment) holds the same bytes (length, critical span and
+ * a digest of the payload), it resumes instead: where it stopped, with its counters, its packets
+ * in flight and the receiver's view of it; done meanwhile, it is done at once. A suspended send
+ * of other bytes under the key is released first. LTP_EBUSY while a send of the key is held
+ * and not suspended. */
 int ltp_core_send(ltp_core_t *core, int peer, uint32_t msg_id, uint16_t segment,
                   const void *data, uint32_t len_bytes, uint32_t critical_bytes, uint64_t now_us);
 /* 1 when done (CLOSE or all acked), 0 while in progress; fills *stats if non-NULL. */
 int ltp_core_send_status(ltp_core_t *core, int peer, uint32_t msg_id, uint16_t segment,
                          ltp_send_stats_t *stats, uint64_t now_us);
+/* The caller stops waiting for a send but may send the same message again (a deadline in a loop
+ * of retries): the send is kept, paused (no DATA; ACKs and CLOSEs are still taken in, so it may
+ * finish meanwhile), and data is no longer referenced. ltp_core_send of the same message resumes
+ * it. A suspended send is released when a send of a newer id of its segment to its peer starts,
+ * when a new send needs its slot (the one queued first goes), or by ltp_core_send_release. */
+int ltp_core_send_suspend(ltp_core_t *core, int peer, uint32_t msg_id, uint16_t segment);
 /* Forget a send (cancelling it if still in progress). */
 int ltp_core_send_release(ltp_core_t *core, int peer, uint32_t msg_id, uint16_t segment);
 
@@ -411,9 +423,11 @@ int ltp_udp_datagram(ltp_udp_t *udp);
 int ltp_udp_offload(ltp_udp_t *udp);
 int ltp_udp_join(ltp_udp_t *udp, int peer, uint64_t timeout_us);
 int ltp_udp_wait_greeted(ltp_udp_t *udp, uint64_t timeout_us);  /* every peer said HELLO */
-/* Send n messages concurrently; returns when all are done or the deadline passed (then the
- * unfinished ones are cancelled and have status LTP_ETIMEDOUT). A send the receiver refused as
- * stale has status LTP_ESTALE. */
+/* Send n messages concurrently; returns when all are done or the deadline passed. A send the
+ * receiver refused as stale has status LTP_ESTALE; an unfinished one has status LTP_ETIMEDOUT.
+ * When any is unfinished, every send of the call is suspended (ltp_core_send_suspend) rather
+ * than released: calling again with the same messages resumes the unfinished ones where they
+ * stopped and finds the finished ones done. The caller may free the messages once it returns. */
 int ltp_udp_send(ltp_udp_t *udp, ltp_send_req_t *reqs, int n, uint64_t timeout_us);
 /* Wait for n messages to close and take them. */
 int ltp_udp_recv(ltp_udp_t *udp, ltp_recv_req_t *reqs, int n, uint64_t timeout_us);

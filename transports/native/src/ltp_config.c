@@ -206,7 +206,7 @@ static const char *const STAT_NAMES[] = {
     "rx_placed", "rx_place_lost",
     "bad_mac", "bad_shape", "out_of_window", "rx_evicted", "dup_conflict",
     "bad_echo", "bad_close", "hints_clamped", "sends_stale", "close_ring_full",
-    "tx_refused", "icmp_errors",
+    "tx_refused", "icmp_errors", "sends_suspended", "sends_resumed",
 };
 _Static_assert(sizeof STAT_NAMES / sizeof STAT_NAMES[0] == LTP_S__COUNT, "one name per counter");
 const char *ltp_stat_name(int i) { return (i >= 0 && i < LTP_S__COUNT) ? STAT_NAMES[i] : NULL; }

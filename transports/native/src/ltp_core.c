@@ -24,6 +24,7 @@ ltp_core_t *ltp_core_new(const ltp_config_t *cfg, uint16_t self_rank)
     c->self_rank = self_rank;
     c->chunk = ltp_chunk_bytes(&c->cfg);
     c->ring_cap = cfg->closed_ring;
+    c->released_cap = MAX(LTP_RELEASED_MIN, cfg->max_tx_per_peer);
     c->peers = calloc(cfg->max_peers, sizeof *c->peers);
     c->rng = cfg->seed ^ ((uint64_t)self_rank << 48);
     if (!c->peers) { free(c); return NULL; }
@@ -38,7 +39,7 @@ void ltp_core_free(ltp_core_t *c)
         peer_t *p = &c->peers[i];
         for (uint32_t j = 0; p->tx && j < c->cfg.max_tx_per_peer; j++) tx_free(&p->tx[j]);
         for (uint32_t j = 0; p->rx && j < c->cfg.max_open_per_peer; j++) rx_free(&p->rx[j]);
-        free(p->tx); free(p->rx); free(p->ring); free(p->floor_segs);
+        free(p->tx); free(p->rx); free(p->ring); free(p->floor_segs); free(p->released);
     }
     free(c->peers); free(c->policy); free(c->posts); free(c->expect); free(c);
 }
@@ -53,8 +54,9 @@ int ltp_core_add_peer(ltp_core_t *c, uint16_t rank)
     p->tx = calloc(c->cfg.max_tx_per_peer, sizeof *p->tx);
     p->rx = calloc(c->cfg.max_open_per_peer, sizeof *p->rx);
     p->ring = calloc(c->ring_cap, sizeof *p->ring);
-    if (!p->tx || !p->rx || !p->ring) {
-        free(p->tx); free(p->rx); free(p->ring); memset(p, 0, sizeof *p);
+    p->released = calloc(c->released_cap, sizeof *p->released);
+    if (!p->tx || !p->rx || !p->ring || !p->released) {
+        free(p->tx); free(p->rx); free(p->ring); free(p->released); memset(p, 0, sizeof *p);
         return LTP_ENOMEM;
     }
     p->rank = rank;

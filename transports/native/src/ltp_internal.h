@@ -132,9 +132,11 @@ typedef struct {
 enum { PK_UNSENT = 0, PK_INFLIGHT = 1, PK_LOST = 2, PK_ACKED = 3 };
 enum { BBR_STARTUP = 0, BBR_DRAIN = 1, BBR_PROBE_BW = 2 };
 
-/* Windowed max (Linux's minmax): the best of three samples over a window. */
-#define LTP_CANCELLED_KEPT 8   /* cancelled sends remembered per peer (peer_t.cancelled) */
+/* Released sends remembered per peer (peer_t.released): at least this many, and one per send slot
+ * (max_tx_per_peer), so every send of one call fits. */
+#define LTP_RELEASED_MIN 8
 
+/* Windowed max (Linux's minmax): the best of three samples over a window. */
 typedef struct { uint64_t t; double v; } mm_sample_t;
 typedef struct { mm_sample_t s[3]; } minmax_t;
 
@@ -165,7 +167,9 @@ typedef struct {
     uint32_t pto_count, n_acked, inflight_pkts;
     uint64_t packets, retransmits, wire_bytes, peer_received;
     int done_reason;
-    uint32_t sent_before;            /* distinct packets cancelled sends of this key sent */
+    uint32_t sent_before;            /* distinct packets released sends of this key sent */
+    int suspended;                   /* the caller stopped waiting: paused, data not referenced */
+    uint64_t digest;                 /* of the payload, taken when suspended: a retry's must match */
     uint64_t first_tx_us, last_tx_us, first_pass_us, max_gap_us;   /* ltp_send_stats_t */
     uint32_t probes;
 } txmsg_t;
@@ -218,6 +222,8 @@ typedef struct {
     uint64_t tokens_us, inflight_bytes, min_rtt_stamp_us;
 } flow_t;
 
+typedef struct { uint32_t msg_id, packets; uint16_t segment; uint8_t used; } released_t;
+
 typedef struct {
     uint16_t rank;
     int greeted, joined, hello_active, hello_ack_pending;
@@ -251,10 +257,10 @@ typedef struct {
     uint16_t *floor_segs;                  /* the segments of id floor it took (PLOT: layers) */
     uint32_t n_floor_segs, cap_floor_segs;
     uint8_t floor_whole;                   /* no room to list them: every segment of floor is taken */
-    /* Sends the application cancelled unfinished (a deadline), newest last: their receiver may
-     * hold those packets, so a later send of the same key may be closed with more than it sent. */
-    struct { uint32_t msg_id, packets; uint16_t segment; uint8_t used; } cancelled[LTP_CANCELLED_KEPT];
-    uint32_t cancelled_head;
+    /* Sends released (finished, or cancelled unfinished), newest last: their receiver may hold
+     * those packets, so a later send of the same key may be closed with more than it sent. */
+    released_t *released;                  /* core.released_cap of them */
+    uint32_t released_head;
 } peer_t;
 
 typedef struct { float lo, hi; uint8_t set; } policy_t;
@@ -278,6 +284,7 @@ struct ltp_core {
     expect_t *expect;                      /* by segment; none set: any parsable shape */
     uint32_t n_expect_slots, n_expected;
     uint32_t ring_cap;                     /* closed keys per peer: closed_ring, more per segment */
+    uint32_t released_cap;                 /* released sends remembered per peer */
     int has_key;
     uint8_t run_key[LTP_KEY_BYTES];        /* the run's key, for peers added after it was set */
     uint8_t rx_key[LTP_KEY_BYTES];         /* MAC key of datagrams to this endpoint */

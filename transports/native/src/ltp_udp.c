@@ -354,6 +354,12 @@ int ltp_udp_send(ltp_udp_t *u, ltp_send_req_t *reqs, int n, uint64_t timeout_us)
     int rc = wait_for(u, timeout_us, sends_done, &set);
     int first_err = rc < 0 && rc != LTP_ETIMEDOUT ? rc : LTP_OK;
     now = now_us();
+    /* A caller whose deadline passed sends the same messages again (a worker's push is retried in
+     * slices): every send of the call is kept, the unfinished ones paused, so the retry goes on
+     * where they stopped and finds the others done. Released and sent again, each started over,
+     * and a message the receiver already closed was refused its CLOSE until it had been sent
+     * whole again (docs/plot-protocol.md, the stall of the early iterations). */
+    int keep = !sends_done(u, &set);
     for (int i = 0; i < n; i++) {
         ltp_send_req_t *r = &reqs[i];
         if (r->status != 1) { if (!first_err) first_err = r->status; continue; }
@@ -361,7 +367,8 @@ int ltp_udp_send(ltp_udp_t *u, ltp_send_req_t *reqs, int n, uint64_t timeout_us)
         r->status = st != 1 ? (rc < 0 ? rc : LTP_ETIMEDOUT) : r->stats.done == LTP_SEND_STALE ? LTP_ESTALE : LTP_OK;
         if (r->status && !first_err) first_err = r->status;
         forget_payload(u, r->data, r->len_bytes);   /* the caller may free it once we return */
-        ltp_core_send_release(u->core, r->peer, r->msg_id, (uint16_t)r->segment);
+        if (keep) ltp_core_send_suspend(u->core, r->peer, r->msg_id, (uint16_t)r->segment);
+        else ltp_core_send_release(u->core, r->peer, r->msg_id, (uint16_t)r->segment);
     }
     pthread_mutex_unlock(&u->mu);
     return first_err;

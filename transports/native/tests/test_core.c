@@ -1373,6 +1373,7 @@ static void test_incast_push_time(void)
 }
 
 #include "test_edge.c"   /* training iterations at edge RTTs, closing: the scenarios of issue 10 */
+#include "test_resume.c" /* sends that outlast their caller's deadline: suspended, resumed */
 
 int main(void)
 {
@@ -1407,5 +1408,6 @@ int main(void)
     test_edge_bsp();
     test_busy_broadcast();
     test_linger();
+    test_resume();
     return check_summary();
 }
