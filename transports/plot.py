@@ -22,8 +22,9 @@ Where the bounds come from (``bound_rule``; details and formulas in ``docs/plot-
   more, up to ``bound_max``.
 - ``explicit``: ``bounds`` gives every layer's bound, as ``[[name, bound], ...]``.
 - ``adaptive``: each layer gets a *range*, ``[its snr-rule bound, bound_max]``, and the core's
-  adaptive threshold (LTP's, from the peer's measured first-pass loss and RTT, weighted by
-  ``loss_weight`` and ``rtt_weight``) chooses within it at every close. The profiling is the
+  adaptive threshold (LTP's, from the first-pass loss of the worker's recent messages of that
+  layer and the RTT, weighted by ``loss_weight`` and ``rtt_weight``) chooses within it at every
+  close. The profiling is the
   ``snr`` rule's; after it the SNR stays measured, as a running estimate
   ``s <- (1 - snr_weight) * s + snr_weight * snr_now`` (over the coordinates every worker
   delivered), and each layer's lower end is recomputed from it after every iteration.

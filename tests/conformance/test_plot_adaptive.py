@@ -4,18 +4,17 @@ The PS drops a seeded 5 % of the DATA it receives (``rx_drop_frac``), so each me
 pass loses some packets, and closes a layer as soon as its sender's first pass is over (no
 grace): the threshold in force at each close (``threshold_<segment>``) is then the core's
 adaptive one, ``1 - loss_weight * p_hat`` clamped to the layer's range, where ``p_hat`` is the
-least first-pass loss of the worker's last ``loss_window`` (8) messages.
+least first-pass loss of the worker's last ``loss_window`` (8) messages of that layer (until
+there are eight: of its messages of any layer with at least ``loss_min_packets`` packets).
 
-A layer of one packet loses all or nothing of it, mostly nothing, and the core keeps one
-``p_hat`` per worker over every segment's messages: one such layer among the eight recent
-messages holds ``p_hat`` at 0 and every range at its upper end. Every real model has such layers
-(its biases), so the second test is expected to fail until the core keeps its loss estimate per
-segment (docs/plot-protocol.md, "What is open").
+A layer of one packet loses all or nothing of it, mostly nothing. When the core kept one
+``p_hat`` per worker over every layer's messages, one such layer among the eight recent messages
+held ``p_hat`` at 0 and every range at its upper end, and every real model has such layers (its
+biases): the second test checks that they no longer do (docs/plot-protocol.md, "The loss
+estimate per layer"); the core before failed it with next to no close below the upper end.
 """
 
-
 import numpy as np
-import pytest
 
 from transports import registry
 from transports.base import Layout
@@ -55,7 +54,7 @@ def _train(layout, ports):
     return seen
 
 
-def _check_thresholds_move_within_ranges(layout):
+def _check_thresholds_move_within_ranges(layout, least_share):
     seen = on_free_ports(N_WORKERS + 1, lambda ports: _train(layout, ports))
     closes = below = 0
     for rec in seen[PROFILE + 1:]:   # the ranges are set after the profiling round
@@ -68,18 +67,20 @@ def _check_thresholds_move_within_ranges(layout):
                 closes += 1
                 below += th < hi - 1e-6
     # Most messages of these layers lose a packet of their first pass here, but p_hat is the
-    # least loss of eight: a lossless one among them holds the threshold at the upper end, so
-    # only a share of the closes is below it (and none with a one-packet layer among them).
-    assert below >= 0.1 * closes, f"only {below} of {closes} closes were below the upper end"
+    # least loss of eight: a lossless one among them holds the threshold at the upper end (for a
+    # layer of 29 packets, most of the time), so only a share of the closes is below it.
+    assert below >= least_share * closes, f"only {below} of {closes} closes were below the upper end"
 
 
 def test_thresholds_move_within_the_ranges_of_layers_of_many_packets():
     _check_thresholds_move_within_ranges(
-        Layout.from_sizes([("a.weight", 20000), ("b.weight", 30000), ("c.weight", 10000)]))
+        Layout.from_sizes([("a.weight", 20000), ("b.weight", 30000), ("c.weight", 10000)]), 0.1)
 
 
-@pytest.mark.xfail(strict=True, reason="the core's p_hat is one per peer over every segment: a "
-                                       "one-packet layer's lossless closes hold it at 0")
 def test_thresholds_move_within_the_ranges_with_a_one_packet_layer_among_them():
+    # Layers of 57 and 85 packets: at 5 % loss eight first passes in a row without a loss are
+    # rare for either, so with each layer's own window most closes are below the upper end; with
+    # one window per worker, the one-packet layer's lossless closes among its last eight messages
+    # kept nearly every close at the upper end.
     _check_thresholds_move_within_ranges(
-        Layout.from_sizes([("a.weight", 20000), ("a.bias", 64), ("b.weight", 30000)]))
+        Layout.from_sizes([("a.weight", 20000), ("a.bias", 64), ("b.weight", 30000)]), 0.4)

@@ -15,8 +15,11 @@
  * bitmaps, a finished send holds nothing in flight, receive bitmaps match their counts and bases,
  * pending CLOSE counts match the ring, no timer lies in the past, no DATA ever leaves for a send
  * that is done or suspended, a suspended send references no caller memory, and a taken message's
- * mask covers exactly the bytes its stats say arrived, with zeros where it is 0. A violation
- * aborts (a crash to libFuzzer).
+ * mask covers exactly the bytes its stats say arrived, with zeros where it is 0. The loss
+ * estimate: every peer has a window for segment 0 and each segment of the policy table and no
+ * more, a segment's window has taken no fewer samples than its messages gave the peer's (a
+ * one-segment peer's), every sample is a fraction, and every threshold lies in its segment's
+ * range. A violation aborts (a crash to libFuzzer).
  */
 #include "ltp_internal.h"
 
@@ -52,6 +55,33 @@ typedef struct {
 } world_t;
 
 /* ------------------------------------------------------------------ invariants */
+/* The loss windows of peer pi (ltp_recv.c, p_hat) and the thresholds they give. Each core here
+ * has one peer, so its closes are that peer's; every close gives one sample, to its segment's
+ * window if it has one and to the peer's if the message has loss_min_packets packets. */
+static void check_loss(const ltp_core_t *c, int pi)
+{
+    const peer_t *p = &c->peers[pi];
+    uint32_t w = c->cfg.loss_window;
+    uint64_t taken = 0, closes = c->st[LTP_S_CLOSE_COMPLETE] + c->st[LTP_S_CLOSE_EARLY] + c->st[LTP_S_CLOSE_MAX_WAIT];
+    CHECK(p->n_seg_loss == MAX(1u, c->n_policy));
+    for (uint32_t s = 0; s < p->n_seg_loss; s++) {
+        taken += p->seg_n_loss[s];
+        for (uint32_t i = 0; i < MIN(w, p->seg_n_loss[s]); i++) {
+            float x = p->seg_loss[(size_t)s * w + i];
+            CHECK(x >= 0.0f && x <= 1.0f);
+        }
+    }
+    for (uint32_t i = 0; i < MIN(LTP_LOSS_WINDOW_MAX, p->n_loss); i++) CHECK(p->loss_ring[i] >= 0.0f && p->loss_ring[i] <= 1.0f);
+    CHECK(taken <= closes && p->n_loss <= closes);
+    if (c->cfg.loss_min_packets == 1) CHECK(p->n_loss == closes);
+    for (uint32_t s = 0; s <= p->n_seg_loss; s++) {   /* the last one: outside the table */
+        double lo = c->cfg.threshold_min, hi = c->cfg.threshold_max;
+        if (s < c->n_policy && c->policy[s].set) { lo = c->policy[s].lo; hi = c->policy[s].hi; }
+        double th = ltp_core_threshold(c, pi, (uint16_t)s);
+        CHECK(th >= lo && th <= hi);
+    }
+}
+
 static void check_core(const ltp_core_t *c, uint64_t now)
 {
     CHECK(ltp_core_next_timeout((ltp_core_t *)c, now) >= now);
@@ -89,6 +119,7 @@ static void check_core(const ltp_core_t *c, uint64_t now)
         uint32_t pending = 0;
         for (uint32_t j = 0; j < c->ring_cap; j++) pending += p->ring[j].close_pending != 0;
         CHECK(pending == p->n_close_pending);
+        check_loss(c, pi);
     }
     if (any_shared) CHECK(shared == c->shared.inflight_bytes);
 }
@@ -293,6 +324,8 @@ static void setup(world_t *w, uint8_t flags, uint8_t size)
     cfg.rx_msg_window = 16;
     cfg.rx_idle_evict_us = 200000;
     cfg.max_wait_us = 100000;
+    cfg.loss_window = 1 + (size >> 1) % 3;                      /* windows fill within a run */
+    cfg.loss_min_packets = 1 + (size & 1);
     w->base_id = flags & 32 ? 0xFFFFFFF0u : 0;                  /* ids wrap after 16 messages */
     cfg.rx_first_msg_id = w->base_id;
     w->next_send[W] = w->next_send[S] = w->base_id;
@@ -308,6 +341,9 @@ static void setup(world_t *w, uint8_t flags, uint8_t size)
     for (int i = 0; i < LTP_KEY_BYTES; i++) w->key[i] = (uint8_t)(i * 7 + size);
     ltp_core_set_key(w->c[W], w->key, sizeof w->key);
     ltp_core_set_key(w->c[S], w->key, sizeof w->key);
+    /* Every layer but the last with a policy (and a loss window) of its own, set after the peer
+     * was added; the last follows the peer's window. */
+    for (uint16_t s = 1; s < w->segs; s++) CHECK(ltp_core_set_policy(w->c[S], s, 0.5, 0.99) == 0);
     if (flags & 2) {   /* strict: each side knows what it receives */
         uint32_t per = w->n_floats / w->segs;
         for (uint16_t s = 0; s < w->segs; s++)

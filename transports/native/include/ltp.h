@@ -99,6 +99,7 @@ typedef struct ltp_config {
     double loss_weight;
     double rtt_weight;
     uint32_t loss_window;             /* p_hat: least first-pass loss of this many recent messages */
+    uint32_t loss_min_packets;        /* a smaller message counts toward its own segment's p_hat only */
     uint32_t close_grace_min_us;
     double grace_rtt_mult;
     uint32_t max_wait_us;
@@ -256,8 +257,10 @@ const char *ltp_enum_name(int enum_id, int value);    /* lowercase name, NULL if
 ltp_core_t *ltp_core_new(const ltp_config_t *cfg, uint16_t self_rank);
 void ltp_core_free(ltp_core_t *core);
 int ltp_core_add_peer(ltp_core_t *core, uint16_t rank);          /* returns the peer slot */
+/* Per-segment thresholds. Every segment of this table (and segment 0) also keeps its own loss
+ * window per peer (docs/ltp-protocol.md §4): LTP_ENOMEM if a peer's cannot grow. */
 int ltp_core_set_policy(ltp_core_t *core, uint16_t segment, double threshold_min,
-                        double threshold_max);                     /* per-segment thresholds */
+                        double threshold_max);
 /* The endpoint's datagram size incl. the LTP header (max_udp_payload_bytes; a configured 0 is
  * LTP_ETH_DATAGRAM until set). A driver sets it from the path MTU toward its peers before it
  * sends: LTP_EBUSY while a send is in progress, LTP_EINVAL outside 56..LTP_MAX_DATAGRAM. */
@@ -369,6 +372,7 @@ int ltp_core_rx_guess(ltp_core_t *core, int peer, ltp_rx_guess_t *guesses, int n
 int ltp_core_rx_guess_holds(const ltp_core_t *core, int peer, const ltp_rx_guess_t *guess);
 /* Received fraction of an open or closed message (for tests), < 0 if unknown. */
 double ltp_core_rx_frac(const ltp_core_t *core, int peer, uint32_t msg_id, uint16_t segment);
+/* The early-close threshold in force for peer's messages of segment (< 0: no such peer). */
 double ltp_core_threshold(const ltp_core_t *core, int peer, uint16_t segment);
 void ltp_core_stats(const ltp_core_t *core, uint64_t *out, int n);
 /* The rate hint's view of the path toward this endpoint: capacity estimate in Mbit/s of

@@ -42,7 +42,11 @@ static const optdef_t OPTS[] = {
     DBL(threshold_max, 0, 1, 0.99, "fraction", "highest early-close threshold; equal to threshold_min for a fixed one"),
     DBL(loss_weight, 0, 100, 1.0, "", "weight of the first-pass loss estimate p_hat in the threshold"),
     DBL(rtt_weight, 0, 1, 0.0, "", "weight of srtt / T_pass in the threshold"),
-    U32(loss_window, 1, LTP_LOSS_WINDOW_MAX, 8, "messages", "p_hat is the least first-pass loss of this many recent messages of a peer"),
+    U32(loss_window, 1, LTP_LOSS_WINDOW_MAX, 8, "messages",
+        "p_hat is the least first-pass loss of this many recent messages of a segment from a peer "
+        "(until there are that many: of the peer's messages, any segment)"),
+    U32(loss_min_packets, 1, 4294967295.0, 2, "packets",
+        "a message of fewer packets counts toward its own segment's p_hat only (one packet loses all or nothing)"),
     U32(close_grace_min_us, 0, 60e6, 1000, "us", "least wait after the sender's first pass before an early close"),
     DBL(grace_rtt_mult, 0, 1000, 2.0, "RTTs", "wait after the first pass in sender srtt (at least close_grace_min_us)"),
     U32(max_wait_us, 1, 3600e6, 1000000, "us", "hard cap after the first packet; closes only at threshold_min or above"),

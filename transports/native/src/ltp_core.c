@@ -40,6 +40,7 @@ void ltp_core_free(ltp_core_t *c)
         for (uint32_t j = 0; p->tx && j < c->cfg.max_tx_per_peer; j++) tx_free(&p->tx[j]);
         for (uint32_t j = 0; p->rx && j < c->cfg.max_open_per_peer; j++) rx_free(&p->rx[j]);
         free(p->tx); free(p->rx); free(p->ring); free(p->floor_segs); free(p->released);
+        free(p->seg_n_loss); free(p->seg_loss);
     }
     free(c->peers); free(c->policy); free(c->posts); free(c->expect); free(c);
 }
@@ -55,8 +56,9 @@ int ltp_core_add_peer(ltp_core_t *c, uint16_t rank)
     p->rx = calloc(c->cfg.max_open_per_peer, sizeof *p->rx);
     p->ring = calloc(c->ring_cap, sizeof *p->ring);
     p->released = calloc(c->released_cap, sizeof *p->released);
-    if (!p->tx || !p->rx || !p->ring || !p->released) {
-        free(p->tx); free(p->rx); free(p->ring); free(p->released); memset(p, 0, sizeof *p);
+    if (!p->tx || !p->rx || !p->ring || !p->released || rx_loss_fit(c, p)) {
+        free(p->tx); free(p->rx); free(p->ring); free(p->released);
+        free(p->seg_n_loss); free(p->seg_loss); memset(p, 0, sizeof *p);
         return LTP_ENOMEM;
     }
     p->rank = rank;

@@ -250,8 +250,14 @@ typedef struct {
     uint32_t last_msg_id, last_idx;        /* (where the next one probably goes, ltp_place.c) */
     uint16_t last_seg;
     int has_tpass, floor_valid;
-    uint32_t n_loss;                       /* first-pass loss samples taken (ring below) */
+    /* First-pass loss, two kinds of window (ltp_recv.c, p_hat): the peer's, of its messages of
+     * any segment with at least loss_min_packets packets, and one per segment with every message
+     * of that segment, for segment 0 and each segment of the policy table (n_seg_loss of them). */
+    uint32_t n_loss;                       /* samples the peer's window took (ring below) */
     float loss_ring[LTP_LOSS_WINDOW_MAX];
+    uint32_t *seg_n_loss;                  /* samples each segment's window took */
+    float *seg_loss;                       /* n_seg_loss rings of loss_window samples */
+    uint32_t n_seg_loss;
     double t_pass_us;
     uint32_t floor;                        /* the newest id the application took */
     uint16_t *floor_segs;                  /* the segments of id floor it took (PLOT: layers) */
@@ -383,6 +389,9 @@ void admit_reshape(ltp_core_t *c);
 
 /* ltp_recv.c */
 void rx_free(rxmsg_t *m);
+/* Grow p's per-segment loss windows to cover segment 0 and the policy table: LTP_OK or LTP_ENOMEM
+ * (p keeps the windows it had). */
+int rx_loss_fit(const ltp_core_t *c, peer_t *p);
 rxmsg_t *rx_lookup(const ltp_core_t *c, const peer_t *p, uint32_t msg_id, uint16_t segment);
 closed_t *ring_lookup(const ltp_core_t *c, const peer_t *p, uint32_t msg_id, uint16_t segment);
 void rx_check_close(ltp_core_t *c, peer_t *p, rxmsg_t *m, uint64_t now);

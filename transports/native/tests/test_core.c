@@ -1374,6 +1374,7 @@ static void test_incast_push_time(void)
 
 #include "test_edge.c"   /* training iterations at edge RTTs, closing: the scenarios of issue 10 */
 #include "test_resume.c" /* sends that outlast their caller's deadline: suspended, resumed */
+#include "test_loss.c"   /* the loss estimate behind the adaptive threshold: per segment */
 
 int main(void)
 {
@@ -1409,5 +1410,6 @@ int main(void)
     test_busy_broadcast();
     test_linger();
     test_resume();
+    test_loss();
     return check_summary();
 }
