@@ -209,9 +209,12 @@ def test_redo_takes_out_exactly_the_runs_it_names_and_keeps_every_other_line(tmp
     def ids(text: str) -> list[str]:
         return [row["run_id"] for row in csv.DictReader(io.StringIO(text))]
 
-    # One run recorded other code; the busiest run ran on a loaded machine.
-    folder, rows = _committed_sweep(tmp_path, lambda rows: rows[0].update(
-        code_fingerprint="0123456789ab"))
+    def edit(rows):   # today's code for every run but one; the busiest ran on a loaded machine
+        for row in rows:
+            row["code_fingerprint"] = fingerprint.fingerprint("ps").digest
+        rows[0]["code_fingerprint"] = "0123456789ab"
+
+    folder, rows = _committed_sweep(tmp_path, edit)
     before = {name: (folder / name).read_text() for name in ("runs.csv", "curves.csv",
                                                              "iterations.csv")}
     loads = [float(r["other_load_frac"] or 0) for r in rows]
