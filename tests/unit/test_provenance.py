@@ -180,24 +180,31 @@ def test_a_folder_recorded_under_the_earlier_rule_is_fresh_through_its_translati
 
 
 def _committed_sweep(tmp_path: Path, edit) -> tuple[Path, list[dict]]:
-    """A copy of the committed ``results/default-check`` whose runs.csv rows ``edit`` changed in
-    place (rows as dicts: delete a key to drop that column)."""
+    """A copy of the committed ``results/default-check`` under today's columns (a column it
+    lacks left empty), whose runs.csv rows ``edit`` changed in place (rows as dicts: delete a
+    key to drop that column)."""
     import csv
     import io
+
+    from harness.running import kinds, results
 
     src = Path(__file__).resolve().parents[2] / "results" / "default-check"
     folder = tmp_path / "sweep"
     folder.mkdir()
-    for name in ("curves.csv", "iterations.csv", "manifest.json"):
-        (folder / name).write_bytes((src / name).read_bytes())
-    rows = list(csv.DictReader(open(src / "runs.csv", newline="")))
-    edit(rows)
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    (folder / "runs.csv").write_text(out.getvalue())
-    return folder, rows
+    (folder / "manifest.json").write_bytes((src / "manifest.json").read_bytes())
+    for name, columns in kinds.of("ps").tables.items():
+        header = results.names(columns)
+        rows = [{h: row.get(h, "") for h in header}
+                for row in csv.DictReader(open(src / name, newline=""))]
+        if name == "runs.csv":
+            edit(rows)
+            header, runs = list(rows[0]), rows
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=header, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        (folder / name).write_text(out.getvalue())
+    return folder, runs
 
 
 def test_redo_takes_out_exactly_the_runs_it_names_and_keeps_every_other_line(tmp_path):
