@@ -277,14 +277,15 @@ def run_plan(plan: Plan, folder: Path, address: str,
              redo: engine.Redo | None = None) -> Path:
     """Run every unfinished run of ``plan`` on the Ray cluster at ``address`` into ``folder``
     (first taking out the finished runs ``redo`` names)."""
-    engine.redo_runs(KIND, folder, redo, progress)
-    done = results.finished_run_ids(folder)
+    again = engine.redo_ids(KIND, folder, redo)
+    done = results.finished_run_ids(folder) - again
     if all(s.run_id in done for s in plan.specs()):
         engine.unfinished(plan, folder, progress)   # says so
         return folder
     ray = import_ray()
     nodes = connect(ray, address)   # before writing anything: an unreachable cluster leaves no trace
     t0 = time.monotonic()
+    engine.redo_runs(KIND, folder, redo, progress, again)
     try:
         todo = engine.unfinished(plan, folder, progress)
         head = Head(ray, plan, folder, address, nodes, len(todo), progress)

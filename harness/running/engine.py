@@ -75,6 +75,11 @@ class Redo:
             (self.loaded is not None and float(load) > self.loaded) or \
             (self.failed and row.get("status") != "ok")
 
+    def text(self) -> str:
+        """What it asks for, as the option's text."""
+        return ",".join((["stale"] if self.stale else []) + (["failed"] if self.failed else [])
+                        + ([f"loaded:{self.loaded:g}"] if self.loaded is not None else []))
+
 
 def parse_redo(text: str | None) -> Redo:
     """``"stale,loaded:0.01,failed"`` (any of the three, comma-separated) -> :class:`Redo`."""
@@ -96,13 +101,14 @@ def parse_redo(text: str | None) -> Redo:
     return Redo(**out)
 
 
-def redo_runs(kind: kinds.Kind, folder: Path, redo: Redo | None,
-              progress: Callable[[str], None]) -> int:
-    """Take the runs ``redo`` names out of ``folder``'s tables, so the sweep runs them again;
-    return how many."""
+def redo_ids(kind: kinds.Kind, folder: Path, redo: Redo | None) -> set[str]:
+    """The finished runs of ``folder`` that ``redo`` names (nothing is written).
+
+    Raises :class:`SweepError` where the folder's tables have older columns and ``redo`` does
+    not name every run: such tables can only be begun again."""
     runs = folder / "runs.csv"
     if not redo or not runs.exists():
-        return 0
+        return set()
     from harness.running.provenance import stale_run_ids
 
     stale = stale_run_ids(folder) if redo.stale else set()
@@ -111,12 +117,17 @@ def redo_runs(kind: kinds.Kind, folder: Path, redo: Redo | None,
     try:
         results.check_tables(folder, kind.tables)
     except results.ResultsError:
-        # Tables of an older harness (other columns) can only be begun again, all runs redone.
         if len(ids) < len({row["run_id"] for row in rows}):
             raise SweepError(f"{folder}'s tables have other columns than this version writes, "
                              "so --redo must run all its runs again (stale does when every "
                              "run ran with older code); otherwise write to a new folder.") from None
-    for table, columns in kind.tables.items():   # runs.csv last: its rows mark runs finished
+    return ids
+
+
+def take_out(kind: kinds.Kind, folder: Path, ids: set[str]) -> None:
+    """Rewrite ``folder``'s tables (today's columns) without the rows of runs ``ids``, each
+    through a temporary file and a rename; runs.csv last, as its rows mark runs finished."""
+    for table, columns in kind.tables.items():
         path = folder / table
         rows = results.read_rows(path) if path.exists() else []
         keep = [row for row in rows if row["run_id"] not in ids]
@@ -125,14 +136,18 @@ def redo_runs(kind: kinds.Kind, folder: Path, redo: Redo | None,
             tmp.unlink(missing_ok=True)
             results.append_rows(tmp, columns, keep)
             os.replace(tmp, path)
-    progress(f"{len(ids)} finished runs of {folder} run again ({redo_text(redo)})")
+
+
+def redo_runs(kind: kinds.Kind, folder: Path, redo: Redo | None,
+              progress: Callable[[str], None], ids: set[str] | None = None) -> int:
+    """Take the runs ``redo`` names (``ids``, if the caller already asked :func:`redo_ids`) out
+    of ``folder``'s tables, so the sweep runs them again; return how many."""
+    ids = redo_ids(kind, folder, redo) if ids is None else ids
+    if ids:
+        take_out(kind, folder, ids)
+    if redo:
+        progress(f"{len(ids)} finished runs of {folder} run again ({redo.text()})")
     return len(ids)
-
-
-def redo_text(redo: Redo) -> str:
-    """What ``redo`` asks for, as the option's text."""
-    return ",".join((["stale"] if redo.stale else []) + (["failed"] if redo.failed else []) +
-                    ([f"loaded:{redo.loaded:g}"] if redo.loaded is not None else []))
 
 
 def fmt_s(seconds: float) -> str:
