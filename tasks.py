@@ -25,8 +25,9 @@ PROJECT = Path(__file__).resolve().parent
             "loaded:FRAC (other processes used more than FRAC of the CPU), comma-separated",
     "transports": "comma-separated schemes: slugs, optionally with options, e.g. "
                   "tcp-cubic,ltp,ltp+filler=zero",
-    "loss": "comma-separated loss: uniform rates in percent or Gilbert-Elliott models, "
-            "e.g. 0,1,5,ge:5:4,get:5:2 (5 % in bursts of 4 packets, or of 2 ms, on average)",
+    "loss": "comma-separated loss: uniform rates in percent, replay:RATE (seeded, the same "
+            "drops for every scheme), Gilbert-Elliott models or trace:FOLDER, e.g. "
+            "0,1,5,replay:5,ge:5:4,get:5:2 (5 % in bursts of 4 packets, or of 2 ms)",
     "bandwidth": "comma-separated bottleneck rates in Mbit/s",
     "workers": "comma-separated numbers of workers, e.g. 8,16,32",
     "queue": "comma-separated bottleneck queue lengths in packets, e.g. 8,32,64",

@@ -25,6 +25,9 @@ file name of a run folder. ``runs/<run_id>/``:
   ``runs.csv``, the key nowhere;
 - ``counters.json``: every counter before and after the run (:mod:`topologies.testbed.counters`);
 - ``port_stats.jsonl``: the controller's port statistics during the run;
+- ``loss/<host>.trace``: under a chained loss model (``replay``, ``ge``, ``get``, ``trace``), the
+  packet positions each host's ingress dropped (:mod:`topologies.impair.trace`); ``--loss
+  trace:runs/<run_id>/loss`` replays them;
 - ``host_iterations.csv``: every host's per-iteration records in one long table (not to be confused
   with the sweep's ``iterations.csv``, which holds the PS's view of every run).
 
@@ -171,6 +174,7 @@ class RunFiles:
         self.spec = self.dir / "spec.json"
         self.counters = self.dir / "counters.json"
         self.port_stats = self.dir / "port_stats.jsonl"
+        self.loss = self.dir / "loss"
         self.host_iterations = self.dir / "host_iterations.csv"
         self.stop_marker = self.raw / STOP_MARKER
         self.end_marker = self.raw / END_MARKER

@@ -266,6 +266,7 @@ def collect(testbed: Testbed, prep: Prepared, before: Snapshot, after: Snapshot,
         for rec in stats:
             f.write(json.dumps(rec) + "\n")
     host_iterations_table(files, spec).to_csv(files.host_iterations, index=False)
+    testbed.ingress.record(files.loss)
 
     files.session.unlink(missing_ok=True)   # the key is no use after the run; keep it nowhere
     measured, curves, iterations = metrics.summarize(spec, files)

@@ -348,7 +348,7 @@ class RunSpec(TrainingSpec, StarLinks):
         """A readable, unique id: transport, loss, bandwidth, seed and a digest of everything."""
         digest = self.digest()
         delay = f"_d{self.delay_ms:g}" if self.delay_ms else ""
-        kind = self.loss_model.partition(":")[0]  # ge or get; empty under uniform loss
+        kind = self.loss_model.partition(":")[0]  # ge, get, replay, trace; empty: uniform
         cross = "_cross" if self.cross != "none" else ""
         sync = f"_{self.sync.replace(':', '')}" if self.sync != "bsp" else ""
         fault = (f"_{self.fault.partition('@')[0].partition(':')[0]}"
