@@ -179,12 +179,17 @@ class LtpTransport(Transport):
         return LtpWorker(self._options, settings, rank, bind, server, layout, self.session, up)
 
     def mesh(self, rank: int, members: Sequence[Addr], parts: Sequence[Any]):
-        """Member ``rank``'s end of a collective (:class:`~transports.ltp_mesh.LtpMesh`)."""
+        """Member ``rank``'s end of a collective (:class:`~transports.ltp_mesh.LtpMesh`).
+
+        Its window of new message ids is the core's widest: a collective's ids are its iteration
+        numbers, and two members first paired, or paired again, many iterations apart see ids
+        jump legitimately (an older id than one taken is still refused)."""
         from transports.ltp_mesh import LtpMesh   # it builds on this module
 
+        window = int(native.core_options()["rx_msg_window"].high)
         settings = self.core_settings(self.receive_thresholds(),
                                       {"max_msg_bytes": 4 * max(p.n_floats for p in parts),
-                                       **self.session_settings()})
+                                       "rx_msg_window": window, **self.session_settings()})
         return LtpMesh(self._options, settings, rank, members, parts, self.session)
 
 

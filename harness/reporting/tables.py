@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.hosts.pattern import parse_pattern
 from harness.reporting import stats
 from harness.running.results import ResultsError, read_table
 from transports import registry
@@ -237,13 +236,6 @@ def load(folder: Path) -> Sweep:
     ok = runs[runs.status == "ok"].copy()
     if ok.empty:
         raise ResultsError(f"{runs_csv} has no run with status ok to draw.")
-    # ``queue_drops`` is what the workers sent into the switch less what left toward the PS: a
-    # drop count only where every worker's packet goes to the PS. Under a tree or a ring most go
-    # to other workers, so the reports show none for those runs (docs/collectives.md).
-    collective = ok.pattern.map(lambda p: parse_pattern(p).kind != "ps").astype(bool)
-    for col in ("queue_drops", "queue_drops_tc"):
-        if col in ok:
-            ok[col] = ok[col].astype(float).mask(collective)
     for col in PER_ITERATION:
         if col in ok:
             ok[f"{col}_per_iter"] = ok[col] / ok.iterations_done.where(ok.iterations_done > 0)
