@@ -140,6 +140,12 @@ class Plan:
     """What an error reset does with the residual (``drop``, ``cser``; :mod:`harness.training.compress`)."""
     holdouts: tuple[int, ...] = (0,)
     """Training samples the PS keeps as its own validation set (0: none)."""
+    regimes: tuple[tuple[tuple[str, tuple], ...], ...] = ()
+    """Sub-grids, each a set of dimension overrides (``(("delays_ms", (10.0,)),)``): the plan's
+    runs are the union of every regime's grid, the plan's own dimensions filling what a regime
+    leaves (empty: the plan's own grid alone). One preset then holds a main grid and a few
+    regimes beside it without their full product; a dimension given on the command line
+    replaces the plan's own values, not a regime's."""
     plugins: tuple[str, ...] = ()   # transport plugin files (from the project folder) it uses
     blocks: int = 1
     """Into how many blocks the seeds are cut, in order: each block runs on a network of its
@@ -160,6 +166,10 @@ class Plan:
         """
         if self.plugins:
             registry.use_plugins([PROJECT / p for p in self.plugins])
+        if self.regimes:
+            runs = [s for r in self.regimes
+                    for s in dataclasses.replace(self, regimes=(), **dict(r)).specs()]
+            return list(dict.fromkeys(runs))
         dims = [(dim, field, getattr(self, dim) or (getattr(self.base, field),))
                 for dim, field in GRID.items()]
         out = []

@@ -73,6 +73,7 @@ def write_manifest(plan: Plan, specs: list[RunSpec], folder: Path) -> None:
         "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "plan": {"name": plan.name, **plan.dimensions(), "order_seed": plan.order_seed,
                  "plugins": plan.plugins, "blocks": plan.blocks,
+                 **({"regimes": [dict(r) for r in plan.regimes]} if plan.regimes else {}),
                  "base": plan.base.as_dict()},
         "run_ids": ids, "specs": [s.as_dict() for s in specs],
         "provenance": provenance.manifest("ps", _other_kinds(specs)),

@@ -138,3 +138,21 @@ def test_models_are_a_dimension_each_measured_to_its_own_target():
         if not plan.models:
             off = dataclasses.replace(plan, model_targets=False)
             assert [s.run_id for s in plan.specs()] == [s.run_id for s in off.specs()]
+
+
+def test_regimes_are_sub_grids_whose_union_is_the_plan():
+    plan = presets.Plan(
+        name="t", transports=("tcp-cubic", "ltp"), loss_pcts=(0.0, "replay:5"),
+        bottleneck_mbps=(200.0,), seeds=(0, 1), base=RunSpec(iterations=5),
+        regimes=((), (("loss_pcts", ("replay:2",)), ("delays_ms", (10.0,)),
+                      ("bottleneck_mbps", (100.0,))),
+                 (("loss_pcts", (0.0,)), ("queues", (8,)))))
+    specs = plan.specs()
+    # The main grid (2 x 2 x 2), the edge regime (2 x 2) and the shallow queue (2 x 2).
+    assert len(specs) == 8 + 4 + 4
+    edge = [s for s in specs if s.delay_ms == 10.0]
+    assert {(s.loss_text, s.bottleneck_mbps) for s in edge} == {("replay:2", 100.0)}
+    assert {s.queue_pkts for s in specs if s.queue_pkts != 64} == {8}
+    # A dimension from the command line replaces the plan's own values in every regime that
+    # does not set it.
+    assert {s.seed for s in plan.override(seeds=(3,)).specs()} == {3}
