@@ -208,6 +208,21 @@ class _DefaultsFromTable:
 
 
 @dataclasses.dataclass(frozen=True)
+class PriorityBands:
+    """A bottleneck queue of strict priority bands, what a transport that marks its datagrams
+    asks of the switch (:meth:`Transport.bottleneck_queue`).
+
+    Band ``k`` (0 is served first) takes the packets whose DSCP is ``dscp[k]``; anything else
+    goes to the last band. ``shares`` divide the queue's buffer (the run's ``queue_pkts``) among
+    the bands; a full band drops its oldest packet when ``head_drop``, else the arriving one.
+    """
+
+    dscp: tuple[int, ...]
+    shares: tuple[float, ...]
+    head_drop: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
 class Segment:
     """A named span of the flat parameter vector (one tensor of the model)."""
 
@@ -421,6 +436,9 @@ class Transport(abc.ABC):
     REJOIN = False
     # It opens an end for collectives (:meth:`mesh`): trees and rings run over it.
     MESH = False
+    # It opens the ps pattern's two ends (:meth:`serve`, :meth:`connect`); an all-reduce only
+    # scheme (OptiReduce) does not, and its ps runs are refused before they start.
+    PS = True
     OPTIONS: Sequence[Option] = ()
     DEFAULTS = _DefaultsFromTable()
 
@@ -473,6 +491,15 @@ class Transport(abc.ABC):
         outlives the run that asked for it.
         """
         return []
+
+    def bottleneck_queue(self) -> PriorityBands | None:
+        """The queue this transport needs at the bottleneck (the switch port toward the PS):
+        None, the default, for the testbed's plain FIFO of ``queue_pkts`` packets; or strict
+        priority bands by DSCP (:class:`PriorityBands`). The runner sets it up before every run
+        (:mod:`topologies.testbed.bottleneck`), so a run's queue is the one its transport asked
+        for, whatever ran before it.
+        """
+        return None
 
     @abc.abstractmethod
     def serve(self, bind: Addr, workers: Sequence[Addr], layout: Layout,

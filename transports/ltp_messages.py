@@ -165,15 +165,18 @@ class _Messages:
 
     def send_parts(self, peers: Sequence[int], msg_id: int | Sequence[int],
                    parts: Sequence[tuple[int, np.ndarray]], critical_bytes: int,
-                   timeout_s: float, partial: bool = False) -> list[SendReport | None]:
+                   timeout_s: float, partial: bool = False,
+                   marks: Sequence[int] | None = None) -> list[SendReport | None]:
         """Send every (segment, contiguous float32 array) part to every peer, in one call into C.
 
-        Returns one report per peer, summed over its parts (None for a peer not finished by the
-        deadline, with ``partial``).
+        ``marks`` gives each part's DATA an IP TOS byte (:func:`transports.native.tos_mark` of
+        it, or 0 for the socket's), in the order of ``parts``. Returns one report per peer,
+        summed over its parts (None for a peer not finished by the deadline, with ``partial``).
         """
         ids = [msg_id] * len(peers) if isinstance(msg_id, int) else list(msg_id)
-        items = [native.SendItem(peer, mid, seg, arr, critical_bytes)
-                 for peer, mid in zip(peers, ids) for seg, arr in parts]
+        marks = list(marks) if marks is not None else [0] * len(parts)
+        items = [native.SendItem(peer, mid, seg, arr, critical_bytes, mark)
+                 for peer, mid in zip(peers, ids) for (seg, arr), mark in zip(parts, marks)]
         got = self.end.send(items, timeout_s, what=f"sending message {ids[0] if ids else 0}",
                             partial=partial)
         per, nbytes = len(parts), sum(arr.nbytes for _, arr in parts)

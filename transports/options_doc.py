@@ -109,6 +109,21 @@ def _plot() -> type[Transport]:
     return PlotTransport
 
 
+def _phase() -> type[Transport]:
+    from transports.phase import PhaseTransport
+    return PhaseTransport
+
+
+def _mlt() -> type[Transport]:
+    from transports.mlt import MltTransport
+    return MltTransport
+
+
+def _optireduce() -> type[Transport]:
+    from transports.optireduce import OptiReduceTransport
+    return OptiReduceTransport
+
+
 def _tcp() -> type[Transport]:
     from transports.tcp import TcpTransport
     return TcpTransport
@@ -133,6 +148,40 @@ def _plot_shared() -> str:
             + ", ".join(f"`{n}`" for n in shared) + ".\n")
 
 
+def _phase_own(o: Option) -> bool:
+    """A phase-bound option that LTP does not have."""
+    return o not in _ltp().option_table()
+
+
+def _phase_shared() -> str:
+    shared = [o.name for o in _phase().option_table() if not _phase_own(o)]
+    return ("phase-bound also takes these LTP options, with LTP's defaults and ranges: "
+            + ", ".join(f"`{n}`" for n in shared) + ".\n")
+
+
+def _mlt_own(o: Option) -> bool:
+    """An MLT option that LTP does not have as MLT has it (filler's default differs)."""
+    return o not in _ltp().option_table()
+
+
+def _mlt_shared() -> str:
+    shared = [o.name for o in _mlt().option_table() if not _mlt_own(o)]
+    return ("MLT also takes these LTP options, with LTP's defaults and ranges: "
+            + ", ".join(f"`{n}`" for n in shared) + ".\n")
+
+
+def _optireduce_own(o: Option) -> bool:
+    """An OptiReduce option that LTP does not have as OptiReduce has it (max_wait_ms's default
+    and meaning differ)."""
+    return o not in _ltp().option_table()
+
+
+def _optireduce_shared() -> str:
+    shared = [o.name for o in _optireduce().option_table() if not _optireduce_own(o)]
+    return ("OptiReduce also takes these LTP options, with LTP's defaults and ranges: "
+            + ", ".join(f"`{n}`" for n in shared) + ".\n")
+
+
 # page -> {marker key: what goes between the markers}
 PAGES: dict[str, dict[str, Callable[[], str]]] = {
     "docs/ltp-protocol.md": {"ltp-options": _table(_ltp, core_column=True),
@@ -141,6 +190,11 @@ PAGES: dict[str, dict[str, Callable[[], str]]] = {
         "plot-options": _table(_plot, _plot_own),
         "plot-shared": _plot_shared},
     "docs/adding-a-transport.md": {"tcp-options": _table(_tcp), "schemes": schemes_markdown},
+    "docs/phase-bound.md": {"phase-options": _table(_phase, _phase_own),
+                            "phase-shared": _phase_shared},
+    "docs/mlt.md": {"mlt-options": _table(_mlt, _mlt_own), "mlt-shared": _mlt_shared},
+    "docs/optireduce.md": {"optireduce-options": _table(_optireduce, _optireduce_own),
+                           "optireduce-shared": _optireduce_shared},
     "docs/peer-transports.md": {"peer-mcast-options": _peer("mcast"),
                                 "peer-tcp-options": _peer("tcp")},
 }

@@ -137,11 +137,13 @@ def spawn_forked(testbed: Testbed, zygote: Zygote) -> Spawn:
 
 def apply_host_settings(testbed: Testbed, transport: Transport) -> None:
     """Reset every host's route, then run the transport's own commands (e.g. rto_min) on the PS
-    and the workers (cross-traffic hosts keep the kernel's defaults)."""
+    and the workers (cross-traffic hosts keep the kernel's defaults), and give the bottleneck the
+    queue the transport asks for (the plain FIFO unless it wants priority bands: mlt)."""
     testbed.reset_routes()
     for host in [PS_NAME] + testbed.params.worker_names:
         for command in transport.host_commands(intf(host), SUBNET):
             testbed.host_run(host, "sh", "-c", command)
+    testbed.queue.configure(transport.bottleneck_queue())
 
 
 @dataclasses.dataclass

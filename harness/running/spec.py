@@ -276,6 +276,9 @@ class RunSpec(TrainingSpec, StarLinks):
     def _validate_pattern(self, transport) -> None:
         kind = parse_pattern(self.pattern).kind
         if kind == "ps":
+            if not transport.PS:
+                raise SpecError(f"{self.transport} has no parameter-server ends, so it cannot run "
+                                "the ps pattern; run it with --pattern ring or tree.")
             return
         if not transport.MESH:
             raise SpecError(f"{self.transport} has no end for collectives, so it cannot run the "

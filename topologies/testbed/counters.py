@@ -56,7 +56,7 @@ class PortCounters:
 
 @dataclasses.dataclass(frozen=True)
 class QueueCounters:
-    """The bottleneck pfifo's counters."""
+    """A queue's counters (the bottleneck's, or one priority band's)."""
 
     sent_packets: int = 0
     sent_bytes: int = 0
@@ -190,13 +190,16 @@ def parse_dump_ports(text: str) -> dict[int, PortCounters]:
     return out
 
 
-def parse_qdisc(tc_json: str) -> QueueCounters:
-    """The bottleneck pfifo's counters from ``tc -s -j qdisc show dev ...``."""
-    for q in json.loads(tc_json):
-        if q.get("kind") == "pfifo":
-            return QueueCounters(q["packets"], q["bytes"], q["drops"], q.get("overlimits", 0),
-                                 q.get("requeues", 0))
-    raise CounterError("the bottleneck pfifo is missing from the switch port toward the PS.")
+def parse_qdisc(tc_json: str, handle: str | None = None) -> QueueCounters:
+    """The bottleneck queue's counters from ``tc -s -j qdisc show dev ...``: the qdisc with
+    ``handle`` (the FIFO, or the priority bands' scheduler, which counts what all its bands sent
+    and dropped: :mod:`topologies.testbed.bottleneck`), else the first pfifo."""
+    qdiscs = json.loads(tc_json)
+    for q in ([q for q in qdiscs if q.get("handle") == handle] if handle else []) + \
+            [q for q in qdiscs if q.get("kind") == "pfifo"]:
+        return QueueCounters(q["packets"], q["bytes"], q["drops"], q.get("overlimits", 0),
+                             q.get("requeues", 0))
+    raise CounterError("the bottleneck queue is missing from the switch port toward the PS.")
 
 
 def parse_nstat(nstat_json: str) -> dict[str, int]:

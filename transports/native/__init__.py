@@ -149,6 +149,14 @@ def rejection_stats() -> tuple[str, ...]:
                  if lib.ltp_stat_kind(i) == lib.LTP_STAT_REJECT)
 
 
+def tos_mark(tos: int) -> int:
+    """A :class:`SendItem`'s ``tos`` that gives its DATA datagrams the IP TOS byte ``tos``
+    (``LTP_TOS_MARK``, ``ltp_send_req_t.tos``)."""
+    if not 0 <= tos <= 0xFF:
+        raise ValueError(f"an IP TOS byte is from 0 to 255, not {tos}.")
+    return int(_core()[1].LTP_TOS_MARK) | int(tos)
+
+
 def key_bytes() -> int:
     """Bytes of the run's key the MAC uses (``LTP_KEY_BYTES``)."""
     return int(_core()[1].LTP_KEY_BYTES)
@@ -238,6 +246,7 @@ class SendItem:
     segment: int
     payload: np.ndarray
     critical_bytes: int = 0
+    tos: int = 0   # 0: the socket's TOS; else :func:`tos_mark` of the byte its DATA carry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -326,6 +335,10 @@ class Endpoint:
         """Stay until no peer can need this end any more (``ltp_udp_linger``), ``max_s`` at most."""
         check(_core()[1].ltp_udp_linger(self._live(), _timeout_us(max_s)), "lingering before closing")
 
+    def set_tos(self, tos: int) -> None:
+        """The IP TOS byte of every datagram a send does not mark (``ltp_udp_set_tos``)."""
+        check(_core()[1].ltp_udp_set_tos(self._live(), int(tos)), f"setting the IP TOS to {tos}")
+
     def set_policy(self, segment: int, threshold_min: float, threshold_max: float) -> None:
         """Close messages of ``segment`` between these thresholds instead of the configured ones."""
         check(_core()[1].ltp_udp_set_policy(self._live(), segment, threshold_min, threshold_max),
@@ -352,6 +365,7 @@ class Endpoint:
         for r, it, buf in zip(reqs, items, keep):
             r.peer, r.msg_id, r.segment = it.peer, it.msg_id & 0xFFFFFFFF, it.segment
             r.len_bytes, r.data, r.critical_bytes = it.payload.nbytes, buf, it.critical_bytes
+            r.tos = it.tos
         rc = lib.ltp_udp_send(self._live(), reqs, len(items), _timeout_us(timeout_s))
         unfinished = partial and (rc == lib.LTP_ETIMEDOUT or any(
             r.status == lib.LTP_ETIMEDOUT for r in reqs))

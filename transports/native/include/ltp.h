@@ -387,6 +387,11 @@ int ltp_core_linger(ltp_core_t *core, uint64_t now_us);
 uint64_t ltp_core_linger_until(const ltp_core_t *core, uint64_t now_us);
 
 /* ---- UDP driver ---- */
+/* The IP TOS byte of a message's DATA datagrams (ltp_send_req_t.tos): 0 leaves them the socket's
+ * (ltp_udp_set_tos), LTP_TOS_MARK | byte gives them that byte, set per datagram (an IP_TOS control
+ * message; a GSO run carries one mark). The driver keeps one mark per segment: the latest send of
+ * a segment marks every DATA of that segment it sends from then on, retransmissions included. */
+#define LTP_TOS_MARK 0x100u
 typedef struct ltp_send_req {
     int32_t peer;
     uint32_t msg_id;
@@ -394,6 +399,7 @@ typedef struct ltp_send_req {
     uint32_t len_bytes;
     const void *data;
     uint32_t critical_bytes;
+    uint32_t tos;              /* 0, or LTP_TOS_MARK | the TOS byte of this message's DATA */
     int32_t status;            /* out: 0 or LTP_E* */
     ltp_send_stats_t stats;    /* out */
 } ltp_send_req_t;
@@ -455,6 +461,10 @@ int ltp_udp_set_policy(ltp_udp_t *udp, uint16_t segment, double threshold_min,
                        double threshold_max);
 int ltp_udp_expect(ltp_udp_t *udp, uint16_t segment, uint32_t total_bytes, uint32_t critical_bytes);
 int ltp_udp_set_key(ltp_udp_t *udp, const uint8_t *key, size_t len);
+/* The IP TOS byte (0..255) of every datagram the endpoint sends that no send request marks
+ * (control packets, unmarked DATA): the socket's IP_TOS. LTP_EINVAL out of range, LTP_ESYS if the
+ * kernel refuses it. */
+int ltp_udp_set_tos(ltp_udp_t *udp, int tos);
 
 #ifdef __cplusplus
 }

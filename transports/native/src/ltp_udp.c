@@ -146,7 +146,7 @@ void ltp_udp_close(ltp_udp_t *u)
     if (u->efd >= 0) close(u->efd);
     if (u->fd >= 0) close(u->fd);
     ltp_core_free(u->core);
-    free(u->addrs); free(u->rxbuf); free(u->txbuf); free(u);
+    free(u->addrs); free(u->rxbuf); free(u->txbuf); free(u->seg_tos); free(u);
 }
 
 /* The largest UDP payload the route toward a reaches without fragmenting: its MTU (the kernel's
@@ -337,6 +337,18 @@ static int sends_done(ltp_udp_t *u, void *arg)
     return 1;
 }
 
+/* Keep request r's mark as its segment's (ltp_send_req_t.tos); the table exists once a send
+ * marks something. LTP_OK, LTP_EINVAL for a mark that is neither 0 nor LTP_TOS_MARK | byte. */
+static int mark_segment(ltp_udp_t *u, const ltp_send_req_t *r)
+{
+    if (r->tos && (r->tos & ~0xFFu) != LTP_TOS_MARK) return LTP_EINVAL;
+    if (!r->tos && r->segment >= u->n_seg_tos) return LTP_OK;   /* unmarked and never marked */
+    if (grow_zeroed((void **)&u->seg_tos, &u->n_seg_tos, (uint16_t)r->segment, sizeof *u->seg_tos))
+        return LTP_ENOMEM;
+    u->seg_tos[r->segment] = (uint16_t)r->tos;
+    return LTP_OK;
+}
+
 int ltp_udp_send(ltp_udp_t *u, ltp_send_req_t *reqs, int n, uint64_t timeout_us)
 {
     if (!u || !reqs || n < 0) return LTP_EINVAL;
@@ -345,9 +357,10 @@ int ltp_udp_send(ltp_udp_t *u, ltp_send_req_t *reqs, int n, uint64_t timeout_us)
     for (int i = 0; i < n; i++) {
         ltp_send_req_t *r = &reqs[i];
         memset(&r->stats, 0, sizeof r->stats);
-        r->status = r->segment > 0xFFFF ? LTP_EINVAL
-                    : ltp_core_send(u->core, r->peer, r->msg_id, (uint16_t)r->segment, r->data, r->len_bytes,
-                                    r->critical_bytes, now);
+        r->status = r->segment > 0xFFFF ? LTP_EINVAL : mark_segment(u, r);
+        if (r->status == LTP_OK)
+            r->status = ltp_core_send(u->core, r->peer, r->msg_id, (uint16_t)r->segment, r->data,
+                                      r->len_bytes, r->critical_bytes, now);
         if (r->status == LTP_OK) r->status = 1;
     }
     send_set_t set = {reqs, n};
@@ -485,6 +498,15 @@ int ltp_udp_set_policy(ltp_udp_t *u, uint16_t segment, double lo, double hi)
 int ltp_udp_expect(ltp_udp_t *u, uint16_t segment, uint32_t total_bytes, uint32_t critical_bytes)
 {
     LOCKED(u, LTP_EINVAL, int, ltp_core_expect(u->core, segment, total_bytes, critical_bytes));
+}
+
+int ltp_udp_set_tos(ltp_udp_t *u, int tos)
+{
+    if (!u || tos < 0 || tos > 0xFF) return LTP_EINVAL;
+    pthread_mutex_lock(&u->mu);
+    int rc = setsockopt(u->fd, IPPROTO_IP, IP_TOS, &tos, sizeof tos) == 0 ? LTP_OK : LTP_ESYS;
+    pthread_mutex_unlock(&u->mu);
+    return rc;
 }
 
 int ltp_udp_set_key(ltp_udp_t *u, const uint8_t *key, size_t len)

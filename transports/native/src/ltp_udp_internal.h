@@ -33,8 +33,14 @@
 
 /* One datagram of the send batch: its first hlen bytes in its txbuf slot (a DATA's header, or a
  * control packet whole), then plen payload bytes referenced in the message being sent, then a
- * DATA's tlen-byte MAC tag (auth on), which the slot holds right after the header. */
-typedef struct { const uint8_t *payload; uint32_t hlen, plen, tlen; int peer; } txdg_t;
+ * DATA's tlen-byte MAC tag (auth on), which the slot holds right after the header; tos is its
+ * segment's mark (LTP_TOS_MARK | byte), 0 for the socket's TOS. */
+typedef struct {
+    const uint8_t *payload;
+    uint32_t hlen, plen, tlen;
+    int peer;
+    uint32_t tos;
+} txdg_t;
 
 struct ltp_udp {
     ltp_core_t *core;
@@ -46,6 +52,8 @@ struct ltp_udp {
     int n_peers, max_peers;
     double drop_frac;
     uint64_t drop_rng;
+    uint16_t *seg_tos;        /* per segment: the mark of its DATA (ltp_send_req_t.tos), 0 none */
+    uint32_t n_seg_tos;
     uint8_t *rxbuf, *txbuf;
     struct mmsghdr rxm[BATCH];
     struct iovec rxiov[BATCH];
@@ -67,7 +75,9 @@ struct ltp_udp {
     struct mmsghdr txm[TX_SLOTS];
     struct iovec txiov[3 * TX_SLOTS];   /* datagram i: header 3i, payload 3i+1, tag 3i+2 */
     struct sockaddr_in txaddr[TX_SLOTS];
-    union { struct cmsghdr align; char buf[CMSG_SPACE(sizeof(uint16_t))]; } txctl[TX_SLOTS];
+    /* per message: UDP_SEGMENT (a GSO run) and IP_TOS (a marked segment's DATA) */
+    union { struct cmsghdr align;
+            char buf[CMSG_SPACE(sizeof(uint16_t)) + CMSG_SPACE(sizeof(int))]; } txctl[TX_SLOTS];
     /* progress thread */
     pthread_t thread;
     pthread_mutex_t mu;
