@@ -55,7 +55,11 @@ evidence presets run three seeds per cell. ``docs/running.md`` has the table wit
   step, so the runs compare by time); ``cser-async``: the same for top-1 % under ``ssp:2`` and
   ``async``; ``cser-validation``: async CSER workers under ``mean`` and ``zeno++``, none or two
   sign-flipping attackers, 12 runs. About 20, 15 and 15 minutes (rough estimates).
-- ``lab1`` .. ``lab5``, ``lab7``: the teaching labs (``docs/labs/``).
+- ``field``: the designs of the field head to head on identical replayed loss: LTP, PLOT, the
+  MLT-style and phase-aware bounds, LTP reliable and the strongest TCP through the PS, and
+  OptiReduce beside LTP in a ring, in five cells (no loss, 5 % uniform, 5 % in bursts, an edge
+  round trip, a shallow queue), six seeds; 240 runs, hours (``docs/field.md``).
+- ``lab1`` .. ``lab5``, ``lab7``, ``lab8``: the teaching labs (``docs/labs/``).
 
 The peer-to-peer presets (no PS: ``p2p``, ``p2p-smoke``, ``lab6``) are
 :data:`harness.p2p.spec.PRESETS`; ``invoke run-sweep --preset p2p`` runs them the same way.
@@ -249,6 +253,9 @@ EVERYTHING = ("tcp-cubic", "tcp-reno", "tcp-bbr", "tcp-cubic-lowrto", "ltp", "lt
 # loss it runs into the training-time cap in every cell (the default sweep measures it).
 REGIME = ("tcp-cubic-lowrto", "ltp", "ltp-reliable", "plot")
 SEEDS = (0, 1, 2)
+# The head-to-head (docs/field.md): the designs that run through the PS, and those of the ring.
+FIELD_PS = ("tcp-cubic-lowrto", "ltp", "ltp-reliable", "plot", "mlt", "phase-bound")
+FIELD_RING = ("optireduce", "ltp")
 _INCAST = RunSpec(n_workers=8, queue_pkts=64, model="mlp", eval_every=10)
 
 PRESETS: dict[str, Plan] = {
@@ -423,6 +430,23 @@ PRESETS: dict[str, Plan] = {
         name="plot-adaptive", transports=("plot", "plot+bound_rule=adaptive", "ltp"),
         loss_pcts=(0.0, 5.0), bottleneck_mbps=(200.0,), seeds=SEEDS, models=("lenet5", "mlp6"),
         base=_INCAST.replace(iterations=100, eval_every=10, max_train_s=60.0, timeout_s=900.0)),
+    # The field head to head (issue 27, docs/field.md): LTP, PLOT, the MLT-style and
+    # phase-aware designs, LTP reliable and the strongest TCP through the PS, and OptiReduce
+    # with LTP as its reference in a ring all-reduce, on identical replayed loss (every seed
+    # drops the same packet positions for every scheme): the main incast without loss, at 5 %
+    # uniform and at 5 % in bursts of 4 packets; an edge round trip (10 ms one way, 100 Mbit/s,
+    # 2 %); a shallow queue (8 packets, no loss). Six seeds (95 % intervals), each run 300
+    # iterations or 90 s of training. 5 cells x 8 designs x 6 seeds = 240 runs; hours.
+    "field": Plan(
+        name="field", transports=FIELD_PS, loss_pcts=(0.0, "replay:5", "ge:5:4"),
+        bottleneck_mbps=(200.0,), seeds=tuple(range(6)),
+        regimes=tuple((*pattern, *cell) for pattern in
+                      ((), (("transports", FIELD_RING), ("patterns", ("ring",))))
+                      for cell in ((), (("loss_pcts", ("replay:2",)), ("delays_ms", (10.0,)),
+                                        ("bottleneck_mbps", (100.0,))),
+                                   (("loss_pcts", (0.0,)), ("queues", (8,))))),
+        base=_INCAST.replace(iterations=300, eval_every=10, max_train_s=90.0,
+                             timeout_s=900.0)),
     # Teaching labs (docs/labs/).
     "lab1": Plan(
         name="lab1", transports=("tcp-cubic", "tcp-cubic-lowrto", "tcp-bbr"),
@@ -449,6 +473,12 @@ PRESETS: dict[str, Plan] = {
         name="lab7", transports=("tcp-cubic", "ltp"), loss_pcts=(0.0,), bottleneck_mbps=(200.0,),
         seeds=(0,), patterns=("ps", "tree", "ring"),
         base=_INCAST.replace(iterations=30, timeout_s=600.0)),
+    # Lab 8: the designs through the PS ranked on one recorded trace (docs/labs/traces/lab8:
+    # 60 iterations of ltp-reliable under get:5:2, every host's drops by packet position).
+    "lab8": Plan(
+        name="lab8", transports=FIELD_PS, loss_pcts=("trace:docs/labs/traces/lab8",),
+        bottleneck_mbps=(200.0,), seeds=(0,),
+        base=_INCAST.replace(iterations=60, eval_every=10, timeout_s=600.0)),
 }
 # PLOT's frozen snr rule against the adaptive one in the edge regime's grid: its one-way delays
 # (10, 25, 50 ms; issue 10's stall was at 25 ms, docs/ltp-protocol.md §12), loss and rate.

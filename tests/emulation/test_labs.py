@@ -133,10 +133,23 @@ def check_lab7(rows: list[dict], folder: Path) -> None:
     assert "Collectives against their bounds" in (folder / "report.md").read_text()
 
 
+def check_lab8(rows: list[dict], folder: Path) -> None:
+    """Lab 8's "What you should observe": every design ran under the trace, and its PS dropped
+    exactly the positions the trace holds, as far as its run reached."""
+    from topologies.impair.trace import read_trace, same_positions
+
+    trace = read_trace(PROJECT / "docs" / "labs" / "traces" / "lab8" / "ps1.trace")
+    for row in rows:
+        assert row["loss_model"].startswith("trace:"), row["loss_model"]
+        met = read_trace(folder / "runs" / row["run_id"] / "loss" / "ps1.trace")
+        assert met.packets > 0 and same_positions(trace, met), row["scheme"]
+        assert int(row["random_drops"]) > 0, (row["scheme"], "met no drop of the trace")
+
+
 # What each lab page says its commands show, checked on the tables they wrote.
 OBSERVATIONS = {"lab2-tolerating-loss": check_lab2, "lab4-killing-a-worker": check_lab4,
                 "lab5-byzantine-workers": check_lab5, "lab6-peer-to-peer": check_lab6,
-                "lab7-the-incast-vanishes": check_lab7}
+                "lab7-the-incast-vanishes": check_lab7, "lab8-ranking-on-one-trace": check_lab8}
 
 
 @pytest.mark.parametrize("page", LABS, ids=lambda p: p.stem)

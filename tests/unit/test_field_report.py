@@ -66,3 +66,12 @@ def test_the_section_and_the_figure(tmp_path):
         return [path]
     assert [p.name for p in field.draw(sw, tmp_path, save)] == ["field_ranking.png"]
     assert field.section(sweep(table({"ltp": 10, "plot": 11}))) == []   # no design of the field
+
+
+def test_a_design_is_a_scheme_under_its_pattern():
+    ok = table({"ltp": 10, "optireduce": 12})
+    ok["pattern"] = ["ring" if s == "optireduce" or i % 2 else "ps"
+                     for i, s in enumerate(ok.scheme)]
+    d = field.frame(sweep(ok))
+    assert set(d.design) == {"ltp", "ltp (ring)", "optireduce (ring)"}
+    assert field.order(d)[:1] == ["ltp"]

@@ -8,7 +8,8 @@ def test_every_lab_has_commands():
                                       "lab3-your-own-transport.md",
                                       "lab4-killing-a-worker.md",
                                       "lab5-byzantine-workers.md", "lab6-peer-to-peer.md",
-                                      "lab7-the-incast-vanishes.md"]
+                                      "lab7-the-incast-vanishes.md",
+                                      "lab8-ranking-on-one-trace.md"]
     for page in LABS:
         assert lab_commands(page), page.name
         text = page.read_text()

@@ -144,7 +144,7 @@ def test_a_trace_folder_gives_each_host_its_file_and_the_mean_loss(tmp_path, hel
     simulate(helper, 30_000, flags_of(ReplayUniform(2)), stream=1, out=tmp_path / "w1.trace")
     model = parse_loss(f"trace:{tmp_path}")
     assert isinstance(model, Trace) and model.text() == f"trace:{tmp_path}"
-    assert model.file_for("ps1") == tmp_path / "ps1.trace" and model.file_for("w2") is None
+    assert model.files().get("ps1") == tmp_path / "ps1.trace" and "w2" not in model.files()
     drops = sum(len(read_trace(tmp_path / f).dropped) for f in ("ps1.trace", "w1.trace"))
     assert model.mean_loss_pct == pytest.approx(100 * drops / 40_000)
 

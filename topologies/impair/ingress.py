@@ -76,7 +76,7 @@ class Ingress:
         was_chained = self.chained(host)
         if isinstance(imp.loss, Trace):
             # A host the trace has no file for loses nothing.
-            model = imp.loss.file_for(host)
+            model = imp.loss.files().get(host)
             if model is None:
                 imp = dataclasses.replace(imp, loss=Uniform(0.0))
         script = self.hosts.folder / f".impair-{host}.nft"

@@ -79,6 +79,7 @@ from transports.base import UserError
 
 TABLE = "ltp_impair"
 RESOLUTION = 1_000_000
+PROJECT = Path(__file__).resolve().parents[2]
 GE_DIR = Path(__file__).resolve().parent / "geloss"
 GE_BINARY = GE_DIR / "build" / "ge-loss"
 MAX_LOSS_PCT = 50.0
@@ -137,10 +138,7 @@ class ReplayUniform:
         object.__setattr__(self, "loss_pct",
                            _check_pct("loss_pct", self.loss_pct, MAX_LOSS_PCT, below=True))
 
-    @property
-    def mean_loss_pct(self) -> float:
-        """The expected share of packets dropped, in percent."""
-        return self.loss_pct
+    mean_loss_pct = property(lambda self: self.loss_pct, doc="The expected share dropped, %.")
 
     def text(self) -> str:
         """The canonical text form (``replay:5``)."""
@@ -320,33 +318,35 @@ class GilbertElliottTime:
 @dataclasses.dataclass(frozen=True)
 class Trace:
     """Replay the traces recorded in ``folder``: one ``<host>.trace`` per host (the module
-    docstring)."""
+    docstring); a relative folder is taken from the project's folder, wherever the process
+    runs."""
 
     folder: str
 
     def __post_init__(self) -> None:
         folder = str(self.folder).strip()
         object.__setattr__(self, "folder", folder)
-        if not folder or not Path(folder).is_dir():
+        if not folder or not self.path.is_dir():
             raise LossModelError(f"{folder or 'the trace'} is not a folder; give the loss/ folder "
                                  "of a run that ran under replay, ge or get loss.")
         if not self.files():
             raise LossModelError(f"{folder} holds no loss traces (*{TRACE_SUFFIX}); give the "
                                  "loss/ folder of a run that ran under replay, ge or get loss.")
 
+    @property
+    def path(self) -> Path:
+        """The folder, absolute."""
+        return PROJECT / self.folder if not Path(self.folder).is_absolute() else Path(self.folder)
+
     def files(self) -> dict[str, Path]:
         """Each host's trace file, by host name."""
         return {f.name[:-len(TRACE_SUFFIX)]: f
-                for f in sorted(Path(self.folder).glob(f"*{TRACE_SUFFIX}"))}
-
-    def file_for(self, host: str) -> Path | None:
-        """``host``'s trace, or None: the host loses nothing."""
-        return self.files().get(host)
+                for f in sorted(self.path.glob(f"*{TRACE_SUFFIX}"))}
 
     @property
     def mean_loss_pct(self) -> float:
         """The share of every host's recorded positions dropped, in percent."""
-        return folder_loss_pct(self.folder)
+        return folder_loss_pct(self.path)
 
     def text(self) -> str:
         """The canonical text form (``trace:FOLDER``)."""
@@ -356,6 +356,8 @@ class Trace:
 LossModel = Uniform | ReplayUniform | GilbertElliott | GilbertElliottTime | Trace
 # The models the eBPF program carries.
 CHAINS = (ReplayUniform, GilbertElliott, GilbertElliottTime, Trace)
+
+
 @dataclasses.dataclass(frozen=True)
 class _ChainSyntax:
     """How one Gilbert-Elliott chain is written: ``KIND:LOSS:BURST``, ``KIND:loss=,BURST=`` or

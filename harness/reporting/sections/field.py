@@ -3,7 +3,8 @@
 Drawn when a sweep runs one of the designs of the field beside LTP (``mlt``, ``optireduce``,
 ``phase-bound``; the ``field`` preset, docs/field.md). A *cell* is a loss model and a regime: the
 loss (``replay:5``), and the settings in which the regime differs from the sweep's most common
-ones (``+10 ms one way``, ``queue 8``).
+ones (``+10 ms one way``, ``queue 8``); a *design* is a scheme under its pattern (``optireduce
+(ring)`` beside ``ltp (ring)``, the others through the PS).
 
 - ``field_ranking``: one row per cell, one column per scheme; each square the scheme's median
   time to the target accuracy over the cell's fastest median (1.00 = the fastest; a scheme whose
@@ -29,7 +30,8 @@ from harness.reporting.tables import Sweep, reached
 
 FIGURES = (("field_ranking", "time to accuracy of each design relative to the fastest, per "
                              "cell, with the winners the rule names"),)
-DESIGNS = ("ltp", "plot", "mlt", "optireduce", "phase-bound", "ltp-reliable", "tcp-cubic-lowrto")
+DESIGNS = ("ltp", "plot", "mlt", "phase-bound", "ltp-reliable", "tcp-cubic-lowrto",
+           "optireduce (ring)", "ltp (ring)")
 FIELD_ONLY = ("mlt", "optireduce", "phase-bound")
 CONTEXT = ("bottleneck_mbps", "delay_ms", "queue_pkts", "n_workers")
 WINNER_RULE = ("a cell names a winner only when the scheme with the shortest median time to "
@@ -56,14 +58,23 @@ def cell_labels(ok: pd.DataFrame) -> pd.Series:
     return ok.apply(one, axis=1)
 
 
+def designs(ok: pd.DataFrame) -> pd.Series:
+    """Each run's design: its scheme, with its pattern where it is not the PS (``optireduce
+    (ring)``): a design is a transport under the pattern it runs."""
+    if "pattern" not in ok:
+        return ok.scheme.astype(str)
+    kind = ok.pattern.fillna("ps").astype(str).str.partition(":")[0]
+    return ok.scheme.astype(str).where(kind == "ps", ok.scheme.astype(str) + " (" + kind + ")")
+
+
 def cells(ok: pd.DataFrame) -> list[str]:
     """The cells of ``ok`` (with its ``cell`` column), no loss first."""
     return sorted(ok.cell.unique(), key=lambda x: (x != "no loss", x))
 
 
 def order(frame: pd.DataFrame) -> list[str]:
-    """The schemes present, the designs first in :data:`DESIGNS` order."""
-    present = set(frame.scheme)
+    """The designs present (``design`` column), in :data:`DESIGNS` order first."""
+    present = set(frame.design)
     return [s for s in DESIGNS if s in present] + sorted(present - set(DESIGNS))
 
 
@@ -82,9 +93,9 @@ def winner(c: pd.DataFrame) -> tuple[str, str | None, list[stats.Verdict]]:
     """The cell's fastest median, its winner by :data:`WINNER_RULE` (None: none separates) and
     the comparisons made (the fastest against every other scheme)."""
     schemes = order(c)
-    times = {s: median_tta(c[c.scheme == s]) for s in schemes}
+    times = {s: median_tta(c[c.design == s]) for s in schemes}
     best = min(schemes, key=lambda s: (times[s], schemes.index(s)))
-    verdicts = [stats.compare(best, tta(c[c.scheme == best]), other, tta(c[c.scheme == other]),
+    verdicts = [stats.compare(best, tta(c[c.design == best]), other, tta(c[c.design == other]),
                               higher_is_better=False)
                 for other in schemes if other != best]
     wins = bool(verdicts) and all(v.sign == 1 for v in verdicts)
@@ -92,9 +103,10 @@ def winner(c: pd.DataFrame) -> tuple[str, str | None, list[stats.Verdict]]:
 
 
 def frame(sw: Sweep) -> pd.DataFrame:
-    """The ok runs with their cell."""
+    """The ok runs with their cell and design."""
     d = sw.ok.copy()
     d["cell"] = cell_labels(d)
+    d["design"] = designs(d)
     return d
 
 
@@ -127,7 +139,7 @@ def draw(sw: Sweep, folder: Path, save) -> list[Path]:
     stars = []
     for i, label in enumerate(rows):
         c = d[d.cell == label]
-        times = {s: median_tta(c[c.scheme == s]) for s in cols if (c.scheme == s).any()}
+        times = {s: median_tta(c[c.design == s]) for s in cols if (c.design == s).any()}
         fastest = min(times.values())
         for j, s in enumerate(cols):
             if s in times:

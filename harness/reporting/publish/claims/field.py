@@ -1,7 +1,8 @@
 """Findings of the head-to-head (``results/field/``, preset ``field``; docs/field.md): LTP, PLOT,
-the MLT-, OptiReduce- and phase-aware designs, LTP reliable and the strongest TCP baseline on
-identical replayed loss (``replay:`` and ``ge:``: each seed drops the same packet positions for
-every scheme), in the main incast and beside it at an edge round trip and through a shallow queue.
+the MLT-style and phase-aware designs, LTP reliable and the strongest TCP baseline through the
+PS, and OptiReduce beside LTP in a ring all-reduce, on identical replayed loss (``replay:`` and
+``ge:``: each seed drops the same packet positions for every scheme), in the main incast and
+beside it at an edge round trip and through a shallow queue.
 
 Per cell (a loss model and a regime): time to the target accuracy (runs that miss it count as
 infinitely late), the final accuracy against lossless TCP with the same seed, the slowest
@@ -18,8 +19,8 @@ from harness.reporting.publish.claims import Section
 from harness.reporting.publish.claims.common import (STRONGEST_TCP, cap_text, legend, listing,
                                                      name, runs_of, setting, time_fmt, tta_est)
 from harness.reporting.publish.context import Context
-from harness.reporting.sections.field import (CONTEXT, WINNER_RULE, cell_labels, cells, order,
-                                              winner)
+from harness.reporting.sections.field import (CONTEXT, WINNER_RULE, cell_labels, cells,
+                                              designs, order, winner)
 
 FIELD = "results/field"
 QUESTION = "Which design of the field wins where, on identical replayed loss?"
@@ -30,13 +31,14 @@ def runs(ctx: Context, rel: str = FIELD) -> pd.DataFrame:
     ok = ctx.folder(rel).ok.copy()
     ok["given_up"] = 1.0 - ok.mean_recv_frac.astype(float)
     ok["cell"] = cell_labels(ok)
+    ok["design"] = designs(ok)
     return ok
 
 
 def lossless_tcp(ok: pd.DataFrame, c: pd.DataFrame) -> pd.DataFrame:
     """The strongest TCP without loss in the regime of cell ``c`` (its context), else in the
     folder's usual one."""
-    tcp = ok[(ok.scheme == STRONGEST_TCP) & (ok.loss_pct == 0)]
+    tcp = ok[(ok.design == STRONGEST_TCP) & (ok.loss_pct == 0)]
     same = tcp
     for col in CONTEXT:
         same = same[same[col] == c[col].iloc[0]]
@@ -45,13 +47,13 @@ def lossless_tcp(ok: pd.DataFrame, c: pd.DataFrame) -> pd.DataFrame:
 
 def table(ok: pd.DataFrame, c: pd.DataFrame, target: float) -> tuple[list[str], list]:
     """The cell's rows: one per scheme."""
-    lines = [f"| scheme | runs | time to {target:.0%}, s | final accuracy | points vs lossless "
+    lines = [f"| design | runs | time to {target:.0%}, s | final accuracy | points vs lossless "
              f"{name(STRONGEST_TCP)} | slowest iteration (p99), s | given up |",
              "|---|---|---|---|---|---|---|"]
     shown = []
     ref = lossless_tcp(ok, c)
     for s in order(c):
-        m = c[c.scheme == s]
+        m = c[c.design == s]
         tta = tta_est(m)
         acc = stats.median_ci(m.final_accuracy)
         pts = stats.pair_or_not(runs_of(m, "final_accuracy", 100),
