@@ -26,13 +26,15 @@ FIELD = "results/field"
 QUESTION = "Which design of the field wins where, on identical replayed loss?"
 
 
-def runs(ctx: Context, rel: str = FIELD) -> pd.DataFrame:
-    """The folder's ok runs with the given-up share and their cell."""
-    ok = ctx.folder(rel).ok.copy()
+def runs(ctx: Context, rel: str = FIELD) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The folder's ok runs with the given-up share, their cell and design; and the runs that
+    did not finish (a timeout is a measured outcome: TCP in timeout under per-packet bursts)."""
+    every = ctx.folder(rel).runs.copy()
+    every["cell"] = cell_labels(every)
+    every["design"] = designs(every)
+    ok = every[every.status == "ok"].copy()
     ok["given_up"] = 1.0 - ok.mean_recv_frac.astype(float)
-    ok["cell"] = cell_labels(ok)
-    ok["design"] = designs(ok)
-    return ok
+    return ok, every[every.status != "ok"]
 
 
 def lossless_tcp(ok: pd.DataFrame, c: pd.DataFrame) -> pd.DataFrame:
@@ -68,7 +70,7 @@ def table(ok: pd.DataFrame, c: pd.DataFrame, target: float) -> tuple[list[str], 
 
 def field_body(ctx: Context) -> list[str]:
     """Per cell: the table, then the winner or that none separates; a summary line last."""
-    ok = runs(ctx)
+    ok, failed = runs(ctx)
     target = float(ok.target_accuracy.dropna().iloc[0])
     lines = [f"{setting(ok)} ({cap_text(ok)}), seeds {listing(sorted(ok.seed.unique()))}. "
              "Every seed drops the same packet positions for every scheme (`replay:` and `ge:` "
@@ -81,6 +83,11 @@ def field_body(ctx: Context) -> list[str]:
         shown += est
         fastest, best, verdicts = winner(c)
         lines += [f"**{label}**", ""] + rows + [""]
+        gone = failed[failed.cell == label]
+        if len(gone):
+            lines += ["- Runs that did not finish: " + "; ".join(
+                f"{name(d)} {len(g)} ({listing(sorted(g.status.unique()))})"
+                for d, g in gone.groupby("design")) + "."]
         if best:
             said = f"{name(best)} wins (faster than each of the {len(verdicts)} others)"
         else:
