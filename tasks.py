@@ -335,11 +335,14 @@ def simulate(c, out=None, workers="8", transports="ltp", bandwidth="10000", queu
         engine.run_plan(kind.SimPlan("simulate", tuple(grid)), folder)
 
 
-@task(help={"workers": "comma-separated numbers of workers (default 8,64,256,1024)",
+@task(help={"workers": "comma-separated numbers of workers (default 8,64,256,1024,4096,8192)",
             "bandwidth": "link rate in Mbit/s (default 100000)",
-            "iterations": "iterations per run (default 2)"})
-def bench_simulate(c, workers="8,64,256,1024", bandwidth="100000", iterations="2"):
-    """The simulator's own cost against N: wall time, events per second, peak memory."""
+            "iterations": "iterations per run (default 2)",
+            "min_pushes": "a run has at least this many pushes in all: small N get more "
+                          "iterations (default 1024)"})
+def bench_simulate(c, workers="8,64,256,1024,4096,8192", bandwidth="100000", iterations="2",
+                   min_pushes="1024"):
+    """The simulator's own cost against N: wall time, events/s, peak memory, PS core us/datagram."""
     from harness import cli
 
     with cli.user_errors():
@@ -347,4 +350,5 @@ def bench_simulate(c, workers="8,64,256,1024", bandwidth="100000", iterations="2
 
         kind.bench(cli.numbers(workers, int, "--workers"),
                   cli.number(bandwidth, float, "--bandwidth"),
-                  cli.number(iterations, int, "--iterations"))
+                  cli.number(iterations, int, "--iterations"),
+                  cli.number(min_pushes, int, "--min-pushes"))

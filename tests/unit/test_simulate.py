@@ -145,3 +145,15 @@ def test_crossovers_need_separated_intervals():
     got = crossovers(pd.DataFrame(rows)).iloc[0]
     assert got["faster_by_n"] == "8:ltp;64:noise;512:tcp-ref"
     assert got["crossover_between_n"] == "64-512"
+
+
+def test_bench_reports_the_ps_core_time_per_datagram_per_n(binary):
+    lines = []
+    rows = kind.bench([2, 4], 1000.0, 1, min_pushes=8, echo=lines.append)
+    assert [r["n_workers"] for r in rows] == [2, 4]
+    assert [r["iterations"] for r in rows] == [4, 2]   # small N get more: 8 pushes at least
+    assert all(r["status"] == "ok" and r["ps_core_us_per_datagram"] > 0 for r in rows)
+    assert "PS core us/datagram" in lines[1] and len(lines) == 2 + 2 + 1
+    assert "x the smallest" in lines[-1]
+    with pytest.raises(sim.SimulationError, match="--min-pushes must be 0 or more"):
+        kind.bench([2], 1000.0, 1, min_pushes=-1)

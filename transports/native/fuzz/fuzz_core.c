@@ -19,7 +19,14 @@
  * estimate: every peer has a window for segment 0 and each segment of the policy table and no
  * more, a segment's window has taken no fewer samples than its messages gave the peer's (a
  * one-segment peer's), every sample is a fraction, and every threshold lies in its segment's
- * range. A violation aborts (a crash to libFuzzer).
+ * range. The peer index (ltp_index.c): every heap is a heap of distinct slots, and every peer not
+ * touched since it was last keyed is in each heap and set exactly as its state says (its timer,
+ * its control datagram due or to come, HELLO_ACK and CLOSE copies pending, its packet to send),
+ * the touched ones once each in the list poll_tx goes through; the rate hint's open peers (count,
+ * srtt heap, list in order of last DATA and the cursor into it) are those with an open context.
+ * So the index holds more than one slot, the PS has two peers besides the worker that never
+ * answer: the PS sends to them, says HELLO to them, and their datagrams are dropped. A violation
+ * aborts (a crash to libFuzzer).
  */
 #include "ltp_internal.h"
 
@@ -29,7 +36,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define CHECK(c) do { if (!(c)) abort(); } while (0)
-enum { W = 0, S = 1, QMAX = 64, DG = 600, MAXF = 4096 };
+enum { W = 0, S = 1, QMAX = 64, DG = 600, MAXF = 4096, PHANTOMS = 2 };
 
 typedef struct { int len; uint8_t b[DG]; } dgram_t;
 typedef struct { dgram_t d[QMAX]; int n; } queue_t;
@@ -55,25 +62,23 @@ typedef struct {
 } world_t;
 
 /* ------------------------------------------------------------------ invariants */
-/* The loss windows of peer pi (ltp_recv.c, p_hat) and the thresholds they give. Each core here
- * has one peer, so its closes are that peer's; every close gives one sample, to its segment's
- * window if it has one and to the peer's if the message has loss_min_packets packets. */
-static void check_loss(const ltp_core_t *c, int pi)
+/* The loss windows of peer pi (ltp_recv.c, p_hat) and the thresholds they give. Every close gives
+ * one sample, to its segment's window if it has one and to its peer's if the message has
+ * loss_min_packets packets; the samples of all peers (*taken, *n_loss) add up to the closes. */
+static void check_loss(const ltp_core_t *c, int pi, uint64_t *taken, uint64_t *n_loss)
 {
     const peer_t *p = &c->peers[pi];
     uint32_t w = c->cfg.loss_window;
-    uint64_t taken = 0, closes = c->st[LTP_S_CLOSE_COMPLETE] + c->st[LTP_S_CLOSE_EARLY] + c->st[LTP_S_CLOSE_MAX_WAIT];
     CHECK(p->n_seg_loss == MAX(1u, c->n_policy));
+    *n_loss += p->n_loss;
     for (uint32_t s = 0; s < p->n_seg_loss; s++) {
-        taken += p->seg_n_loss[s];
+        *taken += p->seg_n_loss[s];
         for (uint32_t i = 0; i < MIN(w, p->seg_n_loss[s]); i++) {
             float x = p->seg_loss[(size_t)s * w + i];
             CHECK(x >= 0.0f && x <= 1.0f);
         }
     }
     for (uint32_t i = 0; i < MIN(LTP_LOSS_WINDOW_MAX, p->n_loss); i++) CHECK(p->loss_ring[i] >= 0.0f && p->loss_ring[i] <= 1.0f);
-    CHECK(taken <= closes && p->n_loss <= closes);
-    if (c->cfg.loss_min_packets == 1) CHECK(p->n_loss == closes);
     for (uint32_t s = 0; s <= p->n_seg_loss; s++) {   /* the last one: outside the table */
         double lo = c->cfg.threshold_min, hi = c->cfg.threshold_max;
         if (s < c->n_policy && c->policy[s].set) { lo = c->policy[s].lo; hi = c->policy[s].hi; }
@@ -82,9 +87,94 @@ static void check_loss(const ltp_core_t *c, int pi)
     }
 }
 
+/* A heap of the index: its order, and each slot in it once, where pos says. */
+static void check_heap(const pheap_t *h, int n_peers)
+{
+    CHECK(h->n >= 0 && h->n <= n_peers);
+    for (int i = 0; i < h->n; i++) {
+        int s = h->at[i], up = i ? h->at[(i - 1) / 2] : -1;
+        CHECK(s >= 0 && s < n_peers && h->pos[s] == i);
+        if (up >= 0) CHECK(h->key[up] < h->key[s] || (h->key[up] == h->key[s] && up < s));
+    }
+    for (int s = 0; s < n_peers; s++)
+        CHECK(h->pos[s] < h->n && (h->pos[s] < 0 || h->at[h->pos[s]] == s));
+}
+
+static int in_heap(const pheap_t *h, int s, uint64_t key)
+{
+    return h->pos[s] >= 0 && h->key[s] == key;
+}
+
+static int in_set(const pset_t *s, int slot) { return pset_next(s, slot) == slot; }
+
+/* The peer index: what every peer's state says, each peer once (see the top of this file). */
+static void check_index(const ltp_core_t *c)
+{
+    const pindex_t *x = &c->ix;
+    const pheap_t *heaps[] = {&x->timer, &x->ctl, &x->ready, &x->urgent, &x->head, &c->srtt};
+    for (int i = 0; i < 6; i++) check_heap(heaps[i], c->n_peers);
+    int dirty = 0, n_open = 0, serial = c->cfg.peer_schedule == LTP_SCHED_SERIAL;
+    for (int i = 0; i < x->n_dirty; i++) CHECK(c->peers[x->dirty[i]].dirty);
+    double srtt_max = -1;
+    for (int pi = 0; pi < c->n_peers; pi++) {
+        peer_t *p = &c->peers[pi];
+        uint32_t open = 0;
+        uint64_t timer = NEVER, ctl = NEVER;
+        for (uint32_t j = 0; j < c->cfg.max_open_per_peer; j++) {
+            const rxmsg_t *m = &p->rx[j];
+            if (!m->used || m->closed) continue;
+            open++;
+            timer = MIN(timer, rx_close_deadline(c, p, m));
+            if (m->ack_pending) ctl = MIN(ctl, m->ack_due_us);
+        }
+        CHECK(open == p->n_rx_open);
+        n_open += open > 0;
+        if (open) srtt_max = MAX(srtt_max, MIN(p->peer_srtt_us, 1e6));
+        CHECK((c->srtt.pos[pi] >= 0) == (open > 0));
+        dirty += p->dirty;
+        if (p->dirty) continue;   /* re-keyed before the index is read */
+        for (uint32_t j = 0; j < c->cfg.max_tx_per_peer; j++)
+            timer = MIN(timer, tx_deadline(c, p, &p->tx[j]));
+        if (p->hello_active) ctl = MIN(ctl, p->hello_next_us);
+        int urgent = p->hello_ack_pending || p->n_close_pending;
+        if (urgent) ctl = 0;
+        CHECK(timer == NEVER ? x->timer.pos[pi] < 0 : in_heap(&x->timer, pi, timer));
+        CHECK(in_heap(&x->urgent, pi, 0) == urgent && (urgent || x->urgent.pos[pi] < 0));
+        if (x->ready.pos[pi] >= 0) CHECK(x->ctl.pos[pi] < 0 && ctl <= x->ready_us);   /* was due */
+        else CHECK(ctl == NEVER ? x->ctl.pos[pi] < 0 : in_heap(&x->ctl, pi, ctl));
+        uint32_t idx;
+        int retrans;
+        txmsg_t *m = sched_pick(c, p, &idx, &retrans);
+        if (serial) CHECK(m ? in_heap(&x->head, pi, sched_rank(p, m)) : x->head.pos[pi] < 0);
+        else CHECK(in_set(&x->cand, pi) == (m != NULL));
+        /* An own flow with nothing to send that the scheduler need not look at again is marked
+         * app-limited as it would mark it now. */
+        if (x->marks && !m && p->fl == &p->own && !in_set(&x->unmarked, pi))
+            CHECK(p->own.bbr.app_limited_until ==
+                  MAX(p->own.bbr.delivered + p->own.inflight_bytes, 1));
+    }
+    CHECK(dirty == x->n_dirty && (int)c->n_open_peers == n_open);
+    int top = ph_top(&c->srtt);
+    CHECK(top < 0 ? srtt_max < 0 : MIN(c->peers[top].peer_srtt_us, 1e6) == srtt_max);
+    /* The open peers' list: each once, in order of last DATA; the cursor at the first at or after
+     * its threshold, act_ge counting from there. */
+    int n = 0, ge = 0, prev = -1, cur = -1;
+    for (int t = c->act_head; t >= 0; prev = t, t = c->peers[t].act_next, n++) {
+        CHECK(n < c->n_peers && c->peers[t].n_rx_open && c->peers[t].act_prev == prev);
+        if (prev >= 0) CHECK(c->peers[prev].last_data_us <= c->peers[t].last_data_us);
+        if (c->peers[t].last_data_us >= c->act_thr) { ge++; if (cur < 0) cur = t; }
+    }
+    CHECK(n == n_open && c->act_tail == prev && ge == (int)c->act_ge && cur == c->act_cur);
+}
+
 static void check_core(const ltp_core_t *c, uint64_t now)
 {
+    check_index(c);
     CHECK(ltp_core_next_timeout((ltp_core_t *)c, now) >= now);
+    check_index(c);
+    uint64_t taken = 0, n_loss = 0;
+    uint64_t closes = c->st[LTP_S_CLOSE_COMPLETE] + c->st[LTP_S_CLOSE_EARLY];
+    closes += c->st[LTP_S_CLOSE_MAX_WAIT];
     uint64_t shared = 0;   /* in flight on the serial schedule's shared flow (shared_link) */
     int any_shared = 0;
     for (int pi = 0; pi < c->n_peers; pi++) {
@@ -119,8 +209,10 @@ static void check_core(const ltp_core_t *c, uint64_t now)
         uint32_t pending = 0;
         for (uint32_t j = 0; j < c->ring_cap; j++) pending += p->ring[j].close_pending != 0;
         CHECK(pending == p->n_close_pending);
-        check_loss(c, pi);
+        check_loss(c, pi, &taken, &n_loss);
     }
+    CHECK(taken <= closes && n_loss <= closes);
+    if (c->cfg.loss_min_packets == 1) CHECK(n_loss == closes);
     if (any_shared) CHECK(shared == c->shared.inflight_bytes);
 }
 
@@ -130,18 +222,19 @@ static void poll_core(world_t *w, int k)
     uint8_t b[DG];
     int slot, n;
     for (int guard = 0; guard < 512 && (n = ltp_core_poll_tx(w->c[k], w->now, b, sizeof b, &slot)) > 0; guard++) {
-        CHECK(n <= (int)sizeof b && slot == 0);
+        CHECK(n <= (int)sizeof b && slot >= 0 && slot < w->c[k]->n_peers && (slot == 0 || k == S));
         int type = b[WIRE_TYPE];
         if (type == LTP_T_DATA) {   /* never a DATA for a send that is over */
             uint32_t id; uint16_t seg;
             memcpy(&id, b + WIRE_MSG_ID, 4); memcpy(&seg, b + WIRE_SEGMENT, 2);
-            const peer_t *p = &w->c[k]->peers[0];
+            const peer_t *p = &w->c[k]->peers[slot];
             int live = 0;
             for (uint32_t j = 0; j < w->c[k]->cfg.max_tx_per_peer; j++)
                 live |= p->tx[j].used && !p->tx[j].done && !p->tx[j].suspended && p->tx[j].msg_id == id &&
                         p->tx[j].segment == seg;
             CHECK(live);
         }
+        if (slot) continue;   /* to a peer that is not there */
         if (type >= 1 && type <= 5) { w->last[k][type].len = n; memcpy(w->last[k][type].b, b, (size_t)n); }
         queue_t *q = &w->q[k];
         if (q->n < QMAX) { q->d[q->n].len = n; memcpy(q->d[q->n].b, b, (size_t)n); q->n++; }
@@ -196,8 +289,9 @@ static int seal(world_t *w, int to, uint8_t *b, int n, int with_key)
 }
 
 /* A forged datagram to core `to`: the last genuine one of `type` toward it (or a bare header),
- * its fields overwritten from the input, then sealed or not. */
-static void forge(world_t *w, int to, int type, input_t *in)
+ * its fields overwritten from the input, then sealed or not; from peer slot `from` (the PS's
+ * peers that never answer have slots 1.. and ranks 1..). */
+static void forge(world_t *w, int to, int type, input_t *in, int from)
 {
     uint8_t b[DG + 8];
     const dgram_t *t = &w->last[1 - to][type];
@@ -246,8 +340,9 @@ static void forge(world_t *w, int to, int type, input_t *in)
         for (int i = 0; i < bits / 8; i++) b[LTP_ACK_HDR_BYTES + i] = u8(in);
         n = (int)LTP_ACK_HDR_BYTES + bits / 8;
     }
+    if (from) { b[WIRE_SENDER] = (uint8_t)from; b[WIRE_SENDER + 1] = 0; }
     n = seal(w, to, b, n, u8(in) & 1);
-    ltp_core_input(w->c[to], 0, b, (size_t)n, w->now);
+    ltp_core_input(w->c[to], from, b, (size_t)n, w->now);
 }
 
 /* ------------------------------------------------------------------ the applications */
@@ -260,6 +355,8 @@ static void app_send(world_t *w, int k)
         uint16_t seg = segs > 1 ? (uint16_t)(s + 1) : 0;
         ltp_core_send(w->c[k], 0, id, seg, w->payload + s * per, per * 4, 0, w->now);
     }
+    if (k == S && id % 3 == 0)   /* and now and then to a peer that never answers */
+        ltp_core_send(w->c[S], 1 + (int)(id / 3 % PHANTOMS), id, 0, w->payload, per * 4, 0, w->now);
 }
 
 /* The caller's deadline: suspend core k's sends of its newest id, then (unless `leave`) send the
@@ -318,7 +415,7 @@ static void setup(world_t *w, uint8_t flags, uint8_t size)
     cfg.closed_ring = flags & 128 ? 2 : 8;
     cfg.max_udp_payload_bytes = 160 + 8 * (size % 48);         /* 92..476-byte chunks: <= 45 packets */
     cfg.max_msg_bytes = MAXF * 4;
-    cfg.max_peers = 2;
+    cfg.max_peers = 1 + PHANTOMS;
     cfg.max_open_per_peer = 4;
     cfg.max_tx_per_peer = 4;
     cfg.rx_msg_window = 16;
@@ -338,6 +435,7 @@ static void setup(world_t *w, uint8_t flags, uint8_t size)
     CHECK(w->c[W] && w->c[S]);
     ltp_core_add_peer(w->c[W], LTP_RANK_SERVER);
     ltp_core_add_peer(w->c[S], 0);
+    for (int i = 1; i <= PHANTOMS; i++) CHECK(ltp_core_add_peer(w->c[S], (uint16_t)i) == i);
     for (int i = 0; i < LTP_KEY_BYTES; i++) w->key[i] = (uint8_t)(i * 7 + size);
     ltp_core_set_key(w->c[W], w->key, sizeof w->key);
     ltp_core_set_key(w->c[S], w->key, sizeof w->key);
@@ -367,11 +465,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 3: deliver(&w, k, 1 + u8(&in) % 16, u8(&in)); break;
         case 4: app_send(&w, k); break;
         case 5: app_take(&w, k); break;
-        case 6: forge(&w, S, LTP_T_DATA, &in); break;
-        case 7: forge(&w, W, LTP_T_ACK, &in); break;
-        case 8: forge(&w, W, LTP_T_CLOSE, &in); break;
-        case 9: forge(&w, k ? S : W, u8(&in) & 1 ? LTP_T_HELLO : LTP_T_HELLO_ACK, &in); break;
-        case 10: ltp_core_hello(w.c[W], 0, w.now); break;
+        case 6: forge(&w, S, LTP_T_DATA, &in, k ? 1 + (op >> 4 & 1) : 0); break;   /* k: phantom */
+        case 7: forge(&w, W, LTP_T_ACK, &in, 0); break;
+        case 8: forge(&w, W, LTP_T_CLOSE, &in, 0); break;
+        case 9: forge(&w, k ? S : W, u8(&in) & 1 ? LTP_T_HELLO : LTP_T_HELLO_ACK, &in, 0); break;
+        case 10:   /* the PS joins a peer that never answers, or the worker the PS */
+            if (k) ltp_core_hello(w.c[S], 1 + (op >> 4 & 1), w.now);
+            else ltp_core_hello(w.c[W], 0, w.now);
+            break;
         case 11: {   /* a raw datagram, no structure at all */
             uint8_t b[DG];
             size_t n = u8(&in) % 128;
@@ -389,6 +490,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 for (uint16_t s = 0; s <= w.segs; s++)
                     if (ltp_core_send_status(w.c[k], 0, w.next_send[k] - 1 - d, s, NULL, w.now) == 1)
                         ltp_core_send_release(w.c[k], 0, w.next_send[k] - 1 - d, s);
+            for (int i = 1; k == S && i <= PHANTOMS; i++)   /* the PS gives up on those */
+                for (uint32_t d = 3; d < 8; d++)
+                    ltp_core_send_release(w.c[S], i, w.next_send[S] - 1 - d, 0);
             break;
         }
         case 14: app_retry(&w, k, u8(&in)); break;

@@ -14,6 +14,7 @@
  *   ltp_send.c    send contexts: transmission order, RACK and PTO loss recovery, ACK and CLOSE
  *   ltp_sched.c   which peer's message sends the next DATA packet, and when
  *   ltp_core.c    the endpoint: peers, datagram dispatch, timers, poll_tx and next_timeout
+ *   ltp_index.c   which peers have work due and when (poll_tx and next_timeout look at those only)
  *   ltp_udp.c     the UDP driver around one core: socket, event loop, blocking API; its batched
  *   ltp_udp_io.c  datagram I/O; ltp_udp_internal.h (not part of the sans-IO core)
  * Nothing here is public API: bindings read ltp.h only. The C tests include this header for the
@@ -186,7 +187,8 @@ typedef struct {
     uint32_t received, crit_rcvd, first_rcvd, base, max_idx, max_first_seq;
     uint64_t received_bytes, duplicates, retransmits;
     uint64_t first_us, pass_end_us, close_us;
-    uint64_t checked_us;             /* the close rule was last evaluated then (rx_check_close) */
+    uint64_t checked_us;             /* the close rule was last evaluated then (rx_check_close), */
+    uint64_t checked_seq;            /* as the eval_seq'th evaluation (index_checked_us) */
     uint32_t ack_pending, echo_ts, echo_seq;
     uint64_t ack_due_us, echo_arrival_us;
     uint64_t last_us;                /* last DATA that changed it (idle contexts are evicted) */
@@ -223,6 +225,9 @@ typedef struct {
 } flow_t;
 
 typedef struct { uint32_t msg_id, packets; uint16_t segment; uint8_t used; } released_t;
+
+/* A buffer the application posted for a message (ltp_core_rx_post). */
+typedef struct { int peer; uint32_t msg_id, cap; uint16_t segment; uint8_t *buf; } post_t;
 
 typedef struct {
     uint16_t rank;
@@ -267,14 +272,44 @@ typedef struct {
      * those packets, so a later send of the same key may be closed with more than it sent. */
     released_t *released;                  /* core.released_cap of them */
     uint32_t released_head;
+    post_t *posts;                         /* buffers posted for its messages (ltp_place.c) */
+    uint32_t n_posts, cap_posts;
+    /* The index (ltp_index.c) and the rate hint's view of it (ltp_hint.c). */
+    uint8_t dirty;                         /* touched since the last poll_tx (pindex_t.dirty) */
+    uint32_t n_rx_open;                    /* receive contexts used and not closed */
+    int32_t act_prev, act_next;            /* in the hint's list of open peers (n_rx_open > 0) */
 } peer_t;
 
 typedef struct { float lo, hi; uint8_t set; } policy_t;
+
+/* ---------------------------------------------------------------- the peer index (ltp_index.c) */
+/* A binary min-heap of peer slots ordered by (key, slot), each slot at most once. */
+typedef struct { int32_t *at, *pos; uint64_t *key; int32_t n; } pheap_t;
+/* A set of peer slots that finds its next member from any slot: three levels of bitmaps. */
+typedef struct { uint64_t *w[3]; uint32_t words[3]; } pset_t;
+
+/* Which peers have work due and when, so that poll_tx and next_timeout look at those only. Every
+ * peer's keys are what its state says (index_rekey); a call that changes a peer's state touches
+ * it (index_touch), which re-keys it before the index is next read and has poll_tx look at it
+ * once more. */
+typedef struct {
+    pheap_t timer;            /* peers with a timer: a close deadline, RACK, PTO; by its time */
+    pheap_t ctl;              /* peers with a control datagram to come (HELLO, ACK), by its time */
+    pheap_t ready;            /* peers with a control datagram due: the lowest slot goes first */
+    pheap_t urgent;           /* peers with a HELLO_ACK or CLOSE copies pending */
+    pheap_t head;             /* serial: peers with a packet to send, by (silent, queueing order) */
+    pset_t cand;              /* fair: peers with a packet to send */
+    pset_t unmarked;          /* own flows changed since the scheduler last looked at them */
+    int marks;                /* the scheduler marks idle own flows (unmarked is kept) */
+    int32_t *dirty, n_dirty;  /* peers touched since the last poll_tx */
+    uint64_t ready_us;        /* ready was last filled then (an earlier call empties it) */
+    /* poll_tx evaluates every open message's close rule (rx_check_close); the index does it for
+     * the peers it ticks and records the call for the others (index_checked_us). */
+    uint64_t tick_us, tick_seq, eval_seq;
+} pindex_t;
 /* One expected segment: the exact shape its DATA must have (ltp_core_expect). */
 typedef struct { uint32_t total, critical_bytes, count, critical; uint8_t set; } expect_t;
 
-/* A buffer the application posted for a message (ltp_core_rx_post). */
-typedef struct { int peer; uint32_t msg_id, cap; uint16_t segment; uint8_t *buf; } post_t;
 
 struct ltp_core {
     ltp_config_t cfg;
@@ -308,8 +343,15 @@ struct ltp_core {
     uint64_t cw_start_us, cw_len_us, cw_bytes, cw_first_len;   /* capacity window */
     minmax_t cap_filter;
     double cap_bw;                         /* capacity toward this endpoint, bytes/us */
-    post_t *posts;                         /* posted receive buffers (ltp_place.c) */
-    uint32_t n_posts, cap_posts;
+    /* The rate hint's view of the open peers (peer_t.n_rx_open > 0): how many, the largest srtt,
+     * and a list in order of their last DATA with a cursor at the first at or after act_thr
+     * (act_ge: members from it on), which moves as little as the hint's idle horizon does. */
+    uint32_t n_open_peers;
+    pheap_t srtt;                          /* open peers, largest MIN(peer_srtt_us, 1e6) first */
+    int32_t act_head, act_tail, act_cur;
+    uint32_t act_ge;
+    uint64_t act_thr;
+    pindex_t ix;
     uint64_t st[LTP_S__COUNT];
 };
 
@@ -320,6 +362,28 @@ int core_peer_slot(const ltp_core_t *c, const peer_t *p);
 hdr_t core_header(const ltp_core_t *c, uint8_t type, uint32_t msg_id, uint16_t segment);
 /* Driver hook: the driver counts its own events in the core's table so stats stay in one place. */
 void ltp_core__count(ltp_core_t *c, int stat, uint64_t n);
+
+/* ltp_index.c */
+int ph_init(pheap_t *h, uint32_t cap);
+void ph_free(pheap_t *h);
+void ph_put(pheap_t *h, int slot, uint64_t key);   /* key NEVER: slot leaves the heap */
+int ph_top(const pheap_t *h);                      /* the least (key, slot); -1 if empty */
+int pset_next(const pset_t *s, int from);          /* the least member >= from; -1 if none */
+void pset_put(pset_t *s, int slot, int in);
+int index_init(ltp_core_t *c);
+void index_free(ltp_core_t *c);
+void index_touch(ltp_core_t *c, peer_t *p);        /* p's state changed (any call on it does) */
+void index_touch_all(ltp_core_t *c);
+/* When the close rule of open message m was last evaluated; index_eval records one. */
+uint64_t index_checked_us(const ltp_core_t *c, const rxmsg_t *m);
+void index_eval(ltp_core_t *c, rxmsg_t *m, uint64_t now);
+/* poll_tx's timers: every peer whose timer is due or that was touched has its close rules and
+ * send timers run; the close rules of the others count as evaluated now. */
+void index_tick(ltp_core_t *c, uint64_t now);
+int index_ready(ltp_core_t *c, uint64_t now);      /* lowest slot with a control datagram due */
+void index_refresh(ltp_core_t *c, uint64_t now);   /* keys up to date (next_timeout) */
+int index_urgent(const ltp_core_t *c);             /* lowest slot with HELLO_ACK/CLOSE; -1 */
+uint64_t index_due(const ltp_core_t *c);           /* earliest timer or control datagram */
 
 /* ltp_auth.c */
 /* Bytes a datagram of this endpoint gives to its trailer (LTP_MAC_BYTES with auth on, else 0). */
@@ -360,6 +424,10 @@ uint64_t pacing_due(const ltp_core_t *c, peer_t *p, uint64_t now);
 /* ltp_hint.c */
 void hint_on_data(ltp_core_t *c, peer_t *p, const hdr_t *h, size_t len, uint64_t now, uint64_t at);
 uint32_t hint_kbps(ltp_core_t *c, uint64_t now);
+int hint_init(ltp_core_t *c);
+void hint_free(ltp_core_t *c);
+void hint_open(ltp_core_t *c, peer_t *p, int open);   /* p's first context opened / last closed */
+void hint_srtt(ltp_core_t *c, peer_t *p);             /* p's peer_srtt_us changed */
 
 /* ltp_admit.c */
 /* DATA this endpoint can take at all: its segment and shape are expected (counted if not). */
@@ -395,7 +463,9 @@ int rx_loss_fit(const ltp_core_t *c, peer_t *p);
 rxmsg_t *rx_lookup(const ltp_core_t *c, const peer_t *p, uint32_t msg_id, uint16_t segment);
 closed_t *ring_lookup(const ltp_core_t *c, const peer_t *p, uint32_t msg_id, uint16_t segment);
 void rx_check_close(ltp_core_t *c, peer_t *p, rxmsg_t *m, uint64_t now);
-uint64_t rx_deadline(const ltp_core_t *c, const peer_t *p, const rxmsg_t *m);
+/* When open message m's close rule next needs evaluating by time alone; NEVER if closed. */
+uint64_t rx_close_deadline(const ltp_core_t *c, const peer_t *p, const rxmsg_t *m);
+void rx_release(ltp_core_t *c, peer_t *p, rxmsg_t *m);   /* rx_free, keeping the open count */
 int rx_on_data(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now);
 int rx_poll_control(ltp_core_t *c, peer_t *p, uint64_t now, uint8_t *b, size_t cap);
 void rx_farewell(ltp_core_t *c, peer_t *p);   /* one more CLOSE for p's newest closed message */
@@ -429,6 +499,13 @@ typedef struct {
 } sched_t;
 
 void sched_begin(sched_t *s);
+/* The message of peer p with a packet to send (and the packet), or NULL. */
+txmsg_t *sched_pick(const ltp_core_t *c, peer_t *p, uint32_t *idx, int *retrans);
+/* The serial schedule's order of p's message m: unanswered probes (silent) last, then queueing. */
+uint64_t sched_rank(const peer_t *p, const txmsg_t *m);
+/* Consider every peer the choice depends on: poll (poll_tx) also marks idle flows; stop >= 0
+ * (next_timeout, an urgent peer there) only the slots below it. */
+void sched_scan(ltp_core_t *c, sched_t *s, uint64_t now, int poll, int stop);
 void sched_mark_idle(flow_t *f);   /* nothing to send: rate samples until delivered are app-limited */
 void sched_consider(ltp_core_t *c, sched_t *s, int pi, uint64_t now, int mark_idle);
 uint64_t sched_decide(ltp_core_t *c, sched_t *s, uint64_t now);

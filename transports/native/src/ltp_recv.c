@@ -16,6 +16,19 @@ void rx_free(rxmsg_t *m)
     memset(m, 0, sizeof *m);
 }
 
+/* p has one open context more (+1) or less (-1): the rate hint counts the peers that have any. */
+static void rx_count_open(ltp_core_t *c, peer_t *p, int delta)
+{
+    p->n_rx_open = (uint32_t)((int)p->n_rx_open + delta);
+    if (p->n_rx_open == (delta > 0)) hint_open(c, p, delta > 0);
+}
+
+void rx_release(ltp_core_t *c, peer_t *p, rxmsg_t *m)
+{
+    if (m->used && !m->closed) rx_count_open(c, p, -1);
+    rx_free(m);
+}
+
 /* ---------------------------------------------------------------- thresholds */
 /* The first-pass loss estimate p_hat of peer p's messages of segment seg: the least loss of
  * their last loss_window messages. Random loss is in every message; congestion drops come in
@@ -109,6 +122,8 @@ int ltp_core_set_policy(ltp_core_t *c, uint16_t seg, double lo, double hi)
     for (int i = 0; i < c->n_peers; i++)
         if (rx_loss_fit(c, &c->peers[i])) return LTP_ENOMEM;   /* its policy stays what it was */
     c->policy[seg] = (policy_t){(float)lo, (float)hi, 1};
+    /* Open messages may close at the new threshold: poll_tx evaluates them again. */
+    for (int pi = c->act_head; pi >= 0; pi = c->peers[pi].act_next) index_touch(c, &c->peers[pi]);
     return LTP_OK;
 }
 
@@ -176,12 +191,15 @@ static void late_data(ltp_core_t *c, peer_t *p, closed_t *e, const hdr_t *h)
 static void rx_close(ltp_core_t *c, peer_t *p, rxmsg_t *m, int reason, uint64_t now)
 {
     m->closed = 1;
+    rx_count_open(c, p, -1);
     m->reason = reason;
     m->close_us = now;
     m->threshold = policy_threshold(c, p, m->segment);
     m->ack_pending = 0;
-    /* Learn this peer's first-pass loss and pass duration for the next threshold. */
-    uint32_t n_first = m->pass_end_us ? m->count : MIN(m->count, m->max_first_seq + 1);
+    /* Learn this peer's first-pass loss and pass duration for the next threshold. (In 64 bits: a
+     * forged tx_seq of 2^32 - 1 wrapped to no first pass at all, so the close gave no sample.) */
+    uint64_t first_seen = (uint64_t)m->max_first_seq + 1;
+    uint32_t n_first = m->pass_end_us ? m->count : (uint32_t)MIN((uint64_t)m->count, first_seen);
     if (n_first > 0) loss_note(c, p, m->segment, m->count, 1.0 - (double)MIN(m->first_rcvd, n_first) / n_first);
     if (m->pass_end_us > m->first_us) {
         double t = (double)(m->pass_end_us - m->first_us);
@@ -201,7 +219,7 @@ static void rx_close(ltp_core_t *c, peer_t *p, rxmsg_t *m, int reason, uint64_t 
 void rx_check_close(ltp_core_t *c, peer_t *p, rxmsg_t *m, uint64_t now)
 {
     if (m->closed) return;
-    m->checked_us = now;
+    index_eval(c, m, now);
     if (m->received == m->count) { rx_close(c, p, m, LTP_CLOSE_COMPLETE, now); return; }
     if (m->crit_rcvd < m->critical) return;
     double frac = (double)m->received_bytes / m->total;
@@ -211,19 +229,18 @@ void rx_check_close(ltp_core_t *c, peer_t *p, rxmsg_t *m, uint64_t now)
         rx_close(c, p, m, LTP_CLOSE_MAX_WAIT, now);
 }
 
-/* When open message m next needs attention (ACK delay, close deadlines); NEVER if closed.
- * A close deadline the rule was already evaluated at or after is no timer any more: the message
- * stayed open below its threshold, and only an event can close it now (a DATA, or a new
- * threshold, which every loop turn re-checks), so returning it would have the caller wake
- * over and over for nothing. */
-uint64_t rx_deadline(const ltp_core_t *c, const peer_t *p, const rxmsg_t *m)
+/* When open message m's close deadlines come (its ACK's is the index's, ltp_index.c); NEVER if
+ * closed. A close deadline the rule was already evaluated at or after is no timer any more: the
+ * message stayed open below its threshold, and only an event can close it now (a DATA, or a new
+ * threshold: either touches its peer, which poll_tx then evaluates again), so returning it would
+ * have the caller wake over and over for nothing. */
+uint64_t rx_close_deadline(const ltp_core_t *c, const peer_t *p, const rxmsg_t *m)
 {
     if (!m->used || m->closed) return NEVER;
-    uint64_t t = NEVER, cap = m->first_us + c->cfg.max_wait_us;
-    if (cap > m->checked_us) t = cap;
-    if (m->pass_end_us && m->pass_end_us + grace_us(c, p) > m->checked_us)
+    uint64_t t = NEVER, cap = m->first_us + c->cfg.max_wait_us, checked = index_checked_us(c, m);
+    if (cap > checked) t = cap;
+    if (m->pass_end_us && m->pass_end_us + grace_us(c, p) > checked)
         t = MIN(t, m->pass_end_us + grace_us(c, p));
-    if (m->ack_pending) t = MIN(t, m->ack_due_us);
     return t;   /* idle eviction is no timer: it happens when a new key needs the place */
 }
 
@@ -271,6 +288,7 @@ static int rx_open(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now, rxmsg
     m->bits = calloc((h->count + 63) / 64, sizeof *m->bits);
     if (!m->buf || !m->bits) { rx_free(m); return LTP_ENOMEM; }
     m->used = 1; m->msg_id = h->msg_id; m->segment = h->segment; m->total = h->total;
+    rx_count_open(c, p, +1);
     m->context = ++c->n_opened;
     m->count = h->count; m->chunk = data_chunk(h); m->critical = h->critical;
     m->first_us = m->last_us = now;
@@ -310,7 +328,10 @@ static void rx_store(ltp_core_t *c, rxmsg_t *m, const hdr_t *h, uint64_t now)
 
 int rx_on_data(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now)
 {
-    if (h->srtt) p->peer_srtt_us = admit_peer_srtt(c, h->srtt);
+    if (h->srtt) {
+        p->peer_srtt_us = admit_peer_srtt(c, h->srtt);
+        hint_srtt(c, p);
+    }
     rxmsg_t *m = rx_lookup(c, p, h->msg_id, h->segment);
     if (!m) {
         rxmsg_t *opened = NULL;
@@ -437,9 +458,10 @@ int ltp_core_rx_take(ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg, voi
         rxmsg_t *o = &p->rx[j];
         if (o->used && seq_lt(o->msg_id, p->floor)) {
             if (!o->closed) c->st[LTP_S_STALE]++;
-            rx_free(o);
+            rx_release(c, p, o);
         }
     }
-    rx_free(m);
+    rx_release(c, p, m);
+    index_touch(c, p);
     return LTP_OK;
 }

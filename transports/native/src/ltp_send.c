@@ -299,6 +299,7 @@ int ltp_core_send(ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg, const 
     peer_t *p = core_peer(c, peer);
     if (!p || !data || len == 0 || len % 4 || len > c->cfg.max_msg_bytes || critical_bytes > len)
         return LTP_EINVAL;
+    index_touch(c, p);   /* whatever follows changes p's sends (ltp_index.c) */
     uint32_t count = (uint32_t)(((uint64_t)len + c->chunk - 1) / c->chunk);
     uint32_t critical = (uint32_t)(((uint64_t)critical_bytes + c->chunk - 1) / c->chunk);
     if (critical > 0xFFFF) return LTP_EINVAL;
@@ -363,6 +364,7 @@ int ltp_core_send_suspend(ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg
     txmsg_t *m = tx_find(c, p, msg_id, seg);
     if (!m) return LTP_ENOTFOUND;
     if (m->suspended) return LTP_OK;
+    index_touch(c, p);
     /* The caller may free its message now: a suspended send sends no DATA (tx_pick), so nothing
      * points into it, and the digest is all a retry is checked against. */
     m->digest = payload_digest(m->data, m->total);
@@ -382,6 +384,7 @@ int ltp_core_send_release(ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg
     txmsg_t *m = tx_find(c, p, msg_id, seg);
     if (!m) return LTP_ENOTFOUND;
     tx_drop(c, p, m);
+    index_touch(c, p);
     return LTP_OK;
 }
 

@@ -384,7 +384,7 @@ def _largest(f: Folder) -> str:
 def readme_block(ctx: Context) -> str:
     """README: the simulator's wall time at the largest N of the scaling runs (``runs.csv``)."""
     f = ctx.folder(BY_N)
-    return (f"{_largest(f)} The PS's core costs O(N) per datagram (docs/simulation.md). From "
+    return (f"{_largest(f)} The PS core's time per datagram against N: docs/simulation.md. From "
             f"{f.cite()}: {f.status()}")
 
 
