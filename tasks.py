@@ -352,3 +352,35 @@ def bench_simulate(c, workers="8,64,256,1024,4096,8192", bandwidth="100000", ite
                   cli.number(bandwidth, float, "--bandwidth"),
                   cli.number(iterations, int, "--iterations"),
                   cli.number(min_pushes, int, "--min-pushes"))
+
+
+@task(help={"folders": "comma-separated results folders (default: every stale published one)",
+            "plan": "only list the stale folders and the commands that would run",
+            "loaded": "a run during which other processes took more than this share of the "
+                      "machine is run again (default 0.01)",
+            "passes": "passes over a folder at most while runs are loaded or failed (default 3)"})
+def refresh(c, folders="", plan=False, loaded="0.01", passes="3"):
+    """Rerun the stale committed results folders at today's code (their own commands, --redo)."""
+    from harness import cli
+
+    with cli.user_errors():
+        from harness.running import refresh as fresh
+
+        items = fresh.plan(cli.words(folders) if folders else ())
+        for it in items:
+            how = ("by hand" if it.by_hand else "its recorded runs" if it.recorded
+                   else "its commands")
+            print(f"{it.rel}: {it.stale} of {it.runs} runs stale, {it.hours:.1f} h of runs last "
+                  f"time ({how})")
+            for cmd in it.commands:
+                print(f"    invoke {cmd}")
+        if not items:
+            print("every published folder is fresh at today's code")
+        if plan or not items:
+            return
+        cli.require_root()
+        cli.require_setup()
+        left = fresh.refresh(items, cli.number(loaded, float, "--loaded"),
+                             cli.number(passes, int, "--passes"))
+        if left:
+            print("refresh these by hand (their commands are not run-sweep): " + ", ".join(left))

@@ -76,7 +76,7 @@ NOT_MEASURING = frozenset({
     "harness.cli", "harness.running.provenance", "harness.running.fingerprint", "harness.bench",
     "harness.hosts.bench",
     "harness.running.engine", "harness.running.kinds", "harness.running.ps",
-    "harness.running.cluster", "transports.options_doc"})
+    "harness.running.cluster", "harness.running.refresh", "transports.options_doc"})
 KINDS: dict[str, Kind] = {
     # Training through a PS on the emulated network.
     "ps": Kind(_PS, _NATIVE + _NETWORK),
