@@ -73,7 +73,7 @@ static const optdef_t OPTS[] = {
     U32(min_rtt_window_us, 1000, 3600e6, 10000000, "us", "min RTT is the least sample over this long"),
     BOOL(rate_hint, 1, "receiver-driven fair share on incast: send hints in ACKs and obey received ones"),
     DBL(hint_gain, 0.5, 4, 1.10, "", "a hinted share is capacity x hint_gain / active senders"),
-    U32(hint_window_min_us, 100, 1e6, 1000, "us", "capacity sample window: at least this and the largest peer srtt"),
+    U32(hint_window_min_us, 100, 1e6, 100, "us", "capacity sample window: at least this and the largest peer srtt"),
     U32(hint_bw_window_us, 1000, 3600e6, 10000000, "us", "capacity is the largest sample over this long"),
     U32(hint_ttl_rtts, 1, 1000, 4, "RTTs", "a received hint is obeyed this many srtt (see hint_ttl_min_us)"),
     U32(hint_ttl_min_us, 0, 10e6, 2000, "us", "a received hint is obeyed at least this long (and 8 packets' time)"),

@@ -1215,8 +1215,9 @@ static void test_rate_hint_sender(void)
 static void test_rate_hint_receiver(void)
 {
     double mbps = 100, rate = mbps / 8;
-    /* datagram bytes per microsecond the simulated link carries (a frame is the datagram + 42) */
-    double link_dgram = 1472.0 / ceil((1472 + 42) / rate);
+    /* datagram bytes per microsecond the simulated link carries (a frame is the datagram + 42;
+     * the link keeps fractions of a microsecond, sim/sim_link.h) */
+    double link_dgram = 1472.0 / ((1472 + 42) / rate);
     for (int n_workers = 1; n_workers <= 2; n_workers++) {
         for (int on = 0; on <= 1; on++) {
             ltp_config_t c = base_cfg();
