@@ -12,7 +12,7 @@ PROJECT = Path(__file__).resolve().parents[2]
 LAYERS = [   # top first; a module belongs to the longest prefix that names it
     ("harness.cli",),
     ("harness.running.engine", "harness.running.kinds", "harness.running.ps",
-     "harness.running.cluster", "harness.p2p.run", "harness.bench",
+     "harness.running.cluster", "harness.running.refresh", "harness.p2p.run", "harness.bench",
      "harness.simulation.kind", "harness.simulation.validate"),
     ("harness.reporting", "harness.p2p.report", "harness.simulation.figures"),
     ("harness.running", "harness.p2p", "harness.simulation"),
