@@ -74,6 +74,12 @@ PROJECT = Path(__file__).resolve().parent
                "address (HOST:6379) or auto (docs/cluster.md); without it, on this machine",
     "no_figures": "write the tables and the report but draw no figure (invoke figures draws "
                   "them later)",
+    "capture": "comma-separated hosts whose packets each run records into "
+               "runs/<run_id>/capture/<host>.pcap, e.g. ps1 or ps1,w1 (default none; costs CPU; "
+               "docs/reading-a-capture.md)",
+    "capture_snaplen": "bytes kept of each captured packet (default 128: every header)",
+    "capture_mb": "size bound of each capture file in MB; tcpdump stops once it is full "
+                  "(default 200)",
 })
 def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=None, workers=None,
               queue=None, delay=None, cross=None, sync=None, fault=None, byzantine=None,
@@ -82,7 +88,8 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
               reset_mode=None, holdout=None, pattern=None,
               model=None,
               iterations=None, seeds=None, timeout=None, target=None, stop_at_target=False,
-              max_train=None, cluster=None, no_figures=False, redo=None):
+              max_train=None, cluster=None, no_figures=False, redo=None, capture=None,
+              capture_snaplen=None, capture_mb=None):
     """Run a sweep of training runs over the emulated incast network and tabulate the results."""
     from harness import cli
 
@@ -139,6 +146,14 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
             stop_at_target=True if stop_at_target else None, max_train_s=cli.number(max_train, float, "--max-train"))
         folder = Path(out) if out else PROJECT / "results" / plan.name
         engine.check_folder(folder)
+        from harness.running.capture import parse_capture
+
+        captured = parse_capture(capture, cli.number(capture_snaplen, int, "--capture-snaplen"),
+                                 cli.number(capture_mb, float, "--capture-mb"))
+        engine.check_capture(plan, captured)
+        if cluster and captured:
+            raise engine.SweepError("--capture runs on this machine only; drop --cluster or "
+                                    "--capture.")
         if cluster:
             # The head only coordinates (no root, no network here); Ray is imported only now.
             from harness.running import cluster as ray_cluster
@@ -146,8 +161,8 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
             ray_cluster.run_plan(plan, folder, cluster, figures=not no_figures, redo=again)
             return
         cli.require_root()
-        cli.require_setup()
-        engine.run_plan(plan, folder, figures=not no_figures, redo=again)
+        cli.require_setup(("tcpdump",) if captured else ())
+        engine.run_plan(plan, folder, figures=not no_figures, redo=again, capture=captured)
 
 
 @task(help={
@@ -170,6 +185,36 @@ def bench_network(c, bandwidth="100", queue="64", loss="5", seconds="5"):
         cli.require_root()
         cli.require_setup()
         bench.network(*args)
+
+
+@task(help={
+    "workers": "number of workers (default 8)",
+    "loss": "loss at every host's ingress: a rate in percent or any model --loss of run-sweep "
+            "takes, e.g. 5 or ge:5:4 (default 0)",
+    "transport": "the scheme whose host settings apply, e.g. ltp, tcp-cubic, ltp+filler=zero "
+                 "(default ltp)",
+    "bandwidth": "bottleneck rate in Mbit/s (default 100)",
+    "delay": "one-way delay in ms at every host's ingress (default 0)",
+    "queue": "bottleneck queue in packets (default 64)",
+    "out": "folder for the network's and the prepared run's files (default .state/shell)",
+})
+def shell(c, workers="8", loss="0", transport="ltp", bandwidth="100", delay="0", queue="64",
+          out=None):
+    """Bring up the incast network with loss, delay and a transport's settings, and open
+    Mininet's command line in it; everything is taken down on exit."""
+    from harness import cli
+
+    with cli.user_errors():
+        from harness.running import shell as interactive
+        from topologies.testbed.network import STATE_DIR
+
+        spec = interactive.shell_spec(transport, cli.number(workers, int, "--workers"), loss,
+                                      cli.number(bandwidth, float, "--bandwidth"),
+                                      cli.number(delay, float, "--delay"),
+                                      cli.number(queue, int, "--queue"))
+        cli.require_root()
+        cli.require_setup()
+        interactive.open_shell(spec, Path(out) if out else STATE_DIR / "shell")
 
 
 @task

@@ -16,7 +16,9 @@ import json
 import random
 from pathlib import Path
 
+from harness.running import capture as capture_files
 from harness.running import provenance, results
+from harness.running.capture import Capture
 from harness.running import kinds
 from harness.running.engine import SweepError, fmt_s
 from harness.running.fingerprint import run_kind
@@ -132,12 +134,19 @@ class PsKind(kinds.Kind):
                 Zygote(net_dir, testbed.ledger) as zygote:
             yield testbed, spawn_forked(testbed, zygote)
 
-    def execute(self, site, spec: RunSpec, run_dir: Path, sweep: str) -> dict[str, list[dict]]:
+    def execute(self, site, spec: RunSpec, run_dir: Path, sweep: str,
+                capture: Capture | None = None) -> dict[str, list[dict]]:
         from harness.running.runner import execute
 
         testbed, spawn = site
-        row, curves, iterations = execute(testbed, spec, run_dir, sweep, spawn)
+        row, curves, iterations = execute(testbed, spec, run_dir, sweep, spawn, capture=capture)
+        # run_dir is <folder>/runs/<run_id>: the sweep's manifest says which runs have captures
+        capture_files.note(run_dir.parent.parent, spec.run_id, capture)
         return {"curves.csv": curves, "iterations.csv": iterations, "runs.csv": [row]}
+
+    def check_capture(self, specs: list[RunSpec], capture: Capture) -> None:
+        for spec in specs:
+            capture.check_hosts(spec.network.host_names, f"run {spec.run_id}")
 
     def manifest(self, plan: Plan, specs: list[RunSpec], folder: Path) -> None:
         write_manifest(plan, specs, folder)

@@ -41,7 +41,8 @@ PROJECT = provenance.PROJECT
 # The folders the README's generated paragraphs cite, refreshed first.
 README_FOLDERS = ("results/reference", "results/tolerance", "results/default-check",
                   "results/default-check-2")
-_DROP_WITH_VALUE = ("--out", "-o", "--redo")
+# A capture belongs to the sweep that asked for it, not to the folder's runs.
+_DROP_WITH_VALUE = ("--out", "-o", "--redo", "--capture", "--capture-snaplen", "--capture-mb")
 _DROP_ALONE = ("--no-figures",)
 
 

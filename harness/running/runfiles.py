@@ -28,6 +28,9 @@ file name of a run folder. ``runs/<run_id>/``:
 - ``loss/<host>.trace``: under a chained loss model (``replay``, ``ge``, ``get``, ``trace``), the
   packet positions each host's ingress dropped (:mod:`topologies.impair.trace`); ``--loss
   trace:runs/<run_id>/loss`` replays them;
+- ``capture/<host>.pcap``: with ``invoke run-sweep --capture``, what the host's interface received
+  and sent during the run (:mod:`harness.running.capture`), and ``capture/<host>.log`` tcpdump's
+  own messages (its counts of packets captured and dropped);
 - ``host_iterations.csv``: every host's per-iteration records in one long table (not to be confused
   with the sweep's ``iterations.csv``, which holds the PS's view of every run).
 
@@ -184,6 +187,7 @@ class RunFiles:
         self.push_times = self.dir / "push_times.json"
         self.sync = self.dir / "sync"
         self.session = self.dir / "session.key"
+        self.capture = self.dir / "capture"
 
     def log(self, host: str) -> Path:
         """The host's stdout and stderr."""
@@ -196,6 +200,14 @@ class RunFiles:
     def summary(self, host: str) -> Path:
         """The host's summary."""
         return self.raw / f"{host}.summary.json"
+
+    def pcap(self, host: str) -> Path:
+        """The host's packet capture (``invoke run-sweep --capture``)."""
+        return self.capture / f"{host}.pcap"
+
+    def capture_log(self, host: str) -> Path:
+        """tcpdump's messages for the host's capture."""
+        return self.capture / f"{host}.log"
 
     @property
     def evals(self) -> Path:

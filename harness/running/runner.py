@@ -34,6 +34,7 @@ import pandas as pd
 from harness.hosts.faults import FaultInjector, parse_fault
 from harness.hosts.zygote import Zygote
 from harness.running import metrics, provenance
+from harness.running.capture import Capture, capturing
 from harness.running.fingerprint import run_kind
 from harness.running.runfiles import RunFiles, read_jsonl, write_session
 from harness.running.spec import RunSpec
@@ -303,17 +304,21 @@ def collect(testbed: Testbed, prep: Prepared, before: Snapshot, after: Snapshot,
 
 def execute(testbed: Testbed, spec: RunSpec, run_dir: Path, sweep: str,
             spawn: Spawn | None = None, *, impairment: Impairment | None = None,
-            cross: CrossSpec | str | None = None) -> tuple[dict, list[dict], list[dict]]:
+            cross: CrossSpec | str | None = None,
+            capture: Capture | None = None) -> tuple[dict, list[dict], list[dict]]:
     """Run ``spec`` on ``testbed``; return its rows for runs.csv, curves.csv and iterations.csv.
 
     ``impairment`` replaces the spec's loss model and delay; ``cross`` its cross traffic, which
-    runs through the bottleneck for the whole run (reports in ``raw/cross/``).
+    runs through the bottleneck for the whole run (reports in ``raw/cross/``); ``capture`` names
+    hosts whose packets are captured around the run (``capture/``, :mod:`.capture`).
     """
     prep = prepare(testbed, spec, run_dir, impairment)
     spawn = spawn or spawn_plain(testbed)
     load = provenance.LoadMeter(testbed.ovs.pids())
     try:
-        with CrossTraffic(testbed, cross or spec.cross, prep.files.raw / "cross", seed=spec.seed):
+        with capturing(testbed, capture, prep.files), \
+                CrossTraffic(testbed, cross or spec.cross, prep.files.raw / "cross",
+                             seed=spec.seed):
             load.start()
             before = testbed.meter.snapshot()
             t0 = time.monotonic()
