@@ -266,9 +266,10 @@ def docs(c):
     "queue": "bottleneck queue in packets (default 64)",
     "loopback_only": "only the loopback part (goodput and CPU per byte); no emulated network, "
                      "no root needed",
+    "repeats": "repetitions of the loopback part, schemes interleaved (default 5)",
 })
 def bench_transport(c, transports="ltp,tcp-cubic", loss="0,1,5,10", bandwidth="100,200",
-                    iterations="20", queue="64", loopback_only=False):
+                    iterations="20", queue="64", loopback_only=False, repeats="5"):
     """Loopback goodput and CPU per byte, and 8-to-1 push time per transport vs the physical
     bound."""
     from harness import cli
@@ -279,7 +280,8 @@ def bench_transport(c, transports="ltp,tcp-cubic", loss="0,1,5,10", bandwidth="1
         args = bench.transport_args(cli.words(transports), cli.numbers(loss, float, "--loss"),
                                     cli.numbers(bandwidth, float, "--bandwidth"),
                                     cli.number(iterations, int, "--iterations"),
-                                    cli.number(queue, int, "--queue"), loopback_only)
+                                    cli.number(queue, int, "--queue"), loopback_only,
+                                    cli.number(repeats, int, "--repeats"))
         if not loopback_only:
             cli.require_root()
             cli.require_setup()

@@ -278,12 +278,14 @@ static void *progress(void *arg)
 }
 
 /* Wait, with u->mu held, until done() says so (0), the deadline passes (LTP_ETIMEDOUT), or the
- * thread met a socket error (LTP_ESYS, errno restored). done == NULL waits the whole time. */
+ * thread met a socket error (LTP_ESYS, errno restored). done == NULL waits the whole time. A call
+ * that gave the core something to send kicks the thread first; one that only waits (a receive, a
+ * service, waiting for HELLOs) does not: posting buffers or taking messages moves no timer
+ * earlier, and a kick would cost the thread a wake-up for nothing (on loopback, one per gather). */
 static int wait_for(ltp_udp_t *u, uint64_t timeout_us, done_fn done, void *arg)
 {
     uint64_t deadline = now_us() + timeout_us;
     struct timespec abs = {(time_t)(deadline / 1000000u), (long)(deadline % 1000000u) * 1000};
-    kick(u);   /* new requests: let the thread send now instead of at its next timer */
     for (;;) {
         if (done && done(u, arg)) return LTP_OK;
         if (u->error) {
@@ -306,7 +308,10 @@ int ltp_udp_join(ltp_udp_t *u, int peer, uint64_t timeout_us)
     if (!u) return LTP_EINVAL;
     pthread_mutex_lock(&u->mu);
     int rc = ltp_core_hello(u->core, peer, now_us());
-    if (!rc) rc = wait_for(u, timeout_us, joined_done, &peer);
+    if (!rc) {
+        kick(u);   /* the HELLO goes out now */
+        rc = wait_for(u, timeout_us, joined_done, &peer);
+    }
     pthread_mutex_unlock(&u->mu);
     return rc;
 }
@@ -364,6 +369,7 @@ int ltp_udp_send(ltp_udp_t *u, ltp_send_req_t *reqs, int n, uint64_t timeout_us)
         if (r->status == LTP_OK) r->status = 1;
     }
     send_set_t set = {reqs, n};
+    kick(u);   /* the new sends go out now, not at the thread's next timer */
     int rc = wait_for(u, timeout_us, sends_done, &set);
     int first_err = rc < 0 && rc != LTP_ETIMEDOUT ? rc : LTP_OK;
     now = now_us();
@@ -492,7 +498,12 @@ double ltp_udp_threshold(ltp_udp_t *u, int peer, uint16_t segment)
 
 int ltp_udp_set_policy(ltp_udp_t *u, uint16_t segment, double lo, double hi)
 {
-    LOCKED(u, LTP_EINVAL, int, ltp_core_set_policy(u->core, segment, lo, hi));
+    if (!u) return LTP_EINVAL;
+    pthread_mutex_lock(&u->mu);
+    int rc = ltp_core_set_policy(u->core, segment, lo, hi);
+    pthread_mutex_unlock(&u->mu);
+    kick(u);   /* new thresholds may close open messages now: the thread's next turn does */
+    return rc;
 }
 
 int ltp_udp_expect(ltp_udp_t *u, uint16_t segment, uint32_t total_bytes, uint32_t critical_bytes)

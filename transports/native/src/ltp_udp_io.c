@@ -329,13 +329,14 @@ static void build_msgs(ltp_udp_t *u)
 }
 
 /* Refill the empty batch from the core: every datagram due now, up to TX_SLOTS datagrams and
- * TX_BATCH_BYTES. Payloads stay in the messages being sent (ltp_core_poll_tx_ref); with auth on a
- * DATA's tag, which the core writes behind its header, is sent after the payload. */
+ * TX_BATCH_BYTES (TX_SEAL_BATCH_BYTES with auth on, where polling a datagram costs its tag).
+ * Payloads stay in the messages being sent (ltp_core_poll_tx_ref); with auth on a DATA's tag,
+ * which the core writes behind its header, is sent after the payload. */
 static void fill_batch(ltp_udp_t *u)
 {
     u->dg_n = u->dg_off = 0;
-    uint64_t now = now_us(), bytes = 0;
-    while (u->dg_n < TX_SLOTS && bytes < TX_BATCH_BYTES) {
+    uint64_t now = now_us(), bytes = 0, most = u->tag_bytes ? TX_SEAL_BATCH_BYTES : TX_BATCH_BYTES;
+    while (u->dg_n < TX_SLOTS && bytes < most) {
         int i = u->dg_n, peer = -1;
         uint8_t *b = u->txbuf + (size_t)i * TX_SLOT_BYTES;
         const uint8_t *payload;
