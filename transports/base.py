@@ -20,8 +20,9 @@ Bubble Filling strategy, and says exactly what it filled.
 A transport is created from its registry slug and a mapping of options
 (:func:`transports.registry.create`); it never reads the run spec itself, so the harness does not
 change when a new transport is added. What the hosts of one run share besides the options is a
-:class:`Session` (a random session id and a secret key), which the harness draws per run and hands
-to every host outside the emulated network (:meth:`Transport.use_session`). Each transport declares
+:class:`~transports.session.Session` (a random session id, and keys per pair of hosts), which the
+harness draws per run and hands to every host outside the emulated network, each only the keys of
+its own pairs (:meth:`Transport.use_session`). Each transport declares
 its options once, as a table of :class:`Option` rows that validation, ``invoke transports`` and the
 generated docs all read. See ``docs/adding-a-transport.md``.
 """
@@ -32,11 +33,12 @@ import abc
 import dataclasses
 import inspect
 import json
-import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
+from transports.session import SERVER, KeyMissing, Session  # noqa: F401  (re-exported)
 
 Addr = tuple[str, int]
 """An (IPv4 address, port) pair."""
@@ -111,29 +113,6 @@ def _is_number(v: Any) -> bool:
 def _num(x: float) -> str:
     """A bound as a person writes it: 60000000, not 6e+07 or 60000000.0."""
     return str(int(x)) if float(x).is_integer() else repr(float(x))
-
-
-@dataclasses.dataclass(frozen=True)
-class Session:
-    """What every host of one run shares and nobody on the network should learn: a random
-    session id (datagrams of another run are refused) and a secret key (a transport that
-    authenticates its datagrams derives its MAC key from it). ``repr`` leaves the key out."""
-
-    session_id: int
-    key: bytes = dataclasses.field(repr=False)
-
-    KEY_BYTES = 32   # a transport takes the bytes its MAC needs from the front (LTP: 16)
-
-    def __post_init__(self) -> None:
-        if not (isinstance(self.session_id, int) and 0 <= self.session_id < 2**32):
-            raise ValueError(f"a session id is a 32-bit unsigned number, not {self.session_id!r}.")
-        if not isinstance(self.key, bytes) or len(self.key) != self.KEY_BYTES:
-            raise ValueError(f"a session key is {self.KEY_BYTES} bytes.")
-
-    @classmethod
-    def draw(cls) -> Session:
-        """A fresh session from the operating system's secure random source."""
-        return cls(secrets.randbits(32), secrets.token_bytes(cls.KEY_BYTES))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -470,7 +449,8 @@ class Transport(abc.ABC):
         return dict(self._options)
 
     def use_session(self, session: Session) -> None:
-        """Open every later end in ``session``: the harness gives each host of a run the same one."""
+        """Open every later end in ``session``: the harness gives each host of a run the run's,
+        with the keys of that host's pairs."""
         self._session = session
 
     @property

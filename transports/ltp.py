@@ -14,8 +14,9 @@ critical segments, the pull threshold, the test drop hook) are the binding's own
 
 Addresses are static: the PS is given every worker's (ip, port) and only accepts datagrams from
 them; a worker binds exactly the address the PS was given. Every end opens in the transport's
-:class:`~transports.base.Session` (the harness hands each host of a run the same one): its id is
-the session id on the wire, and with ``auth`` on its key keys the MAC of every datagram. Each end
+:class:`~transports.session.Session` (the harness hands each host of a run the run's, with the
+keys of that host's pairs only): its id is the session id on the wire, and with ``auth`` on every
+datagram between two ends is numbered and MAC'd under the key of their pair. Each end
 tells its core the exact size of every segment it receives, and the core refuses anything else. The wire format, state machines and
 the meaning of every option are in ``docs/ltp-protocol.md``.
 
@@ -273,7 +274,7 @@ class LtpServer(_NativeEnd, ServerEnd):
                             tuple[int, np.ndarray, np.ndarray, dict[int, dict]]] = {}
         try:
             for rank, addr in enumerate(workers):
-                self.end.add_peer(rank, addr)
+                self.net.add_peer(rank, addr)
         except BaseException:
             self.end.close()
             raise
@@ -393,7 +394,7 @@ class LtpWorker(_NativeEnd, WorkerEnd):
                              recv_layout=layout)
         self.end = self.net.end
         try:
-            self.server_peer = self.end.add_peer(ps_rank, server)
+            self.server_peer = self.net.add_peer(ps_rank, server)
         except BaseException:
             self.end.close()
             raise

@@ -53,7 +53,7 @@ class LtpMesh(_NativeEnd, MeshEnd):
             for i, p in enumerate(self.parts):
                 if p.thresholds is not None:
                     self.end.set_policy(i, *p.thresholds)
-            self.slot = {m: self.end.add_peer(m, members[m]) for m in self.others}
+            self.slot = {m: self.net.add_peer(m, members[m]) for m in self.others}
         except BaseException:
             self.end.close()
             raise

@@ -249,7 +249,8 @@ def run_cell(tb: Testbed, zygote, cell: Path, slug: str, iterations: int,
     Each host's summary (``RunFiles(cell).host_summary``) holds what its transport end reported,
     e.g. the congestion control and RTO of a TCP worker's socket.
     """
-    from harness.running.runfiles import RunFiles, write_session
+    from harness.running import keys as handover
+    from harness.running.runfiles import RunFiles
     from harness.running.runner import apply_host_settings, launched, spawn_forked, wait
     from transports import registry
     from transports.base import Session
@@ -262,20 +263,16 @@ def run_cell(tb: Testbed, zygote, cell: Path, slug: str, iterations: int,
     before = _routes(tb)
     files = RunFiles(cell)
     cell.mkdir(parents=True, exist_ok=True)
-    write_session(files.session, Session.draw())   # one per cell, as per run
+    keys = handover.blobs(handover.run_keys(Session.draw(), "ps", workers))   # one per cell
     base = ["--transport", name, "--options", json.dumps(options), "--workers", str(workers), "--bytes",
-            str(n_bytes), "--iterations", str(iterations), "--folder", str(cell),
-            "--session", str(files.session)]
+            str(n_bytes), "--iterations", str(iterations), "--folder", str(cell)]
     commands = {PS_NAME: ("harness.hosts.bench", base + ["--role", "ps"], files.log(PS_NAME))}
     for r in range(workers):
         commands[worker_name(r)] = ("harness.hosts.bench",
                                     base + ["--role", "worker", "--rank", str(r)],
                                     files.log(worker_name(r)))
-    try:
-        with launched(spawn_forked(tb, zygote), commands) as procs:
-            status, reason = wait(procs, time.monotonic() + 60 + 30 * iterations)
-    finally:
-        files.session.unlink(missing_ok=True)
+    with launched(spawn_forked(tb, zygote), commands, keys) as procs:
+        status, reason = wait(procs, time.monotonic() + 60 + 30 * iterations)
     after = _routes(tb)
     if status != "ok":
         return Cell(status, reason, [], [], before, after)

@@ -2,12 +2,13 @@
 
 Started by the runner inside a Mininet host (its own network namespace and process group)::
 
-    python -m harness.hosts.node --run RUN --role ps [--session RUN/session.key]
-    python -m harness.hosts.node --run RUN --role worker --rank 3 [--session RUN/session.key]
+    python -m harness.hosts.node --run RUN --role ps [--keys-fd N]
+    python -m harness.hosts.node --run RUN --role worker --rank 3 [--keys-fd N]
 
 where ``RUN`` is the run folder holding ``spec.json`` (layout: :mod:`harness.running.runfiles`) and
-the session file holds the run's session id and key, which the runner drew for this run and gives
-every host (over the shared file system, never the emulated network). Data-parallel training; in
+descriptor ``N``, inherited from the runner, is a pipe holding the run's session id and the keys
+of this host's pairs, nobody else's (:mod:`harness.running.keys`; never a file, never the
+emulated network). Data-parallel training; in
 bulk-synchronous mode (``bsp``), one iteration ``t``:
 
 1. the PS broadcasts the parameters (message ``t``) to every worker;
@@ -57,8 +58,8 @@ from harness.hosts.faults import parse_fault
 from harness.hosts.pattern import parse_pattern
 from harness.hosts.ps import GEN_SHIFT, ParameterServer
 from harness.hosts.sync import parse_sync
-from harness.running.runfiles import (EvalRecord, HostSummary, Recorder, RunFiles, WorkerIteration,
-                                      read_session)
+from harness.running import keys as handover
+from harness.running.runfiles import EvalRecord, HostSummary, Recorder, RunFiles, WorkerIteration
 from harness.running.spec import RunSpec
 from harness.training import datasets, models
 from harness.training.aggregators import ZENOPP
@@ -322,16 +323,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="this worker replaces a killed one (its restart count)")
     parser.add_argument("--loopback", action="store_true",
                         help="use 127.0.0.1 with one port per host instead of the topology's IPs")
-    parser.add_argument("--session", type=Path, default=None,
-                        help="the run's session file (default: RUN/session.key if it exists; "
-                             "without one the transport opens in a session of its own)")
+    parser.add_argument(handover.FLAG, type=int, default=None, dest="keys_fd", metavar="N",
+                        help="an inherited descriptor holding the run's session id and this "
+                             "host's keys (without one the transport opens in a session of its "
+                             "own, and can talk to no other process's ends)")
     args = parser.parse_args(argv)
     # Nine processes share two cores: one thread each keeps them from fighting.
     torch.set_num_threads(1)
     files = RunFiles(args.run)
     spec = RunSpec.from_json(files.spec.read_text())
-    path = args.session or (files.session if files.session.exists() else None)
-    session = read_session(path) if path else None
+    session = handover.read_fd(args.keys_fd) if args.keys_fd is not None else None
     kind = parse_pattern(spec.pattern).kind
     if kind != "ps":   # a collective: its module has the two roles (harness.hosts.pattern)
         module = importlib.import_module(f"harness.hosts.{kind}")

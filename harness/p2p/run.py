@@ -25,11 +25,12 @@ import pandas as pd
 from harness.hosts.zygote import Zygote
 from harness.p2p.coord import Coordinator, socket_path
 from harness.p2p.spec import PeerPlan, PeerSpec
+from harness.running import keys as handover
 from harness.running import provenance
 from harness.running import kinds
 from harness.running.provenance import git_state
 from harness.running.results import P2P_COLUMNS, P2P_CURVE_COLUMNS
-from harness.running.runfiles import read_jsonl, write_session
+from harness.running.runfiles import read_jsonl
 from harness.running.runner import spawn_forked, wait
 from topologies.fabric import SPINE_NAME, UPLINK_PORT, leaf_name
 from topologies.impair.loss import Impairment
@@ -61,8 +62,7 @@ def execute(tb: Testbed, spec: PeerSpec, run_dir: Path, sweep: str, spawn) -> tu
     raw = run_dir / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     (run_dir / "spec.json").write_text(spec.to_json())
-    session_path = run_dir / "session.key"
-    write_session(session_path, Session.draw())
+    keys = handover.blobs(handover.peer_keys(Session.draw(), spec.n_workers))   # each its own
     started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     code = provenance.fingerprint("p2p").digest
     tb.ingress.configure(Impairment(spec.loss_pct, 0.0, seed=spec.seed))
@@ -73,24 +73,20 @@ def execute(tb: Testbed, spec: PeerSpec, run_dir: Path, sweep: str, spawn) -> tu
     load = provenance.LoadMeter(tb.ovs.pids())
     load.start()
     t0 = time.monotonic()
-    try:
-        with Coordinator(spec, tb.mcast, sock, raw / "rounds.jsonl", ips):
-            procs = {}
-            try:
-                for r in range(spec.n_workers):
-                    host = worker_name(r)
-                    procs[host] = spawn(host, "harness.p2p.peer",
-                                        ["--run", str(run_dir), "--rank", str(r), "--coord",
-                                         str(sock), "--session", str(session_path)],
-                                        raw / f"{host}.log")
-                status, reason = wait(procs, t0 + spec.timeout_s)
-            finally:
-                for proc in procs.values():
-                    proc.kill()
-        wall_s = time.monotonic() - t0
-        other_load = load.stop()
-    finally:
-        session_path.unlink(missing_ok=True)
+    with Coordinator(spec, tb.mcast, sock, raw / "rounds.jsonl", ips):
+        procs = {}
+        try:
+            for r in range(spec.n_workers):
+                host = worker_name(r)
+                procs[host] = spawn(host, "harness.p2p.peer",
+                                    ["--run", str(run_dir), "--rank", str(r), "--coord",
+                                     str(sock)], raw / f"{host}.log", keys[host])
+            status, reason = wait(procs, t0 + spec.timeout_s)
+        finally:
+            for proc in procs.values():
+                proc.kill()
+    wall_s = time.monotonic() - t0
+    other_load = load.stop()
     after = port_counters(tb, switches)
     (run_dir / "counters.json").write_text(json.dumps({"before": before, "after": after}))
     commit, dirty = git_state()

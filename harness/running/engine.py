@@ -24,7 +24,6 @@ from pathlib import Path
 
 from harness.running import results
 from harness.running import kinds
-from harness.running.runfiles import RunFiles
 from transports.base import UserError
 
 
@@ -183,7 +182,6 @@ def set_aside(run_dir: Path) -> None:
     are never overwritten."""
     if run_dir.exists():
         stamp = time.strftime("%Y%m%dT%H%M%S")
-        RunFiles(run_dir).session.unlink(missing_ok=True)   # a dead run's key: gone
         shutil.move(run_dir, run_dir.with_name(f"{run_dir.name}.interrupted-{stamp}"))
 
 

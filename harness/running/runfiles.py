@@ -18,11 +18,6 @@ file name of a run folder. ``runs/<run_id>/``:
   time cap);
 - ``raw/end``: written by the PS once it has applied its last update, before it sends the final
   parameters; a worker that finds it after a pull stops instead of pushing;
-- ``session.key``: the run's :class:`~transports.base.Session` (session id and secret key) while
-  the run lasts: written by the runner (mode 0600) before the hosts start, read by each host
-  (``--session``), deleted when the run ends. The hosts share the machine's file system, so the key
-  never crosses the emulated network; the session id stays on record in the host summaries and
-  ``runs.csv``, the key nowhere;
 - ``counters.json``: every counter before and after the run (:mod:`topologies.testbed.counters`);
 - ``port_stats.jsonl``: the controller's port statistics during the run;
 - ``loss/<host>.trace``: under a chained loss model (``replay``, ``ge``, ``get``, ``trace``), the
@@ -46,12 +41,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from topologies.incast import PS_NAME
-from transports.base import Session
 
 STOP_MARKER = "stop"
 END_MARKER = "end"
@@ -186,7 +179,6 @@ class RunFiles:
         # A benchmark cell (harness.hosts.bench) instead: the PS's push times and the barrier.
         self.push_times = self.dir / "push_times.json"
         self.sync = self.dir / "sync"
-        self.session = self.dir / "session.key"
         self.capture = self.dir / "capture"
 
     def log(self, host: str) -> Path:
@@ -300,21 +292,6 @@ def _mark(path: Path, text: str) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(text + "\n")
     tmp.rename(path)   # atomic: a worker sees all of it or nothing
-
-
-def write_session(path: Path, session: Session) -> None:
-    """Write the run's session for its hosts, readable by its owner only (a file left by a killed
-    run is replaced, never written through: it may be a link)."""
-    Path(path).unlink(missing_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump({"session_id": session.session_id, "key": session.key.hex()}, f)
-
-
-def read_session(path: Path) -> Session:
-    """The session :func:`write_session` wrote."""
-    data = json.loads(Path(path).read_text())
-    return Session(int(data["session_id"]), bytes.fromhex(data["key"]))
 
 
 def read_jsonl(path: Path) -> list[dict]:

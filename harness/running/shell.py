@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import sys
 from pathlib import Path
 from typing import TextIO
 
-from harness.running.runfiles import RunFiles, write_session
+from harness.running import keys as handover
+from harness.running.runfiles import RunFiles
 from harness.running.spec import RunSpec
 from topologies.impair.loss import TABLE, Impairment, Uniform, parse_loss
 from topologies.incast import PS_NAME, intf
@@ -57,7 +59,7 @@ def help_text(spec: RunSpec, files: RunFiles, python: str = sys.executable) -> s
     """What the shell prints before its prompt: how to look at and use the network."""
     # The venv's own install may point at another checkout: name this one.
     node = (f"PYTHONPATH={PROJECT} {python} -m harness.hosts.node --run {files.dir} "
-            f"--session {files.session}")
+            f"{handover.FLAG} 3")
     ps, w1 = PS_NAME, "w1"
     return "\n".join([
         f"ltp-testbed shell: {spec.n_workers} workers, {spec.bottleneck_mbps:g} Mbit/s, "
@@ -75,9 +77,10 @@ def help_text(spec: RunSpec, files: RunFiles, python: str = sys.executable) -> s
         f"  {ps} tcpdump -ni {intf(ps)} -c 20 udp    watch packets arrive",
         "  one training run by hand, prepared in the folder below: the PS first, in the "
         "background,",
-        f"    {ps} {node} --role ps > {files.log(ps)} 2>&1 &",
-        "  then every worker (wN is rank N-1; all but the last in the background):",
-        f"    {w1} {node} --role worker --rank 0",
+        f"    {ps} {node} --role ps 3<{key_file(files, ps)} > {files.log(ps)} 2>&1 &",
+        "  then every worker (wN is rank N-1; all but the last in the background), each given "
+        "its own keys' file:",
+        f"    {w1} {node} --role worker --rank 0 3<{key_file(files, w1)}",
         "  exit                                  take everything down (Ctrl-C only stops the "
         "command running)",
         "",
@@ -104,12 +107,27 @@ def _kill_strays(testbed) -> None:
                 os.kill(int(entry), signal.SIGKILL)
 
 
+def key_file(files: RunFiles, host: str) -> Path:
+    """The file of ``host``'s keys in a run prepared by hand (:func:`prepare_run`)."""
+    return files.dir / "keys" / f"{host}.keys"
+
+
 def prepare_run(spec: RunSpec, folder: Path) -> RunFiles:
-    """A run folder (spec and session key) under ``folder`` for starting hosts by hand."""
+    """A run folder under ``folder`` for starting hosts by hand: the spec, and each host's keys
+    (its own pairs' only) in a file of its own that only its owner can read, which a host started
+    by hand opens as its keys' descriptor (``--keys-fd 3 3<FILE``). Files, unlike a run's pipes:
+    a user types the commands; the shell deletes them when it ends."""
     files = RunFiles(folder / "run")
     files.raw.mkdir(parents=True, exist_ok=True)
     files.spec.write_text(spec.to_json())
-    write_session(files.session, Session.draw())
+    keys = handover.blobs(handover.run_keys(Session.draw(), spec.pattern, spec.n_workers))
+    (files.dir / "keys").mkdir(mode=0o700, exist_ok=True)
+    for host, blob in keys.items():
+        path = key_file(files, host)
+        path.unlink(missing_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
     return files
 
 
@@ -142,5 +160,5 @@ def open_shell(spec: RunSpec, folder: Path, stdin: TextIO = sys.stdin,
             for sig, handler in saved.items():
                 signal.signal(sig, handler)
             setLogLevel("critical")
-            files.session.unlink(missing_ok=True)
+            shutil.rmtree(files.dir / "keys", ignore_errors=True)
     say("the testbed is down.")

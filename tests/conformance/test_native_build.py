@@ -2,9 +2,9 @@
 
 Compiles every binary side by side (``make -j2 binaries``), then runs
 ``make -C transports/native test test-asan`` (the core's tests, the forged-datagram
-reproductions of ``tests/test_trust.c`` and the driver's receive batches of
-``tests/test_udp_io.c``) and a 10-second ``make ... fuzz`` (the stateful core
-target, then the driver's parsing) into
+reproductions of ``tests/test_trust.c``, keys per pair and replays in ``tests/test_pairs.c``
+and the driver's receive batches of ``tests/test_udp_io.c``) and a 10-second ``make ... fuzz``
+(the stateful core target, then the driver's parsing) into
 ``transports/native/build/`` and asserts that each succeeds. Skipped when make or a compiler is
 missing (the fuzz run needs clang with libFuzzer).
 
@@ -35,8 +35,9 @@ def test_c_unit_tests_plain_and_sanitized() -> None:
     proc = _make("test", "test-asan", timeout_s=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     summaries = [line for line in proc.stdout.splitlines() if line.endswith(" failed")]
-    # test_core, test_trust, test_udp_io and test_udp, each plain and sanitized
-    assert len(summaries) == 8 and all(line.endswith(", 0 failed") for line in summaries), summaries
+    # test_core, test_trust, test_pairs, test_udp_io and test_udp, each plain and sanitized
+    assert len(summaries) == 10, summaries
+    assert all(line.endswith(", 0 failed") for line in summaries), summaries
 
 
 @pytest.mark.skipif(shutil.which("clang") is None, reason="clang with libFuzzer is needed")

@@ -157,7 +157,7 @@ def _garbage_mcast(session, ports, forger, auth):
     most sealed as peer 3 would (with the run's key when ``auth``); by the counter each should
     land in."""
     sealer = Sealer(3, session, auth)
-    other_run = Sealer(3, Session(session.session_id ^ 1, session.key), auth)
+    other_run = Sealer(3, Session(session.session_id ^ 1, session.secret), auth)
     payload = bytes(1400)
 
     def data(seq, count, body=payload, by=sealer):

@@ -1,12 +1,13 @@
 """The PS and worker processes train for real over loopback TCP (no emulation, no root)."""
 
-import subprocess
 import sys
 
 import numpy as np
 
-from harness.running.runfiles import RunFiles, write_session
+from harness.running import keys
+from harness.running.runfiles import RunFiles
 from harness.running.spec import RunSpec
+from topologies.incast import PS_NAME, worker_name
 from transports.base import Session
 
 
@@ -14,10 +15,11 @@ def _train(run_dir, spec: RunSpec) -> RunFiles:
     files = RunFiles(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     files.spec.write_text(spec.to_json())
-    write_session(files.session, Session.draw())   # one session for all hosts, as the runner does
+    # One session, each host handed its own pairs' keys through a pipe, as the runner does.
+    blobs = keys.blobs(keys.run_keys(Session.draw(), spec.pattern, spec.n_workers))
     base = [sys.executable, "-m", "harness.hosts.node", "--run", str(run_dir), "--loopback"]
-    procs = [subprocess.Popen(base + ["--role", "ps"])]
-    procs += [subprocess.Popen(base + ["--role", "worker", "--rank", str(r)])
+    procs = [keys.popen(base + ["--role", "ps"], blobs[PS_NAME])]
+    procs += [keys.popen(base + ["--role", "worker", "--rank", str(r)], blobs[worker_name(r)])
               for r in range(spec.n_workers)]
     try:
         assert [p.wait(timeout=120) for p in procs] == [0] * (1 + spec.n_workers)

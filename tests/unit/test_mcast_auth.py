@@ -19,7 +19,7 @@ import pytest
 
 from transports.base import Session
 from transports.peer import wire
-from transports.peer.auth import Gate, Keyring, ReplayWindow, Sealer, sender_key
+from transports.peer.auth import Gate, Keyring, ReplayWindow, Sealer
 from transports.peer.inbound import Inbound
 from transports.peer.outbound import Outbound
 
@@ -247,8 +247,8 @@ def test_a_tag_is_good_only_for_its_sender_and_run():
     other_run = Sealer(1, Session(SESSION.session_id, bytes(range(1, 33))), True)
     rx.feed(_data(other_run, 0, 0, 1.0))
     assert rx.counters["bad_mac"] == 2 and not rx.inbound._open
-    assert sender_key(SESSION.key, 1) != sender_key(SESSION.key, 2)
-    assert sender_key(SESSION.key, 1) == sender_key(SESSION.key, 1)
+    assert SESSION.sender_key(1) != SESSION.sender_key(2)
+    assert SESSION.sender_key(1) == SESSION.sender_key(1)
 
 
 def test_the_mac_must_match_the_mode():
@@ -295,4 +295,4 @@ def test_sealed_sizes():
     assert wire.MAX_PAYLOAD_BYTES + 24 + 4 + 16 + wire.IP_UDP_BYTES == wire.MTU_BYTES
     a, b = (wire.decode(memoryview(sealer.seal(wire.POLL, 0, 1, COUNT))) for _ in range(2))
     assert b.pseq == a.pseq + 1 and a.mac == wire.MAC_BLAKE2B and len(a.tag) == 16
-    assert Keyring(SESSION.key).mac(1).digest_size == wire.TAG_BYTES
+    assert Keyring(SESSION).mac(1).digest_size == wire.TAG_BYTES

@@ -362,12 +362,15 @@ class Testbed(UpDown):
         return {e["host"]: e["ip"] for e in self.topo.forwarding_table()}
 
     def start_process(self, host: str, argv: list[str], log_path: Path,
-                      env: dict[str, str] | None = None) -> HostProcess:
-        """Start ``argv`` inside ``host`` in its own session, output to ``log_path``."""
+                      env: dict[str, str] | None = None,
+                      pass_fds: tuple[int, ...] = ()) -> HostProcess:
+        """Start ``argv`` inside ``host`` in its own session, output to ``log_path``; the
+        descriptors ``pass_fds`` stay open in it (``mnexec`` keeps them)."""
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
             popen = self.net[host].popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, env=env, cwd=PROJECT_DIR)
+                                         stderr=subprocess.STDOUT, env=env, cwd=PROJECT_DIR,
+                                         pass_fds=pass_fds)
         return HostProcess(host, log_path, self.ledger, popen=popen)
 
     def controller_errors(self) -> list[str]:

@@ -158,7 +158,7 @@ def tos_mark(tos: int) -> int:
 
 
 def key_bytes() -> int:
-    """Bytes of the run's key the MAC uses (``LTP_KEY_BYTES``)."""
+    """Bytes of a pair's key the MAC uses (``LTP_KEY_BYTES``)."""
     return int(_core()[1].LTP_KEY_BYTES)
 
 
@@ -326,10 +326,12 @@ class Endpoint:
         check(_core()[1].ltp_udp_expect(self._live(), segment, total_bytes, critical_bytes),
               f"expecting segment {segment} of {total_bytes} bytes")
 
-    def set_key(self, key: bytes) -> None:
-        """The run's MAC key (its first :func:`key_bytes` bytes are used)."""
+    def set_peer_key(self, peer: int, key: bytes) -> None:
+        """The MAC key this end and peer slot ``peer`` share (its first :func:`key_bytes` bytes
+        are used): with auth on nothing is sent to the peer or taken from it before it is set."""
         key = bytes(key[:key_bytes()])
-        check(_core()[1].ltp_udp_set_key(self._live(), key, len(key)), "setting the LTP key")
+        check(_core()[1].ltp_udp_set_peer_key(self._live(), peer, key, len(key)),
+              f"setting the key of peer {peer}")
 
     def linger(self, max_s: float) -> None:
         """Stay until no peer can need this end any more (``ltp_udp_linger``), ``max_s`` at most."""

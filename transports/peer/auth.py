@@ -4,14 +4,14 @@ Sans-IO, like :mod:`transports.peer.inbound`: nothing here opens a socket. A sen
 datagram it emits with a :class:`Sealer`; a receiver passes every datagram it reads through a
 :class:`Gate`, which hands on only those that are its run's peers' own, once.
 
-**Keys.** The run's secret is the :class:`~transports.base.Session` key (32 bytes, drawn per
-run, handed to every host outside the emulated network). Sender ``s``'s key is derived from it
-and ``s``'s rank: ``BLAKE2b(key=secret, person="ltp-peer-key", data=s as u16)``, 32 bytes
-(:func:`sender_key`). A datagram is tagged with its sender's key, so one tag serves every
-receiver a multicast copy reaches. Keys come only from :class:`Keyring`: when per-sender secrets
-replace the derivation (each host handed only the keys it needs), that class is what changes,
-and the wire's ``mac`` byte can name a new tag layout (one tag per receiver, under per-pair keys)
-without a new header.
+**Keys.** Sender ``s``'s key is the run's :class:`~transports.session.Session` key named
+``sender:s`` (:meth:`~transports.session.Session.sender_key`, 32 bytes): the runner derives it
+from the run's secret, which no host holds, and hands it to every peer of the run through a pipe
+(:mod:`harness.running.keys`). A datagram is tagged with its sender's key, so one tag serves
+every receiver a multicast copy reaches; the price is that every receiver holds every sender's
+key, so a peer of the run can forge another peer's datagrams (an outsider cannot). Tags under
+the keys of pairs (one per receiver) would close that, and the wire's ``mac`` byte can name such
+a layout without a new header; keys come only from :class:`Keyring`, which is what changes.
 
 **The MAC** (``mac`` = :data:`~transports.peer.wire.MAC_BLAKE2B`): BLAKE2b keyed with the
 sender's key, personalised "ltp-peer-mac", 16-byte output, over every byte of the datagram
@@ -46,23 +46,15 @@ from collections.abc import Sequence
 from transports.base import Addr, Session
 from transports.peer import wire
 
-KEY_PERSON = b"ltp-peer-key"    # BLAKE2b personalisation of the key derivation
-MAC_PERSON = b"ltp-peer-mac"    # ... and of the tags, so neither output can stand for the other
-KEY_BYTES = 32
-
-
-def sender_key(secret: bytes, sender: int) -> bytes:
-    """Sender ``sender``'s MAC key, derived from the run's ``secret`` (see the module
-    docstring)."""
-    return hashlib.blake2b(sender.to_bytes(2, "big"), key=secret, digest_size=KEY_BYTES,
-                           person=KEY_PERSON).digest()
+MAC_PERSON = b"ltp-peer-mac"    # BLAKE2b personalisation of the tags
 
 
 class Keyring:
-    """Every sender's MAC, keyed on first use: the one place keys come from."""
+    """Every sender's MAC, keyed on first use with the session's key of that sender: the one
+    place keys come from."""
 
-    def __init__(self, secret: bytes) -> None:
-        self._secret = secret
+    def __init__(self, session: Session) -> None:
+        self._session = session
         self._macs: dict[int, hashlib.blake2b] = {}
 
     def mac(self, sender: int) -> hashlib.blake2b:
@@ -71,7 +63,7 @@ class Keyring:
         mac = self._macs.get(sender)
         if mac is None:
             mac = self._macs[sender] = hashlib.blake2b(
-                key=sender_key(self._secret, sender), digest_size=wire.TAG_BYTES,
+                key=self._session.sender_key(sender), digest_size=wire.TAG_BYTES,
                 person=MAC_PERSON)
         return mac
 
@@ -123,7 +115,7 @@ class Sealer:
         self.rank = rank
         self.session_id = session.session_id
         self.mac_id = wire.MAC_BLAKE2B if auth else wire.MAC_NONE
-        self._mac = Keyring(session.key).mac(rank) if auth else None
+        self._mac = Keyring(session).mac(rank) if auth else None
         start = time.monotonic_ns() // 1000 if first_pseq is None else first_pseq
         self._pseq = start % wire.PSEQ_LIMIT
         self._lock = threading.Lock()
@@ -166,7 +158,7 @@ class Gate:
         self.auth = auth
         self.replay_window = replay_window
         self.counters = counters
-        self._keys = Keyring(session.key)
+        self._keys = Keyring(session)
         self._windows: dict[int, ReplayWindow] = {}
 
     def admit(self, buf: memoryview, src: Addr) -> wire.Datagram | None:

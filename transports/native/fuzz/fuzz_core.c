@@ -6,7 +6,8 @@
  * (deliver, drop, duplicate, reorder, corrupt), while the program also starts and takes messages
  * in both directions, moves time (small steps and jumps past the 32-bit microsecond wrap), and
  * injects forged DATA, ACK, CLOSE, HELLO and HELLO_ACK built from the genuine datagrams seen so
- * far, with fields replaced by the input, sealed with the right key or not. Message ids can start
+ * far, with fields replaced by the input, sealed with the right key or not, numbered as replays or
+ * as new datagrams (auth on: a key holder's forgeries). Message ids can start
  * just below 2^32 so they wrap during a run. A caller's deadline suspends sends, and sending again
  * resumes them (the same bytes) or starts anew (other bytes).
  *
@@ -15,7 +16,8 @@
  * bitmaps, a finished send holds nothing in flight, receive bitmaps match their counts and bases,
  * pending CLOSE counts match the ring, no timer lies in the past, no DATA ever leaves for a send
  * that is done or suspended, a suspended send references no caller memory, and a taken message's
- * mask covers exactly the bytes its stats say arrived, with zeros where it is 0. The loss
+ * mask covers exactly the bytes its stats say arrived, with zeros where it is 0, and (auth on) a
+ * datagram accepted once is refused when it arrives again, whole or split. The loss
  * estimate: every peer has a window for segment 0 and each segment of the policy table and no
  * more, a segment's window has taken no fewer samples than its messages gave the peer's (a
  * one-segment peer's), every sample is a fraction, and every threshold lies in its segment's
@@ -245,19 +247,17 @@ static void poll_core(world_t *w, int k)
 /* Hand a datagram to core c whole, or (split, a DATA) the way the UDP driver hands one it read
  * into a guessed place: header and tag in one buffer, the payload in another
  * (ltp_core_input_split), so the MAC over the two parts is fuzzed too. */
-static void input(ltp_core_t *c, const uint8_t *b, int len, int split, uint64_t now)
+static int input(ltp_core_t *c, const uint8_t *b, int len, int split, uint64_t now)
 {
-    size_t tag = c->cfg.auth ? LTP_MAC_BYTES : 0;
-    if (!split || len <= (int)(LTP_DATA_HDR_BYTES + tag) || b[WIRE_TYPE] != LTP_T_DATA) {
-        ltp_core_input(c, 0, b, (size_t)len, now);
-        return;
-    }
-    static uint8_t head[LTP_DATA_HDR_BYTES + LTP_MAC_BYTES], payload[LTP_MAX_DATAGRAM];
+    size_t tag = auth_trailer(&c->cfg);
+    if (!split || len <= (int)(LTP_DATA_HDR_BYTES + tag) || b[WIRE_TYPE] != LTP_T_DATA)
+        return ltp_core_input(c, 0, b, (size_t)len, now);
+    static uint8_t head[LTP_DATA_HDR_BYTES + LTP_TRAILER_BYTES], payload[LTP_MAX_DATAGRAM];
     size_t plen = (size_t)len - LTP_DATA_HDR_BYTES - tag;
     memcpy(head, b, LTP_DATA_HDR_BYTES);
     memcpy(head + LTP_DATA_HDR_BYTES, b + LTP_DATA_HDR_BYTES + plen, tag);
     memcpy(payload, b + LTP_DATA_HDR_BYTES, plen);
-    ltp_core_input_split(c, 0, head, LTP_DATA_HDR_BYTES + tag, payload, plen, now, now);
+    return ltp_core_input_split(c, 0, head, LTP_DATA_HDR_BYTES + tag, payload, plen, now, now);
 }
 
 /* Deliver (or drop, duplicate, reorder) up to `count` datagrams of queue k; mode's top bit hands
@@ -271,21 +271,30 @@ static void deliver(world_t *w, int k, int count, uint8_t mode)
         memmove(&q->d[pick], &q->d[pick + 1], (size_t)(q->n - pick - 1) * sizeof d);
         q->n--;
         if ((mode & 3) == 1) continue;   /* lost */
-        input(w->c[1 - k], d.b, d.len, mode & 0x80, w->now);
-        if ((mode & 3) == 2) input(w->c[1 - k], d.b, d.len, mode & 0x40, w->now);   /* duplicated */
+        int first = input(w->c[1 - k], d.b, d.len, mode & 0x80, w->now);
+        if ((mode & 3) == 2) {   /* duplicated: with auth on, never accepted twice */
+            int again = input(w->c[1 - k], d.b, d.len, mode & 0x40, w->now);
+            CHECK(!w->c[1 - k]->cfg.auth || first != LTP_OK || again != LTP_OK);
+        }
     }
 }
 
-/* Seal a forged datagram the way core `to` would accept it (the forger knows the key), or not. */
-static int seal(world_t *w, int to, uint8_t *b, int n, int with_key)
+/* Seal a forged datagram from slot `from` the way core `to` would accept it (sel bit 0: the forger
+ * holds the pair's key), or not. Its number is the newest the receiver accepted from that slot,
+ * minus 32, plus sel >> 1: a replay of a number seen, one lost on the way, or a new one. */
+static int seal(world_t *w, int to, int from, uint8_t *b, int n, uint8_t sel)
 {
-    if (!w->c[to]->cfg.auth) return n;
+    const ltp_core_t *c = w->c[to];
+    if (!c->cfg.auth) return n;
+    const peer_t *p = &c->peers[from];
     uint8_t k[LTP_KEY_BYTES];
-    auth_derive(with_key ? w->key : (const uint8_t *)"not the key.....", w->c[to]->self_rank, k);
+    auth_derive((sel & 1) ? p->pair_key : (const uint8_t *)"not the key.....", c->self_rank, k);
     b[WIRE_MAC] = LTP_MAC_SIPHASH24;
-    uint64_t tag = ltp_siphash24(k, b, (size_t)n);
-    for (int i = 0; i < 8; i++) b[n + i] = (uint8_t)(tag >> (8 * i));
-    return n + 8;
+    uint64_t pseq = (p->rx_any ? p->rx_top : 1000) - 32 + (sel >> 1);
+    for (int i = 0; i < 8; i++) b[n + i] = (uint8_t)(pseq >> (8 * i));
+    uint64_t tag = ltp_siphash24(k, b, (size_t)n + 8);
+    for (int i = 0; i < 8; i++) b[n + 8 + i] = (uint8_t)(tag >> (8 * i));
+    return n + (int)LTP_TRAILER_BYTES;
 }
 
 /* A forged datagram to core `to`: the last genuine one of `type` toward it (or a bare header),
@@ -293,9 +302,9 @@ static int seal(world_t *w, int to, uint8_t *b, int n, int with_key)
  * peers that never answer have slots 1.. and ranks 1..). */
 static void forge(world_t *w, int to, int type, input_t *in, int from)
 {
-    uint8_t b[DG + 8];
+    uint8_t b[DG + LTP_TRAILER_BYTES];
     const dgram_t *t = &w->last[1 - to][type];
-    size_t tag = w->c[to]->cfg.auth ? LTP_MAC_BYTES : 0;
+    size_t tag = auth_trailer(&w->c[to]->cfg);
     int n = t->len > (int)tag ? t->len - (int)tag : 0;
     if (n) memcpy(b, t->b, (size_t)n);
     else {
@@ -341,7 +350,7 @@ static void forge(world_t *w, int to, int type, input_t *in, int from)
         n = (int)LTP_ACK_HDR_BYTES + bits / 8;
     }
     if (from) { b[WIRE_SENDER] = (uint8_t)from; b[WIRE_SENDER + 1] = 0; }
-    n = seal(w, to, b, n, u8(in) & 1);
+    n = seal(w, to, from, b, n, u8(in));
     ltp_core_input(w->c[to], from, b, (size_t)n, w->now);
 }
 
@@ -437,8 +446,14 @@ static void setup(world_t *w, uint8_t flags, uint8_t size)
     ltp_core_add_peer(w->c[S], 0);
     for (int i = 1; i <= PHANTOMS; i++) CHECK(ltp_core_add_peer(w->c[S], (uint16_t)i) == i);
     for (int i = 0; i < LTP_KEY_BYTES; i++) w->key[i] = (uint8_t)(i * 7 + size);
-    ltp_core_set_key(w->c[W], w->key, sizeof w->key);
-    ltp_core_set_key(w->c[S], w->key, sizeof w->key);
+    ltp_core_set_peer_key(w->c[W], 0, w->key, sizeof w->key);
+    ltp_core_set_peer_key(w->c[S], 0, w->key, sizeof w->key);
+    for (int i = 1; i <= PHANTOMS; i++) {   /* a key of their own, one pair each */
+        uint8_t k[LTP_KEY_BYTES];
+        memcpy(k, w->key, sizeof k);
+        k[0] ^= (uint8_t)i;
+        ltp_core_set_peer_key(w->c[S], i, k, sizeof k);
+    }
     /* Every layer but the last with a policy (and a loss window) of its own, set after the peer
      * was added; the last follows the peer's window. */
     for (uint16_t s = 1; s < w->segs; s++) CHECK(ltp_core_set_policy(w->c[S], s, 0.5, 0.99) == 0);

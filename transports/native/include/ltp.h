@@ -22,14 +22,17 @@
 extern "C" {
 #endif
 
-#define LTP_VERSION 3               /* 2: ACKs carry a rate hint; 3: MAC trailer, CLOSE echo, HELLO nonce */
+#define LTP_VERSION 4               /* 2: ACKs carry a rate hint; 3: MAC trailer, CLOSE echo, HELLO nonce;
+                                       4: per-pair keys, a datagram number in the trailer */
 #define LTP_MAGIC 0x504Cu           /* "LP" in little-endian byte order */
 #define LTP_HDR_BYTES 20u           /* common header of every packet */
 #define LTP_DATA_HDR_BYTES 52u      /* common header + DATA fields */
 #define LTP_ACK_HDR_BYTES 48u       /* common header + ACK fields, bitmap follows */
 #define LTP_CLOSE_BYTES 40u         /* 3: carries the echo of the DATA it answers */
 #define LTP_MAC_BYTES 8u            /* SipHash-2-4 tag at the end of every datagram with auth on */
-#define LTP_KEY_BYTES 16u           /* the run's MAC key */
+#define LTP_PSEQ_BYTES 8u           /* the datagram's number, before the tag (auth on) */
+#define LTP_TRAILER_BYTES 16u       /* what every datagram ends with, auth on: number, then tag */
+#define LTP_KEY_BYTES 16u           /* a pair's MAC key */
 #define LTP_RANK_SERVER 0xFFFFu     /* the parameter server's rank on the wire */
 #define LTP_MAX_DATAGRAM 65507u     /* largest UDP payload over IPv4 */
 #define LTP_ETH_DATAGRAM 1472u      /* a 1500-byte MTU minus IPv4 and UDP headers */
@@ -56,8 +59,9 @@ enum ltp_err {
     LTP_ESTALE = -11,      /* the datagram belongs to a message the application discarded */
     LTP_EOPTION = -12,     /* unknown configuration name or value out of range */
     LTP_EDROPPED = -13,    /* valid but dropped (receive table full, duplicate control) */
-    LTP_EAUTH = -14,       /* the datagram's MAC is missing or wrong */
-    LTP_EREJECTED = -15,   /* well-formed but refused: not what this endpoint expects or sent */
+    LTP_EAUTH = -14,       /* the datagram's MAC is missing or wrong; no key for that peer yet */
+    LTP_EREJECTED = -15,   /* well-formed but refused: not what this endpoint expects or sent,
+                              or (auth on) a datagram number already seen */
 };
 
 /* Why a receive context closed (also reported to the sender in CLOSE). */
@@ -138,13 +142,14 @@ typedef struct ltp_config {
     uint32_t hint_sample_pkts;        /* a capacity sample spans at least this many packets */
     uint32_t hint_catchup_us;         /* a hinted sender's token bucket holds this long at the hint */
     /* trusting nothing on the wire (docs/ltp-protocol.md §11) */
-    uint32_t auth;                    /* 1: every datagram carries a SipHash-2-4 tag (ltp_core_set_key) */
+    uint32_t auth;                    /* 1: every datagram is numbered and tagged (ltp_core_set_peer_key) */
     uint32_t rx_msg_window;           /* new message ids accepted this far past the last taken one */
     uint32_t rx_first_msg_id;         /* where that window starts before any message was taken */
     uint32_t rx_idle_evict_us;        /* an open receive context that heard nothing this long is evicted */
     double hint_min_mbps;             /* a received hint below this is raised to it */
     double hint_max_mbps;             /* a received hint above this is lowered to it */
     uint32_t hint_ttl_max_us;         /* a received hint is obeyed at most this long */
+    uint32_t replay_window;           /* auth on: datagram numbers remembered per peer */
 } ltp_config_t;
 
 /* Per-message receive statistics, filled by ltp_core_rx_take. */
@@ -202,6 +207,7 @@ enum ltp_stat {
     LTP_S_BAD_ECHO, LTP_S_BAD_CLOSE, LTP_S_HINTS_CLAMPED, LTP_S_SENDS_STALE, LTP_S_CLOSE_RING_FULL,
     LTP_S_TX_REFUSED, LTP_S_ICMP_ERRORS,
     LTP_S_SENDS_SUSPENDED, LTP_S_SENDS_RESUMED,   /* unfinished sends kept at a deadline, resumed */
+    LTP_S_REPLAYED,                         /* auth on: a datagram number seen, or too old */
     LTP_S__COUNT
 };
 
@@ -272,9 +278,13 @@ uint32_t ltp_core_datagram(const ltp_core_t *core);
  * with none, any shape the parser accepts opens a context. Each expected segment also reserves
  * room in every peer's ring of closed keys (at least 4 per segment). */
 int ltp_core_expect(ltp_core_t *core, uint16_t segment, uint32_t total_bytes, uint32_t critical_bytes);
-/* The run's MAC key (LTP_KEY_BYTES); required before anything is sent or accepted with auth on.
- * Each direction uses a key derived from it and the receiver's rank. */
-int ltp_core_set_key(ltp_core_t *core, const uint8_t *key, size_t len);
+/* The MAC key of the pair this endpoint and `peer` form (LTP_KEY_BYTES): both ends of a pair hold
+ * the same one, and nobody else does. Each direction seals under its own key, derived from it and
+ * the receiver's rank. With auth on nothing is sent to a peer or accepted from it before its key
+ * is set (ltp_core_send and ltp_core_hello say LTP_EAUTH), and a datagram from no peer slot
+ * cannot be checked (unknown_peer). A key other than the peer's current one starts a new replay
+ * window (docs/ltp-protocol.md §11); the same key again changes nothing. */
+int ltp_core_set_peer_key(ltp_core_t *core, int peer, const uint8_t *key, size_t len);
 /* SipHash-2-4 of msg under a 16-byte key (the construction of the MAC; exported for tests). */
 uint64_t ltp_siphash24(const uint8_t key[16], const uint8_t *msg, size_t len);
 
@@ -460,7 +470,8 @@ double ltp_udp_threshold(ltp_udp_t *udp, int peer, uint16_t segment);
 int ltp_udp_set_policy(ltp_udp_t *udp, uint16_t segment, double threshold_min,
                        double threshold_max);
 int ltp_udp_expect(ltp_udp_t *udp, uint16_t segment, uint32_t total_bytes, uint32_t critical_bytes);
-int ltp_udp_set_key(ltp_udp_t *udp, const uint8_t *key, size_t len);
+/* ltp_core_set_peer_key of the endpoint's core. */
+int ltp_udp_set_peer_key(ltp_udp_t *udp, int peer, const uint8_t *key, size_t len);
 /* The IP TOS byte (0..255) of every datagram the endpoint sends that no send request marks
  * (control packets, unmarked DATA): the socket's IP_TOS. LTP_EINVAL out of range, LTP_ESYS if the
  * kernel refuses it. */

@@ -213,9 +213,12 @@ static int make_cores(const app_args_t *a, ltp_core_t **cores, char *err, size_t
             return -1;
         }
         ltp_core_set_policy(cores[r + 1], 0, 1.0, 1.0);   /* parameters arrive whole */
-        if (a->auth) ltp_core_set_key(cores[r + 1], key, sizeof key);
+        if (a->auth) {   /* one key per pair, as the harness hands them over */
+            key[0] = (uint8_t)r; key[1] = (uint8_t)(r >> 8);
+            ltp_core_set_peer_key(cores[r + 1], 0, key, sizeof key);
+            ltp_core_set_peer_key(cores[0], r, key, sizeof key);
+        }
     }
-    if (a->auth) ltp_core_set_key(cores[0], key, sizeof key);
     for (int s = 0; s < a->n_segs && a->n_segs > 1; s++)   /* PLOT: each layer at its bound */
         ltp_core_set_policy(cores[0], (uint16_t)(s + 1), a->seg_bound[s], a->seg_bound[s]);
     return 0;

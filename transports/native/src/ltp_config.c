@@ -54,7 +54,7 @@ static const optdef_t OPTS[] = {
     U32(linger_rtts, 0, 1000, 8, "RTTs", "a closing end leaves once no peer sent anything for this many round trips"),
     U32(linger_min_us, 0, 60e6, 100000, "us", "a closing end stays quiet at least this long (see linger_rtts)"),
     U32(ack_every, 1, 1024, 8, "packets", "an ACK at least every this many DATA packets"),
-    U32(ack_delay_us, 0, 1e6, 200, "us", "longest an ACK waits for more DATA"),
+    U32(ack_delay_us, 0, 1e6, 200, "us", "longest an ACK waits for more DATA (a sender believes an ACK's ack_delay up to this)"),
     U32(reorder_window_min_us, 0, 1e6, 100, "us", "least reordering window of RACK (else min RTT / 4)"),
     U32(pto_min_us, 10, 10e6, 500, "us", "least probe timeout"),
     U32(pto_max_backoff, 0, 16, 6, "doublings", "the probe timeout doubles at most this many times"),
@@ -80,7 +80,7 @@ static const optdef_t OPTS[] = {
     U32(hint_drain_us, 100, 10e6, 10000, "us", "a standing queue of q us lowers the gain by q / this"),
     U32(hint_sample_pkts, 1, 1e6, 256, "packets", "a capacity sample spans at least this many packets"),
     U32(hint_catchup_us, 0, 1e6, 4000, "us", "a hinted sender's token bucket holds this long at the hint"),
-    BOOL(auth, 1, "authenticate every datagram with a SipHash-2-4 tag under the run's key"),
+    BOOL(auth, 1, "number every datagram and tag it with SipHash-2-4 under its pair's key"),
     U32(rx_msg_window, 1, 2147483648.0, 64, "messages",
         "new message ids are accepted at most this far past the last one taken"),
     U32(rx_first_msg_id, 0, 4294967295.0, 0, "", "first message id accepted before any message was taken"),
@@ -88,6 +88,9 @@ static const optdef_t OPTS[] = {
     DBL(hint_min_mbps, 0, 1e6, 0.1, "Mbit/s", "a received rate hint below this is raised to it"),
     DBL(hint_max_mbps, 0.001, 1e9, 10000, "Mbit/s", "a received rate hint above this is lowered to it"),
     U32(hint_ttl_max_us, 1000, 60e6, 200000, "us", "a received rate hint is obeyed at most this long"),
+    U32(replay_window, 64, 65536, 4096, "datagrams",
+        "auth on: a datagram whose number this peer sent before, or sent this many numbers before its "
+        "newest, is refused as a replay"),
 };
 #define N_OPTS ((int)(sizeof OPTS / sizeof OPTS[0]))
 
@@ -160,8 +163,8 @@ static const char *problem(const ltp_config_t *c, char *scratch, size_t n)
     if (c->pacing_quantum_min_pkts > c->pacing_quantum_max_pkts)
         return "pacing_quantum_min_pkts must not exceed pacing_quantum_max_pkts";
     if (c->max_msg_bytes % 4) return "max_msg_bytes must be a multiple of 4";
-    if (c->auth && c->max_udp_payload_bytes && c->max_udp_payload_bytes < LTP_DATA_HDR_BYTES + 4 + LTP_MAC_BYTES)
-        return "max_udp_payload_bytes must be 0 (the path MTU) or leave room for the MAC with auth on (at least 64)";
+    if (c->auth && c->max_udp_payload_bytes && c->max_udp_payload_bytes < LTP_DATA_HDR_BYTES + 4 + LTP_TRAILER_BYTES)
+        return "max_udp_payload_bytes must be 0 (the path MTU) or leave room for the trailer with auth on (at least 72)";
     if (c->hint_min_mbps > c->hint_max_mbps) return "hint_min_mbps must not exceed hint_max_mbps";
     return NULL;
 }
@@ -210,7 +213,7 @@ static const char *const STAT_NAMES[] = {
     "rx_placed", "rx_place_lost",
     "bad_mac", "bad_shape", "out_of_window", "rx_evicted", "dup_conflict",
     "bad_echo", "bad_close", "hints_clamped", "sends_stale", "close_ring_full",
-    "tx_refused", "icmp_errors", "sends_suspended", "sends_resumed",
+    "tx_refused", "icmp_errors", "sends_suspended", "sends_resumed", "replayed",
 };
 _Static_assert(sizeof STAT_NAMES / sizeof STAT_NAMES[0] == LTP_S__COUNT, "one name per counter");
 const char *ltp_stat_name(int i) { return (i >= 0 && i < LTP_S__COUNT) ? STAT_NAMES[i] : NULL; }
@@ -221,7 +224,7 @@ int ltp_stat_kind(int i)
     switch (i) {
     case LTP_S_MALFORMED: case LTP_S_UNKNOWN_PEER: case LTP_S_WRONG_SESSION: case LTP_S_BAD_MAC:
     case LTP_S_BAD_SHAPE: case LTP_S_OUT_OF_WINDOW: case LTP_S_RX_EVICTED: case LTP_S_DUP_CONFLICT:
-    case LTP_S_BAD_ECHO: case LTP_S_BAD_CLOSE: case LTP_S_HINTS_CLAMPED:
+    case LTP_S_BAD_ECHO: case LTP_S_BAD_CLOSE: case LTP_S_HINTS_CLAMPED: case LTP_S_REPLAYED:
         return LTP_STAT_REJECT;
     default:
         return (i >= 0 && i < LTP_S__COUNT) ? LTP_STAT_TRAFFIC : -1;

@@ -42,6 +42,7 @@ void ltp_core_free(ltp_core_t *c)
         for (uint32_t j = 0; p->rx && j < c->cfg.max_open_per_peer; j++) rx_free(&p->rx[j]);
         free(p->tx); free(p->rx); free(p->ring); free(p->floor_segs); free(p->released);
         free(p->seg_n_loss); free(p->seg_loss); free(p->posts);
+        auth_free(p);
     }
     index_free(c);
     hint_free(c);
@@ -65,7 +66,6 @@ int ltp_core_add_peer(ltp_core_t *c, uint16_t rank)
         return LTP_ENOMEM;
     }
     p->rank = rank;
-    if (c->has_key) auth_derive(c->run_key, rank, p->tx_key);
     rate_init_flow(c, &p->own);
     p->fl = rate_shared(c) ? &c->shared : &p->own;
     c->n_peers++;
@@ -113,6 +113,7 @@ int ltp_core_hello(ltp_core_t *c, int peer, uint64_t now)
 {
     peer_t *p = core_peer(c, peer);
     if (!p) return LTP_EINVAL;
+    if (auth_ready(c, p)) return LTP_EAUTH;
     p->hello_active = 1;
     p->joined = 0;
     p->hello_next_us = now;
@@ -158,16 +159,22 @@ static int input(ltp_core_t *c, int peer, const uint8_t *buf, size_t len, const 
     hdr_t h;
     c->st[LTP_S_RX_DATAGRAMS]++;
     c->st[LTP_S_RX_BYTES] += len;
-    /* Every check before any state changes, cheapest first; each refusal is counted once. */
+    /* Every check before any state changes, cheapest first; each refusal is counted once. The
+     * tag is checked under the key of the slot the source address maps to (auth on). */
     if (!wire_plausible(buf, len)) { c->st[LTP_S_MALFORMED]++; return LTP_EMALFORMED; }
-    int n = auth_check(c, buf, len, payload);
-    if (n < 0) { c->st[n == LTP_EAUTH ? LTP_S_BAD_MAC : LTP_S_MALFORMED]++; return n; }
+    peer_t *p = core_peer(c, peer);
+    uint64_t pseq = 0;
+    int n = auth_check(c, p, buf, len, payload, &pseq);
+    if (n < 0) {
+        c->st[n == LTP_EAUTH ? LTP_S_BAD_MAC : n == LTP_EPEER ? LTP_S_UNKNOWN_PEER : LTP_S_MALFORMED]++;
+        return n;
+    }
     int rc = wire_parse(&c->cfg, buf, (size_t)n, &h);
     if (rc) { c->st[LTP_S_MALFORMED]++; return rc; }
     if (payload) h.payload = payload;
-    peer_t *p = core_peer(c, peer);
     if (!p || p->rank != h.sender) { c->st[LTP_S_UNKNOWN_PEER]++; return LTP_EPEER; }
     if (h.session != c->cfg.session_id) { c->st[LTP_S_WRONG_SESSION]++; return LTP_ESESSION; }
+    if ((rc = auth_window(c, p, pseq)) != LTP_OK) return rc;   /* accepted once, never again */
     c->last_rx_us = MAX(c->last_rx_us, now);
     index_touch(c, p);
     switch (h.type) {
@@ -236,13 +243,14 @@ static int poll_control(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, int
 static int poll_tx(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, int *peer, const uint8_t **payload)
 {
     index_tick(c, now);   /* timers that change state: close deadlines, RACK, PTO */
-    /* With auth on nothing leaves before the key is set, and every datagram has room for its tag. */
+    /* With auth on every datagram has room for its trailer; nothing is due for a peer without
+     * its key (ltp_core_send and ltp_core_hello refuse it, and nothing from it is accepted). */
     size_t room = auth_trailer(&c->cfg);
-    if ((room && !c->has_key) || cap < room + LTP_HDR_BYTES) return 0;
+    if (cap < room + LTP_HDR_BYTES) return 0;
     cap -= room;
     int n = poll_control(c, now, b, cap, peer);
     if (n) {
-        n = auth_seal(c, &c->peers[*peer], b, n, NULL);
+        n = auth_seal(c, &c->peers[*peer], b, n, NULL, now);
         if (n > 0) { c->st[LTP_S_TX_DATAGRAMS]++; c->st[LTP_S_TX_BYTES] += (uint64_t)n; }
         return n;
     }
@@ -256,7 +264,7 @@ static int poll_tx(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, int *pee
     n = sched_emit(c, &s, now, b, cap, peer, payload);
     index_touch(c, &c->peers[s.peer]);
     if (n > 0 && room) {
-        n = auth_seal(c, &c->peers[*peer], b, n, payload ? *payload : NULL);
+        n = auth_seal(c, &c->peers[*peer], b, n, payload ? *payload : NULL, now);
         c->st[LTP_S_TX_BYTES] += room;
     }
     return n;

@@ -10,7 +10,8 @@
  *   ltp_place.c   where received payloads land: posted application buffers, guessed places
  *   ltp_admit.c   what the receive side lets in: the expected layout, the message-id window,
  *                 duplicates that disagree, evicting idle contexts
- *   ltp_auth.c    SipHash-2-4, the per-direction keys and the MAC trailer of every datagram
+ *   ltp_auth.c    SipHash-2-4, the per-pair keys, the trailer of every datagram (its number and
+ *                 tag) and the replay window
  *   ltp_send.c    send contexts: transmission order, RACK and PTO loss recovery, ACK and CLOSE
  *   ltp_sched.c   which peer's message sends the next DATA packet, and when
  *   ltp_core.c    the endpoint: peers, datagram dispatch, timers, poll_tx and next_timeout
@@ -159,6 +160,7 @@ typedef struct {
     uint32_t n_lost, lost_cursor, ack_floor;
     uint32_t *seq_idx, seq_cap;      /* packet index of every transmission, by tx_seq */
     uint32_t *seq_ts;                /* its timestamp on the wire: what a genuine echo carries */
+    uint64_t *seq_rtt;               /* bitmap by tx_seq: its echo gave an RTT sample already */
     uint32_t tx_seq_next, scan_seq;
     int rack_valid;
     uint32_t rack_seq;
@@ -233,7 +235,15 @@ typedef struct {
     uint16_t rank;
     int greeted, joined, hello_active, hello_ack_pending;
     uint32_t hello_nonce, hello_echo;      /* ours in HELLO; the peer's, echoed in HELLO_ACK */
+    /* Authentication (ltp_auth.c): the pair's keys, one per direction, and the numbers. */
+    int has_key;
+    uint8_t pair_key[LTP_KEY_BYTES];       /* as set (ltp_core_set_peer_key) */
     uint8_t tx_key[LTP_KEY_BYTES];         /* MAC key of datagrams to this peer */
+    uint8_t rx_key[LTP_KEY_BYTES];         /* MAC key of datagrams from it */
+    uint64_t tx_pseq;                      /* number of the next datagram to it; 0: none sent yet */
+    int rx_any;                            /* a datagram from it was accepted: rx_top is its newest */
+    uint64_t rx_top;
+    uint64_t *rx_seen;                     /* ring bitmap of the replay_window numbers up to rx_top */
     uint64_t hello_next_us;
     int has_rtt;
     double srtt_us, rttvar_us, min_rtt_us, peer_srtt_us;
@@ -326,9 +336,6 @@ struct ltp_core {
     uint32_t n_expect_slots, n_expected;
     uint32_t ring_cap;                     /* closed keys per peer: closed_ring, more per segment */
     uint32_t released_cap;                 /* released sends remembered per peer */
-    int has_key;
-    uint8_t run_key[LTP_KEY_BYTES];        /* the run's key, for peers added after it was set */
-    uint8_t rx_key[LTP_KEY_BYTES];         /* MAC key of datagrams to this endpoint */
     uint64_t last_rx_us;                   /* last valid datagram from any peer (linger) */
     uint64_t linger_from_us;               /* ltp_core_linger was called then (0: not closing) */
     uint64_t rng;
@@ -386,17 +393,25 @@ int index_urgent(const ltp_core_t *c);             /* lowest slot with HELLO_ACK
 uint64_t index_due(const ltp_core_t *c);           /* earliest timer or control datagram */
 
 /* ltp_auth.c */
-/* Bytes a datagram of this endpoint gives to its trailer (LTP_MAC_BYTES with auth on, else 0). */
+/* Bytes a datagram of this endpoint gives to its trailer (LTP_TRAILER_BYTES with auth on, else 0). */
 size_t auth_trailer(const ltp_config_t *cfg);
 void auth_derive(const uint8_t key[LTP_KEY_BYTES], uint16_t rank, uint8_t out[LTP_KEY_BYTES]);
-/* Check and strip the trailer of an incoming datagram of len bytes: its length without it, or
- * LTP_EAUTH. With payload != NULL a DATA read apart (ltp_core_input_split): b holds its header
- * and then its tag, payload the len - 60 bytes between them. */
-int auth_check(const ltp_core_t *c, const uint8_t *b, size_t len, const uint8_t *payload);
-/* Mark an outgoing datagram of n bytes and append its tag (cap has room); returns the new length.
- * With payload != NULL a DATA sent by reference: b holds its header, payload the n - 52 bytes
- * after it, and the tag goes to b + LTP_DATA_HDR_BYTES (it is sent after the payload). */
-int auth_seal(const ltp_core_t *c, const peer_t *p, uint8_t *b, int n, const uint8_t *payload);
+/* Check and strip the trailer of an incoming datagram of len bytes from peer p (NULL: no slot):
+ * its length without it, or LTP_EAUTH (LTP_EPEER with auth on and no slot to take a key from);
+ * *pseq gets its number. With payload != NULL a DATA read apart (ltp_core_input_split): b holds
+ * its header and then its trailer, payload the len - 68 bytes between them. */
+int auth_check(const ltp_core_t *c, const peer_t *p, const uint8_t *b, size_t len, const uint8_t *payload,
+               uint64_t *pseq);
+/* The replay window (auth on): 0 if p never sent number pseq (now recorded as seen), else
+ * LTP_EREJECTED (counted replayed). Called once the datagram passed every check before dispatch. */
+int auth_window(ltp_core_t *c, peer_t *p, uint64_t pseq);
+/* Number an outgoing datagram of n bytes and append its trailer (cap has room); returns the new
+ * length. With payload != NULL a DATA sent by reference: b holds its header, payload the n - 52
+ * bytes after it, and the trailer goes to b + LTP_DATA_HDR_BYTES (sent after the payload). */
+int auth_seal(const ltp_core_t *c, peer_t *p, uint8_t *b, int n, const uint8_t *payload, uint64_t now);
+/* With auth on, a peer without its key can neither be sent to nor heard: LTP_EAUTH, else 0. */
+int auth_ready(const ltp_core_t *c, const peer_t *p);
+void auth_free(peer_t *p);
 
 /* ltp_wire.c */
 int wire_plausible(const uint8_t *b, size_t len);

@@ -10,7 +10,7 @@
 
 void tx_free(txmsg_t *m)
 {
-    free(m->order); free(m->pk); free(m->lost); free(m->seq_idx); free(m->seq_ts);
+    free(m->order); free(m->pk); free(m->lost); free(m->seq_idx); free(m->seq_ts); free(m->seq_rtt);
     memset(m, 0, sizeof *m);
 }
 
@@ -164,13 +164,23 @@ static void ack_pkt(peer_t *p, txmsg_t *m, uint32_t i, const txpkt_t **newest)
         *newest = k;
 }
 
-/* The echoed timestamp is our own clock's low 32 bits, so RTT needs no clock sync. */
+/* The echoed timestamp is our own clock's low 32 bits, so RTT needs no clock sync. Each
+ * transmission's echo gives one sample (and one RACK update) at most: a genuine receiver echoes
+ * each in one ACK (the next ACK waits for new DATA), so a second ACK echoing it (replayed, or
+ * duplicated by the network) would only count its ever older age again. The receiver's ack_delay
+ * is believed up to ack_delay_us, the longest its ACK timer holds an ACK (both ends of a run share
+ * the option): a larger one, forged or a receiver late to send, leaves the rest in the sample,
+ * which can be too large but never smaller than the echo's age minus ack_delay_us. */
 static void ack_rtt(ltp_core_t *c, peer_t *p, txmsg_t *m, const hdr_t *h, uint64_t now)
 {
     uint32_t age = (uint32_t)now - h->echo_ts;
     txpkt_t *echo = &m->pk[m->seq_idx[h->echo_seq]];
     if (echo->tx_seq != h->echo_seq || (uint64_t)age > now || age >= 60000000u) return;
-    double rtt = (double)age - (double)MIN(h->ack_delay, age);
+    uint64_t bit = 1ull << (h->echo_seq % 64), *w = &m->seq_rtt[h->echo_seq / 64];
+    if (*w & bit) return;
+    *w |= bit;
+    uint32_t delay = MIN(h->ack_delay, c->cfg.ack_delay_us);
+    double rtt = (double)age - (double)MIN(delay, age);
     rtt_sample(c, p, rtt, now);
     if (!m->rack_valid || h->echo_seq >= m->rack_seq) {
         m->rack_valid = 1;
@@ -299,6 +309,7 @@ int ltp_core_send(ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg, const 
     peer_t *p = core_peer(c, peer);
     if (!p || !data || len == 0 || len % 4 || len > c->cfg.max_msg_bytes || critical_bytes > len)
         return LTP_EINVAL;
+    if (auth_ready(c, p)) return LTP_EAUTH;
     index_touch(c, p);   /* whatever follows changes p's sends (ltp_index.c) */
     uint32_t count = (uint32_t)(((uint64_t)len + c->chunk - 1) / c->chunk);
     uint32_t critical = (uint32_t)(((uint64_t)critical_bytes + c->chunk - 1) / c->chunk);
@@ -323,10 +334,11 @@ int ltp_core_send(ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg, const 
     m->seq_cap = count + count / 4 + 16;
     m->seq_idx = malloc((size_t)m->seq_cap * sizeof *m->seq_idx);
     m->seq_ts = malloc((size_t)m->seq_cap * sizeof *m->seq_ts);
+    m->seq_rtt = calloc((m->seq_cap + 63) / 64, sizeof *m->seq_rtt);
     m->lost_cursor = count;
     m->rack_timer_us = NEVER;
     m->enq_seq = c->n_enqueued++;
-    if (!m->pk || !m->lost || !m->seq_idx || !m->seq_ts || build_order(c, p, m) != LTP_OK) {
+    if (!m->pk || !m->lost || !m->seq_idx || !m->seq_ts || !m->seq_rtt || build_order(c, p, m) != LTP_OK) {
         tx_free(m);
         return LTP_ENOMEM;
     }
@@ -465,6 +477,11 @@ int tx_build_data(ltp_core_t *c, peer_t *p, txmsg_t *m, uint32_t i, int retrans,
         uint32_t *ts = realloc(m->seq_ts, (size_t)ncap * sizeof *ts);
         if (!ts) return LTP_ENOMEM;
         m->seq_ts = ts;
+        size_t words = (m->seq_cap + 63) / 64, nwords = (ncap + 63) / 64;
+        uint64_t *rtt = realloc(m->seq_rtt, nwords * sizeof *rtt);
+        if (!rtt) return LTP_ENOMEM;
+        memset(rtt + words, 0, (nwords - words) * sizeof *rtt);
+        m->seq_rtt = rtt;
         m->seq_cap = ncap;
     }
     tx_account(c, p, m, i, retrans, now);

@@ -520,12 +520,7 @@ int ltp_udp_set_tos(ltp_udp_t *u, int tos)
     return rc;
 }
 
-int ltp_udp_set_key(ltp_udp_t *u, const uint8_t *key, size_t len)
+int ltp_udp_set_peer_key(ltp_udp_t *u, int peer, const uint8_t *key, size_t len)
 {
-    if (!u) return LTP_EINVAL;
-    pthread_mutex_lock(&u->mu);
-    int rc = ltp_core_set_key(u->core, key, len);
-    pthread_mutex_unlock(&u->mu);
-    kick(u);   /* anything held back for want of the key can go now */
-    return rc;
+    LOCKED(u, LTP_EINVAL, int, ltp_core_set_peer_key(u->core, peer, key, len));
 }

@@ -216,9 +216,17 @@ static void setup(uint64_t seed)
         core[w] = ltp_core_new(&wc, (uint16_t)(w - 1));
         ltp_core_add_peer(core[w], LTP_RANK_SERVER);
         ltp_core_add_peer(core[0], (uint16_t)(w - 1));
+#ifdef LTP_TRAILER_BYTES   /* one key per pair (the core before it took one key per run) */
+        key[0] = (uint8_t)w;
+        ltp_core_set_peer_key(core[w], 0, key, 16);
+        ltp_core_set_peer_key(core[0], w - 1, key, 16);
+#else
         ltp_core_set_key(core[w], key, 16);
+#endif
     }
+#ifndef LTP_TRAILER_BYTES
     ltp_core_set_key(core[0], key, 16);
+#endif
     for (int s = 0; segs > 1 && s < segs; s++)
         ltp_core_set_policy(core[0], (uint16_t)(s + 1), 0.6, 0.9);
     for (int k = 0; k <= n; k++) { bufs[k] = calloc(msg_bytes / 4 + 16, 4); due[k] = UINT64_MAX; }

@@ -19,7 +19,7 @@
 #define LTP_KEY_BYTES 16u
 #define WIRE_MAC_BYTE 5
 int ltp_core_expect(ltp_core_t *core, uint16_t segment, uint32_t total_bytes, uint32_t critical_bytes);
-int ltp_core_set_key(ltp_core_t *core, const uint8_t *key, size_t len);
+int ltp_core_set_peer_key(ltp_core_t *core, int peer, const uint8_t *key, size_t len);
 uint64_t ltp_siphash24(const uint8_t key[16], const uint8_t *msg, size_t len);
 #endif
 
@@ -246,9 +246,9 @@ static void first_copy(int auth)
 {
     pair_t P;
     pair_init(&P, (const char *[]){"auth"}, (double[]){auth}, 1);
-    uint8_t key[16] = {0x6b, 0x65, 0x79};
-    ltp_core_set_key(P.c[PS], key, sizeof key);
-    ltp_core_set_key(P.c[WK], key, sizeof key);
+    uint8_t key[16] = {0x6b, 0x65, 0x79};   /* the pair's */
+    ltp_core_set_peer_key(P.c[PS], 0, key, sizeof key);
+    ltp_core_set_peer_key(P.c[WK], 0, key, sizeof key);
     ltp_core_expect(P.c[PS], 0, N * 4, 0);
     float *v = vec(N, 1.0f), *got = calloc(N, sizeof *got);
     uint8_t *mask = calloc(N, 1);
@@ -550,8 +550,8 @@ static void test_siphash_vectors(void)
     CHECK(bad == 0, "%d SipHash-2-4 test vectors wrong", bad);
 }
 
-/* With auth on: everything genuine arrives; without the key nothing leaves; a datagram sealed
- * for one receiver is refused by another; any changed byte is refused. */
+/* With auth on: everything genuine arrives; without the pair's key nothing leaves; a datagram
+ * sealed for one receiver is refused by another; any changed byte is refused. */
 static void test_auth(void)
 {
     pair_t P;
@@ -562,8 +562,9 @@ static void test_auth(void)
     int slot;
     CHECK(ltp_core_poll_tx(P.c[WK], P.now, b, sizeof b, &slot) == 0, "sent without a key");
     uint8_t key[16] = {1, 2, 3}, other[16] = {9};
-    ltp_core_set_key(P.c[WK], key, 16);
-    ltp_core_set_key(P.c[PS], key, 16);
+    ltp_core_set_peer_key(P.c[WK], 0, key, 16);
+    ltp_core_set_peer_key(P.c[PS], 0, key, 16);
+    ltp_core_send(P.c[WK], 0, 1, 0, v, N * 4, 0, P.now);   /* refused without the key: again */
     P.tap = tap_keep_data;
     key_t_ k1 = {1, 0};
     int ok = pair_run(&P, 2000000, rx_ready, &k1);
@@ -580,11 +581,11 @@ static void test_auth(void)
     /* The worker's datagram, shown to a second PS-side core of another rank: its key differs. */
     ltp_core_t *third = ltp_core_new(&P.cfg, 7);
     ltp_core_add_peer(third, 0);
-    ltp_core_set_key(third, key, 16);
+    ltp_core_set_peer_key(third, 0, key, 16);
     CHECK(ltp_core_input(third, 0, P.kept[0], (size_t)len, P.now) != 0, "a datagram for one receiver accepted by another");
     ltp_core_t *stranger = ltp_core_new(&P.cfg, 0xFFFF);
     ltp_core_add_peer(stranger, 0);
-    ltp_core_set_key(stranger, other, 16);
+    ltp_core_set_peer_key(stranger, 0, other, 16);
     CHECK(ltp_core_input(stranger, 0, P.kept[0], (size_t)len, P.now) != 0, "a datagram accepted under another key");
     CHECK(stat(stranger, "bad_mac") == 1 && stat(third, "bad_mac") == 1, "bad_mac not counted");
     ltp_core_free(third);

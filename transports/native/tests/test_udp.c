@@ -41,8 +41,16 @@ typedef struct {
     ltp_recv_req_t q[N_WORKERS];      /* the server's requests, one a worker */
 } job_t;
 
-/* Every end of a job shares the run's key (auth is on by default). */
+/* Auth is on by default: the PS and worker r share pair key KEY with its last byte r. */
 static const uint8_t KEY[LTP_KEY_BYTES] = "test_udp: a key";
+
+static const uint8_t *pair_key(int r)
+{
+    static uint8_t k[LTP_KEY_BYTES];
+    memcpy(k, KEY, sizeof k);
+    k[LTP_KEY_BYTES - 1] = (uint8_t)r;
+    return k;
+}
 
 static int open_job(job_t *j)
 {
@@ -54,16 +62,16 @@ static int open_job(job_t *j)
     int err = 0;
     j->ps = ltp_udp_open(&cfg, LTP_RANK_SERVER, "127.0.0.1", 0, 0.0, &err);
     if (!j->ps) return err ? err : -1;
-    if (ltp_udp_set_key(j->ps, KEY, sizeof KEY) < 0) return -1;
     int ps_port = ltp_udp_local_port(j->ps);
     for (int r = 0; r < N_WORKERS; r++) {
         j->w[r] = ltp_udp_open(&cfg, (uint16_t)r, "127.0.0.1", 0, 0.0, &err);
         if (!j->w[r]) return err ? err : -1;
-        if (ltp_udp_set_key(j->w[r], KEY, sizeof KEY) < 0) return -1;
         int rc = ltp_udp_add_peer(j->ps, (uint16_t)r, "127.0.0.1", (uint16_t)ltp_udp_local_port(j->w[r]));
         if (rc != r) return rc < 0 ? rc : -1;
+        if (ltp_udp_set_peer_key(j->ps, r, pair_key(r), LTP_KEY_BYTES) < 0) return -1;
         rc = ltp_udp_add_peer(j->w[r], LTP_RANK_SERVER, "127.0.0.1", (uint16_t)ps_port);
         if (rc < 0) return rc;
+        if (ltp_udp_set_peer_key(j->w[r], rc, pair_key(r), LTP_KEY_BYTES) < 0) return -1;
         rc = ltp_udp_join(j->w[r], rc, 2000000);
         if (rc < 0) return rc;
         for (int i = 0; i < N_FLOATS; i++) j->data[r][i] = (float)(r * 1000 + i % 997);
@@ -237,8 +245,8 @@ static void test_send_resumes_after_deadline(void)
     close(fd);
     uint16_t port = ntohs(sa.sin_port);
     ltp_udp_t *w = ltp_udp_open(&cfg, 0, "127.0.0.1", 0, 0.0, &err);
-    CHECK(w && ltp_udp_set_key(w, KEY, sizeof KEY) == 0 && ltp_udp_add_peer(w, LTP_RANK_SERVER, "127.0.0.1", port) == 0,
-          "opening the worker: %d", err);
+    CHECK(w && ltp_udp_add_peer(w, LTP_RANK_SERVER, "127.0.0.1", port) == 0 &&
+          ltp_udp_set_peer_key(w, 0, KEY, sizeof KEY) == 0, "opening the worker: %d", err);
     static float data[2][N_FLOATS], again[2][N_FLOATS], out[2][N_FLOATS];
     ltp_send_req_t s[2];
     for (int k = 0; k < 2; k++) {
@@ -251,8 +259,8 @@ static void test_send_resumes_after_deadline(void)
     CHECK(stat_named(w, "sends_suspended") == 2 && stat_named(w, "sends_cancelled") == 0, "suspended %llu cancelled %llu",
           (unsigned long long)stat_named(w, "sends_suspended"), (unsigned long long)stat_named(w, "sends_cancelled"));
     ltp_udp_t *ps = ltp_udp_open(&cfg, LTP_RANK_SERVER, "127.0.0.1", port, 0.0, &err);
-    CHECK(ps && ltp_udp_set_key(ps, KEY, sizeof KEY) == 0 &&
-          ltp_udp_add_peer(ps, 0, "127.0.0.1", (uint16_t)ltp_udp_local_port(w)) == 0, "opening the PS: %d", err);
+    CHECK(ps && ltp_udp_add_peer(ps, 0, "127.0.0.1", (uint16_t)ltp_udp_local_port(w)) == 0 &&
+          ltp_udp_set_peer_key(ps, 0, KEY, sizeof KEY) == 0, "opening the PS: %d", err);
     memcpy(again, data, sizeof data);   /* the caller's retry sends from elsewhere */
     memset(data, 0, sizeof data);
     s[0].data = again[0];
