@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.reporting.publish.context import Folder, published_folders
 from harness.running import provenance
 from harness.running.presets import Plan
 from harness.running.results import read_table
@@ -101,18 +102,11 @@ def recorded_plan(folder: Path) -> RecordedPlan | None:
                         plugins=tuple(plan.get("plugins", ())), recorded=recorded)
 
 
-def recorded_commands(folder: Path) -> tuple[str, ...]:
-    """The invoke commands (without ``invoke``) the folder's manifest recorded, in order."""
-    man = provenance.read_manifest(folder)
-    entries = [man.get("provenance", {})] + [e.get("provenance", {})
-                                             for e in man.get("extended", [])]
-    out: list[str] = []
-    for entry in entries:
-        cmd = str(entry.get("command", "")).strip()
-        cmd = cmd.split("invoke ", 1)[1].strip() if "invoke " in cmd else cmd
-        if cmd and cmd not in out:
-            out.append(cmd)
-    return tuple(out)
+def recorded_commands(folder: Path, root: Path = PROJECT) -> tuple[str, ...]:
+    """The invoke commands (without ``invoke``) the folder's manifest recorded, in order
+    (:meth:`~harness.reporting.publish.context.Folder.commands`)."""
+    cmds = Folder(folder, root).commands()
+    return tuple(c.split("invoke ", 1)[1].strip() if "invoke " in c else c for c in cmds)
 
 
 def again(command: str, rel: str, loaded_frac: float) -> list[str]:
@@ -132,14 +126,9 @@ def again(command: str, rel: str, loaded_frac: float) -> list[str]:
     return out + ["--out", rel, "--no-figures", "--redo", f"stale,failed,loaded:{loaded_frac:g}"]
 
 
-def _published(root: Path) -> list[Path]:
-    return sorted(p.parent for p in (root / "results").glob("**/runs.csv")
-                  if "runs" not in p.parent.relative_to(root / "results").parts)
-
-
 def plan(folders: Sequence[str] = (), root: Path = PROJECT) -> list[Item]:
     """The stale folders among ``folders`` (default: every published one), README's first."""
-    known = {str(p.relative_to(root)): p for p in _published(root)}
+    known = {str(p.relative_to(root)): p for p in published_folders(root)}
     chosen = [f.rstrip("/") for f in folders] or list(known)
     unknown = [f for f in chosen if f not in known]
     if unknown:
@@ -148,7 +137,7 @@ def plan(folders: Sequence[str] = (), root: Path = PROJECT) -> list[Item]:
     items = []
     for rel in chosen:
         path = known[rel]
-        if provenance.folder_kind(path) == "simulate" and not recorded_commands(path):
+        if provenance.folder_kind(path) == "simulate" and not recorded_commands(path, root):
             continue
         stale = provenance.stale_run_ids(path)
         if not stale:
@@ -156,7 +145,8 @@ def plan(folders: Sequence[str] = (), root: Path = PROJECT) -> list[Item]:
         runs = read_table(path / "runs.csv")
         hours = float(runs.wall_s.sum()) / 3600 if "wall_s" in runs else float("nan")
         recorded = provenance.folder_kind(path) == "ps" and recorded_plan(path) is not None
-        items.append(Item(rel, len(stale), len(runs), hours, recorded_commands(path), recorded))
+        items.append(Item(rel, len(stale), len(runs), hours, recorded_commands(path, root),
+                          recorded))
     first = {rel: i for i, rel in enumerate(README_FOLDERS)}
     return sorted(items, key=lambda it: (first.get(it.rel, len(first)), it.hours, it.rel))
 
