@@ -305,6 +305,28 @@ def figures(c, sweep):
             print(path)
 
 
+@task(help={"lab": "the lab's number (docs/labs/README.md)",
+            "sweep": "the folder the lab's run-sweep wrote (default results/labN)",
+            "answers": "a TOML file of your numeric answers, one per question: q1 = 0.25"})
+def lab_check(c, lab, sweep=None, answers=None):
+    """Grade a lab on your results folder: question by question, what is right and what is not,
+    with the numbers compared; exits 1 if anything is wrong."""
+    from invoke import Exit
+
+    from harness import cli
+
+    with cli.user_errors():
+        from harness.labs import grading
+
+        number = cli.number(lab, int, "lab")
+        folder = Path(sweep) if sweep else PROJECT / "results" / f"lab{number}"
+        sheet = grading.grade(number, folder,
+                              grading.read_answers(Path(answers) if answers else None))
+        print(sheet.text())
+        if not sheet.passed:
+            raise Exit(code=1)
+
+
 @task(help={"check": "write nothing; list what would change and fail if anything would",
             "no_figures": "regenerate the text only (reports, generated blocks, the findings "
                           "page), not the figures"})
