@@ -80,6 +80,7 @@ PROJECT = Path(__file__).resolve().parent
     "capture_snaplen": "bytes kept of each captured packet (default 128: every header)",
     "capture_mb": "size bound of each capture file in MB; tcpdump stops once it is full "
                   "(default 200)",
+    "dry_run": "check the command and list the runs it would make, by id; run nothing",
 })
 def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=None, workers=None,
               queue=None, delay=None, cross=None, sync=None, fault=None, byzantine=None,
@@ -89,7 +90,7 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
               model=None,
               iterations=None, seeds=None, timeout=None, target=None, stop_at_target=False,
               max_train=None, cluster=None, no_figures=False, redo=None, capture=None,
-              capture_snaplen=None, capture_mb=None):
+              capture_snaplen=None, capture_mb=None, dry_run=False):
     """Run a sweep of training runs over the emulated incast network and tabulate the results."""
     from harness import cli
 
@@ -102,13 +103,14 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
         if preset in p2p.PRESETS:
             given = [name for name, value in locals().items() if name not in (
                 "c", "preset", "out", "seeds", "iterations", "loss", "sync", "timeout", "cli",
-                "presets", "engine", "p2p", "no_figures", "redo", "again")
+                "presets", "engine", "p2p", "no_figures", "redo", "again", "capture",
+                "capture_snaplen", "capture_mb", "dry_run")
                 and value not in (None, False)]
             if given:
                 raise p2p.PeerSpecError(f"--{given[0].replace('_', '-')} does not apply to the "
                                     f"peer-to-peer preset {preset}; it takes --seeds, "
-                                    "--iterations (rounds), --loss, --sync, --timeout, --redo "
-                                    "and --no-figures.")
+                                    "--iterations (rounds), --loss, --sync, --timeout, --redo, "
+                                    "--capture and --no-figures.")
             plan = p2p.get(preset).override(
                 seeds=cli.numbers(seeds, int, "--seeds"),
                 rounds=cli.number(iterations, int, "--iterations"),
@@ -116,9 +118,12 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
                 timeout_s=cli.number(timeout, float, "--timeout"))
             folder = Path(out) if out else PROJECT / "results" / plan.name
             engine.check_folder(folder)
+            captured = _capture(plan, capture, capture_snaplen, capture_mb)
+            if dry_run:
+                return _list_plan(plan, folder)
             cli.require_root()
-            cli.require_setup()
-            engine.run_plan(plan, folder, figures=not no_figures, redo=again)
+            cli.require_setup(("tcpdump",) if captured else ())
+            engine.run_plan(plan, folder, figures=not no_figures, redo=again, capture=captured)
             return
         plan = presets.get(preset or presets.DEFAULT_PRESET).override(
             transports=cli.words(transports), loss_pcts=cli.losses(loss), cross=cli.items(cross),
@@ -146,11 +151,9 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
             stop_at_target=True if stop_at_target else None, max_train_s=cli.number(max_train, float, "--max-train"))
         folder = Path(out) if out else PROJECT / "results" / plan.name
         engine.check_folder(folder)
-        from harness.running.capture import parse_capture
-
-        captured = parse_capture(capture, cli.number(capture_snaplen, int, "--capture-snaplen"),
-                                 cli.number(capture_mb, float, "--capture-mb"))
-        engine.check_capture(plan, captured)
+        captured = _capture(plan, capture, capture_snaplen, capture_mb)
+        if dry_run:
+            return _list_plan(plan, folder)
         if cluster and captured:
             raise engine.SweepError("--capture runs on this machine only; drop --cluster or "
                                     "--capture.")
@@ -163,6 +166,27 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
         cli.require_root()
         cli.require_setup(("tcpdump",) if captured else ())
         engine.run_plan(plan, folder, figures=not no_figures, redo=again, capture=captured)
+
+
+def _capture(plan, hosts, snaplen, max_mb):
+    """The sweep's :class:`~harness.running.capture.Capture` (None without --capture), checked
+    against every run of ``plan``."""
+    from harness import cli
+    from harness.running import engine
+    from harness.running.capture import parse_capture
+
+    captured = parse_capture(hosts, cli.number(snaplen, int, "--capture-snaplen"),
+                             cli.number(max_mb, float, "--capture-mb"))
+    engine.check_capture(plan, captured)
+    return captured
+
+
+def _list_plan(plan, folder: Path) -> None:
+    """--dry-run: the runs the sweep would make (by id) and where, and nothing else."""
+    specs = plan.specs()
+    print(f"{len(specs)} runs of preset {plan.name} into {folder}:")
+    for spec in specs:
+        print(f"  {spec.run_id}")
 
 
 @task(help={

@@ -63,12 +63,14 @@ def lab2(sheet: Sheet) -> None:
     for row in runs.itertuples():
         where = f"{row.scheme} at {row.loss_pct:g} % loss"
         lossy = row.loss_pct >= 5
-        if row.transport == "ltp-reliable" or row.scheme == "ltp-reliable":
+        if row.transport == "ltp-reliable":
             sheet.check("statement 1", row.early_closes == 0 and row.filled_frac_max == 0
                         and row.min_recv_frac == 1.0 and (not lossy or row.retransmits > 0),
                         f"{where}: early_closes {row.early_closes:g}, filled_frac_max "
                         f"{row.filled_frac_max:g}, min_recv_frac {row.min_recv_frac:g}, "
                         f"retransmits {row.retransmits:g}")
+            continue
+        if row.transport != "ltp":
             continue
         floor = json.loads(row.transport_options).get("threshold_min", 0.0)
         sheet.check("statement 2", row.min_recv_frac >= floor - 1e-9

@@ -455,7 +455,8 @@ PRESETS: dict[str, Plan] = {
         loss_pcts=(0.0, 2.0), bottleneck_mbps=(100.0,), seeds=(0,), queues=(16,),
         base=_INCAST.replace(queue_pkts=16, iterations=30, timeout_s=600.0)),
     "lab2": Plan(
-        name="lab2", transports=("ltp", "ltp-reliable", "ltp+filler=zero", "ltp+filler=previous"),
+        name="lab2", transports=("ltp", "ltp-reliable", "ltp+filler=zero", "ltp+filler=previous",
+                                 "tcp-cubic"),
         loss_pcts=(0.0, 5.0, 10.0), bottleneck_mbps=(100.0,), seeds=(0,),
         base=_INCAST.replace(iterations=60, timeout_s=600.0)),
     "lab3": Plan(
