@@ -1,5 +1,5 @@
 """The graders of the later labs: 5 (untrusted workers), 6 (peer to peer), 7 (the incast
-vanishes) and 8 (ranking the field on one trace). Each statement a grader tests is one of its
+vanishes), 8 (ranking the field on one trace) and 9 (reading the wire). Each statement a grader tests is one of its
 page's "What you should observe", numbered as the page lists them."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from pathlib import Path
 
 from harness.labs.grading import Sheet, common, lab, table
 from harness.training import models
+from topologies.incast import PS_IP
 
 PROJECT = Path(__file__).resolve().parents[2]
 LAB8_TRACE = PROJECT / "docs" / "labs" / "traces" / "lab8" / "ps1.trace"
@@ -116,3 +117,41 @@ def lab8(sheet: Sheet) -> None:
                     "dropped, every drop on a position the trace holds"
                     if same_positions(trace, met) else
                     f"{row.scheme}: its drops are not the trace's positions")
+
+
+@lab(9, "lab9-reading-the-wire.md")
+def lab9(sheet: Sheet) -> None:
+    from harness.reporting import wire
+    from harness.running.runfiles import RunFiles
+
+    runs = table(sheet.folder, "runs.csv")
+    common(sheet, "lab9", runs)
+    for row in runs.itertuples():
+        files = RunFiles(sheet.folder / "runs" / str(row.run_id))
+        pcap, summary = files.pcap("ps1"), files.host_summary("ps1")
+        if not sheet.check("data", pcap.is_file() and summary is not None,
+                           f"{row.run_id}: capture/ps1.pcap "
+                           f"{'found' if pcap.is_file() else 'missing (run with --capture ps1)'}"):
+            continue
+        problems, foreign = wire.problems(pcap), wire.count(pcap, "udp && !ltpt")
+        sheet.check("statement 1", problems == 0 and foreign == 0,
+                    f"{problems} datagrams malformed or invalid, {foreign} UDP datagrams not LTP")
+        frames = wire.dissect(pcap)
+        closes = wire.distinct_closes(frames, PS_IP)
+        early = closes[closes["ltpt.close.reason"] == 2]
+        bubbles = early["ltpt.close.count"] - early["ltpt.received"]
+        sheet.check("statement 2", (bubbles > 0).all(),
+                    f"{len(early)} early closes by the PS, each with fewer packets than its "
+                    f"message's: {int(bubbles.sum())} packets missing in all")
+        stats = summary.transport_stats
+        counted = {2: stats["close_early"], 1: stats["close_complete"]}
+        seen = {r: int((closes["ltpt.close.reason"] == r).sum()) for r in counted}
+        sheet.check("statement 3", seen == {r: int(v) for r, v in counted.items()},
+                    f"the PS's closes in the capture, once per message: {seen[2]} early and "
+                    f"{seen[1]} complete; its counters: {int(counted[2])} and {int(counted[1])} "
+                    f"(from {int((frames['ltpt.type'] == 3).sum())} CLOSE datagrams in all)")
+        data = frames[(frames["ltpt.type"] == 1) & (frames["ip.dst"] == PS_IP)]
+        sheet.answer("q1", len(early), 0, "messages the PS closed early")
+        sheet.answer("q2", float(bubbles.sum()), 0, "packets missing at those early closes")
+        sheet.answer("q3", int((data["ltpt.flags"] & 0x02 > 0).sum()), 0,
+                     "retransmitted DATA toward the PS in the capture")

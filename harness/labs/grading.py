@@ -69,7 +69,7 @@ class Sheet:
             return
         given = self.answers[question]
         self.check(item, abs(given - expected) <= tolerance,
-                   f"{what}: you answered {given:g}, your tables give {expected:.4g} "
+                   f"{what}: you answered {given:g}, your own data give {expected:.4g} "
                    f"(accepted within ±{tolerance:g})")
 
     @property
@@ -122,7 +122,8 @@ def common(sheet: Sheet, preset: str, runs: pd.DataFrame) -> None:
     """What every lab checks first: the folder is the lab's sweep, and its runs finished."""
     made_by = manifest(sheet.folder).get("preset")
     sheet.check("data", made_by == preset,
-                f"the folder was made by preset {made_by or 'unknown'!s}; this lab's sweep is "
+                f"the folder is the sweep of `--preset {preset}`" if made_by == preset else
+                f"the folder was made by preset {made_by or 'unknown'}, not by this lab's "
                 f"`--preset {preset}`")
     bad = runs[runs.status != "ok"]
     sheet.check("data", bad.empty and len(runs) > 0,

@@ -89,3 +89,11 @@ def count(pcap: Path, display: str) -> int:
 def problems(pcap: Path) -> int:
     """Frames the dissector marks malformed or in error (0 on any capture of a real run)."""
     return count(pcap, PROBLEMS)
+
+
+def distinct_closes(frames, src: str) -> pd.DataFrame:
+    """The closes host ``src`` sent in the rows of :func:`dissect`, one row per message it
+    closed: a receiver sends each CLOSE more than once (``close_copies``, and again to a sender
+    that missed it), while its counters count each message once."""
+    closes = frames[(frames["ip.src"] == src) & (frames["ltpt.type"] == 3)]
+    return closes.drop_duplicates(["ip.dst", "ltpt.msg_id", "ltpt.segment"])

@@ -484,6 +484,12 @@ PRESETS: dict[str, Plan] = {
         name="lab8", transports=FIELD_PS[1:], loss_pcts=("trace:docs/labs/traces/lab8",),
         bottleneck_mbps=(200.0,), seeds=(0,),
         base=_INCAST.replace(iterations=60, eval_every=10, timeout_s=600.0)),
+    # Lab 9: one lossy ltp run to read on the wire (run with --capture ps1): four workers keep
+    # the capture small, 5 % loss makes early closes and retransmissions to find.
+    "lab9": Plan(
+        name="lab9", transports=("ltp",), loss_pcts=(5.0,), bottleneck_mbps=(100.0,),
+        seeds=(0,), workers=(4,),
+        base=_INCAST.replace(n_workers=4, iterations=20, eval_every=10, timeout_s=300.0)),
 }
 # PLOT's frozen snr rule against the adaptive one in the edge regime's grid: its one-way delays
 # (10, 25, 50 ms; issue 10's stall was at 25 ms, docs/ltp-protocol.md §12), loss and rate.

@@ -38,8 +38,7 @@ def test_a_lossy_run_dissects_and_agrees_with_the_counters(bed, tmp_path, transp
     data = sent[sent["ltpt.type"] == 1]
     assert len(data) == ps["data_sent"]
     assert int((data["ltpt.flags"] & 0x02 > 0).sum()) == ps["retransmits"]
-    closes = sent[sent["ltpt.type"] == 3].drop_duplicates(
-        ["ip.dst", "ltpt.msg_id", "ltpt.segment"])
+    closes = wire.distinct_closes(frames, PS_IP)
     for reason, counter in REASONS.items():
         assert int((closes["ltpt.close.reason"] == reason).sum()) == ps[counter], counter
     # The workers' DATA seen at the PS's port: what the switch's queue let through, before the

@@ -15,7 +15,8 @@ def test_every_lab_has_commands():
                                       "lab4-killing-a-worker.md",
                                       "lab5-byzantine-workers.md", "lab6-peer-to-peer.md",
                                       "lab7-the-incast-vanishes.md",
-                                      "lab8-ranking-on-one-trace.md"]
+                                      "lab8-ranking-on-one-trace.md",
+                                      "lab9-reading-the-wire.md"]
     for page in LABS:
         assert lab_commands(page), page.name
         text = page.read_text()
