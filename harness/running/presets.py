@@ -462,7 +462,7 @@ PRESETS: dict[str, Plan] = {
     "lab3": Plan(
         name="lab3", transports=("udp-blast", "udp-blast+rate_mbps=11", "ltp"),
         loss_pcts=(0.0, 5.0), bottleneck_mbps=(100.0,), seeds=(0,),
-        plugins=("docs/labs/code/udp_blast.py",),
+        plugins=("docs/labs/instructor/udp_blast.py",),
         base=_INCAST.replace(iterations=30, timeout_s=600.0)),
     "lab4": Plan(
         name="lab4", transports=("tcp-cubic", "ltp"), loss_pcts=(0.0,), bottleneck_mbps=(100.0,),

@@ -17,7 +17,7 @@ from transports.base import Layout
 from tests.conformance.loopback import on_free_ports, train_in_threads
 
 # The lab 3 example is a plugin; hold it to the same contract as the built-in transports.
-registry.load_plugins(str(Path(__file__).resolve().parents[2] / "docs/labs/code/udp_blast.py"))
+registry.load_plugins(str(Path(__file__).resolve().parents[2] / "docs/labs/instructor/udp_blast.py"))
 
 LAYOUT = Layout.from_sizes([("w1", 1000), ("b1", 50000), ("w2", 7), ("b2", 2093)])
 N_WORKERS = 2

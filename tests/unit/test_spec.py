@@ -75,7 +75,7 @@ def test_a_preset_loads_the_plugins_it_names_for_itself_and_its_children(monkeyp
     monkeypatch.delenv(registry.PLUGINS_ENV, raising=False)
     specs = presets.get("lab3").specs()   # no $LTP_TRANSPORTS needed
     assert "udp-blast" in {s.transport for s in specs}
-    assert os.environ[registry.PLUGINS_ENV].endswith("docs/labs/code/udp_blast.py")
+    assert os.environ[registry.PLUGINS_ENV].endswith("docs/labs/instructor/udp_blast.py")
 
 
 def test_a_value_named_twice_in_a_dimension_is_refused():
