@@ -57,6 +57,14 @@ def test_selmcast_through_switch_groups_trains_and_the_groups_copy(fabric, tmp_p
                    for b in g["buckets"] if b["toward"].startswith("w")}
         assert set(buckets) == receivers
         assert all(n >= datagrams * 0.9 for n in buckets.values()), buckets
+    # Every round's groups were recorded, and the last round's buckets toward peers are its plan.
+    logged = read_jsonl(raw / "groups.jsonl")
+    assert [r["round"] for r in logged] == list(range(spec.rounds))
+    copies: dict[str, set] = {}
+    for g in logged[-1]["groups"]:
+        copies.setdefault(g["sender"], set()).update(
+            b["toward"] for b in g["buckets"] if b["toward"].startswith("w"))
+    assert {s: copies.get(s) for s in last} == last
     # The averaged model learned, and better than chance by far.
     assert row["final_accuracy"] > 0.5
     assert curves[-1]["acc_mean"] > curves[0]["acc_mean"]
