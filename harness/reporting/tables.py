@@ -166,6 +166,19 @@ def reached(frame: pd.DataFrame) -> pd.Series:
     return frame.target_reached.astype(str).str.lower().eq("true")
 
 
+def tta_of(frame: pd.DataFrame) -> pd.Series:
+    """Time to the target accuracy of the runs, indexed by seed (what :func:`stats.compare`
+    pairs); a run that never reached it is infinitely late."""
+    times = frame.time_to_target_s.astype(float).where(reached(frame), float("inf"))
+    return pd.Series(times.to_numpy(), index=frame.seed.to_numpy())
+
+
+def tta_est(frame: pd.DataFrame) -> stats.Estimate:
+    """The censored median time to target over the runs (:func:`stats.censored_median_ci`):
+    ``inf`` once half the runs missed it."""
+    return stats.censored_median_ci(frame.time_to_target_s, reached(frame))
+
+
 def _look(schemes):
     """Colour, marker and legend name per scheme: the registry's for a bare slug; for a slug with
     options, the slug's marker with a colour of its own and the options in the name."""

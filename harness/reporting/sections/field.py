@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from harness.reporting import stats
-from harness.reporting.tables import Sweep, reached
+from harness.reporting.tables import Sweep, tta_est, tta_of
 
 FIGURES = (("field_ranking", "time to accuracy of each design relative to the fastest, per "
                              "cell, with the winners the rule names"),)
@@ -78,25 +78,14 @@ def order(frame: pd.DataFrame) -> list[str]:
     return [s for s in DESIGNS if s in present] + sorted(present - set(DESIGNS))
 
 
-def tta(frame: pd.DataFrame) -> pd.Series:
-    """Time to the target by seed; a miss is infinitely late."""
-    times = frame.time_to_target_s.astype(float).where(reached(frame), float("inf"))
-    return pd.Series(times.to_numpy(), index=frame.seed.to_numpy())
-
-
-def median_tta(frame: pd.DataFrame) -> float:
-    """The censored median time to the target (``inf`` once half the runs missed)."""
-    return stats.censored_median_ci(frame.time_to_target_s, reached(frame)).value
-
-
 def winner(c: pd.DataFrame) -> tuple[str, str | None, list[stats.Verdict]]:
     """The cell's fastest median, its winner by :data:`WINNER_RULE` (None: none separates) and
     the comparisons made (the fastest against every other scheme)."""
     schemes = order(c)
-    times = {s: median_tta(c[c.design == s]) for s in schemes}
+    times = {s: tta_est(c[c.design == s]).value for s in schemes}
     best = min(schemes, key=lambda s: (times[s], schemes.index(s)))
-    verdicts = [stats.compare(best, tta(c[c.design == best]), other, tta(c[c.design == other]),
-                              higher_is_better=False)
+    verdicts = [stats.compare(best, tta_of(c[c.design == best]), other,
+                              tta_of(c[c.design == other]), higher_is_better=False)
                 for other in schemes if other != best]
     wins = bool(verdicts) and all(v.sign == 1 for v in verdicts)
     return best, (best if wins else None), verdicts
@@ -139,7 +128,7 @@ def draw(sw: Sweep, folder: Path, save) -> list[Path]:
     stars = []
     for i, label in enumerate(rows):
         c = d[d.cell == label]
-        times = {s: median_tta(c[c.design == s]) for s in cols if (c.design == s).any()}
+        times = {s: tta_est(c[c.design == s]).value for s in cols if (c.design == s).any()}
         fastest = min(times.values())
         for j, s in enumerate(cols):
             if s in times:
