@@ -340,7 +340,7 @@ def lab_check(c, lab, sweep=None, answers=None):
     from harness import cli
 
     with cli.user_errors():
-        from harness.labs import grading
+        from harness.reporting.labs import grading
 
         number = cli.number(lab, int, "lab")
         folder = Path(sweep) if sweep else PROJECT / "results" / f"lab{number}"

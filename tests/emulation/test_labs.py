@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.labs import grading
+from harness.reporting.labs import grading
 from harness.running import results
 
 PROJECT = Path(__file__).resolve().parents[2]

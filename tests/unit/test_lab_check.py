@@ -1,5 +1,5 @@
-"""The lab checker (harness/labs) on small folders written here: a folder that shows what the
-page says passes, one with a wrong row fails on that statement with its numbers, answers are
+"""The lab checker (harness/reporting/labs) on small folders written here: a folder that shows what
+the page says passes, one with a wrong row fails on that statement with its numbers, answers are
 compared within their tolerance, and bad input gets one clear sentence. The emulation test
 (tests/emulation/test_labs.py) grades the folders the labs' real commands write."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.labs import grading
+from harness.reporting.labs import grading
 from transports.base import UserError
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -87,7 +87,7 @@ def test_bad_input_gets_one_sentence(tmp_path):
 
 
 def test_every_lab_page_has_a_grader():
-    from harness.labs import graders  # noqa: F401
+    from harness.reporting.labs import graders  # noqa: F401
 
     pages = sorted(p.name for p in (PROJECT / "docs" / "labs").glob("lab*.md"))
     assert sorted(page for page, _ in grading.LABS.values()) == pages

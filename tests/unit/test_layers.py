@@ -10,7 +10,7 @@ import pytest
 
 PROJECT = Path(__file__).resolve().parents[2]
 LAYERS = [   # top first; a module belongs to the longest prefix that names it
-    ("harness.cli", "harness.labs"),
+    ("harness.cli",),
     ("harness.running.engine", "harness.running.kinds", "harness.running.ps",
      "harness.running.cluster", "harness.running.refresh", "harness.p2p.run", "harness.bench",
      "harness.simulation.kind", "harness.simulation.validate"),

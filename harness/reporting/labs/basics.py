@@ -8,7 +8,7 @@ import json
 
 import pandas as pd
 
-from harness.labs.grading import Sheet, against_bound, common, lab, table
+from harness.reporting.labs.grading import Sheet, against_bound, common, lab, table
 
 # A statement about how often something happens needs enough iterations per cell to be tested:
 # below this the grader notes it instead (the tests run every lab with 3 iterations).

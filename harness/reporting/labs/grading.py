@@ -1,7 +1,7 @@
 """Grading one lab on a student's results folder: what is right, what is not, and the numbers.
 
-A lab's grader (``harness/labs/labN.py``, registered in :data:`LABS`) reads the folder its sweep
-wrote and fills a :class:`Sheet` with verdicts of three kinds:
+A lab's grader (in ``basics.py`` or ``advanced.py`` here, registered in :data:`LABS`) reads the
+folder its sweep wrote and fills a :class:`Sheet` with verdicts of three kinds:
 
 - **the data**: the folder is the lab's sweep and its runs finished; every measured iteration
   against the physical bound of its run (no transfer beats the link);
@@ -164,7 +164,7 @@ def lab(number: int, page: str):
 
 def grade(number: int, folder: Path, answers: dict[str, float] | None = None) -> Sheet:
     """Grade lab ``number`` on ``folder``; a :class:`UserError` for a lab that does not exist."""
-    from harness.labs import graders  # noqa: F401  (registers every lab)
+    from harness.reporting.labs import graders  # noqa: F401  (registers every lab)
 
     if number not in LABS:
         raise UserError(f"there is no lab {number}: the labs are "

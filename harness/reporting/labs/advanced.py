@@ -1,12 +1,12 @@
-"""The graders of the later labs: 5 (untrusted workers), 6 (peer to peer), 7 (the incast
-vanishes), 8 (ranking the field on one trace) and 9 (reading the wire). Each statement a grader tests is one of its
-page's "What you should observe", numbered as the page lists them."""
+"""The graders of the later labs: 5 (untrusted workers), 6 (peer to peer), 7 (the incast vanishes),
+8 (ranking the field on one trace) and 9 (reading the wire). Each statement a grader tests is one
+of its page's "What you should observe", numbered as the page lists them."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from harness.labs.grading import Sheet, common, lab, table
+from harness.reporting.labs.grading import Sheet, common, lab, table
 from harness.training import models
 from topologies.incast import PS_IP
 
