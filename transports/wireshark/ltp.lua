@@ -86,10 +86,11 @@ ltp.experts = { e.retransmit, e.probe, e.early, e.max_wait, e.bad }
 
 ltp.prefs.port = Pref.uint("UDP port", 0, "Decode this UDP port as LTP (0: heuristic only)")
 
--- Adds `field` over [off, off + len) if captured; returns whether it was.
-local function add(tree, tvb, field, off, len)
+-- Adds `field` over [off, off + len) if captured (little-endian unless `big`); returns whether
+-- it was.
+local function add(tree, tvb, field, off, len, big)
     if off + len > tvb:len() then return false end
-    tree:add_le(field, tvb(off, len))
+    if big then tree:add(field, tvb(off, len)) else tree:add_le(field, tvb(off, len)) end
     return true
 end
 
@@ -316,12 +317,6 @@ local function ltpp_matches(tvb)
         and ltpp_kinds[tvb(5, 1):uint()] ~= nil
 end
 
-local function addb(tree, tvb, field, off, len)
-    if off + len > tvb:len() then return false end
-    tree:add(field, tvb(off, len))
-    return true
-end
-
 function ltpp.dissector(tvb, pinfo, root)
     if tvb:len() < LTPP_HDR then return 0 end
     pinfo.cols.protocol = "LTPp"
@@ -354,16 +349,16 @@ function ltpp.dissector(tvb, pinfo, root)
         return tvb:len()
     end
     if kind == 1 then
-        addb(tree, tvb, g.seq, 24, 2)
-        addb(tree, tvb, g.count, 26, 2)
+        add(tree, tvb, g.seq, 24, 2, true)
+        add(tree, tvb, g.count, 26, 2, true)
         info[#info + 1] = string.format("seq=%s", tvb:len() >= 26 and tvb(24, 2):uint() or "?")
         if body_len % 4 ~= 0 then tree:add_proto_expert_info(pe.bad, "payload not float32s") end
     elseif kind == 2 then
-        addb(tree, tvb, g.pass, 24, 2)
-        addb(tree, tvb, g.count, 26, 2)
+        add(tree, tvb, g.pass, 24, 2, true)
+        add(tree, tvb, g.count, 26, 2, true)
     elseif kind == 3 then
-        addb(tree, tvb, g.target, 24, 2)
-        addb(tree, tvb, g.pass, 26, 2)
+        add(tree, tvb, g.target, 24, 2, true)
+        add(tree, tvb, g.pass, 26, 2, true)
         if 29 <= tvb:len() then
             local ft = tree:add(g.status_flags, tvb(28, 1))
             ft:add(g.closed, tvb(28, 1))
@@ -373,11 +368,11 @@ function ltpp.dissector(tvb, pinfo, root)
                 info[#info + 1] = "closed"
             end
         end
-        addb(tree, tvb, g.zero, 29, 1)
-        addb(tree, tvb, g.count, 30, 2)
-        addb(tree, tvb, g.have_floats, 32, 4)
+        add(tree, tvb, g.zero, 29, 1, true)
+        add(tree, tvb, g.count, 30, 2, true)
+        add(tree, tvb, g.have_floats, 32, 4, true)
     else
-        addb(tree, tvb, g.count, 24, 2)
+        add(tree, tvb, g.count, 24, 2, true)
     end
     local held = math.min(body_len, tvb:len() - body)
     local field = (kind == 3) and g.bitmap or g.payload
@@ -385,7 +380,7 @@ function ltpp.dissector(tvb, pinfo, root)
     if held < body_len then
         not_captured(tree, tvb, string.format("%d body bytes", body_len - held))
     end
-    if tag > 0 and not addb(tree, tvb, g.tag, size - tag, tag) then
+    if tag > 0 and not add(tree, tvb, g.tag, size - tag, tag, true) then
         not_captured(tree, tvb, "MAC tag")
     end
     pinfo.cols.info = table.concat(info, " ")

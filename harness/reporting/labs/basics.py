@@ -8,17 +8,14 @@ import json
 
 import pandas as pd
 
-from harness.reporting.labs.grading import Sheet, against_bound, common, lab, table
+from harness.reporting.labs.grading import (Sheet, against_bound, common, lab, push_bounds,
+                                            table)
 
 # A statement about how often something happens needs enough iterations per cell to be tested:
 # below this the grader notes it instead (the tests run every lab with 3 iterations).
 MIN_ITERATIONS = 20
 RTO_MIN_S = 0.2       # Linux's minimum retransmission timeout
 STALL_S = 0.15        # lab 1, question 1: "longer than the bound plus 150 ms"
-
-
-def _bounds(runs: pd.DataFrame, its: pd.DataFrame) -> pd.Series:
-    return its.run_id.map(dict(zip(runs.run_id, runs.push_bound_s)))
 
 
 def _enough(sheet: Sheet, item: str, its: pd.DataFrame, what: str) -> bool:
@@ -35,7 +32,7 @@ def lab1(sheet: Sheet) -> None:
     runs, its = table(sheet.folder, "runs.csv"), table(sheet.folder, "iterations.csv")
     common(sheet, "lab1", runs)
     against_bound(sheet, runs, its)
-    stalled = its.push_s > _bounds(runs, its) + STALL_S
+    stalled = its.push_s > push_bounds(runs, its) + STALL_S
     cubic = its[(its.scheme == "tcp-cubic") & (its.loss_pct == 0)]
     if _enough(sheet, "statement 2", its, "a few tcp-cubic pushes stall by a minimum RTO"):
         n = int(stalled[cubic.index].sum())

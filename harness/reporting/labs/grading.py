@@ -131,13 +131,18 @@ def common(sheet: Sheet, preset: str, runs: pd.DataFrame) -> None:
                 + (f"; not ok: {', '.join(bad.run_id.astype(str)[:5])}" if len(bad) else ""))
 
 
+def push_bounds(runs: pd.DataFrame, iterations: pd.DataFrame) -> pd.Series:
+    """Each iteration's run's physical push bound (``push_bound_s``), aligned with its rows."""
+    return iterations.run_id.map(dict(zip(runs.run_id, runs.push_bound_s)))
+
+
 def against_bound(sheet: Sheet, runs: pd.DataFrame, iterations: pd.DataFrame,
                   by_received: bool = False) -> None:
     """Every measured push against its run's physical bound (``push_bound_s``: n gradients
     through the PS's link at its rate). No push can beat it; with ``by_received`` (a transport
     that closes early) only the bytes that arrived must cross, so the bound is scaled by the
     iteration's mean received fraction. 1 % is allowed for the clocks."""
-    bound = iterations.run_id.map(dict(zip(runs.run_id, runs.push_bound_s)))
+    bound = push_bounds(runs, iterations)
     if by_received:
         bound = bound * iterations.mean_recv_frac.fillna(1.0)
     ratio = iterations.push_s / bound
