@@ -15,6 +15,7 @@ fi
 
 APT_PACKAGES=(
     mininet openvswitch-switch iperf3 ethtool iptables nftables tcpdump bridge-utils iproute2
+    tshark   # reads the packet captures of `run-sweep --capture` (docs/reading-a-capture.md)
     iputils-ping procps
     dataset-fashion-mnist
     build-essential python3-venv python3-dev pkg-config

@@ -25,8 +25,9 @@ PROJECT = Path(__file__).resolve().parent
             "loaded:FRAC (other processes used more than FRAC of the CPU), comma-separated",
     "transports": "comma-separated schemes: slugs, optionally with options, e.g. "
                   "tcp-cubic,ltp,ltp+filler=zero",
-    "loss": "comma-separated loss: uniform rates in percent or Gilbert-Elliott models, "
-            "e.g. 0,1,5,ge:5:4,get:5:2 (5 % in bursts of 4 packets, or of 2 ms, on average)",
+    "loss": "comma-separated loss: uniform rates in percent, replay:RATE (seeded, the same "
+            "drops for every scheme), Gilbert-Elliott models or trace:FOLDER, e.g. "
+            "0,1,5,replay:5,ge:5:4,get:5:2 (5 % in bursts of 4 packets, or of 2 ms)",
     "bandwidth": "comma-separated bottleneck rates in Mbit/s",
     "workers": "comma-separated numbers of workers, e.g. 8,16,32",
     "queue": "comma-separated bottleneck queue lengths in packets, e.g. 8,32,64",
@@ -40,21 +41,29 @@ PROJECT = Path(__file__).resolve().parent
                  "behaviour sign-flip, scaled, gaussian, random, alie or ipm, e.g. 0,2:sign-flip "
                  "(the highest ranks attack; docs/byzantine.md)",
     "aggregator": "comma-separated aggregation rules at the PS: mean, score, median, "
-                  "trimmed-mean, krum",
+                  "trimmed-mean, krum, zeno++ (zeno++ also under ssp and async)",
     "tolerate": "Byzantine updates the aggregator tolerates (default: the attacker count)",
     "compress": "comma-separated push compressions: none, topk:R (fraction R of each layer "
                 "kept, default 0.01), sign (docs/compression.md)",
     "local_steps": "comma-separated SGD steps per synchronisation, e.g. 1,4",
     "error_reset": "comma-separated error-reset periods in synchronisations (0: never; "
                    "default 1, every synchronisation)",
+    "reset_mode": "comma-separated reset modes: drop (the residual is dropped at a reset) or cser "
+                  "(synchronised every --error-reset gradient rounds; docs/compression.md)",
     "pattern": "comma-separated communication patterns: ps, tree[:fanout=F,root=R,chunks=C], "
                "ring[:pieces=P] (docs/collectives.md)",
-    "score_batch": "validation samples per round of the score rule (default 64)",
-    "score_penalty": "the score rule's penalty rho per squared unit of update size "
+    "score_batch": "validation samples per round of the score rule, per parameter version of "
+                   "zeno++ (default 64)",
+    "score_penalty": "the score and zeno++ rules' penalty rho on an update's squared size "
                      "(default 0.0005)",
-    "score_threshold": "the score rule keeps only updates scoring at least this "
-                       "(default: the n - f best, no threshold)",
-    "model": "model name (mlp, lenet5)",
+    "score_threshold": "the score rule keeps only updates scoring at least this (default: the "
+                       "n - f best, no threshold); zeno++ accepts a score of at least minus "
+                       "this (default 0)",
+    "holdout": "comma-separated numbers of training samples the PS keeps as its own validation "
+               "set, which no worker trains on: 0 (none), or from --score-batch up to half the "
+               "training set; score and zeno++ only (docs/byzantine.md)",
+    "model": "comma-separated models, e.g. lenet5,mlp6 (harness/training/models.py lists them); "
+             "each is measured to its own target unless --target is given",
     "iterations": "training iterations per run",
     "seeds": "comma-separated seeds",
     "timeout": "per-run timeout in seconds",
@@ -65,14 +74,23 @@ PROJECT = Path(__file__).resolve().parent
                "address (HOST:6379) or auto (docs/cluster.md); without it, on this machine",
     "no_figures": "write the tables and the report but draw no figure (invoke figures draws "
                   "them later)",
+    "capture": "comma-separated hosts whose packets each run records into "
+               "runs/<run_id>/capture/<host>.pcap, e.g. ps1 or ps1,w1 (default none; costs CPU; "
+               "docs/reading-a-capture.md)",
+    "capture_snaplen": "bytes kept of each captured packet (default 128: every header)",
+    "capture_mb": "size bound of each capture file in MB; tcpdump stops once it is full "
+                  "(default 200)",
+    "dry_run": "check the command and list the runs it would make, by id; run nothing",
 })
 def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=None, workers=None,
               queue=None, delay=None, cross=None, sync=None, fault=None, byzantine=None,
               aggregator=None, tolerate=None, score_batch=None, score_penalty=None,
-              score_threshold=None, compress=None, local_steps=None, error_reset=None, pattern=None,
+              score_threshold=None, compress=None, local_steps=None, error_reset=None,
+              reset_mode=None, holdout=None, pattern=None,
               model=None,
               iterations=None, seeds=None, timeout=None, target=None, stop_at_target=False,
-              max_train=None, cluster=None, no_figures=False, redo=None):
+              max_train=None, cluster=None, no_figures=False, redo=None, capture=None,
+              capture_snaplen=None, capture_mb=None, dry_run=False):
     """Run a sweep of training runs over the emulated incast network and tabulate the results."""
     from harness import cli
 
@@ -85,13 +103,14 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
         if preset in p2p.PRESETS:
             given = [name for name, value in locals().items() if name not in (
                 "c", "preset", "out", "seeds", "iterations", "loss", "sync", "timeout", "cli",
-                "presets", "engine", "p2p", "no_figures", "redo", "again")
+                "presets", "engine", "p2p", "no_figures", "redo", "again", "capture",
+                "capture_snaplen", "capture_mb", "dry_run")
                 and value not in (None, False)]
             if given:
                 raise p2p.PeerSpecError(f"--{given[0].replace('_', '-')} does not apply to the "
                                     f"peer-to-peer preset {preset}; it takes --seeds, "
-                                    "--iterations (rounds), --loss, --sync, --timeout, --redo "
-                                    "and --no-figures.")
+                                    "--iterations (rounds), --loss, --sync, --timeout, --redo, "
+                                    "--capture and --no-figures.")
             plan = p2p.get(preset).override(
                 seeds=cli.numbers(seeds, int, "--seeds"),
                 rounds=cli.number(iterations, int, "--iterations"),
@@ -99,9 +118,12 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
                 timeout_s=cli.number(timeout, float, "--timeout"))
             folder = Path(out) if out else PROJECT / "results" / plan.name
             engine.check_folder(folder)
+            captured = _capture(plan, capture, capture_snaplen, capture_mb)
+            if dry_run:
+                return _list_plan(plan, folder)
             cli.require_root()
-            cli.require_setup()
-            engine.run_plan(plan, folder, figures=not no_figures, redo=again)
+            cli.require_setup(("tcpdump",) if captured else ())
+            engine.run_plan(plan, folder, figures=not no_figures, redo=again, capture=captured)
             return
         plan = presets.get(preset or presets.DEFAULT_PRESET).override(
             transports=cli.words(transports), loss_pcts=cli.losses(loss), cross=cli.items(cross),
@@ -115,18 +137,26 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
             compressions=cli.compressions(compress),
             local_steps=cli.numbers(local_steps, int, "--local-steps"),
             error_resets=cli.numbers(error_reset, int, "--error-reset"),
+            reset_modes=cli.words(reset_mode),
+            holdouts=cli.numbers(holdout, int, "--holdout"),
             patterns=cli.patterns(pattern),
             tolerate=cli.number(tolerate, int, "--tolerate"),
             score_batch=cli.number(score_batch, int, "--score-batch"),
             score_penalty=cli.number(score_penalty, float, "--score-penalty"),
             score_threshold=cli.number(score_threshold, float, "--score-threshold"),
-            model=model,
+            models=cli.words(model),
             iterations=cli.number(iterations, int, "--iterations"),
             timeout_s=cli.number(timeout, float, "--timeout"),
             target_accuracy=cli.number(target, float, "--target"),
             stop_at_target=True if stop_at_target else None, max_train_s=cli.number(max_train, float, "--max-train"))
         folder = Path(out) if out else PROJECT / "results" / plan.name
         engine.check_folder(folder)
+        captured = _capture(plan, capture, capture_snaplen, capture_mb)
+        if dry_run:
+            return _list_plan(plan, folder)
+        if cluster and captured:
+            raise engine.SweepError("--capture runs on this machine only; drop --cluster or "
+                                    "--capture.")
         if cluster:
             # The head only coordinates (no root, no network here); Ray is imported only now.
             from harness.running import cluster as ray_cluster
@@ -134,8 +164,29 @@ def run_sweep(c, preset=None, out=None, transports=None, loss=None, bandwidth=No
             ray_cluster.run_plan(plan, folder, cluster, figures=not no_figures, redo=again)
             return
         cli.require_root()
-        cli.require_setup()
-        engine.run_plan(plan, folder, figures=not no_figures, redo=again)
+        cli.require_setup(("tcpdump",) if captured else ())
+        engine.run_plan(plan, folder, figures=not no_figures, redo=again, capture=captured)
+
+
+def _capture(plan, hosts, snaplen, max_mb):
+    """The sweep's :class:`~harness.running.capture.Capture` (None without --capture), checked
+    against every run of ``plan``."""
+    from harness import cli
+    from harness.running import engine
+    from harness.running.capture import parse_capture
+
+    captured = parse_capture(hosts, cli.number(snaplen, int, "--capture-snaplen"),
+                             cli.number(max_mb, float, "--capture-mb"))
+    engine.check_capture(plan, captured)
+    return captured
+
+
+def _list_plan(plan, folder: Path) -> None:
+    """--dry-run: the runs the sweep would make (by id) and where, and nothing else."""
+    specs = plan.specs()
+    print(f"{len(specs)} runs of preset {plan.name} into {folder}:")
+    for spec in specs:
+        print(f"  {spec.run_id}")
 
 
 @task(help={
@@ -158,6 +209,36 @@ def bench_network(c, bandwidth="100", queue="64", loss="5", seconds="5"):
         cli.require_root()
         cli.require_setup()
         bench.network(*args)
+
+
+@task(help={
+    "workers": "number of workers (default 8)",
+    "loss": "loss at every host's ingress: a rate in percent or any model --loss of run-sweep "
+            "takes, e.g. 5 or ge:5:4 (default 0)",
+    "transport": "the scheme whose host settings apply, e.g. ltp, tcp-cubic, ltp+filler=zero "
+                 "(default ltp)",
+    "bandwidth": "bottleneck rate in Mbit/s (default 100)",
+    "delay": "one-way delay in ms at every host's ingress (default 0)",
+    "queue": "bottleneck queue in packets (default 64)",
+    "out": "folder for the network's and the prepared run's files (default .state/shell)",
+})
+def shell(c, workers="8", loss="0", transport="ltp", bandwidth="100", delay="0", queue="64",
+          out=None):
+    """Bring up the incast network with loss, delay and a transport's settings, and open
+    Mininet's command line in it; everything is taken down on exit."""
+    from harness import cli
+
+    with cli.user_errors():
+        from harness.running import shell as interactive
+        from topologies.testbed.network import STATE_DIR
+
+        spec = interactive.shell_spec(transport, cli.number(workers, int, "--workers"), loss,
+                                      cli.number(bandwidth, float, "--bandwidth"),
+                                      cli.number(delay, float, "--delay"),
+                                      cli.number(queue, int, "--queue"))
+        cli.require_root()
+        cli.require_setup()
+        interactive.open_shell(spec, Path(out) if out else STATE_DIR / "shell")
 
 
 @task
@@ -209,9 +290,10 @@ def docs(c):
     "queue": "bottleneck queue in packets (default 64)",
     "loopback_only": "only the loopback part (goodput and CPU per byte); no emulated network, "
                      "no root needed",
+    "repeats": "repetitions of the loopback part, schemes interleaved (default 5)",
 })
 def bench_transport(c, transports="ltp,tcp-cubic", loss="0,1,5,10", bandwidth="100,200",
-                    iterations="20", queue="64", loopback_only=False):
+                    iterations="20", queue="64", loopback_only=False, repeats="5"):
     """Loopback goodput and CPU per byte, and 8-to-1 push time per transport vs the physical
     bound."""
     from harness import cli
@@ -222,7 +304,8 @@ def bench_transport(c, transports="ltp,tcp-cubic", loss="0,1,5,10", bandwidth="1
         args = bench.transport_args(cli.words(transports), cli.numbers(loss, float, "--loss"),
                                     cli.numbers(bandwidth, float, "--bandwidth"),
                                     cli.number(iterations, int, "--iterations"),
-                                    cli.number(queue, int, "--queue"), loopback_only)
+                                    cli.number(queue, int, "--queue"), loopback_only,
+                                    cli.number(repeats, int, "--repeats"))
         if not loopback_only:
             cli.require_root()
             cli.require_setup()
@@ -244,6 +327,28 @@ def figures(c, sweep):
             return
         for path in fig.make(folder):
             print(path)
+
+
+@task(help={"lab": "the lab's number (docs/labs/README.md)",
+            "sweep": "the folder the lab's run-sweep wrote (default results/labN)",
+            "answers": "a TOML file of your numeric answers, one per question: q1 = 0.25"})
+def lab_check(c, lab, sweep=None, answers=None):
+    """Grade a lab on your results folder: question by question, what is right and what is not,
+    with the numbers compared; exits 1 if anything is wrong."""
+    from invoke import Exit
+
+    from harness import cli
+
+    with cli.user_errors():
+        from harness.reporting.labs import grading
+
+        number = cli.number(lab, int, "lab")
+        folder = Path(sweep) if sweep else PROJECT / "results" / f"lab{number}"
+        sheet = grading.grade(number, folder,
+                              grading.read_answers(Path(answers) if answers else None))
+        print(sheet.text())
+        if not sheet.passed:
+            raise Exit(code=1)
 
 
 @task(help={"check": "write nothing; list what would change and fail if anything would",
@@ -323,11 +428,14 @@ def simulate(c, out=None, workers="8", transports="ltp", bandwidth="10000", queu
         engine.run_plan(kind.SimPlan("simulate", tuple(grid)), folder)
 
 
-@task(help={"workers": "comma-separated numbers of workers (default 8,64,256,1024)",
+@task(help={"workers": "comma-separated numbers of workers (default 8,64,256,1024,4096,8192)",
             "bandwidth": "link rate in Mbit/s (default 100000)",
-            "iterations": "iterations per run (default 2)"})
-def bench_simulate(c, workers="8,64,256,1024", bandwidth="100000", iterations="2"):
-    """The simulator's own cost against N: wall time, events per second, peak memory."""
+            "iterations": "iterations per run (default 2)",
+            "min_pushes": "a run has at least this many pushes in all: small N get more "
+                          "iterations (default 1024)"})
+def bench_simulate(c, workers="8,64,256,1024,4096,8192", bandwidth="100000", iterations="2",
+                   min_pushes="1024"):
+    """The simulator's own cost against N: wall time, events/s, peak memory, PS core us/datagram."""
     from harness import cli
 
     with cli.user_errors():
@@ -335,4 +443,37 @@ def bench_simulate(c, workers="8,64,256,1024", bandwidth="100000", iterations="2
 
         kind.bench(cli.numbers(workers, int, "--workers"),
                   cli.number(bandwidth, float, "--bandwidth"),
-                  cli.number(iterations, int, "--iterations"))
+                  cli.number(iterations, int, "--iterations"),
+                  cli.number(min_pushes, int, "--min-pushes"))
+
+
+@task(help={"folders": "comma-separated results folders (default: every stale published one)",
+            "plan": "only list the stale folders and the commands that would run",
+            "loaded": "a run during which other processes took more than this share of the "
+                      "machine is run again (default 0.01)",
+            "passes": "passes over a folder at most while runs are loaded or failed (default 3)"})
+def refresh(c, folders="", plan=False, loaded="0.01", passes="3"):
+    """Rerun the stale committed results folders at today's code (their own commands, --redo)."""
+    from harness import cli
+
+    with cli.user_errors():
+        from harness.running import refresh as fresh
+
+        items = fresh.plan(cli.words(folders) if folders else ())
+        for it in items:
+            how = ("by hand" if it.by_hand else "its recorded runs" if it.recorded
+                   else "its commands")
+            print(f"{it.rel}: {it.stale} of {it.runs} runs stale, {it.hours:.1f} h of runs last "
+                  f"time ({how})")
+            for cmd in it.commands:
+                print(f"    invoke {cmd}")
+        if not items:
+            print("every published folder is fresh at today's code")
+        if plan or not items:
+            return
+        cli.require_root()
+        cli.require_setup()
+        left = fresh.refresh(items, cli.number(loaded, float, "--loaded"),
+                             cli.number(passes, int, "--passes"))
+        if left:
+            print("refresh these by hand (their commands are not run-sweep): " + ", ".join(left))

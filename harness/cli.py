@@ -13,7 +13,7 @@ from invoke.exceptions import Exit
 from harness.hosts.faults import parse_fault
 from harness.hosts.pattern import parse_pattern
 from harness.hosts.sync import parse_sync
-from harness.training.aggregators import AGGREGATORS
+from harness.training.aggregators import AGGREGATORS, AggregatorError
 from harness.training.byzantine import parse_byzantine
 from harness.training.compress import parse_compress
 from topologies.impair.loss import Uniform, parse_loss
@@ -31,11 +31,13 @@ def require_root() -> None:
                    code=2)
 
 
-def require_setup() -> None:
-    """Exit with a sentence if the setup has not been run."""
+def require_setup(also: tuple[str, ...] = ()) -> None:
+    """Exit with a sentence if the setup has not been run (``also``: further programs this
+    command needs, e.g. tcpdump for a capture)."""
     import shutil
 
-    missing = [t for t in ("mnexec", "ovs-vswitchd", "nft", "tc") if shutil.which(t) is None]
+    missing = [t for t in ("mnexec", "ovs-vswitchd", "nft", "tc", *also)
+               if shutil.which(t) is None]
     if missing:
         raise Exit(f"{missing[0]} is missing: run ./setup.sh first.", code=2)
 

@@ -76,12 +76,20 @@ class TopologyError(UserError, ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
-class IncastParams:
-    """The parameters of the incast star, validated on construction."""
+class StarLinks:
+    """The star's hosts and links, as every spec of a run on it names them: ``n_workers``
+    workers, the PS's link (the bottleneck) at ``bottleneck_mbps``, each worker's link at
+    ``worker_link_mbps`` (None: the bottleneck's rate)."""
 
     n_workers: int = 8
     bottleneck_mbps: float = 100.0
     worker_link_mbps: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class IncastParams(StarLinks):
+    """The parameters of the incast star, validated on construction."""
+
     queue_pkts: int = 64
     loss_pct: float = 0.0
     n_cross: int = 0

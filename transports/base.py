@@ -20,8 +20,9 @@ Bubble Filling strategy, and says exactly what it filled.
 A transport is created from its registry slug and a mapping of options
 (:func:`transports.registry.create`); it never reads the run spec itself, so the harness does not
 change when a new transport is added. What the hosts of one run share besides the options is a
-:class:`Session` (a random session id and a secret key), which the harness draws per run and hands
-to every host outside the emulated network (:meth:`Transport.use_session`). Each transport declares
+:class:`~transports.session.Session` (a random session id, and keys per pair of hosts), which the
+harness draws per run and hands to every host outside the emulated network, each only the keys of
+its own pairs (:meth:`Transport.use_session`). Each transport declares
 its options once, as a table of :class:`Option` rows that validation, ``invoke transports`` and the
 generated docs all read. See ``docs/adding-a-transport.md``.
 """
@@ -32,11 +33,12 @@ import abc
 import dataclasses
 import inspect
 import json
-import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
+from transports.session import SERVER, KeyMissing, Session  # noqa: F401  (re-exported)
 
 Addr = tuple[str, int]
 """An (IPv4 address, port) pair."""
@@ -114,29 +116,6 @@ def _num(x: float) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class Session:
-    """What every host of one run shares and nobody on the network should learn: a random
-    session id (datagrams of another run are refused) and a secret key (a transport that
-    authenticates its datagrams derives its MAC key from it). ``repr`` leaves the key out."""
-
-    session_id: int
-    key: bytes = dataclasses.field(repr=False)
-
-    KEY_BYTES = 32   # a transport takes the bytes its MAC needs from the front (LTP: 16)
-
-    def __post_init__(self) -> None:
-        if not (isinstance(self.session_id, int) and 0 <= self.session_id < 2**32):
-            raise ValueError(f"a session id is a 32-bit unsigned number, not {self.session_id!r}.")
-        if not isinstance(self.key, bytes) or len(self.key) != self.KEY_BYTES:
-            raise ValueError(f"a session key is {self.KEY_BYTES} bytes.")
-
-    @classmethod
-    def draw(cls) -> Session:
-        """A fresh session from the operating system's secure random source."""
-        return cls(secrets.randbits(32), secrets.token_bytes(cls.KEY_BYTES))
-
-
-@dataclasses.dataclass(frozen=True)
 class Option:
     """One option of a transport: its name, default, type, allowed values, unit and one line of
     help.
@@ -205,6 +184,21 @@ class _DefaultsFromTable:
 
     def __get__(self, obj: object, owner: type[Transport]) -> dict[str, Any]:
         return {o.name: o.default for o in owner.option_table()}
+
+
+@dataclasses.dataclass(frozen=True)
+class PriorityBands:
+    """A bottleneck queue of strict priority bands, what a transport that marks its datagrams
+    asks of the switch (:meth:`Transport.bottleneck_queue`).
+
+    Band ``k`` (0 is served first) takes the packets whose DSCP is ``dscp[k]``; anything else
+    goes to the last band. ``shares`` divide the queue's buffer (the run's ``queue_pkts``) among
+    the bands; a full band drops its oldest packet when ``head_drop``, else the arriving one.
+    """
+
+    dscp: tuple[int, ...]
+    shares: tuple[float, ...]
+    head_drop: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -353,8 +347,8 @@ class ServerEnd(End):
 
         Returns the reports of the sends that finished by the deadline, by rank. One that did not
         finish is either still going (a byte stream cannot take back half a message: TCP finishes
-        it in later calls) or cancelled (LTP); either way, calling again with the same message id
-        later delivers it, and is cheap where it is still going. The default serves a transport
+        it in later calls) or suspended (LTP: it resumes where it stopped when sent again); either
+        way, calling again with the same message id later delivers it, and is cheap. The default serves a transport
         that only has :meth:`broadcast`: every worker, one message id.
         """
         ids = set(messages.values())
@@ -421,6 +415,9 @@ class Transport(abc.ABC):
     REJOIN = False
     # It opens an end for collectives (:meth:`mesh`): trees and rings run over it.
     MESH = False
+    # It opens the ps pattern's two ends (:meth:`serve`, :meth:`connect`); an all-reduce only
+    # scheme (OptiReduce) does not, and its ps runs are refused before they start.
+    PS = True
     OPTIONS: Sequence[Option] = ()
     DEFAULTS = _DefaultsFromTable()
 
@@ -452,7 +449,8 @@ class Transport(abc.ABC):
         return dict(self._options)
 
     def use_session(self, session: Session) -> None:
-        """Open every later end in ``session``: the harness gives each host of a run the same one."""
+        """Open every later end in ``session``: the harness gives each host of a run the run's,
+        with the keys of that host's pairs."""
         self._session = session
 
     @property
@@ -473,6 +471,15 @@ class Transport(abc.ABC):
         outlives the run that asked for it.
         """
         return []
+
+    def bottleneck_queue(self) -> PriorityBands | None:
+        """The queue this transport needs at the bottleneck (the switch port toward the PS):
+        None, the default, for the testbed's plain FIFO of ``queue_pkts`` packets; or strict
+        priority bands by DSCP (:class:`PriorityBands`). The runner sets it up before every run
+        (:mod:`topologies.testbed.bottleneck`), so a run's queue is the one its transport asked
+        for, whatever ran before it.
+        """
+        return None
 
     @abc.abstractmethod
     def serve(self, bind: Addr, workers: Sequence[Addr], layout: Layout,

@@ -14,8 +14,9 @@ critical segments, the pull threshold, the test drop hook) are the binding's own
 
 Addresses are static: the PS is given every worker's (ip, port) and only accepts datagrams from
 them; a worker binds exactly the address the PS was given. Every end opens in the transport's
-:class:`~transports.base.Session` (the harness hands each host of a run the same one): its id is
-the session id on the wire, and with ``auth`` on its key keys the MAC of every datagram. Each end
+:class:`~transports.session.Session` (the harness hands each host of a run the run's, with the
+keys of that host's pairs only): its id is the session id on the wire, and with ``auth`` on every
+datagram between two ends is numbered and MAC'd under the key of their pair. Each end
 tells its core the exact size of every segment it receives, and the core refuses anything else. The wire format, state machines and
 the meaning of every option are in ``docs/ltp-protocol.md``.
 
@@ -179,12 +180,17 @@ class LtpTransport(Transport):
         return LtpWorker(self._options, settings, rank, bind, server, layout, self.session, up)
 
     def mesh(self, rank: int, members: Sequence[Addr], parts: Sequence[Any]):
-        """Member ``rank``'s end of a collective (:class:`~transports.ltp_mesh.LtpMesh`)."""
+        """Member ``rank``'s end of a collective (:class:`~transports.ltp_mesh.LtpMesh`).
+
+        Its window of new message ids is the core's widest: a collective's ids are its iteration
+        numbers, and two members first paired, or paired again, many iterations apart see ids
+        jump legitimately (an older id than one taken is still refused)."""
         from transports.ltp_mesh import LtpMesh   # it builds on this module
 
+        window = int(native.core_options()["rx_msg_window"].high)
         settings = self.core_settings(self.receive_thresholds(),
                                       {"max_msg_bytes": 4 * max(p.n_floats for p in parts),
-                                       **self.session_settings()})
+                                       "rx_msg_window": window, **self.session_settings()})
         return LtpMesh(self._options, settings, rank, members, parts, self.session)
 
 
@@ -268,7 +274,7 @@ class LtpServer(_NativeEnd, ServerEnd):
                             tuple[int, np.ndarray, np.ndarray, dict[int, dict]]] = {}
         try:
             for rank, addr in enumerate(workers):
-                self.end.add_peer(rank, addr)
+                self.net.add_peer(rank, addr)
         except BaseException:
             self.end.close()
             raise
@@ -350,7 +356,7 @@ class LtpServer(_NativeEnd, ServerEnd):
 
     def send_some(self, messages, values: np.ndarray, timeout_s: float) -> dict[int, SendReport]:
         """Send to each named worker its own message id, in one call; a send not finished by the
-        deadline is cancelled (calling again sends it again)."""
+        deadline is suspended (calling again with the same message resumes it)."""
         ranks = list(messages)
         sent = self.net.send(ranks, [messages[r] for r in ranks], values, timeout_s, partial=True)
         return {r: rep for r, rep in zip(ranks, sent) if rep is not None}
@@ -388,7 +394,7 @@ class LtpWorker(_NativeEnd, WorkerEnd):
                              recv_layout=layout)
         self.end = self.net.end
         try:
-            self.server_peer = self.end.add_peer(ps_rank, server)
+            self.server_peer = self.net.add_peer(ps_rank, server)
         except BaseException:
             self.end.close()
             raise

@@ -53,7 +53,7 @@ class LtpMesh(_NativeEnd, MeshEnd):
             for i, p in enumerate(self.parts):
                 if p.thresholds is not None:
                     self.end.set_policy(i, *p.thresholds)
-            self.slot = {m: self.end.add_peer(m, members[m]) for m in self.others}
+            self.slot = {m: self.net.add_peer(m, members[m]) for m in self.others}
         except BaseException:
             self.end.close()
             raise
@@ -65,8 +65,9 @@ class LtpMesh(_NativeEnd, MeshEnd):
     def send(self, to: Sequence[int], msg_id: int, part: int, values: np.ndarray,
              timeout_s: float) -> list[SendReport]:
         payload = self.payload(part, values)
-        # A send not finished by the deadline is cancelled (partial), so a member that died does
-        # not keep this end's send slots, and the caller hears of it.
+        # A send not finished by the deadline is suspended (partial): it sends nothing more, gives
+        # its slot to any later send and its window up at its probe timeout, so a member that
+        # died does not hold this end's sends, and the caller hears of it.
         sent = self.net.send_parts([self.slot[m] for m in to], msg_id, [(part, payload)], 0,
                                    timeout_s, partial=True)
         late = [m for m, rep in zip(to, sent) if rep is None]

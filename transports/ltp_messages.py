@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from transports import native
-from transports.base import Addr, Delivery, Layout, OptionError, SendReport, Session, TransportError
+from transports.base import (SERVER, Addr, Delivery, Layout, OptionError, SendReport, Session,
+                             TransportError)
 from transports.native import LtpProtocolError
 
 
@@ -113,6 +114,11 @@ def _tiles(parts: Sequence[tuple[int, int, int]], n: int) -> bool:
     return end == n
 
 
+def _party(rank: int) -> int:
+    """The session party of an LTP wire rank: the server's rank is the PS's party."""
+    return SERVER if rank == native.rank_server() else rank
+
+
 def _end_stats(end: native.Endpoint) -> dict[str, float]:
     """An end's counters, and the datagram size and offloads it runs with (none once closed)."""
     stats = end.stats()
@@ -130,7 +136,8 @@ class _Messages:
     ``layout`` is what this end sends, ``recv_layout`` what it receives (None: the same), both
     with the ``critical`` segments first on the wire. ``receives`` is every (segment, float
     count) this end receives; the core is told each one's exact size (segment 0 with the
-    critical span first on the wire) and refuses anything else.
+    critical span first on the wire) and refuses anything else. Peers are added with
+    :meth:`add_peer`, which (auth on) gives each the key of its pair from ``session``.
     """
 
     def __init__(self, settings: Mapping[str, float], rank: int, bind: Addr, layout: Layout,
@@ -141,9 +148,8 @@ class _Messages:
         self.recv_layout = recv_layout or layout
         self.recv_wire = self.wire if recv_layout is None else _WireOrder(recv_layout, critical)
         self.end = native.Endpoint(settings, rank, bind, rx_drop_frac)
+        self.rank, self.session, self.auth = rank, session, bool(settings.get("auth"))
         try:
-            if settings.get("auth"):
-                self.end.set_key(session.key)
             for segment, n_floats in receives:
                 self.end.expect(segment, 4 * n_floats,
                                 self.recv_wire.critical_bytes if segment == 0 else 0)
@@ -151,12 +157,22 @@ class _Messages:
             self.end.close()
             raise
 
+    def add_peer(self, rank: int, addr: Addr) -> int:
+        """Peer ``rank`` at ``addr``, keyed (auth on) with the key of the pair this end and it
+        form; returns its slot. A rank on the wire is its host's party in the session
+        (:mod:`transports.session`): LTP's server rank is :data:`~transports.session.SERVER`."""
+        slot = self.end.add_peer(rank, addr)
+        if self.auth:
+            self.end.set_peer_key(slot, self.session.pair_key(_party(self.rank), _party(rank)))
+        return slot
+
     def send(self, peers: Sequence[int], msg_id: int | Sequence[int], values: np.ndarray,
              timeout_s: float, partial: bool = False) -> list[SendReport | None]:
         """Send ``values`` as one message (segment 0) to every peer, in one call into C.
 
         ``msg_id`` is one id for every peer, or one per peer. With ``partial`` a peer whose send
-        did not finish by the deadline gets None (its send cancelled) instead of an error.
+        did not finish by the deadline gets None (its send suspended: sending it again resumes it)
+        instead of an error.
         """
         payload = self.wire.to_wire(_float32_payload(values, self.layout))
         return self.send_parts(peers, msg_id, [(0, payload)], self.wire.critical_bytes, timeout_s,
@@ -164,15 +180,18 @@ class _Messages:
 
     def send_parts(self, peers: Sequence[int], msg_id: int | Sequence[int],
                    parts: Sequence[tuple[int, np.ndarray]], critical_bytes: int,
-                   timeout_s: float, partial: bool = False) -> list[SendReport | None]:
+                   timeout_s: float, partial: bool = False,
+                   marks: Sequence[int] | None = None) -> list[SendReport | None]:
         """Send every (segment, contiguous float32 array) part to every peer, in one call into C.
 
-        Returns one report per peer, summed over its parts (None for a peer not finished by the
-        deadline, with ``partial``).
+        ``marks`` gives each part's DATA an IP TOS byte (:func:`transports.native.tos_mark` of
+        it, or 0 for the socket's), in the order of ``parts``. Returns one report per peer,
+        summed over its parts (None for a peer not finished by the deadline, with ``partial``).
         """
         ids = [msg_id] * len(peers) if isinstance(msg_id, int) else list(msg_id)
-        items = [native.SendItem(peer, mid, seg, arr, critical_bytes)
-                 for peer, mid in zip(peers, ids) for seg, arr in parts]
+        marks = list(marks) if marks is not None else [0] * len(parts)
+        items = [native.SendItem(peer, mid, seg, arr, critical_bytes, mark)
+                 for peer, mid in zip(peers, ids) for (seg, arr), mark in zip(parts, marks)]
         got = self.end.send(items, timeout_s, what=f"sending message {ids[0] if ids else 0}",
                             partial=partial)
         per, nbytes = len(parts), sum(arr.nbytes for _, arr in parts)

@@ -109,6 +109,21 @@ def _plot() -> type[Transport]:
     return PlotTransport
 
 
+def _phase() -> type[Transport]:
+    from transports.phase import PhaseTransport
+    return PhaseTransport
+
+
+def _mlt() -> type[Transport]:
+    from transports.mlt import MltTransport
+    return MltTransport
+
+
+def _optireduce() -> type[Transport]:
+    from transports.optireduce import OptiReduceTransport
+    return OptiReduceTransport
+
+
 def _tcp() -> type[Transport]:
     from transports.tcp import TcpTransport
     return TcpTransport
@@ -121,10 +136,49 @@ def _peer(slug: str) -> Callable[[], str]:
     return make
 
 
+def _plot_own(o: Option) -> bool:
+    """A PLOT option that is not one of LTP's as LTP has it (the adaptive rule's weights share
+    LTP's names and ranges but apply under that rule only)."""
+    return o not in _ltp().option_table()
+
+
 def _plot_shared() -> str:
-    ltp_names = {o.name for o in _ltp().option_table()}
-    shared = [o.name for o in _plot().option_table() if o.name in ltp_names]
+    shared = [o.name for o in _plot().option_table() if not _plot_own(o)]
     return ("PLOT also takes these LTP options, with LTP's defaults and ranges: "
+            + ", ".join(f"`{n}`" for n in shared) + ".\n")
+
+
+def _phase_own(o: Option) -> bool:
+    """A phase-bound option that LTP does not have."""
+    return o not in _ltp().option_table()
+
+
+def _phase_shared() -> str:
+    shared = [o.name for o in _phase().option_table() if not _phase_own(o)]
+    return ("phase-bound also takes these LTP options, with LTP's defaults and ranges: "
+            + ", ".join(f"`{n}`" for n in shared) + ".\n")
+
+
+def _mlt_own(o: Option) -> bool:
+    """An MLT option that LTP does not have as MLT has it (filler's default differs)."""
+    return o not in _ltp().option_table()
+
+
+def _mlt_shared() -> str:
+    shared = [o.name for o in _mlt().option_table() if not _mlt_own(o)]
+    return ("MLT also takes these LTP options, with LTP's defaults and ranges: "
+            + ", ".join(f"`{n}`" for n in shared) + ".\n")
+
+
+def _optireduce_own(o: Option) -> bool:
+    """An OptiReduce option that LTP does not have as OptiReduce has it (max_wait_ms's default
+    and meaning differ)."""
+    return o not in _ltp().option_table()
+
+
+def _optireduce_shared() -> str:
+    shared = [o.name for o in _optireduce().option_table() if not _optireduce_own(o)]
+    return ("OptiReduce also takes these LTP options, with LTP's defaults and ranges: "
             + ", ".join(f"`{n}`" for n in shared) + ".\n")
 
 
@@ -133,9 +187,14 @@ PAGES: dict[str, dict[str, Callable[[], str]]] = {
     "docs/ltp-protocol.md": {"ltp-options": _table(_ltp, core_column=True),
                              "ltp-core-only": core_only_markdown},
     "docs/plot-protocol.md": {
-        "plot-options": _table(_plot, lambda o: o.name not in {x.name for x in _ltp().option_table()}),
+        "plot-options": _table(_plot, _plot_own),
         "plot-shared": _plot_shared},
     "docs/adding-a-transport.md": {"tcp-options": _table(_tcp), "schemes": schemes_markdown},
+    "docs/phase-bound.md": {"phase-options": _table(_phase, _phase_own),
+                            "phase-shared": _phase_shared},
+    "docs/mlt.md": {"mlt-options": _table(_mlt, _mlt_own), "mlt-shared": _mlt_shared},
+    "docs/optireduce.md": {"optireduce-options": _table(_optireduce, _optireduce_own),
+                           "optireduce-shared": _optireduce_shared},
     "docs/peer-transports.md": {"peer-mcast-options": _peer("mcast"),
                                 "peer-tcp-options": _peer("tcp")},
 }

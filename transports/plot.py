@@ -21,6 +21,17 @@ Where the bounds come from (``bound_rule``; details and formulas in ``docs/plot-
 - ``size``: no profiling; the largest layer gets ``bound_min``, smaller layers proportionally
   more, up to ``bound_max``.
 - ``explicit``: ``bounds`` gives every layer's bound, as ``[[name, bound], ...]``.
+- ``adaptive``: each layer gets a *range*, ``[its snr-rule bound, bound_max]``, and the core's
+  adaptive threshold (LTP's, from the first-pass loss of the worker's recent messages of that
+  layer and the RTT, weighted by ``loss_weight`` and ``rtt_weight``) chooses within it at every
+  close. The profiling is the
+  ``snr`` rule's; after it the SNR stays measured, as a running estimate
+  ``s <- (1 - snr_weight) * s + snr_weight * snr_now`` (over the coordinates every worker
+  delivered), and each layer's lower end is recomputed from it after every iteration.
+
+The three frozen rules close each layer at one bound (``threshold_min = threshold_max``), so the
+core's adaptive weights are 0 there, and ``snr_weight``, ``loss_weight`` and ``rtt_weight`` are
+refused; under ``adaptive`` they default to 0.1 and LTP's defaults.
 
 Under every rule a layer of at most ``reliable_below_floats`` values (one packet by default:
 biases, small heads) is always delivered whole: it is cheap to repair and a hole in it is a large
@@ -29,6 +40,7 @@ relative loss.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -36,16 +48,25 @@ from typing import Any
 import numpy as np
 
 from transports.base import Addr, Delivery, Layout, Option, OptionError, SendReport, Session
-from transports.ltp import (LtpServer, LtpTransport, LtpWorker, _float32_payload, _msg_bytes,
-                            _threshold_option, ltp_options)
+from transports.ltp import (LtpServer, LtpTransport, LtpWorker, _core_option, _float32_payload,
+                            _msg_bytes, _threshold_option, ltp_options)
 
-BOUND_RULES = ("snr", "size", "explicit")
-# LTP's adaptive-threshold options do not apply to PLOT's gradients: each layer closes at its
-# own fixed bound.
+BOUND_RULES = ("snr", "size", "explicit", "adaptive")
+# LTP's thresholds and critical segments do not apply to PLOT's gradients: each layer has its own
+# policy. Its adaptive weights come back as PLOT's own options, for the adaptive rule only.
 _LTP_ONLY = ("threshold_min", "threshold_max", "loss_weight", "rtt_weight", "critical_segments")
+# Options only the adaptive rule has: refused under the others, and left out of their options()
+# so the frozen rules' recorded options (and everything derived from them) stay as they were.
+ADAPTIVE_ONLY = ("snr_weight", "loss_weight", "rtt_weight")
 # With fixed bounds the adaptive threshold's weights have no effect; PLOT sets them to 0 so its
 # core configuration says so.
 _FIXED_CORE = {"loss_weight": 0.0, "rtt_weight": 0.0}
+
+
+def _adaptive_weight(name: str) -> Option:
+    """LTP's core option ``name`` (its default, range and field), as the adaptive rule's."""
+    row = _core_option(name)
+    return dataclasses.replace(row, help=f"adaptive rule only: {row.help}")
 
 
 @functools.cache
@@ -54,15 +75,21 @@ def plot_options() -> tuple[Option, ...]:
     return (
         *(o for o in ltp_options() if o.name not in _LTP_ONLY),
         Option("bound_rule", "snr", "choice", choices=BOUND_RULES,
-               help="where each layer's bound comes from: SNR profiling, layer size, or given"),
+               help="where each layer's bound comes from: SNR profiling, layer size, given, or "
+                    "a range from SNR whose threshold follows loss and RTT"),
         _threshold_option("bound_min", 0.80, "lowest bound a rule may give"),
         _threshold_option("bound_max", 1.0, "highest bound a rule may give"),
         Option("bounds", (), values="a list of [layer name, bound] pairs",
                help="the explicit rule's bounds, one per layer"),
         Option("profile_iterations", 10, "int", 0, 100_000, unit="iterations",
-               help="whole iterations that measure SNR (snr rule); 0: bounds = bound_max"),
+               help="whole iterations that measure SNR (snr and adaptive rules); 0: none, "
+                    "bounds start at bound_max"),
         Option("reliable_below_floats", 355, "int", 0, 2**31, unit="floats",
                help="layers this small are always delivered whole"),
+        Option("snr_weight", 0.1, "float", 0.0, 1.0,
+               help="adaptive rule only: gain of the running SNR estimate per iteration "
+                    "(0: the profiled SNR stays)"),
+        _adaptive_weight("loss_weight"), _adaptive_weight("rtt_weight"),
     )
 
 
@@ -72,9 +99,28 @@ class PlotTransport(LtpTransport):
     LABEL = "PLOT"
     MESH = False
 
+    def __init__(self, slug: str, options: Mapping[str, Any] | None = None) -> None:
+        # What was given, not defaulted: the adaptive rule's options are refused when given to
+        # another rule.
+        self._given = frozenset(options or ())
+        super().__init__(slug, options)
+
     @classmethod
     def option_table(cls) -> tuple[Option, ...]:
         return plot_options()
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether the layers close within a range (``bound_rule`` adaptive)."""
+        return self._options["bound_rule"] == "adaptive"
+
+    def options(self) -> dict[str, Any]:
+        """The effective options; the adaptive rule's own only under that rule."""
+        out = super().options()
+        if not self.adaptive:
+            for name in ADAPTIVE_ONLY:
+                out.pop(name, None)
+        return out
 
     def receive_thresholds(self) -> tuple[float, float]:
         # Segment 0 (parameters, which the PS only sends) is never closed early; the layers get
@@ -90,6 +136,11 @@ class PlotTransport(LtpTransport):
     def validate(self) -> None:
         super().validate()
         o = self._options
+        given = sorted(n for n in ADAPTIVE_ONLY if n in self._given)
+        if given and not self.adaptive:
+            raise OptionError(f"PLOT option {given[0]} applies only to bound_rule 'adaptive' "
+                              f"(bound_rule {o['bound_rule']!r} closes each layer at a fixed "
+                              "bound); drop it or add bound_rule=adaptive.")
         if o["bound_min"] > o["bound_max"]:
             raise OptionError(f"PLOT bound_min ({o['bound_min']}) must not exceed bound_max "
                               f"({o['bound_max']}).")
@@ -109,7 +160,7 @@ class PlotTransport(LtpTransport):
     def _layer_settings(self, layout: Layout, up: Layout | None) -> dict[str, float]:
         # Every layer is a message: room for this iteration's and the next one's, per peer.
         n = len(layout.segments)
-        return {**_FIXED_CORE, "max_msg_bytes": _msg_bytes(layout, up),
+        return {**({} if self.adaptive else _FIXED_CORE), "max_msg_bytes": _msg_bytes(layout, up),
                 "max_tx_per_peer": max(4, 2 * n), "max_open_per_peer": max(4, 4 * n)}
 
     def serve(self, bind: Addr, workers: Sequence[Addr], layout: Layout,
@@ -135,11 +186,46 @@ def bounds_by_size(layout: Layout, lo: float, hi: float, reliable_below: int) ->
             for s in layout.segments]
 
 
+def _signal_frac(snr: float) -> float:
+    """``snr / (1 + snr)``, and 1 for an infinite ratio (no noise measured), not NaN."""
+    return 1.0 if snr == float("inf") else snr / (1.0 + snr)
+
+
 def bounds_by_snr(snr: Sequence[float], layout: Layout, lo: float, hi: float,
                   reliable_below: int) -> list[float]:
     """The ``snr`` rule: ``lo + (hi - lo) * snr / (1 + snr)``, small layers whole."""
-    return [1.0 if s.length <= reliable_below else lo + (hi - lo) * (x / (1.0 + x))
+    return [1.0 if s.length <= reliable_below else lo + (hi - lo) * _signal_frac(x)
             for s, x in zip(layout.segments, snr)]
+
+
+def adaptive_ranges(snr: Sequence[float], layout: Layout, lo: float, hi: float,
+                    reliable_below: int) -> tuple[list[float], list[float]]:
+    """The ``adaptive`` rule: per layer ``[snr-rule bound, hi]`` (lower ends, upper ends); a
+    small layer is whole, ``[1, 1]``."""
+    lows = bounds_by_snr(snr, layout, lo, hi, reliable_below)
+    return lows, [1.0 if s.length <= reliable_below else hi for s in layout.segments]
+
+
+def running_snr(estimate: np.ndarray, sample: np.ndarray, weight: float) -> np.ndarray:
+    """The adaptive rule's running SNR per layer: ``(1 - weight) * estimate + weight * sample``.
+
+    A layer whose sample is not finite (no noise measured: under two workers, or no coordinate
+    every worker delivered) keeps its estimate; one whose estimate is not finite yet (no
+    profiling) takes the sample as it is.
+    """
+    est = np.array(estimate, dtype=np.float64)
+    x = np.asarray(sample, dtype=np.float64)
+    seen = np.isfinite(x)
+    blend = seen & np.isfinite(est)
+    est[blend] = (1.0 - weight) * est[blend] + weight * x[blend]
+    est[seen & ~blend] = x[seen & ~blend]
+    return est
+
+
+def _jointly_received(deliveries: Sequence[Delivery]) -> np.ndarray | None:
+    """Where every delivery has its coordinate (None: all whole)."""
+    masks = [d.mask for d in deliveries if d.mask is not None]
+    return np.logical_and.reduce(masks) if masks else None
 
 
 def layer_snr(deliveries: Sequence[Delivery], layout: Layout) -> np.ndarray:
@@ -148,7 +234,9 @@ def layer_snr(deliveries: Sequence[Delivery], layout: Layout) -> np.ndarray:
     ``noise`` is the expected squared norm of the average's sampling noise, ``sum(var_r(g)) / n``
     (sample variance across the ``n`` workers, per coordinate); ``signal`` is ``||mean||^2`` minus
     that noise (the unbiased estimate of the true mean's squared norm), floored at 0. Pure noise
-    gives ~0; a layer every worker agrees on gives a large ratio.
+    gives ~0; a layer every worker agrees on gives a large ratio. If some deliveries are partial,
+    both sums run over the coordinates every worker delivered (NaN for a layer without any): a
+    filled hole is no measurement.
     """
     g = np.stack([d.values for d in deliveries]).astype(np.float64)
     n = len(deliveries)
@@ -156,11 +244,19 @@ def layer_snr(deliveries: Sequence[Delivery], layout: Layout) -> np.ndarray:
         return np.full(len(layout.segments), np.inf)
     mean = g.mean(axis=0)
     var = ((g - mean) ** 2).sum(axis=0) / (n - 1)
+    joint = _jointly_received(deliveries)
     out = []
     for s in layout.segments:
         sl = slice(s.offset, s.offset + s.length)
-        noise = var[sl].sum() / n
-        signal = max(float((mean[sl] ** 2).sum()) - noise, 0.0)
+        if joint is None:
+            layer_var, layer_mean = var[sl], mean[sl]
+        elif joint[sl].any():
+            layer_var, layer_mean = var[sl][joint[sl]], mean[sl][joint[sl]]
+        else:
+            out.append(float("nan"))
+            continue
+        noise = layer_var.sum() / n
+        signal = max(float((layer_mean ** 2).sum()) - noise, 0.0)
         out.append(signal / noise if noise > 0 else float("inf"))
     return np.array(out)
 
@@ -170,7 +266,8 @@ class PlotServer(LtpServer):
 
     Bounds and SNR belong to the model's layers (``layout``); with compressed pushes each bound
     applies to its layer's compressed segment (``up``: the same layers, shorter), and the PS
-    hands :meth:`observe` the decompressed gradients.
+    hands :meth:`observe` the decompressed gradients. ``bounds`` are the layers' lower ends and
+    ``uppers`` their upper ends (the same under the frozen rules).
     """
 
     def __init__(self, options: Mapping[str, Any], settings: Mapping[str, float], bind: Addr,
@@ -182,9 +279,15 @@ class PlotServer(LtpServer):
         self.parts = [(1 + i, s.offset, s.length) for i, s in enumerate((up or layout).segments)]
         self.snr_sum = np.zeros(len(layout.segments))
         self.profiled = 0
+        self.adaptive = self.options["bound_rule"] == "adaptive"
+        # The adaptive rule's running SNR; infinite (lower ends at bound_max) until measured.
+        self.snr_now = np.full(len(layout.segments), np.inf)
         super().__init__(options, settings, bind, workers, layout, session, up)
         try:
-            self._set_bounds(self._initial_bounds())
+            if self.adaptive and self.options["profile_iterations"] == 0:
+                self._set_ranges()
+            else:
+                self._set_bounds(self._initial_bounds())
         except BaseException:
             self.end.close()
             raise
@@ -209,10 +312,19 @@ class PlotServer(LtpServer):
         """Every layer, as its own segment (1 + its index)."""
         return [(seg, n) for seg, _, n in self.parts]
 
-    def _set_bounds(self, bounds: Sequence[float]) -> None:
+    def _set_bounds(self, bounds: Sequence[float], uppers: Sequence[float] | None = None) -> None:
+        """Every layer's policy: ``[bound, upper]`` through the core's per-segment table (one
+        fixed bound without ``uppers``)."""
         self.bounds = [float(b) for b in bounds]
-        for (seg, _, _), b in zip(self.parts, self.bounds):
-            self.end.set_policy(seg, b, b)
+        self.uppers = self.bounds if uppers is None else [float(u) for u in uppers]
+        for (seg, _, _), b, u in zip(self.parts, self.bounds, self.uppers):
+            self.end.set_policy(seg, b, u)
+
+    def _set_ranges(self) -> None:
+        """The adaptive rule: every layer's range from the running SNR."""
+        o = self.options
+        self._set_bounds(*adaptive_ranges(self.snr_now, self.layout, o["bound_min"],
+                                          o["bound_max"], o["reliable_below_floats"]))
 
     def gather(self, msg_id: int, timeout_s: float) -> list[Delivery]:
         deliveries = self.net.recv_parts(range(self.n_workers), msg_id, self.parts, timeout_s)
@@ -220,27 +332,44 @@ class PlotServer(LtpServer):
 
     def _decorate(self, delivery: Delivery) -> Delivery:
         delivery.stats.update({f"bound_{i}": b for i, b in enumerate(self.bounds)})
+        if self.adaptive:
+            delivery.stats.update({f"bound_max_{i}": u for i, u in enumerate(self.uppers)})
         return delivery
 
     def observe(self, msg_id: int, deliveries: Sequence[Delivery]) -> None:
-        """The ``snr`` rule's profiling: add this iteration's per-layer SNR; after
-        ``profile_iterations`` of them, set every layer's bound from the mean."""
+        """The ``snr`` and ``adaptive`` rules' profiling: add this iteration's per-layer SNR;
+        after ``profile_iterations`` of them, set every layer's bound (range) from the mean.
+        After it, the adaptive rule updates its running SNR and every layer's range."""
         o = self.options
-        if o["bound_rule"] != "snr" or self.profiled >= o["profile_iterations"]:
+        if self.adaptive and self.profiled >= o["profile_iterations"]:
+            if len(deliveries) >= 2:   # one gradient measures no noise
+                self.snr_now = running_snr(self.snr_now, layer_snr(deliveries, self.layout),
+                                           o["snr_weight"])
+                self._set_ranges()
+            return
+        if o["bound_rule"] not in ("snr", "adaptive") or self.profiled >= o["profile_iterations"]:
             return
         self.snr_sum += layer_snr(deliveries, self.layout)
         self.profiled += 1
-        if self.profiled == o["profile_iterations"]:
+        if self.profiled == o["profile_iterations"] and self.adaptive:
+            self.snr_now = self.snr_sum / self.profiled
+            self._set_ranges()
+        elif self.profiled == o["profile_iterations"]:
             self._set_bounds(bounds_by_snr(self.snr_sum / self.profiled, self.layout,
                                            o["bound_min"], o["bound_max"],
                                            o["reliable_below_floats"]))
 
     def stats(self) -> dict[str, float | str]:
         out = dict(super().stats())
-        out.update({f"bound:{s.name}": b for s, b in zip(self.layout.segments, self.bounds)})
-        if self.profiled:
-            out.update({f"snr:{s.name}": float(x) for s, x in
-                        zip(self.layout.segments, self.snr_sum / self.profiled)})
+        names = [s.name for s in self.layout.segments]
+        out.update({f"bound:{name}": b for name, b in zip(names, self.bounds)})
+        if self.adaptive:
+            out.update({f"bound_max:{name}": u for name, u in zip(names, self.uppers)})
+            if self.profiled or np.isfinite(self.snr_now).any():
+                out.update({f"snr:{name}": float(x) for name, x in zip(names, self.snr_now)})
+        elif self.profiled:
+            out.update({f"snr:{name}": float(x) for name, x in
+                        zip(names, self.snr_sum / self.profiled)})
         return out
 
 

@@ -98,6 +98,26 @@ BUILTIN = (
                   {"rx_drop_frac": 0.1, "bound_rule": "size", "bound_min": 0.85,
                    "reliable_below_floats": 0, "close_grace_min_us": 0, "grace_rtt_mult": 0.0,
                    "packet_payload_bytes": 1472}),
+    TransportInfo("phase-bound", "Phase-aware bound", "#a0522d", "h",
+                  "transports.phase:PhaseTransport", {}, True,
+                  "a fixed loss bound per round: strict in sensitive training phases (warm-up, "
+                  "fast-changing gradient norm), loose otherwise, on LTP's core",
+                  {"rx_drop_frac": 0.1, "strict_threshold": 0.85, "loose_threshold": 0.85,
+                   "close_grace_min_us": 0, "grace_rtt_mult": 0.0,
+                   "packet_payload_bytes": 1472}),
+    TransportInfo("mlt", "MLT", "#6b8e23", "p", "transports.mlt:MltTransport", {}, True,
+                  "MLT-style: a fixed loss bound per gradient part, datagrams marked (DSCP) by "
+                  "gradient importance, strict priority bands at the bottleneck (docs/mlt.md)",
+                  {"rx_drop_frac": 0.1, "loss_bound": 0.15, "close_grace_min_us": 0,
+                   "grace_rtt_mult": 0.0, "packet_payload_bytes": 1472}),
+    TransportInfo("optireduce", "OptiReduce", "#b8860b", "*",
+                  "transports.optireduce:OptiReduceTransport", {}, True,
+                  "bounded-time collectives: each part waits at most an adaptive timeout, "
+                  "gradients Hadamard-coded so a lost tail spreads as noise, on LTP's core "
+                  "(ring and tree only; docs/optireduce.md)",
+                  # a sender paced at 20 Mbit/s outlasts the 5 ms deadline of the warm-up
+                  {"rx_drop_frac": 0.1, "cc": False, "fixed_rate_mbps": 20.0,
+                   "timeout_max_ms": 5.0, "packet_payload_bytes": 1472}),
 )
 
 REGISTRY: dict[str, TransportInfo] = {}

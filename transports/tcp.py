@@ -61,6 +61,16 @@ def _set_cc(sock: socket.socket, cc: str) -> str:
     return cc_in_effect(sock)
 
 
+def tune_connected(conn: socket.socket, cc: str) -> None:
+    """Make a new connection ready for gradients: no Nagle delay, and congestion control ``cc``
+    exactly (the connection is closed and TransportError raised if the kernel applied another)."""
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    effective = _set_cc(conn, cc)
+    if effective != cc:
+        conn.close()
+        raise TransportError(f"the kernel applied {effective!r} instead of {cc!r}")
+
+
 def cc_in_effect(sock: socket.socket) -> str:
     """The congestion control algorithm the kernel applies to ``sock``."""
     return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).split(b"\0")[0].decode()
@@ -264,11 +274,7 @@ class TcpServer(ServerEnd):
             conn.close()
             self.rejected_peers += 1
             return None
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        effective = _set_cc(conn, self.cc)
-        if effective != self.cc:
-            conn.close()
-            raise TransportError(f"the kernel applied {effective!r} instead of {self.cc!r}")
+        tune_connected(conn, self.cc)
         conn.setblocking(False)
         return rank
 
@@ -430,10 +436,8 @@ class TcpWorker(WorkerEnd):
         deadline = time.monotonic() + timeout_s
         while True:
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self.cc_effective = _set_cc(sock, self.cc)
-            if self.cc_effective != self.cc:
-                raise TransportError(f"the kernel applied {self.cc_effective!r} instead of {self.cc!r}")
+            tune_connected(sock, self.cc)
+            self.cc_effective = self.cc
             sock.bind((self.bind[0], 0))
             sock.settimeout(min(1.0, _remaining(deadline)))
             try:

@@ -21,7 +21,7 @@ import numpy as np
 
 from transports.base import Addr, Delivery, Layout, SendReport, TransportError, TransportTimeout
 from transports.mesh import MeshEnd, Part
-from transports.tcp import HELLO, MAGIC, _recv_exact, _set_cc, tcp_counters
+from transports.tcp import HELLO, MAGIC, _recv_exact, _set_cc, tcp_counters, tune_connected
 
 FRAME = struct.Struct("!4sIIQQ")   # magic, sender, part, message id, payload bytes
 
@@ -74,11 +74,7 @@ class TcpMesh(MeshEnd):
             self.readers.append(t)
 
     def _ready(self, m: int, conn: socket.socket) -> None:
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        effective = _set_cc(conn, self.cc)
-        if effective != self.cc:
-            conn.close()
-            raise TransportError(f"the kernel applied {effective!r} instead of {self.cc!r}")
+        tune_connected(conn, self.cc)
         conn.settimeout(None)
         self.conns[m], self.locks[m] = conn, threading.Lock()
 

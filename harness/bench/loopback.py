@@ -11,7 +11,18 @@ sum ``getrusage(RUSAGE_SELF)`` reports) spent between the clock's start and stop
 summed over the pushes and divided by the bytes pushed. Both ends' work is in it (sender and
 receiver share the process), as is any time a thread spends polling instead of sleeping; the
 broadcast between pushes is not. Other processes' load slows the goodput but does not enter the
-CPU figure, which makes it the steadier of the two on a shared machine.
+CPU figure, which makes it the steadier of the two on a shared machine; it still moves with the
+load (a vCPU the host takes away while a thread runs is counted as that thread's CPU, and the
+caches are shared), which is why the benchmark repeats. Python's cyclic garbage collector runs
+once before the pushes: a full collection of this process lasts as long as many pushes, and
+without it the allocation count put one in the same push of every run. (Holding the collector off
+during the pushes instead kept cyclic garbage alive, and fresh memory cost TCP's receive path
+more CPU per byte.)
+
+Repetitions (:func:`repeated`): every scheme once per repetition, the schemes' order rotated from
+one repetition to the next, so two schemes compared run seconds apart and in both orders;
+:func:`summary` gives each scheme's median and range over repetitions and its ratio to a reference
+scheme, paired by repetition.
 
     >>> push = loopback_push("ltp", 4 * 1024 * 1024, 20)
     >>> push.goodput_gbps, push.cpu_s_per_gb
@@ -20,9 +31,13 @@ CPU figure, which makes it the steadier of the two on a shared machine.
 from __future__ import annotations
 
 import dataclasses
+import errno
+import gc
 import socket
+import statistics
 import threading
 import time
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -31,12 +46,13 @@ from transports.base import parse_scheme
 
 @dataclasses.dataclass(frozen=True)
 class LoopbackPushes:
-    """Push times and CPU times of one scheme at one message size."""
+    """Push times and CPU times of one scheme at one message size (one repetition)."""
 
     scheme: str
     n_bytes: int
     push_s: tuple[float, ...]
     cpu_s: tuple[float, ...]
+    repeat: int = 0
 
     @property
     def median_s(self) -> float:
@@ -55,38 +71,56 @@ class LoopbackPushes:
 
     def rows(self) -> list[dict]:
         """One tidy row per push."""
-        return [{"transport": self.scheme, "bytes": self.n_bytes, "push": k, "push_s": t,
-                 "cpu_s": c} for k, (t, c) in enumerate(zip(self.push_s, self.cpu_s))]
+        return [{"transport": self.scheme, "bytes": self.n_bytes, "repeat": self.repeat,
+                 "push": k, "push_s": t, "cpu_s": c}
+                for k, (t, c) in enumerate(zip(self.push_s, self.cpu_s))]
 
 
-def _free_udp_ports(n: int) -> list[int]:
-    ports = []
-    for _ in range(n):
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.bind(("127.0.0.1", 0))
-            ports.append(s.getsockname()[1])
-    return ports
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct ports free on 127.0.0.1 a moment ago for TCP and UDP alike (a scheme binds
+    either kind). TCP's port-0 bind picks each, so no connection of an earlier repetition still
+    waiting out TIME_WAIT holds it; every probe stays open until all are drawn."""
+    held: list[socket.socket] = []
+    ports: list[int] = []
+    try:
+        while len(ports) < n:
+            tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            held.append(tcp)
+            tcp.bind(("127.0.0.1", 0))
+            port = tcp.getsockname()[1]
+            udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            held.append(udp)
+            try:
+                udp.bind(("127.0.0.1", port))
+            except OSError:
+                continue   # taken for UDP: held, so it is not drawn again
+            ports.append(port)
+        return ports
+    finally:
+        for sock in held:
+            sock.close()
 
 
-def loopback_push(scheme: str, n_bytes: int, repeats: int) -> LoopbackPushes:
-    """Time ``repeats`` pushes of ``n_bytes`` from one worker to the PS over 127.0.0.1."""
+def loopback_push(scheme: str, n_bytes: int, pushes: int, repeat: int = 0) -> LoopbackPushes:
+    """Time ``pushes`` pushes of ``n_bytes`` from one worker to the PS over 127.0.0.1
+    (``repeat`` numbers the repetition this is, for its rows)."""
     from transports import registry
     from transports.base import Layout
 
     layout = Layout.single(n_bytes // 4)
-    ps_port, w_port = _free_udp_ports(2)
+    ps_port, w_port = _free_ports(2)
     ps_addr, w_addr = ("127.0.0.1", ps_port), ("127.0.0.1", w_port)
     transport = registry.create(*parse_scheme(scheme))
     payload = np.ones(layout.n_floats, np.float32)
     ready = threading.Semaphore(0)
-    go = [threading.Event() for _ in range(repeats)]
+    go = [threading.Event() for _ in range(pushes)]
     errors: list[BaseException] = []
 
     def worker() -> None:
         try:
             with transport.connect(0, w_addr, ps_addr, layout) as end:
                 end.join(30)
-                for k in range(repeats):
+                for k in range(pushes):
                     end.pull(k, 30)
                     ready.release()
                     go[k].wait(60)
@@ -95,12 +129,13 @@ def loopback_push(scheme: str, n_bytes: int, repeats: int) -> LoopbackPushes:
             errors.append(exc)
 
     times, cpu = [], []
+    gc.collect()
     with transport.serve(ps_addr, [w_addr], layout) as end:
         thread = threading.Thread(target=worker, daemon=True)
         thread.start()
         try:
             end.wait_for_workers(30)
-            for k in range(repeats):
+            for k in range(pushes):
                 end.broadcast(k, payload, 30)
                 if not ready.acquire(timeout=60):
                     break
@@ -115,4 +150,71 @@ def loopback_push(scheme: str, n_bytes: int, repeats: int) -> LoopbackPushes:
             thread.join(60)
     if errors:
         raise errors[0]
-    return LoopbackPushes(scheme, n_bytes, tuple(times), tuple(cpu))
+    return LoopbackPushes(scheme, n_bytes, tuple(times), tuple(cpu), repeat)
+
+
+def repeated(schemes: Sequence[str], n_bytes: int, pushes: int,
+             repeats: int) -> list[LoopbackPushes]:
+    """``repeats`` repetitions of :func:`loopback_push` for every scheme, interleaved: each
+    repetition runs every scheme once, in an order rotated by one per repetition."""
+    out = []
+    for r in range(repeats):
+        k = r % len(schemes)
+        for scheme in list(schemes[k:]) + list(schemes[:k]):
+            for attempt in range(3):   # a port taken between the probe and the bind: new ports
+                try:
+                    out.append(loopback_push(scheme, n_bytes, pushes, r))
+                    break
+                except OSError as exc:
+                    if exc.errno != errno.EADDRINUSE or attempt == 2:
+                        raise
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Spread:
+    """The median of some repetitions' values and their range."""
+
+    median: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Spread:
+        """The spread of ``values`` (at least one)."""
+        return cls(float(statistics.median(values)), float(min(values)), float(max(values)))
+
+
+@dataclasses.dataclass(frozen=True)
+class SchemeSummary:
+    """One scheme at one size over its repetitions: goodput and CPU per GB, and both as ratios to
+    the reference scheme's in the same repetitions (None for the reference itself, or without
+    one)."""
+
+    scheme: str
+    n_bytes: int
+    repeats: int
+    goodput_gbps: Spread
+    cpu_s_per_gb: Spread
+    goodput_ratio: Spread | None
+    cpu_ratio: Spread | None
+
+
+def summary(runs: Sequence[LoopbackPushes], reference: str | None) -> list[SchemeSummary]:
+    """Per (size, scheme), in first-run order: the spreads over repetitions, and the ratios to
+    ``reference`` paired by repetition (goodput: scheme / reference; CPU per GB likewise)."""
+    by_key: dict[tuple[int, str], dict[int, LoopbackPushes]] = {}
+    for run in runs:
+        by_key.setdefault((run.n_bytes, run.scheme), {})[run.repeat] = run
+    out = []
+    for (n_bytes, scheme), reps in by_key.items():
+        ref = by_key.get((n_bytes, reference)) if reference and scheme != reference else None
+        pairs = [(reps[r], ref[r]) for r in reps if ref and r in ref]
+        goodput_ratio = Spread.of([a.goodput_gbps / b.goodput_gbps for a, b in pairs]) \
+            if pairs else None
+        cpu_ratio = Spread.of([a.cpu_s_per_gb / b.cpu_s_per_gb for a, b in pairs]) \
+            if pairs else None
+        out.append(SchemeSummary(
+            scheme, n_bytes, len(reps), Spread.of([p.goodput_gbps for p in reps.values()]),
+            Spread.of([p.cpu_s_per_gb for p in reps.values()]), goodput_ratio, cpu_ratio))
+    return out

@@ -35,6 +35,9 @@ from transports.base import UserError, parse_scheme
 BENCH_DIR = PROJECT_DIR / "results" / "bench"
 BASE_PORT = 5201
 LOOPBACK_PUSHES = 20
+LOOPBACK_REPEATS = 5
+# The loopback figures are also given as ratios to this scheme's, when it is benchmarked.
+LOOPBACK_REFERENCE = "tcp-cubic"
 # Paced UDP datagrams to the discard port of the PS (run inside w1).
 UDP_SENDER = """
 import socket, time
@@ -62,11 +65,11 @@ def network_args(bandwidth_mbps: float, queue_pkts: int, loss_pct: float,
 
 
 def transport_args(slugs, losses, bandwidths, iterations: int, queue_pkts: int,
-                   loopback_only: bool = False) -> tuple:
+                   loopback_only: bool = False, repeats: int = LOOPBACK_REPEATS) -> tuple:
     """The arguments of :func:`transport`, validated (one sentence on a bad one).
 
     ``loopback_only`` keeps the incast settings' validation but returns no bandwidths, so only
-    the loopback part runs.
+    the loopback part runs. ``repeats``: repetitions of the loopback part.
     """
     from transports import registry
 
@@ -83,7 +86,10 @@ def transport_args(slugs, losses, bandwidths, iterations: int, queue_pkts: int,
             IncastParams(8, bw, None, queue_pkts, loss)
     if not 1 <= iterations <= 10_000:
         raise BenchError(f"--iterations must be from 1 to 10000, not {iterations!r}.")
-    return slugs, losses, () if loopback_only else bandwidths, iterations, queue_pkts
+    if not 1 <= repeats <= 100:
+        raise BenchError(f"--repeats must be from 1 to 100, not {repeats!r}.")
+    return (slugs, losses, () if loopback_only else bandwidths, iterations, queue_pkts, None,
+            repeats)
 
 
 def _listening_in(host_pid: int, port: int) -> bool:
@@ -180,23 +186,41 @@ def mlp_bytes() -> int:
 
     return 4 * models.n_params("mlp")
 
-def loopback(slugs: tuple[str, ...], folder: Path, n_bytes: int | None = None,
-             pushes: int = LOOPBACK_PUSHES) -> None:
-    """Print loopback goodput and CPU per byte of every scheme (``n_bytes`` per push, the MLP's
-    gradient unless given); write ``loopback.csv``."""
-    n_bytes = n_bytes or mlp_bytes()
-    from harness.bench.loopback import loopback_push
 
-    print(f"loopback, one worker -> PS over 127.0.0.1 ({pushes} pushes per cell): goodput of the "
-          "median push; CPU seconds of the process per GB pushed (both ends, user + system)")
-    print(f"  {'bytes':>9} {'transport':<22} {'Gbit/s':>7} {'median ms':>9} {'CPU s/GB':>8}")
+def _spread(x, fmt: str) -> str:
+    """A :class:`~harness.bench.loopback.Spread` as "median [min, max]", "-" for None."""
+    return "-" if x is None else f"{x.median:{fmt}} [{x.low:{fmt}}, {x.high:{fmt}}]"
+
+
+def loopback(slugs: tuple[str, ...], folder: Path, n_bytes: int | None = None,
+             pushes: int = LOOPBACK_PUSHES, repeats: int = LOOPBACK_REPEATS) -> None:
+    """Print loopback goodput and CPU per byte of every scheme (``n_bytes`` per push, the MLP's
+    gradient unless given, then 4 MiB), each over ``repeats`` interleaved repetitions, with their
+    ratios to :data:`LOOPBACK_REFERENCE`'s; write ``loopback.csv``."""
+    n_bytes = n_bytes or mlp_bytes()
+    from harness.bench.loopback import repeated, summary
+
+    reference = LOOPBACK_REFERENCE if LOOPBACK_REFERENCE in slugs else None
+    print(f"loopback, one worker -> PS over 127.0.0.1: {repeats} repetitions of {pushes} pushes "
+          "per scheme and size, the schemes interleaved; per repetition the goodput of its median "
+          "push and the CPU seconds of the process per GB pushed (both ends, user + system); "
+          "median [min, max] over the repetitions"
+          + (f"; x {reference}: the ratio to {reference}'s in the same repetition" if reference
+             else ""))
+    ref = reference or "ref"
+    print(f"  {'bytes':>9} {'transport':<22} {'Gbit/s':>20} {'CPU s/GB':>21} "
+          f"{'goodput x ' + ref:>20} {'CPU x ' + ref:>20}")
     rows = []
     for size in (n_bytes, 4 * 1024 * 1024):
-        for slug in slugs:
-            got = loopback_push(slug, size, pushes)
-            rows += got.rows()
-            print(f"  {size:>9,} {slug:<22} {got.goodput_gbps:7.2f} {got.median_s * 1e3:9.3f} "
-                  f"{got.cpu_s_per_gb:8.3f}")
+        runs = repeated(slugs, size, pushes, repeats)
+        for run in runs:
+            rows += run.rows()
+        for s in summary(runs, reference):
+            print(f"  {size:>9,} {s.scheme:<22} {_spread(s.goodput_gbps, '.2f'):>20} "
+                  f"{_spread(s.cpu_s_per_gb, '.3f'):>21} {_spread(s.goodput_ratio, '.2f'):>20} "
+                  f"{_spread(s.cpu_ratio, '.2f'):>20}")
+    print("  the machine's load moves both figures from minute to minute: compare schemes within "
+          "one run of this command")
     results.append_rows(folder / "loopback.csv", results.BENCH_LOOPBACK_COLUMNS, rows)
 
 
@@ -225,7 +249,8 @@ def run_cell(tb: Testbed, zygote, cell: Path, slug: str, iterations: int,
     Each host's summary (``RunFiles(cell).host_summary``) holds what its transport end reported,
     e.g. the congestion control and RTO of a TCP worker's socket.
     """
-    from harness.running.runfiles import RunFiles, write_session
+    from harness.running import keys as handover
+    from harness.running.runfiles import RunFiles
     from harness.running.runner import apply_host_settings, launched, spawn_forked, wait
     from transports import registry
     from transports.base import Session
@@ -238,20 +263,16 @@ def run_cell(tb: Testbed, zygote, cell: Path, slug: str, iterations: int,
     before = _routes(tb)
     files = RunFiles(cell)
     cell.mkdir(parents=True, exist_ok=True)
-    write_session(files.session, Session.draw())   # one per cell, as per run
+    keys = handover.blobs(handover.run_keys(Session.draw(), "ps", workers))   # one per cell
     base = ["--transport", name, "--options", json.dumps(options), "--workers", str(workers), "--bytes",
-            str(n_bytes), "--iterations", str(iterations), "--folder", str(cell),
-            "--session", str(files.session)]
+            str(n_bytes), "--iterations", str(iterations), "--folder", str(cell)]
     commands = {PS_NAME: ("harness.hosts.bench", base + ["--role", "ps"], files.log(PS_NAME))}
     for r in range(workers):
         commands[worker_name(r)] = ("harness.hosts.bench",
                                     base + ["--role", "worker", "--rank", str(r)],
                                     files.log(worker_name(r)))
-    try:
-        with launched(spawn_forked(tb, zygote), commands) as procs:
-            status, reason = wait(procs, time.monotonic() + 60 + 30 * iterations)
-    finally:
-        files.session.unlink(missing_ok=True)
+    with launched(spawn_forked(tb, zygote), commands, keys) as procs:
+        status, reason = wait(procs, time.monotonic() + 60 + 30 * iterations)
     after = _routes(tb)
     if status != "ok":
         return Cell(status, reason, [], [], before, after)
@@ -261,9 +282,10 @@ def run_cell(tb: Testbed, zygote, cell: Path, slug: str, iterations: int,
 
 
 def transport(slugs: tuple[str, ...], losses: tuple[float, ...], bandwidths: tuple[float, ...],
-              iterations: int, queue_pkts: int, n_bytes: int | None = None) -> None:
-    """Loopback goodput and CPU per byte, then synchronized 8-to-1 push times on the emulated
-    incast vs the bound (no incast part when ``bandwidths`` is empty)."""
+              iterations: int, queue_pkts: int, n_bytes: int | None = None,
+              repeats: int = LOOPBACK_REPEATS) -> None:
+    """Loopback goodput and CPU per byte (``repeats`` repetitions), then synchronized 8-to-1 push
+    times on the emulated incast vs the bound (no incast part when ``bandwidths`` is empty)."""
     import numpy as np
 
     from harness.hosts.zygote import Zygote
@@ -271,7 +293,7 @@ def transport(slugs: tuple[str, ...], losses: tuple[float, ...], bandwidths: tup
     n_bytes = n_bytes or mlp_bytes()
     folder = BENCH_DIR / time.strftime("transport-%Y%m%dT%H%M%S")
     folder.mkdir(parents=True, exist_ok=True)
-    loopback(slugs, folder, n_bytes)
+    loopback(slugs, folder, n_bytes, repeats=repeats)
     if not bandwidths:
         return
 

@@ -9,7 +9,10 @@ files in the run folder, polled every 0.2 ms), so it costs the data plane nothin
 ``time.monotonic()``, shared by every namespace of the machine.
 
     python -m harness.hosts.bench --role ps --transport ltp --workers 8 --bytes 437544 \
-        --iterations 30 --folder RUN --port 5000 [--options JSON] [--session RUN/session.key]
+        --iterations 30 --folder RUN --port 5000 [--options JSON] [--keys-fd N]
+
+``N``: an inherited pipe holding the cell's session id and this host's pair keys
+(:mod:`harness.running.keys`).
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.running.runfiles import HostSummary, Recorder, RunFiles, read_session
+from harness.running import keys as handover
+from harness.running.runfiles import HostSummary, Recorder, RunFiles
 from topologies.incast import PS_IP, PS_NAME, worker_ip, worker_name
 from transports import registry
 from transports.base import Layout
@@ -50,13 +54,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iterations", type=int, required=True)
     p.add_argument("--folder", type=Path, required=True)
     p.add_argument("--port", type=int, default=5000)
-    p.add_argument("--session", type=Path, default=None,
-                   help="the cell's session file, shared by every host of the cell")
+    p.add_argument(handover.FLAG, type=int, default=None, dest="keys_fd", metavar="N",
+                   help="an inherited descriptor holding the cell's session and this host's keys")
     args = p.parse_args(argv)
     layout = Layout.single(args.bytes // 4)
     transport = registry.create(args.transport, json.loads(args.options))
-    if args.session:
-        transport.use_session(read_session(args.session))
+    if args.keys_fd is not None:
+        transport.use_session(handover.read_fd(args.keys_fd))
     ps_addr = (PS_IP, args.port)
     workers = [(worker_ip(r), args.port) for r in range(args.workers)]
     payload = np.random.default_rng(args.rank).standard_normal(layout.n_floats).astype(np.float32)

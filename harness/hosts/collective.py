@@ -96,6 +96,15 @@ def finish_ps(rec, transport, end, trainer, t: int, started: float, train_start_
         rejections=end.rejections())
 
 
+def worker_summary(end, host: str, rank: int, iterations: int, started: float) -> HostSummary:
+    """A collective worker's summary, read from its end while it is still open."""
+    from harness.hosts.node import cpu_s
+
+    return HostSummary(host=host, role="worker", rank=rank, iterations=iterations,
+                       elapsed_s=time.monotonic() - started, cpu_s=cpu_s(),
+                       transport_stats=end.stats(), rejections=end.rejections())
+
+
 def quietly(call) -> bool:
     """Run a send or receive whose failure the pattern survives; whether it succeeded."""
     try:

@@ -2,18 +2,23 @@
 
 Started by the runner inside a Mininet host (its own network namespace and process group)::
 
-    python -m harness.hosts.node --run RUN --role ps [--session RUN/session.key]
-    python -m harness.hosts.node --run RUN --role worker --rank 3 [--session RUN/session.key]
+    python -m harness.hosts.node --run RUN --role ps [--keys-fd N]
+    python -m harness.hosts.node --run RUN --role worker --rank 3 [--keys-fd N]
 
 where ``RUN`` is the run folder holding ``spec.json`` (layout: :mod:`harness.running.runfiles`) and
-the session file holds the run's session id and key, which the runner drew for this run and gives
-every host (over the shared file system, never the emulated network). Data-parallel training; in
+descriptor ``N``, inherited from the runner, is a pipe holding the run's session id and the keys
+of this host's pairs, nobody else's (:mod:`harness.running.keys`; never a file, never the
+emulated network). Data-parallel training; in
 bulk-synchronous mode (``bsp``), one iteration ``t``:
 
 1. the PS broadcasts the parameters (message ``t``) to every worker;
-2. each worker loads them, computes a gradient on one batch of its own shard of the training set,
+2. each worker loads them, computes a gradient on one batch of its own shard of the training set
+   (of the part the PS did not hold out as its validation set, ``RunSpec.holdout``),
    and pushes it (message ``t``) to the PS; a Byzantine worker (``RunSpec.byzantine``, the
    highest ranks) pushes its attack's vector instead (:mod:`harness.training.byzantine`);
+   a compressing worker under ``reset_mode`` ``cser`` loads them plus its residual, and after
+   every ``error_reset`` such rounds spends one pushing its residual instead
+   (:mod:`harness.training.compress`);
 3. the PS gathers one gradient per worker (a loss-tolerant transport may deliver part of one,
    with a mask), lets the transport observe them, combines them by the run's aggregation rule
    (averages them by default; :mod:`harness.training.aggregators`), and takes an SGD step;
@@ -53,13 +58,14 @@ from harness.hosts.faults import parse_fault
 from harness.hosts.pattern import parse_pattern
 from harness.hosts.ps import GEN_SHIFT, ParameterServer
 from harness.hosts.sync import parse_sync
-from harness.running.runfiles import (EvalRecord, HostSummary, Recorder, RunFiles, WorkerIteration,
-                                      read_session)
+from harness.running import keys as handover
+from harness.running.runfiles import EvalRecord, HostSummary, Recorder, RunFiles, WorkerIteration
 from harness.running.spec import RunSpec
 from harness.training import datasets, models
+from harness.training.aggregators import ZENOPP
 from harness.training.byzantine import corrupt, parse_byzantine
-from harness.training.compress import ErrorFeedback, decode, parse_compress, up_layout
-from harness.hosts.robust import honest_estimate, make_combine
+from harness.training.compress import decode, parse_compress, residual_keeper, up_layout
+from harness.hosts.robust import Judge, honest_estimate, make_combine
 from topologies.incast import PS_IP, PS_NAME, worker_ip, worker_name
 from transports import registry
 from transports.base import Addr, Session, Transport, TransportError, TransportTimeout
@@ -165,11 +171,15 @@ def run_ps(spec: RunSpec, files: RunFiles, loopback: bool,
         cpu_before = machine_cpu()
         # Missing-worker detection only where a fault is injected: a fault-free run is classic
         # BSP/SSP/async, every gradient waited for (docs/faults.md).
+        # zeno++ judges each update on its own (every sync mode); the other rules combine a
+        # bsp round.
+        judge = (Judge(spec, trainer.model, trainer.params, end)
+                 if spec.aggregator == ZENOPP else None)
         combine = (make_combine(spec, trainer.model, trainer.params, end)
-                   if spec.aggregator != "mean" else None)
+                   if spec.aggregator not in ("mean", ZENOPP) else None)
         server = ParameterServer(end, trainer, rec, spec.n_workers, parse_sync(spec.sync),
                                  spec.lr, started, detect=parse_fault(spec.fault).kind != "none",
-                                 combine=combine,
+                                 combine=combine, judge=judge,
                                  decode=(lambda d: decode(d, layout, comp)) if comp.on else None)
         t, stopped_by = server.run()
         train_end_time = time.time()
@@ -211,6 +221,20 @@ def _patiently(call, files: RunFiles, timeout_s: float):
             raise
 
 
+def _update(model: torch.nn.Module, pulled: torch.Tensor, spec: RunSpec, x_train: torch.Tensor,
+            y_train: torch.Tensor, batches: datasets.Batches) -> tuple[list[float], np.ndarray]:
+    """(losses, update in gradient units) of ``local_steps`` SGD steps from ``pulled``."""
+    # load_flat makes the parameters views of ``pulled``: local steps need a copy.
+    models.load_flat(model, pulled.clone() if spec.local_steps > 1 else pulled)
+    # One step leaves its gradient to push; several are applied locally.
+    losses = models.sgd_steps(model, x_train, y_train, batches, spec.batch_size,
+                              spec.local_steps, spec.lr, apply=spec.local_steps > 1)
+    if spec.local_steps > 1:
+        # The update in gradient units: the PS's step of lr lands on the local model.
+        return losses, ((pulled - models.flat_params(model)) / spec.lr).numpy()
+    return losses, models.flat_grads(model).numpy()
+
+
 def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool,
                session: Session | None = None, generation: int = 0) -> HostSummary:
     """Train as worker ``rank``; return the summary.
@@ -225,7 +249,7 @@ def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool,
     model = models.build(spec.model, spec.seed)
     layout = models.layout(model)
     x_train, y_train = datasets.load(spec.dataset, "train")
-    mine = datasets.shard(len(y_train), rank, spec.n_workers, spec.seed)
+    mine = datasets.shard(len(y_train), rank, spec.n_workers, spec.seed, spec.holdout)
     batches = datasets.Batches(mine, np.random.default_rng(spec.seed * 1000 + rank + 1))
     fault = parse_fault(spec.fault)
     slow = fault.factor if fault.kind == "straggler" and fault.rank(spec.n_workers) == rank else 1
@@ -233,7 +257,7 @@ def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool,
     byzantine = rank in attack.ranks(spec.n_workers)
     attack_rng = np.random.default_rng([spec.seed, rank, 0xA77])
     comp = parse_compress(spec.compress)
-    feedback = ErrorFeedback(layout, comp, spec.error_reset)
+    keeper = residual_keeper(layout, comp, spec.error_reset, spec.reset_mode, spec.lr)
     transport = make_transport(spec, session)
     ps_addr, worker_addrs = addresses(spec, loopback)
     started = time.monotonic()
@@ -253,21 +277,18 @@ def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool,
             t1 = time.monotonic()
             if params is None or files.end_marker.exists():
                 break   # the PS ended training; these are its final parameters
-            pulled = torch.from_numpy(params.values)
-            # load_flat makes the parameters views of ``pulled``: local steps need a copy.
-            models.load_flat(model, pulled.clone() if spec.local_steps > 1 else pulled)
-            # One step leaves its gradient to push; several are applied locally.
-            losses = models.sgd_steps(model, x_train, y_train, batches, spec.batch_size,
-                                      spec.local_steps, spec.lr, apply=spec.local_steps > 1)
-            if spec.local_steps > 1:
-                # The update in gradient units: the PS's step of lr lands on the local model.
-                grad = ((pulled - models.flat_params(model)) / spec.lr).numpy()
+            syncing = keeper.due()   # a cser round that pushes the residual, no gradient
+            if syncing:
+                grad, losses = keeper.sync(), [float("nan")]
             else:
-                grad = models.flat_grads(model).numpy()
-            if byzantine:   # on the real update, before compression and the real transport
-                grad = corrupt(attack, grad, spec.n_workers, attack_rng, lambda: honest_estimate(
-                    model, x_train, y_train, spec, k, spec.n_workers - attack.count))
-            grad = feedback.push(grad)
+                # The local model: the pulled parameters (cser: plus this worker's residual).
+                losses, grad = _update(model, torch.from_numpy(keeper.local(params.values)),
+                                       spec, x_train, y_train, batches)
+                if byzantine:   # on the real update, before compression and the real transport
+                    grad = corrupt(attack, grad, spec.n_workers, attack_rng,
+                                   lambda: honest_estimate(model, x_train, y_train, spec, k,
+                                                           spec.n_workers - attack.count))
+                grad = keeper.push(grad)
             if slow > 1:
                 time.sleep((slow - 1) * (time.monotonic() - t1))
             t2 = time.monotonic()
@@ -279,7 +300,8 @@ def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool,
                 iteration=k, t_s=t0 - started, push_start_mono=t2, pull_s=t1 - t0,
                 compute_s=t2 - t1, push_s=t3 - t2, param_frac=params.received_frac,
                 train_loss=float(np.mean(losses)), grad_bytes=sent.payload_bytes, wire_bytes=sent.wire_bytes,
-                packets=sent.packets, retransmits=sent.retransmits, byzantine=byzantine))
+                packets=sent.packets, retransmits=sent.retransmits, byzantine=byzantine,
+                residual_sync=syncing))
             k += 1
             done += 1
         summary = HostSummary(host=host, role="worker", rank=rank, iterations=done,
@@ -301,16 +323,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="this worker replaces a killed one (its restart count)")
     parser.add_argument("--loopback", action="store_true",
                         help="use 127.0.0.1 with one port per host instead of the topology's IPs")
-    parser.add_argument("--session", type=Path, default=None,
-                        help="the run's session file (default: RUN/session.key if it exists; "
-                             "without one the transport opens in a session of its own)")
+    parser.add_argument(handover.FLAG, type=int, default=None, dest="keys_fd", metavar="N",
+                        help="an inherited descriptor holding the run's session id and this "
+                             "host's keys (without one the transport opens in a session of its "
+                             "own, and can talk to no other process's ends)")
     args = parser.parse_args(argv)
     # Nine processes share two cores: one thread each keeps them from fighting.
     torch.set_num_threads(1)
     files = RunFiles(args.run)
     spec = RunSpec.from_json(files.spec.read_text())
-    path = args.session or (files.session if files.session.exists() else None)
-    session = read_session(path) if path else None
+    session = handover.read_fd(args.keys_fd) if args.keys_fd is not None else None
     kind = parse_pattern(spec.pattern).kind
     if kind != "ps":   # a collective: its module has the two roles (harness.hosts.pattern)
         module = importlib.import_module(f"harness.hosts.{kind}")

@@ -17,6 +17,8 @@ In every mode a *round* is ``N`` gradients' worth of data (``N`` = the number of
 The *staleness* of an applied gradient is the number of updates the PS applied between sending
 the parameters the gradient was computed on and applying it (``bsp``: 0; ``async`` with ``N``
 equal workers: about ``N - 1``). Each round's record lists who contributed and each staleness.
+Under ``zeno++`` (the ``judge``) an update the validator rejects still counts as an arrival, with
+its verdict in the record, but is not applied; its worker is served fresh parameters as usual.
 
 Each worker has its own sequence of message ids: its ``k``-th parameters and its ``k``-th
 gradient are message ``k``, whatever round the PS is in, so a worker that fell behind or came
@@ -37,8 +39,8 @@ over those that delivered; nobody's send waits for a missing worker (it is left 
 broadcast). A missing worker's pending gradient stays asked for: when it arrives (the worker was
 stalled, or its link is back) it is *late*: ``bsp`` discards it, ``ssp``/``async`` apply it with
 its staleness, and the worker is *back*: it gets the current parameters with its next message.
-Parameters whose send did not finish (a datagram transport cancels it at the deadline) are sent
-again every ``RETRY_S`` until they arrive; the gradient of those parameters is asked for meanwhile,
+Parameters whose send did not finish (LTP suspends it at the deadline and resumes it when sent
+again) are sent again every ``RETRY_S`` until they arrive; the gradient of those parameters is asked for meanwhile,
 since a send given up at its deadline may still have reached the worker (TCP: its bytes were in the
 kernel's buffer). A worker sent parameters by such a retry, between rounds, is missing again if its
 gradient is overdue, as in any round. Every change is an event in ``raw/ps1.members.jsonl``
@@ -111,7 +113,11 @@ class ParameterServer:
     stop (``after(rounds_done)`` returns the reason, '' to go on; ``train_s`` accumulates).
     ``clock`` is the monotonic clock (the unit tests pass a fake one with a fake end).
     ``combine(deliveries)`` returns a bsp round's (:class:`~harness.training.aggregators.Outcome`,
-    ``f``); without it the PS averages (``end.average``). ``decode(delivery)`` turns each push as
+    ``f``); without it the PS averages (``end.average``). ``judge(deliveries, version)`` (Zeno++,
+    :class:`harness.hosts.robust.Judge`) takes its place in every mode: it returns the verdicts on
+    updates judged one by one at parameter version ``version`` (a bsp round's all together, an
+    ssp or async arrival alone) and the accepted ones averaged; when it accepts none the PS takes
+    no step. ``decode(delivery)`` turns each push as
     it arrives into the dense gradient it carries (:func:`harness.training.compress.decode`;
     default: as is), before anything else (the transport's ``observe``, the aggregator) sees it.
     """
@@ -120,9 +126,10 @@ class ParameterServer:
                  lr: float, started: float, clock: Callable[[], float] = time.monotonic,
                  detect: bool = True,
                  combine: Callable[[list[Delivery]], tuple[Outcome, int]] | None = None,
-                 decode: Callable[[Delivery], Delivery] | None = None) -> None:
+                 decode: Callable[[Delivery], Delivery] | None = None,
+                 judge: Callable[[list[Delivery], int], Outcome] | None = None) -> None:
         self.end, self.trainer, self.rec, self.detect = end, trainer, rec, detect
-        self.combine = combine
+        self.combine, self.judge = combine, judge
         self.decode = decode or (lambda d: d)
         self.n, self.sync, self.lr, self.started, self.clock = n_workers, sync, lr, started, clock
         self.members = [Member() for _ in range(n_workers)]
@@ -223,7 +230,7 @@ class ParameterServer:
             if m.state == "computing":
                 out[r] = m.msg
             elif m.state == "missing":
-                # Owed parameters too: a send cancelled at its deadline may still have reached it
+                # Owed parameters too: a send given up at its deadline may still have reached it
                 # (TCP: the bytes were in the kernel's buffer), and its gradient then comes.
                 out[r] = (m.msg, rejoin)
             elif m.state == "gone":
@@ -232,14 +239,20 @@ class ParameterServer:
 
     def _apply(self, grads: list[Delivery], lr: float, rnd: _Round) -> None:
         t0 = self.clock()
-        if self.combine is not None and self.sync.kind == "bsp" and grads:
+        step = True
+        if self.judge is not None and grads:
+            out = self.judge(grads, self.version)
+            rnd.outcome = _joined(rnd.outcome, out)   # ssp/async: one arrival's verdict more
+            vector, step = out.vector, any(out.kept)
+        elif self.combine is not None and self.sync.kind == "bsp" and grads:
             rnd.outcome, rnd.agg_f = self.combine(grads)
             vector = rnd.outcome.vector
         else:
             vector = self.end.average(grads)
         rnd.agg_s += self.clock() - t0
-        self.trainer.params.add_(torch.from_numpy(vector), alpha=-lr)
-        self.version += 1
+        if step:   # a rejected update changes nothing: no new version, no new validation
+            self.trainer.params.add_(torch.from_numpy(vector), alpha=-lr)
+            self.version += 1
         rnd.update_s += self.clock() - t0
 
     def _arrived(self, r: int, d: Delivery, rnd: _Round) -> None:
@@ -421,6 +434,14 @@ def _outcome_fields(rnd: _Round) -> dict:
                 "agg_scores": [None] * n, "agg_used_frac": [1.0] * n, "agg_s": rnd.agg_s}
     return {"agg_kept": list(o.kept), "agg_reasons": list(o.reasons), "agg_scores": list(o.scores),
             "agg_used_frac": list(o.used_frac), "agg_f": rnd.agg_f, "agg_s": rnd.agg_s}
+
+
+def _joined(before: Outcome | None, more: Outcome) -> Outcome:
+    """A round's verdicts so far followed by ``more``'s (its vector the latest)."""
+    if before is None:
+        return more
+    return Outcome(more.vector, before.kept + more.kept, before.reasons + more.reasons,
+                   before.scores + more.scores, before.used_frac + more.used_frac)
 
 
 def staleness_summary(records: list[PsIteration]) -> tuple[float | None, int | None]:

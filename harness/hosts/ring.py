@@ -34,7 +34,7 @@ import time
 
 import numpy as np
 
-from harness.hosts.collective import REPORT, Learner, finish_ps, members, start_ps
+from harness.hosts.collective import REPORT, Learner, finish_ps, members, worker_summary, start_ps
 from harness.hosts.pattern import parse_pattern
 from harness.running.runfiles import HostSummary, PsIteration, Recorder, RunFiles, WorkerIteration
 from harness.running.spec import RunSpec
@@ -226,7 +226,6 @@ def _record(rec: Recorder, t: int, t_s: float, go_s: float, wait_s: float, end_m
 def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool,
                session: Session | None = None) -> HostSummary:
     """One worker of the ring: waits for the clock, all-reduces its gradient, steps, reports."""
-    from harness.hosts.node import cpu_s
 
     host, n, clock = worker_name(rank), spec.n_workers, spec.n_workers
     rec = Recorder(files, host)
@@ -272,8 +271,6 @@ def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool,
                 param_frac=1.0 - node.lost_floats / received if received else 1.0,
                 train_loss=loss, grad_bytes=sent, wire_bytes=wire, packets=0, retransmits=retrans))
             t += 1
-        summary = HostSummary(host=host, role="worker", rank=rank, iterations=t,
-                              elapsed_s=time.monotonic() - started, cpu_s=cpu_s(),
-                              transport_stats=end.stats(), rejections=end.rejections())
+        summary = worker_summary(end, host, rank, t, started)
     rec.summary(summary)
     return summary

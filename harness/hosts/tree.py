@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 from harness.hosts.collective import (Learner, Outbox, Posted, finish_ps, members, quietly,
-                                      start_ps)
+                                      start_ps, worker_summary)
 from harness.hosts.directory import ROOT, Directory
 from harness.hosts.faults import parse_fault
 from harness.hosts.pattern import parse_pattern
@@ -489,7 +489,6 @@ def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool,
                session: Session | None = None) -> HostSummary:
     """One worker of the tree: asks for a parent, takes and forwards the parameters' chunks,
     computes its gradient, adds its children's sums to it and forwards the sum."""
-    from harness.hosts.node import cpu_s
 
     host = worker_name(rank)
     rec = Recorder(files, host)
@@ -526,8 +525,6 @@ def run_worker(spec: RunSpec, rank: int, files: RunFiles, loopback: bool,
                     done += 1
             cast.finish()
             t += 1
-        summary = HostSummary(host=host, role="worker", rank=rank, iterations=done,
-                              elapsed_s=time.monotonic() - started, cpu_s=cpu_s(),
-                              transport_stats=end.stats(), rejections=end.rejections())
+        summary = worker_summary(end, host, rank, done, started)
     rec.summary(summary)
     return summary

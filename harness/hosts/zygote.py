@@ -10,7 +10,10 @@ emulated links.
 
 Protocol (one JSON line each way over a Unix socket): the request ``{"netns_pid", "module",
 "args", "log", "status"}`` is answered by ``{"pid"}``. The child writes its exit code to the
-``status`` file as its last act; a child that leaves no status file died abnormally.
+``status`` file as its last act; a child that leaves no status file died abnormally. A request may
+carry one file descriptor (``SCM_RIGHTS``): the read end of the pipe holding the host's keys
+(:mod:`harness.running.keys`). The child keeps it open and is told its number (``--keys-fd N``
+after its arguments); the server closes its own copy once it has forked.
 
 Run by the harness as ``python -m harness.hosts.zygote SOCKET``; :class:`Zygote` is the client.
 """
@@ -30,6 +33,7 @@ import time
 import traceback
 from pathlib import Path
 
+from harness.running import keys as handover
 from topologies.testbed.ledger import ProcessRef
 from topologies.testbed.process import HostProcess
 
@@ -65,12 +69,13 @@ def _preload() -> None:
             info.transport_class()
 
 
-def _child(request: dict, listener: socket.socket, conn: socket.socket) -> None:
+def _child(request: dict, listener: socket.socket, conn: socket.socket, fds: list[int]) -> None:
     """Runs in the forked child; never returns."""
     code = 1
     try:
         listener.close()
         conn.close()
+        args = list(request["args"]) + [arg for fd in fds[:1] for arg in (handover.FLAG, str(fd))]
         os.setsid()
         fd = os.open(f"/proc/{request['netns_pid']}/ns/net", os.O_RDONLY)
         libc = ctypes.CDLL(None, use_errno=True)
@@ -87,10 +92,10 @@ def _child(request: dict, listener: socket.socket, conn: socket.socket) -> None:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
-        sys.argv = [request["module"]] + list(request["args"])
+        sys.argv = [request["module"]] + args
         try:
             # The module is already imported (preloaded); run its entry point, main(argv).
-            code = importlib.import_module(request["module"]).main(list(request["args"])) or 0
+            code = importlib.import_module(request["module"]).main(args) or 0
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException:
@@ -116,11 +121,24 @@ def serve(path: str) -> None:
     while True:
         conn, _ = listener.accept()
         with conn:
-            request = json.loads(conn.makefile().readline())
+            request, fds = _request(conn)
             pid = os.fork()
             if pid == 0:
-                _child(request, listener, conn)
+                _child(request, listener, conn, fds)
+            for fd in fds:
+                os.close(fd)   # the child has it
             conn.sendall((json.dumps({"pid": pid}) + "\n").encode())
+
+
+def _request(conn: socket.socket) -> tuple[dict, list[int]]:
+    """One request line and the descriptor that came with it (if any)."""
+    data, fds, _, _ = socket.recv_fds(conn, 65536, 1)
+    while data and not data.endswith(b"\n"):
+        more = conn.recv(65536)
+        if not more:
+            break
+        data += more
+    return json.loads(data), list(fds)
 
 
 class Zygote:
@@ -166,21 +184,30 @@ class Zygote:
             self.sock_path.unlink()
 
     def spawn(self, host: str, netns_pid: int, module: str, args: list[str],
-              log_path: Path) -> HostProcess:
-        """Start ``python -m module args`` inside the namespace of process ``netns_pid``."""
+              log_path: Path, keys: bytes | None = None) -> HostProcess:
+        """Start ``python -m module args`` inside the namespace of process ``netns_pid``; with
+        ``keys`` (a host's handover), the child reads them from a pipe it inherits."""
         log_path.parent.mkdir(parents=True, exist_ok=True)
         status = log_path.with_suffix(".exit")
         request = {"netns_pid": netns_pid, "module": module, "args": args,
                    "log": str(log_path), "status": str(status)}
+        line = (json.dumps(request) + "\n").encode()
         deadline = time.monotonic() + READY_S
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(max(0.1, deadline - time.monotonic()))
-            try:
-                s.connect(str(self.sock_path))
-                s.sendall((json.dumps(request) + "\n").encode())
-                reply = json.loads(s.makefile().readline())
-            except (OSError, ValueError) as exc:
-                raise ZygoteError(f"the fork server did not answer ({exc}).") from exc
+        fds = [handover.pipe_fd(keys)] if keys is not None else []
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(max(0.1, deadline - time.monotonic()))
+                try:
+                    s.connect(str(self.sock_path))
+                    sent = socket.send_fds(s, [line], fds) if fds else 0
+                    if sent < len(line):   # (nothing left: the server may have answered already)
+                        s.sendall(line[sent:])
+                    reply = json.loads(s.makefile().readline())
+                except (OSError, ValueError) as exc:
+                    raise ZygoteError(f"the fork server did not answer ({exc}).") from exc
+        finally:
+            for fd in fds:
+                os.close(fd)
         return HostProcess(host, log_path, self.ledger, pid=reply["pid"], status_path=status)
 
 

@@ -27,7 +27,10 @@ sent its last round, so nobody leaves while a message to it is on its way.
 among the transfers of the round that cross it, a group at its most shared link, unicast copies
 each as a transfer of its own. Every policy is paced by the same rule, on the same view.
 
-Every round's plan is one line of ``raw/rounds.jsonl``.
+Every round's plan is one line of ``raw/rounds.jsonl``; when the switches copy, the OpenFlow
+groups as the switches hold them once the round's plan is installed are one line of
+``raw/groups.jsonl`` (each group's switch, sender, address and buckets, by the port and the next
+hop each bucket copies toward; the structure, not the counters, which lag the datapath).
 """
 
 from __future__ import annotations
@@ -197,7 +200,19 @@ class Coordinator:
                                 "plan_s": time.monotonic() - t0,
                                 "select_s": reply["select_s"], "install_s": reply["install_s"],
                                 "settle_s": reply["settle_s"], "senders": log}) + "\n")
+        if spec.copy == "switch":
+            self._log_groups(round_)
         return answers
+
+    def _log_groups(self, round_: int) -> None:
+        """One line of ``groups.jsonl``: every installed group's structure after this round's
+        plan (read without waiting for the datapath's counters, which are not kept)."""
+        groups = [{"switch": g["switch"], "sender": g["sender"], "group": g["group"],
+                   "group_id": g["group_id"],
+                   "buckets": [{"port": b["port"], "toward": b["toward"]} for b in g["buckets"]]}
+                  for g in self.mcast.command("groups")["groups"]]
+        with open(self.log_path.with_name("groups.jsonl"), "a") as f:
+            f.write(json.dumps({"round": round_, "groups": groups}) + "\n")
 
 
 class CoordinatorClient:

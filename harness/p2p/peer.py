@@ -25,7 +25,9 @@ Files (in the run's ``raw/``): ``<host>.jsonl`` one :class:`PeerRound` per round
 parameters, ``<host>.summary.json`` the transport's counters (its presence means the peer
 finished).
 
-Run by the harness as ``python -m harness.p2p.peer --run DIR --rank R --coord SOCKET``.
+Run by the harness as ``python -m harness.p2p.peer --run DIR --rank R --coord SOCKET --keys-fd N``
+(``N``: an inherited pipe holding the run's session id and this peer's keys,
+:mod:`harness.running.keys`).
 """
 
 from __future__ import annotations
@@ -43,10 +45,11 @@ import torch
 from harness.hosts.node import evaluate
 from harness.p2p.coord import CoordinatorClient
 from harness.p2p.spec import PeerSpec
-from harness.running.runfiles import read_session
+from harness.running import keys as handover
 from harness.training import datasets, models
 from topologies.incast import worker_ip, worker_name
 from transports import peer as peer_transports
+from transports.base import Session
 
 
 @dataclasses.dataclass
@@ -110,7 +113,7 @@ def _append(path: Path, record) -> None:
         f.write(json.dumps(dataclasses.asdict(record)) + "\n")
 
 
-def run(spec: PeerSpec, run_dir: Path, rank: int, coord_path: Path, session_path: Path) -> None:
+def run(spec: PeerSpec, run_dir: Path, rank: int, coord_path: Path, session: Session) -> None:
     """Train as peer ``rank`` (see the module docstring)."""
     raw = run_dir / "raw"
     host = worker_name(rank)
@@ -121,7 +124,6 @@ def run(spec: PeerSpec, run_dir: Path, rank: int, coord_path: Path, session_path
     mine = datasets.shard(len(y_train), rank, spec.n_workers, spec.seed)
     batches = datasets.Batches(mine, np.random.default_rng(spec.seed * 1000 + rank + 1))
     ips = [worker_ip(r) for r in range(spec.n_workers)]
-    session = read_session(session_path)
     coord = CoordinatorClient(coord_path, spec.timeout_s)
 
     def evaluation(round_: int) -> None:
@@ -173,11 +175,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run", type=Path, required=True, help="the run folder (spec.json)")
     parser.add_argument("--rank", type=int, required=True, help="this peer's rank, 0-based")
     parser.add_argument("--coord", type=Path, required=True, help="the coordinator's socket")
-    parser.add_argument("--session", type=Path, required=True, help="the run's session file")
+    parser.add_argument(handover.FLAG, type=int, required=True, dest="keys_fd", metavar="N",
+                        help="an inherited descriptor holding the run's session and this peer's "
+                             "keys")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     spec = PeerSpec.from_json((args.run / "spec.json").read_text())
-    run(spec, args.run, args.rank, args.coord, args.session)
+    run(spec, args.run, args.rank, args.coord, handover.read_fd(args.keys_fd))
     return 0
 
 

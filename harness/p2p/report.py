@@ -203,6 +203,7 @@ def figures(ok: pd.DataFrame, curves: pd.DataFrame, folder: Path) -> list[Path]:
 def report_text(folder: Path) -> str:
     """The report of the sweep in ``folder``, from its tables (its figures must exist)."""
     from harness.reporting.report import seed_text
+    from harness.reporting.sections import captures
     from harness.running import provenance
 
     ok, curves = load(folder)
@@ -234,6 +235,8 @@ def report_text(folder: Path) -> str:
         "## Comparisons",
         "",
         *compared,
+        *captures.lines(folder, {str(r.run_id): f"{r.method} {r.sync} seed {int(r.seed)}"
+                                 for r in ok.itertuples()}),
         "## Figures",
         "",
         *[f"![{p.stem}](figures/{p.name})" for p in figs],

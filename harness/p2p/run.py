@@ -25,11 +25,14 @@ import pandas as pd
 from harness.hosts.zygote import Zygote
 from harness.p2p.coord import Coordinator, socket_path
 from harness.p2p.spec import PeerPlan, PeerSpec
+from harness.running import keys as handover
 from harness.running import provenance
+from harness.running import capture as capture_files
 from harness.running import kinds
+from harness.running.capture import Capture, capturing
 from harness.running.provenance import git_state
 from harness.running.results import P2P_COLUMNS, P2P_CURVE_COLUMNS
-from harness.running.runfiles import read_jsonl, write_session
+from harness.running.runfiles import RunFiles, read_jsonl
 from harness.running.runner import spawn_forked, wait
 from topologies.fabric import SPINE_NAME, UPLINK_PORT, leaf_name
 from topologies.impair.loss import Impairment
@@ -56,24 +59,26 @@ def link_bytes(before: dict, after: dict, n_leaves: int) -> tuple[int, int]:
     return trunk, access
 
 
-def execute(tb: Testbed, spec: PeerSpec, run_dir: Path, sweep: str, spawn) -> tuple[dict, list]:
-    """Run ``spec`` on the live fabric ``tb``; return its row and its curve rows."""
+def execute(tb: Testbed, spec: PeerSpec, run_dir: Path, sweep: str, spawn,
+            capture: Capture | None = None) -> tuple[dict, list]:
+    """Run ``spec`` on the live fabric ``tb``; return its row and its curve rows. ``capture``
+    records the named hosts' packets from before the first counters to after the last
+    (:func:`harness.running.capture.capturing`, ``runs/<run_id>/capture/<host>.pcap``)."""
     raw = run_dir / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     (run_dir / "spec.json").write_text(spec.to_json())
-    session_path = run_dir / "session.key"
-    write_session(session_path, Session.draw())
+    keys = handover.blobs(handover.peer_keys(Session.draw(), spec.n_workers))   # each its own
     started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     code = provenance.fingerprint("p2p").digest
     tb.ingress.configure(Impairment(spec.loss_pct, 0.0, seed=spec.seed))
     ips = [tb.host_ips()[worker_name(r)] for r in range(spec.n_workers)]
     switches = spec.fabric.switch_names
-    before = port_counters(tb, switches)
-    sock = socket_path(f"{spec.seed}")
-    load = provenance.LoadMeter(tb.ovs.pids())
-    load.start()
-    t0 = time.monotonic()
-    try:
+    with capturing(tb, capture, RunFiles(run_dir)):
+        before = port_counters(tb, switches)
+        sock = socket_path(f"{spec.seed}")
+        load = provenance.LoadMeter(tb.ovs.pids())
+        load.start()
+        t0 = time.monotonic()
         with Coordinator(spec, tb.mcast, sock, raw / "rounds.jsonl", ips):
             procs = {}
             try:
@@ -81,17 +86,14 @@ def execute(tb: Testbed, spec: PeerSpec, run_dir: Path, sweep: str, spawn) -> tu
                     host = worker_name(r)
                     procs[host] = spawn(host, "harness.p2p.peer",
                                         ["--run", str(run_dir), "--rank", str(r), "--coord",
-                                         str(sock), "--session", str(session_path)],
-                                        raw / f"{host}.log")
+                                         str(sock)], raw / f"{host}.log", keys[host])
                 status, reason = wait(procs, t0 + spec.timeout_s)
             finally:
                 for proc in procs.values():
                     proc.kill()
         wall_s = time.monotonic() - t0
         other_load = load.stop()
-    finally:
-        session_path.unlink(missing_ok=True)
-    after = port_counters(tb, switches)
+        after = port_counters(tb, switches)
     (run_dir / "counters.json").write_text(json.dumps({"before": before, "after": after}))
     commit, dirty = git_state()
     row, curves = summarise(spec, raw, before, after)
@@ -198,10 +200,16 @@ class PeerKind(kinds.Kind):
                 Zygote(net_dir, tb.ledger) as zygote:
             yield tb, spawn_forked(tb, zygote)
 
-    def execute(self, site, spec: PeerSpec, run_dir: Path, sweep: str) -> dict[str, list[dict]]:
+    def execute(self, site, spec: PeerSpec, run_dir: Path, sweep: str,
+                capture: Capture | None = None) -> dict[str, list[dict]]:
         tb, spawn = site
-        row, curves = execute(tb, spec, run_dir, sweep, spawn)
+        row, curves = execute(tb, spec, run_dir, sweep, spawn, capture=capture)
+        capture_files.note(run_dir.parent.parent, spec.run_id, capture)
         return {"curves.csv": curves, "runs.csv": [row]}
+
+    def check_capture(self, specs: list[PeerSpec], capture: Capture) -> None:
+        for spec in specs:
+            capture.check_hosts(spec.fabric.host_names, f"run {spec.run_id}")
 
     def manifest(self, plan: PeerPlan, specs: list[PeerSpec], folder: Path) -> None:
         path = folder / "manifest.json"

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.hosts.pattern import parse_pattern
 from harness.reporting import stats
 from harness.running.results import ResultsError, read_table
 from transports import registry
@@ -29,13 +28,15 @@ CONDITION_COLUMNS = {"bottleneck_mbps": "{:g} Mbit/s", "delay_ms": "+{:g} ms one
                      "loss_kind": "{} loss", "cross": "cross {}", "sync": "{}",
                      "fault": "fault {}", "byzantine": "byzantine {}", "aggregator": "{}",
                      "compress": "compress {}", "local_steps": "H={:g}",
-                     "error_reset": "reset {:g}", "pattern": "{}"}
+                     "error_reset": "reset {:g}", "reset_mode": "{}", "holdout": "holdout {:g}",
+                     "pattern": "{}"}
 CONDITION_DEFAULTS = {"loss_kind": "uniform", "cross": "none", "sync": "bsp", "fault": "none",
                       "byzantine": "0", "aggregator": "mean", "compress": "none",
-                      "local_steps": 1, "error_reset": 1, "pattern": "ps"}
+                      "local_steps": 1, "error_reset": 1, "reset_mode": "drop", "holdout": 0,
+                      "pattern": "ps"}
 # Conditions with figures and a report section of their own, not the generic regime facets.
 OWN_SECTIONS = ("bottleneck_mbps", "sync", "fault", "byzantine", "aggregator", "compress",
-                "local_steps", "error_reset")
+                "local_steps", "error_reset", "reset_mode", "holdout")
 
 
 def loss_kind(model_text: str) -> str:
@@ -165,6 +166,19 @@ def reached(frame: pd.DataFrame) -> pd.Series:
     return frame.target_reached.astype(str).str.lower().eq("true")
 
 
+def tta_of(frame: pd.DataFrame) -> pd.Series:
+    """Time to the target accuracy of the runs, indexed by seed (what :func:`stats.compare`
+    pairs); a run that never reached it is infinitely late."""
+    times = frame.time_to_target_s.astype(float).where(reached(frame), float("inf"))
+    return pd.Series(times.to_numpy(), index=frame.seed.to_numpy())
+
+
+def tta_est(frame: pd.DataFrame) -> stats.Estimate:
+    """The censored median time to target over the runs (:func:`stats.censored_median_ci`):
+    ``inf`` once half the runs missed it."""
+    return stats.censored_median_ci(frame.time_to_target_s, reached(frame))
+
+
 def _look(schemes):
     """Colour, marker and legend name per scheme: the registry's for a bare slug; for a slug with
     options, the slug's marker with a colour of its own and the options in the name."""
@@ -211,11 +225,11 @@ def load(folder: Path) -> Sweep:
     runs["loss_kind"] = (runs["loss_model"].map(loss_kind) if "loss_model" in runs
                          else CONDITION_DEFAULTS["loss_kind"])
     # sweeps written before these columns existed
-    for col in ("cross", "sync", "fault", "byzantine", "aggregator", "pattern"):
+    for col in ("cross", "sync", "fault", "byzantine", "aggregator", "reset_mode", "pattern"):
         if col not in runs:
             runs[col] = CONDITION_DEFAULTS[col]
         runs[col] = runs[col].astype(object).fillna(CONDITION_DEFAULTS[col]).astype(str)
-    for col in ("compress", "local_steps", "error_reset"):
+    for col in ("compress", "local_steps", "error_reset", "holdout"):
         if col not in runs:
             runs[col] = CONDITION_DEFAULTS[col]
         filled = runs[col].astype(object).fillna(CONDITION_DEFAULTS[col])
@@ -235,13 +249,6 @@ def load(folder: Path) -> Sweep:
     ok = runs[runs.status == "ok"].copy()
     if ok.empty:
         raise ResultsError(f"{runs_csv} has no run with status ok to draw.")
-    # ``queue_drops`` is what the workers sent into the switch less what left toward the PS: a
-    # drop count only where every worker's packet goes to the PS. Under a tree or a ring most go
-    # to other workers, so the reports show none for those runs (docs/collectives.md).
-    collective = ok.pattern.map(lambda p: parse_pattern(p).kind != "ps").astype(bool)
-    for col in ("queue_drops", "queue_drops_tc"):
-        if col in ok:
-            ok[col] = ok[col].astype(float).mask(collective)
     for col in PER_ITERATION:
         if col in ok:
             ok[f"{col}_per_iter"] = ok[col] / ok.iterations_done.where(ok.iterations_done > 0)

@@ -24,7 +24,6 @@ from pathlib import Path
 
 from harness.running import results
 from harness.running import kinds
-from harness.running.runfiles import RunFiles
 from transports.base import UserError
 
 
@@ -183,18 +182,19 @@ def set_aside(run_dir: Path) -> None:
     are never overwritten."""
     if run_dir.exists():
         stamp = time.strftime("%Y%m%dT%H%M%S")
-        RunFiles(run_dir).session.unlink(missing_ok=True)   # a dead run's key: gone
         shutil.move(run_dir, run_dir.with_name(f"{run_dir.name}.interrupted-{stamp}"))
 
 
-def run_group(kind: kinds.Kind, group: list, folder: Path,
-              sweep: str) -> Iterator[Started | Finished]:
+def run_group(kind: kinds.Kind, group: list, folder: Path, sweep: str,
+              capture=None) -> Iterator[Started | Finished]:
     """Run ``group`` (runs of ``kind`` that share a network) on one live network into ``folder``.
 
     The network comes up once, under ``folder/network/``; each run writes
     ``folder/runs/<run_id>/``. Yields :class:`Started` before each run and :class:`Finished` the
     moment it ends; writes no table (the caller appends the rows: :func:`record`). The same code
     runs a local sweep and each group of a cluster sweep (:mod:`harness.running.cluster`).
+    ``capture`` (a :class:`~harness.running.capture.Capture`, checked by
+    :meth:`~harness.running.kinds.Kind.check_capture`) goes to every run's ``execute``.
     """
     net_dir = folder / "network" / kind.network_dir(group[0])
     with kind.network(group[0], net_dir) as site:
@@ -203,7 +203,8 @@ def run_group(kind: kinds.Kind, group: list, folder: Path,
             set_aside(run_dir)
             yield Started(spec)
             t0 = time.monotonic()
-            rows = kind.execute(site, spec, run_dir, sweep)
+            extra = {"capture": capture} if capture is not None else {}
+            rows = kind.execute(site, spec, run_dir, sweep, **extra)
             yield Finished(spec, rows, time.monotonic() - t0)
 
 
@@ -265,12 +266,21 @@ def unfinished(plan, folder: Path, progress: Callable[[str], None]) -> list:
     return todo
 
 
+def check_capture(plan, capture) -> None:
+    """Raise :class:`~harness.running.capture.CaptureError` unless every run of ``plan`` can
+    capture the hosts ``capture`` names (``None``: no capture, nothing to check)."""
+    if capture is not None:
+        kinds.of(plan.kind).check_capture(plan.specs(), capture)
+
+
 def run_plan(plan, folder: Path, progress: Callable[[str], None] = print,
-             figures: bool = True, redo: Redo | None = None) -> Path:
+             figures: bool = True, redo: Redo | None = None, capture=None) -> Path:
     """Run every unfinished run of ``plan`` into ``folder`` (first taking out the finished ones
     ``redo`` names), then its report (and, unless ``figures`` is false, its figures); return
-    ``folder``."""
+    ``folder``. ``capture`` (:class:`~harness.running.capture.Capture`) records packets of the
+    hosts it names in every run this call makes; like ``figures`` it is no run parameter."""
     kind = kinds.of(plan.kind)
+    check_capture(plan, capture)   # before anything is written
     redo_runs(kind, folder, redo, progress)
     todo = unfinished(plan, folder, progress)
     if not todo:
@@ -281,7 +291,7 @@ def run_plan(plan, folder: Path, progress: Callable[[str], None] = print,
     for group in kind.groups(plan, todo):
         in_group, run_s = 0.0, 0.0
         t = time.monotonic()
-        for event in run_group(kind, group, folder, plan.name):
+        for event in run_group(kind, group, folder, plan.name, capture):
             in_group += time.monotonic() - t
             if isinstance(event, Started):
                 said.starting(event.spec)

@@ -58,7 +58,8 @@ _NATIVE = ("transports/native/include/*.h", "transports/native/src/*.[ch]",
            "transports/native/build_ffi.py")
 _NETWORK = ("topologies/impair/delay/*.c", "topologies/impair/geloss/*.[ch]")
 # The registry loads the transports by name, so no import statement leads to them.
-_TRANSPORTS = ("transports.tcp", "transports.ltp", "transports.plot", "transports.filling")
+_TRANSPORTS = ("transports.tcp", "transports.ltp", "transports.plot", "transports.filling",
+               "transports.mlt", "transports.phase", "transports.optireduce")
 # The node loads a collective pattern's module by name too (harness.hosts.pattern).
 _COLLECTIVES = ("harness.hosts.tree", "harness.hosts.ring")
 # Training on the incast star: the host processes, the fork server that starts them, the runner
@@ -75,7 +76,7 @@ NOT_MEASURING = frozenset({
     "harness.cli", "harness.running.provenance", "harness.running.fingerprint", "harness.bench",
     "harness.hosts.bench",
     "harness.running.engine", "harness.running.kinds", "harness.running.ps",
-    "harness.running.cluster", "transports.options_doc"})
+    "harness.running.cluster", "harness.running.refresh", "transports.options_doc"})
 KINDS: dict[str, Kind] = {
     # Training through a PS on the emulated network.
     "ps": Kind(_PS, _NATIVE + _NETWORK),

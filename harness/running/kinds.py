@@ -62,6 +62,15 @@ class Kind:
         """Run ``spec`` (its raw files under ``run_dir``); return its rows, by table."""
         raise NotImplementedError
 
+    def check_capture(self, specs: list, capture) -> None:
+        """Raise a :class:`~harness.running.capture.CaptureError` unless every run of ``specs``
+        can capture ``capture``'s hosts (``invoke run-sweep --capture``). A kind that captures
+        overrides this, and its :meth:`execute` takes ``capture=``."""
+        from harness.running.capture import CaptureError
+
+        raise CaptureError(f"--capture applies to training through a PS, not to {self.name} "
+                           "runs.")
+
     def manifest(self, plan, specs: list, folder: Path) -> None:
         """Write (or check, or extend) ``folder/manifest.json`` before the first run."""
         raise NotImplementedError

@@ -211,10 +211,11 @@ def _verdicts(spec: RunSpec, rec: PsIteration) -> list[tuple[bool, bool, bool]]:
 
 
 def robustness(spec: RunSpec, ps: list[PsIteration]) -> dict:
-    """What the aggregator kept and rejected, attackers' and honest updates apart."""
+    """What the aggregator kept and rejected, attackers' and honest updates apart (every update
+    judged: under ``zeno++`` in ``ssp``/``async`` each arrival, applied or not)."""
     v = [x for rec in ps for x in _verdicts(spec, rec)]
     return {"byzantine": spec.byzantine, "aggregator": spec.aggregator,
-            "tolerate": spec.tolerated,
+            "tolerate": spec.tolerated, "holdout": spec.holdout,
             "byzantine_updates": sum(1 for b, _, _ in v if b),
             "byzantine_kept": sum(1 for b, k, _ in v if b and k),
             "honest_updates": sum(1 for b, _, _ in v if not b),
@@ -228,8 +229,10 @@ def compression(spec: RunSpec, ps: list[PsIteration],
                 workers: list[list[WorkerIteration]]) -> dict:
     """The run's compression settings and what the pushes cost on the wire."""
     wire = sum(rec.wire_bytes for w in workers for rec in w)
+    syncs = [sum(rec.residual_sync for rec in w) for w in workers]
     return {"compress": spec.compress, "local_steps": spec.local_steps,
-            "error_reset": spec.error_reset,
+            "error_reset": spec.error_reset, "reset_mode": spec.reset_mode,
+            "residual_syncs": float(np.mean(syncs)) if syncs else None,
             "wire_bytes_per_iter": wire / len(ps) if ps else None,
             "compress_dropped": int(sum(s.get("compress_dropped", 0)
                                         for rec in ps for s in rec.msg_stats))}

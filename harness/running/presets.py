@@ -30,17 +30,36 @@ evidence presets run three seeds per cell. ``docs/running.md`` has the table wit
   (``docs/collectives.md``); ``patterns-faults``: a tree and the PS through a killed and a
   stalled worker.
 - ``paper``: every scheme, 100 and 200 Mbit/s, loss up to 20 %, 300 iterations; hours.
+- ``plot-adaptive``: PLOT's frozen snr rule, its adaptive rule (per-layer ranges whose threshold
+  follows loss and RTT) and LTP at 0 and 5 % loss, LeNet-5 and the six-layer MLP, 36 runs;
+  ``plot-edge``: the two PLOT rules at the ``edge`` regime's delays and rate, 2 % loss, 18 runs
+  (``docs/plot-protocol.md``).
 - ``faults``: bsp, ssp:2 and async under no fault, a killed worker, a 2 s stall, a 2 s link cut
   and a 3x straggler, TCP CUBIC and LTP; about 40 minutes.
-- ``byzantine``: 8 workers, none or two sign-flipping attackers, under each aggregation rule
-  (mean, score, median, trimmed mean, Krum), TCP CUBIC without loss, three seeds, 100
-  iterations; about 20 minutes (``docs/byzantine.md``).
+- ``byzantine``: 8 workers, none or two attackers (sign-flip, alie, ipm), under each
+  aggregation rule (mean, score, median, trimmed mean, Krum, Zeno++), TCP CUBIC without loss,
+  three seeds, 100 iterations; about 50 minutes (rough estimate; ``docs/byzantine.md``).
 - ``byzantine-loss``: honest and Byzantine workers over LTP and PLOT at 5 and 10 % loss, mean
   against score-based validation: does the validator reject honest-but-filled updates?
+- ``validation-async``: Zeno++ against mean under ``ssp:2`` and ``async``, LTP at 0 and 5 %
+  loss, none or two sign-flipping attackers: how many honest (and filled) updates does a
+  validator that judges each arrival alone reject?
+- ``privacy``: score and Zeno++ validating on the whole training set or on 6,000 samples the PS
+  holds out (``holdout``), none or two sign-flipping attackers, TCP CUBIC without loss.
 - ``compression``: LTP without loss, pushes uncompressed, top-1 % and scaled sign, error
   feedback reset never or every round, one or four local steps: bytes on the wire per round
   against accuracy (``docs/compression.md``); about 25 minutes.
-- ``lab1`` .. ``lab5``, ``lab7``: the teaching labs (``docs/labs/``).
+- ``cser``: CSER's error reset (``reset_mode`` ``cser``: the residual synchronised after every 4
+  gradient rounds) against today's (``drop``: the residual dropped every 4 pushes), top-1 % and
+  scaled sign over LTP without loss, each run 60 s of training (a residual round is no gradient
+  step, so the runs compare by time); ``cser-async``: the same for top-1 % under ``ssp:2`` and
+  ``async``; ``cser-validation``: async CSER workers under ``mean`` and ``zeno++``, none or two
+  sign-flipping attackers, 12 runs. About 20, 15 and 15 minutes (rough estimates).
+- ``field``: the designs of the field head to head on identical replayed loss: LTP, PLOT, the
+  MLT-style and phase-aware bounds, LTP reliable and the strongest TCP through the PS, and
+  OptiReduce beside LTP in a ring, in five cells (no loss, 5 % uniform, 5 % in bursts, an edge
+  round trip, a shallow queue), six seeds; 240 runs, hours (``docs/field.md``).
+- ``lab1`` .. ``lab5``, ``lab7``, ``lab8``: the teaching labs (``docs/labs/``).
 
 The peer-to-peer presets (no PS: ``p2p``, ``p2p-smoke``, ``lab6``) are
 :data:`harness.p2p.spec.PRESETS`; ``invoke run-sweep --preset p2p`` runs them the same way.
@@ -55,6 +74,8 @@ from typing import Any, ClassVar
 from pathlib import Path
 
 from harness.running.spec import RunSpec, SpecError
+from harness.training.models import TARGET_ACCURACY
+from harness.training.aggregators import AGGREGATORS, ZENOPP
 from transports import registry
 from transports.base import UserError, parse_scheme
 
@@ -72,7 +93,8 @@ GRID: dict[str, str] = {
     "delays_ms": "delay_ms", "workers": "n_workers", "queues": "queue_pkts", "cross": "cross",
     "syncs": "sync", "faults": "fault", "byzantine": "byzantine", "aggregators": "aggregator",
     "compressions": "compress", "local_steps": "local_steps", "error_resets": "error_reset",
-    "patterns": "pattern", "seeds": "seed",
+    "patterns": "pattern", "models": "model", "reset_modes": "reset_mode", "holdouts": "holdout",
+    "seeds": "seed",
 }
 
 
@@ -111,6 +133,23 @@ class Plan:
     """Error-reset periods in synchronisations (0: never)."""
     patterns: tuple[str, ...] = ("ps",)
     """Communication patterns (``ps``, ``tree``, ``ring``, with options; :mod:`harness.hosts.pattern`)."""
+    models: tuple[str, ...] = ()
+    """Models (``mlp``, ``lenet5``, ...; :mod:`harness.training.models`); empty: the base's.
+    While the base's target is its own model's, each model is measured to its own target
+    (``models.TARGET_ACCURACY``) unless ``model_targets`` is off."""
+    model_targets: bool = True
+    """Whether ``models`` brings each model's own target; :meth:`override` turns it off when it
+    is given a target, which every run then measures to."""
+    reset_modes: tuple[str, ...] = ("drop",)
+    """What an error reset does with the residual (``drop``, ``cser``; :mod:`harness.training.compress`)."""
+    holdouts: tuple[int, ...] = (0,)
+    """Training samples the PS keeps as its own validation set (0: none)."""
+    regimes: tuple[tuple[tuple[str, tuple], ...], ...] = ()
+    """Sub-grids, each a set of dimension overrides (``(("delays_ms", (10.0,)),)``): the plan's
+    runs are the union of every regime's grid, the plan's own dimensions filling what a regime
+    leaves (empty: the plan's own grid alone). One preset then holds a main grid and a few
+    regimes beside it without their full product; a dimension given on the command line
+    replaces the plan's own values, not a regime's."""
     plugins: tuple[str, ...] = ()   # transport plugin files (from the project folder) it uses
     blocks: int = 1
     """Into how many blocks the seeds are cut, in order: each block runs on a network of its
@@ -131,25 +170,30 @@ class Plan:
         """
         if self.plugins:
             registry.use_plugins([PROJECT / p for p in self.plugins])
+        if self.regimes:
+            runs = [s for r in self.regimes
+                    for s in dataclasses.replace(self, regimes=(), **dict(r)).specs()]
+            return list(dict.fromkeys(runs))
+        dims = [(dim, field, getattr(self, dim) or (getattr(self.base, field),))
+                for dim, field in GRID.items()]
         out = []
-        for (scheme, loss, bw, delay, n, queue, cross, sync, fault, byz, agg, comp, steps, reset,
-             pattern, seed) in itertools.product(
-                self.transports, self.loss_pcts, self.bottleneck_mbps, self.delays_ms,
-                self.workers, self.queues, self.cross, self.syncs, self.faults, self.byzantine,
-                self.aggregators, self.compressions, self.local_steps, self.error_resets,
-                self.patterns, self.seeds):
-            slug, options = parse_scheme(scheme)
-            if isinstance(loss, str):  # a loss model's text; RunSpec derives loss_pct from it
-                loss_fields = {"loss_model": loss}
-            else:
-                loss_fields = {"loss_pct": loss, "loss_model": ""}
-            out.append(self.base.replace(transport=slug,
-                                         transport_options={**self.base.options(), **options},
-                                         bottleneck_mbps=bw, delay_ms=delay, n_workers=n,
-                                         queue_pkts=queue, cross=cross, sync=sync,
-                                         fault=fault, byzantine=byz, aggregator=agg,
-                                         compress=comp, local_steps=steps, error_reset=reset,
-                                         pattern=pattern, seed=seed, **loss_fields))
+        for values in itertools.product(*(vals for _, _, vals in dims)):
+            fields: dict[str, Any] = {}
+            for (dim, field, _), value in zip(dims, values):
+                if dim == "transports":
+                    slug, options = parse_scheme(value)
+                    fields.update(transport=slug,
+                                  transport_options={**self.base.options(), **options})
+                elif dim == "loss_pcts" and isinstance(value, str):
+                    fields["loss_model"] = value   # a loss model; RunSpec derives loss_pct
+                elif dim == "loss_pcts":
+                    fields.update(loss_pct=value, loss_model="")
+                elif dim == "models" and self.model_targets and (
+                        self.base.target_accuracy == TARGET_ACCURACY.get(self.base.model)):
+                    fields.update(model=value, target_accuracy=TARGET_ACCURACY.get(value))
+                else:
+                    fields[field] = value
+            out.append(self.base.replace(**fields))
         # A dimension that does not apply to every run (error_reset without compression) makes
         # the same run twice: keep it once.
         return list(dict.fromkeys(out))
@@ -182,6 +226,8 @@ class Plan:
         plan = dataclasses.replace(self, **grid)
         if base:
             plan = dataclasses.replace(plan, base=plan.base.replace(**base))
+        if "target_accuracy" in base:   # a given target is every model's
+            plan = dataclasses.replace(plan, model_targets=False)
         specs = plan.specs()  # validate every combination now, before anything starts
         # Two schemes that name the same effective options (ltp, ltp+threshold_min=0.8) would
         # run the same thing twice under two names.
@@ -207,6 +253,9 @@ EVERYTHING = ("tcp-cubic", "tcp-reno", "tcp-bbr", "tcp-cubic-lowrto", "ltp", "lt
 # loss it runs into the training-time cap in every cell (the default sweep measures it).
 REGIME = ("tcp-cubic-lowrto", "ltp", "ltp-reliable", "plot")
 SEEDS = (0, 1, 2)
+# The head-to-head (docs/field.md): the designs that run through the PS, and those of the ring.
+FIELD_PS = ("tcp-cubic-lowrto", "ltp", "ltp-reliable", "plot", "mlt", "phase-bound")
+FIELD_RING = ("optireduce", "ltp")
 _INCAST = RunSpec(n_workers=8, queue_pkts=64, model="mlp", eval_every=10)
 
 PRESETS: dict[str, Plan] = {
@@ -290,13 +339,36 @@ PRESETS: dict[str, Plan] = {
         seeds=SEEDS, compressions=("none", "topk:0.01", "sign"), local_steps=(1, 4),
         error_resets=(0, 1),
         base=_INCAST.replace(iterations=150, eval_every=10, max_train_s=60.0, timeout_s=600.0)),
-    # Untrusted workers (issue 14, docs/byzantine.md): two sign-flipping attackers of eight
-    # against every aggregation rule, over a reliable transport, three seeds. The defender
-    # tolerates two in every run, attacked or not (it cannot know). About 20 minutes.
+    # CSER's error reset as published against today's drop (docs/compression.md): each run is
+    # 60 s of training (its 1000 rounds only bound it), since a residual round is not a gradient
+    # step: the runs compare by time to accuracy and by accuracy at the time budget.
+    # Without compression the reset mode does not apply: 3 + 2 x 2 x 3 = 15 runs.
+    "cser": Plan(
+        name="cser", transports=("ltp",), loss_pcts=(0.0,), bottleneck_mbps=(200.0,),
+        seeds=SEEDS, compressions=("none", "topk:0.01", "sign"), reset_modes=("drop", "cser"),
+        error_resets=(4,),
+        base=_INCAST.replace(iterations=1000, eval_every=10, max_train_s=60.0, timeout_s=600.0)),
+    # The same where each worker synchronises on its own schedule: ssp:2 and async. 12 runs.
+    "cser-async": Plan(
+        name="cser-async", transports=("ltp",), loss_pcts=(0.0,), bottleneck_mbps=(200.0,),
+        seeds=SEEDS, syncs=("ssp:2", "async"), compressions=("topk:0.01",),
+        reset_modes=("drop", "cser"), error_resets=(4,),
+        base=_INCAST.replace(iterations=1000, eval_every=10, max_train_s=60.0, timeout_s=600.0)),
+    # Validation and error reset in one run (docs/byzantine.md, docs/compression.md): async
+    # workers keeping CSER's local models push top-1 % updates, and the PS averages them or
+    # judges each by Zeno++, with none or two sign-flipping attackers. 2 x 2 x 3 = 12 runs.
+    "cser-validation": Plan(
+        name="cser-validation", transports=("ltp",), loss_pcts=(0.0,), bottleneck_mbps=(200.0,),
+        seeds=SEEDS, syncs=("async",), compressions=("topk:0.01",), reset_modes=("cser",),
+        error_resets=(4,), byzantine=("0", "2:sign-flip"), aggregators=("mean", ZENOPP),
+        base=_INCAST.replace(iterations=1000, eval_every=10, max_train_s=60.0, timeout_s=600.0)),
+    # Untrusted workers (issue 14, docs/byzantine.md): none, or two attackers of eight flipping
+    # their gradient, or estimating the honest mean and moving against it (alie, ipm), against
+    # every aggregation rule, over a reliable transport, three seeds. The defender tolerates two
+    # in every run, attacked or not (it cannot know; zeno++ needs no f). 4 x 6 x 3 = 72 runs.
     "byzantine": Plan(
         name="byzantine", transports=("tcp-cubic",), loss_pcts=(0.0,), bottleneck_mbps=(200.0,),
-        seeds=SEEDS, byzantine=("0", "2:sign-flip"),
-        aggregators=("mean", "score", "median", "trimmed-mean", "krum"),
+        seeds=SEEDS, byzantine=("0", "2:sign-flip", "2:alie", "2:ipm"), aggregators=AGGREGATORS,
         base=_INCAST.replace(iterations=100, eval_every=10, tolerate=2, timeout_s=600.0)),
     # The validator and loss tolerance: honest (with the defender assuming two attackers) and
     # two sign-flipping attackers, LTP and PLOT at 5 and 10 % loss, mean against score.
@@ -304,6 +376,24 @@ PRESETS: dict[str, Plan] = {
         name="byzantine-loss", transports=("ltp", "plot"), loss_pcts=(5.0, 10.0),
         bottleneck_mbps=(200.0,), seeds=SEEDS, byzantine=("0", "2:sign-flip"),
         aggregators=("mean", "score"),
+        base=_INCAST.replace(iterations=100, eval_every=10, tolerate=2, timeout_s=600.0)),
+    # Validation without a round (docs/byzantine.md, Zeno++): each update judged as it arrives,
+    # stale or not, under ssp:2 and async, over LTP without loss and at 5 % loss, where honest
+    # updates arrive with holes filled: how many honest updates does the validator reject, and
+    # does it stop two sign-flipping attackers? Against plain mean. 2 x 2 x 2 x 2 x 3 = 48 runs.
+    "validation-async": Plan(
+        name="validation-async", transports=("ltp",), loss_pcts=(0.0, 5.0),
+        bottleneck_mbps=(200.0,), seeds=SEEDS, syncs=("ssp:2", "async"),
+        byzantine=("0", "2:sign-flip"), aggregators=("mean", ZENOPP),
+        base=_INCAST.replace(iterations=100, eval_every=10, timeout_s=600.0)),
+    # The PS's own validation set (docs/byzantine.md, local privacy): score and zeno++ with the
+    # validator sampling the whole training set (holdout 0) or 6,000 samples no worker trains
+    # on, honest and two sign-flipping attackers, over TCP CUBIC without loss, bsp, tolerating
+    # two. 2 x 2 x 2 x 3 = 24 runs.
+    "privacy": Plan(
+        name="privacy", transports=("tcp-cubic",), loss_pcts=(0.0,), bottleneck_mbps=(200.0,),
+        seeds=SEEDS, byzantine=("0", "2:sign-flip"), aggregators=("score", ZENOPP),
+        holdouts=(0, 6000),
         base=_INCAST.replace(iterations=100, eval_every=10, tolerate=2, timeout_s=600.0)),
     # Collectives (issue 25, docs/collectives.md): the PS, a Hoplite-style tree and a ring
     # all-reduce over the four transports that have an end for collectives, 0, 5 and 10 % loss,
@@ -331,19 +421,48 @@ PRESETS: dict[str, Plan] = {
         name="paper", transports=EVERYTHING, loss_pcts=(0.0, 1.0, 2.0, 5.0, 10.0, 20.0),
         bottleneck_mbps=(100.0, 200.0), seeds=SEEDS,
         base=_INCAST.replace(iterations=300, eval_every=25, timeout_s=3600.0)),
+    # PLOT's bounds that follow the network (docs/plot-protocol.md, the adaptive rule): the
+    # frozen snr rule, the adaptive one and LTP, without loss and at 5 %, on the two models with
+    # many layers (LeNet-5, the six-layer MLP), 100 iterations or 60 s of training: short of
+    # either model's target, so it compares iteration times, per-layer closes and accuracy at
+    # the cap. 3 x 2 x 2 x 3 = 36 runs, about half an hour (rough estimate).
+    "plot-adaptive": Plan(
+        name="plot-adaptive", transports=("plot", "plot+bound_rule=adaptive", "ltp"),
+        loss_pcts=(0.0, 5.0), bottleneck_mbps=(200.0,), seeds=SEEDS, models=("lenet5", "mlp6"),
+        base=_INCAST.replace(iterations=100, eval_every=10, max_train_s=60.0, timeout_s=900.0)),
+    # The field head to head (issue 27, docs/field.md): LTP, PLOT, the MLT-style and
+    # phase-aware designs, LTP reliable and the strongest TCP through the PS, and OptiReduce
+    # with LTP as its reference in a ring all-reduce, on identical replayed loss (every seed
+    # drops the same packet positions for every scheme): the main incast without loss, at 5 %
+    # uniform and at 5 % in bursts of 4 packets; an edge round trip (10 ms one way, 100 Mbit/s,
+    # 2 %); a shallow queue (8 packets, no loss). Six seeds (95 % intervals), each run 300
+    # iterations or 90 s of training, and ended at 300 s: TCP in the bursty cell may sit in
+    # timeout for minutes (per-packet bursts, docs/architecture.md), and such a run is a
+    # measured "timeout". 5 cells x 8 designs x 6 seeds = 240 runs; hours.
+    "field": Plan(
+        name="field", transports=FIELD_PS, loss_pcts=(0.0, "replay:5", "ge:5:4"),
+        bottleneck_mbps=(200.0,), seeds=tuple(range(6)),
+        regimes=tuple((*pattern, *cell) for pattern in
+                      ((), (("transports", FIELD_RING), ("patterns", ("ring",))))
+                      for cell in ((), (("loss_pcts", ("replay:2",)), ("delays_ms", (10.0,)),
+                                        ("bottleneck_mbps", (100.0,))),
+                                   (("loss_pcts", (0.0,)), ("queues", (8,))))),
+        base=_INCAST.replace(iterations=300, eval_every=10, max_train_s=90.0,
+                             timeout_s=300.0)),
     # Teaching labs (docs/labs/).
     "lab1": Plan(
         name="lab1", transports=("tcp-cubic", "tcp-cubic-lowrto", "tcp-bbr"),
         loss_pcts=(0.0, 2.0), bottleneck_mbps=(100.0,), seeds=(0,), queues=(16,),
         base=_INCAST.replace(queue_pkts=16, iterations=30, timeout_s=600.0)),
     "lab2": Plan(
-        name="lab2", transports=("ltp", "ltp-reliable", "ltp+filler=zero", "ltp+filler=previous"),
+        name="lab2", transports=("ltp", "ltp-reliable", "ltp+filler=zero", "ltp+filler=previous",
+                                 "tcp-cubic"),
         loss_pcts=(0.0, 5.0, 10.0), bottleneck_mbps=(100.0,), seeds=(0,),
         base=_INCAST.replace(iterations=60, timeout_s=600.0)),
     "lab3": Plan(
         name="lab3", transports=("udp-blast", "udp-blast+rate_mbps=11", "ltp"),
         loss_pcts=(0.0, 5.0), bottleneck_mbps=(100.0,), seeds=(0,),
-        plugins=("docs/labs/code/udp_blast.py",),
+        plugins=("docs/labs/instructor/udp_blast.py",),
         base=_INCAST.replace(iterations=30, timeout_s=600.0)),
     "lab4": Plan(
         name="lab4", transports=("tcp-cubic", "ltp"), loss_pcts=(0.0,), bottleneck_mbps=(100.0,),
@@ -357,7 +476,28 @@ PRESETS: dict[str, Plan] = {
         name="lab7", transports=("tcp-cubic", "ltp"), loss_pcts=(0.0,), bottleneck_mbps=(200.0,),
         seeds=(0,), patterns=("ps", "tree", "ring"),
         base=_INCAST.replace(iterations=30, timeout_s=600.0)),
+    # Lab 8: the designs through the PS ranked on one recorded trace (docs/labs/traces/lab8:
+    # 60 iterations of ltp-reliable under get:5:2, every host's drops by packet position). TCP
+    # is left out: replayed by position, a burst holds a sender in timeout for as many of its
+    # own packets as it spans, minutes of exponential backoff (docs/architecture.md, Loss).
+    "lab8": Plan(
+        name="lab8", transports=FIELD_PS[1:], loss_pcts=("trace:docs/labs/traces/lab8",),
+        bottleneck_mbps=(200.0,), seeds=(0,),
+        base=_INCAST.replace(iterations=60, eval_every=10, timeout_s=600.0)),
+    # Lab 9: one lossy ltp run to read on the wire (run with --capture ps1): four workers keep
+    # the capture small, 5 % loss makes early closes and retransmissions to find.
+    "lab9": Plan(
+        name="lab9", transports=("ltp",), loss_pcts=(5.0,), bottleneck_mbps=(100.0,),
+        seeds=(0,), workers=(4,),
+        base=_INCAST.replace(n_workers=4, iterations=20, eval_every=10, timeout_s=300.0)),
 }
+# PLOT's frozen snr rule against the adaptive one in the edge regime's grid: its one-way delays
+# (10, 25, 50 ms; issue 10's stall was at 25 ms, docs/ltp-protocol.md §12), loss and rate.
+# 2 x 3 x 3 x 3 = 54 runs.
+# The edge regime's round trips, at its middle loss only: 18 runs of up to a minute.
+PRESETS["plot-edge"] = dataclasses.replace(
+    PRESETS["edge"], name="plot-edge", transports=("plot", "plot+bound_rule=adaptive"),
+    loss_pcts=(2.0,))
 DEFAULT_PRESET = "default"
 
 

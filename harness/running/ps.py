@@ -16,7 +16,9 @@ import json
 import random
 from pathlib import Path
 
+from harness.running import capture as capture_files
 from harness.running import provenance, results
+from harness.running.capture import Capture
 from harness.running import kinds
 from harness.running.engine import SweepError, fmt_s
 from harness.running.fingerprint import run_kind
@@ -73,6 +75,7 @@ def write_manifest(plan: Plan, specs: list[RunSpec], folder: Path) -> None:
         "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "plan": {"name": plan.name, **plan.dimensions(), "order_seed": plan.order_seed,
                  "plugins": plan.plugins, "blocks": plan.blocks,
+                 **({"regimes": [dict(r) for r in plan.regimes]} if plan.regimes else {}),
                  "base": plan.base.as_dict()},
         "run_ids": ids, "specs": [s.as_dict() for s in specs],
         "provenance": provenance.manifest("ps", _other_kinds(specs)),
@@ -131,12 +134,19 @@ class PsKind(kinds.Kind):
                 Zygote(net_dir, testbed.ledger) as zygote:
             yield testbed, spawn_forked(testbed, zygote)
 
-    def execute(self, site, spec: RunSpec, run_dir: Path, sweep: str) -> dict[str, list[dict]]:
+    def execute(self, site, spec: RunSpec, run_dir: Path, sweep: str,
+                capture: Capture | None = None) -> dict[str, list[dict]]:
         from harness.running.runner import execute
 
         testbed, spawn = site
-        row, curves, iterations = execute(testbed, spec, run_dir, sweep, spawn)
+        row, curves, iterations = execute(testbed, spec, run_dir, sweep, spawn, capture=capture)
+        # run_dir is <folder>/runs/<run_id>: the sweep's manifest says which runs have captures
+        capture_files.note(run_dir.parent.parent, spec.run_id, capture)
         return {"curves.csv": curves, "iterations.csv": iterations, "runs.csv": [row]}
+
+    def check_capture(self, specs: list[RunSpec], capture: Capture) -> None:
+        for spec in specs:
+            capture.check_hosts(spec.network.host_names, f"run {spec.run_id}")
 
     def manifest(self, plan: Plan, specs: list[RunSpec], folder: Path) -> None:
         write_manifest(plan, specs, folder)
@@ -149,6 +159,7 @@ class PsKind(kinds.Kind):
         if spec.compress != "none" or spec.local_steps > 1:
             cross += f" compress {spec.compress} H={spec.local_steps}"
             cross += f" reset {spec.error_reset}" if spec.compress != "none" else ""
+            cross += " cser" if spec.reset_mode == "cser" else ""
         loss = spec.loss_model or f"{spec.loss_pct:g}%"
         return (f"{spec.scheme} loss {loss} bw {spec.bottleneck_mbps:g} Mbit/s{delay}{cross} "
                 f"seed {spec.seed}")

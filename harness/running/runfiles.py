@@ -18,13 +18,14 @@ file name of a run folder. ``runs/<run_id>/``:
   time cap);
 - ``raw/end``: written by the PS once it has applied its last update, before it sends the final
   parameters; a worker that finds it after a pull stops instead of pushing;
-- ``session.key``: the run's :class:`~transports.base.Session` (session id and secret key) while
-  the run lasts: written by the runner (mode 0600) before the hosts start, read by each host
-  (``--session``), deleted when the run ends. The hosts share the machine's file system, so the key
-  never crosses the emulated network; the session id stays on record in the host summaries and
-  ``runs.csv``, the key nowhere;
 - ``counters.json``: every counter before and after the run (:mod:`topologies.testbed.counters`);
 - ``port_stats.jsonl``: the controller's port statistics during the run;
+- ``loss/<host>.trace``: under a chained loss model (``replay``, ``ge``, ``get``, ``trace``), the
+  packet positions each host's ingress dropped (:mod:`topologies.impair.trace`); ``--loss
+  trace:runs/<run_id>/loss`` replays them;
+- ``capture/<host>.pcap``: with ``invoke run-sweep --capture``, what the host's interface received
+  and sent during the run (:mod:`harness.running.capture`), and ``capture/<host>.log`` tcpdump's
+  own messages (its counts of packets captured and dropped);
 - ``host_iterations.csv``: every host's per-iteration records in one long table (not to be confused
   with the sweep's ``iterations.csv``, which holds the PS's view of every run).
 
@@ -40,12 +41,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from topologies.incast import PS_NAME
-from transports.base import Session
 
 STOP_MARKER = "stop"
 END_MARKER = "end"
@@ -105,6 +104,8 @@ class WorkerIteration:
     packets: int
     retransmits: int
     byzantine: bool = False       # this worker pushed its attack's vector, not its gradient
+    residual_sync: bool = False   # a cser round that pushed the residual, no gradient
+                                  # (train_loss nan; harness.training.compress.ErrorReset)
 
 
 @dataclasses.dataclass
@@ -169,6 +170,7 @@ class RunFiles:
         self.spec = self.dir / "spec.json"
         self.counters = self.dir / "counters.json"
         self.port_stats = self.dir / "port_stats.jsonl"
+        self.loss = self.dir / "loss"
         self.host_iterations = self.dir / "host_iterations.csv"
         self.stop_marker = self.raw / STOP_MARKER
         self.end_marker = self.raw / END_MARKER
@@ -177,7 +179,7 @@ class RunFiles:
         # A benchmark cell (harness.hosts.bench) instead: the PS's push times and the barrier.
         self.push_times = self.dir / "push_times.json"
         self.sync = self.dir / "sync"
-        self.session = self.dir / "session.key"
+        self.capture = self.dir / "capture"
 
     def log(self, host: str) -> Path:
         """The host's stdout and stderr."""
@@ -190,6 +192,14 @@ class RunFiles:
     def summary(self, host: str) -> Path:
         """The host's summary."""
         return self.raw / f"{host}.summary.json"
+
+    def pcap(self, host: str) -> Path:
+        """The host's packet capture (``invoke run-sweep --capture``)."""
+        return self.capture / f"{host}.pcap"
+
+    def capture_log(self, host: str) -> Path:
+        """tcpdump's messages for the host's capture."""
+        return self.capture / f"{host}.log"
 
     @property
     def evals(self) -> Path:
@@ -282,21 +292,6 @@ def _mark(path: Path, text: str) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(text + "\n")
     tmp.rename(path)   # atomic: a worker sees all of it or nothing
-
-
-def write_session(path: Path, session: Session) -> None:
-    """Write the run's session for its hosts, readable by its owner only (a file left by a killed
-    run is replaced, never written through: it may be a link)."""
-    Path(path).unlink(missing_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump({"session_id": session.session_id, "key": session.key.hex()}, f)
-
-
-def read_session(path: Path) -> Session:
-    """The session :func:`write_session` wrote."""
-    data = json.loads(Path(path).read_text())
-    return Session(int(data["session_id"]), bytes.fromhex(data["key"]))
 
 
 def read_jsonl(path: Path) -> list[dict]:

@@ -1,8 +1,9 @@
 """One run on a live testbed, in three steps: prepare, launch, collect.
 
 - :func:`prepare` writes the run's spec, draws the run's session (a random session id and a
-  secret key, written to the run folder for the hosts and deleted when the run ends), sets the
-  network's impairments (loss model, delay) and every training host's transport settings for this
+  secret from which it derives one key per pair of hosts; each host is handed only its own
+  pairs' keys, through a pipe it inherits: :mod:`harness.running.keys`), sets the network's
+  impairments (loss model, delay) and every training host's transport settings for this
   run, and measures the idle RTT;
 - :func:`launched` starts the PS and worker processes (or a benchmark's) and kills every one of
   them by process group when its block ends; :func:`wait` waits for them with a deadline; the
@@ -23,6 +24,7 @@ import contextlib
 import dataclasses
 import datetime
 import json
+import os
 import subprocess
 import sys
 import time
@@ -34,8 +36,10 @@ import pandas as pd
 from harness.hosts.faults import FaultInjector, parse_fault
 from harness.hosts.zygote import Zygote
 from harness.running import metrics, provenance
+from harness.running.capture import Capture, capturing
 from harness.running.fingerprint import run_kind
-from harness.running.runfiles import RunFiles, read_jsonl, write_session
+from harness.running import keys as handover
+from harness.running.runfiles import RunFiles, read_jsonl
 from harness.running.spec import RunSpec
 from topologies.impair.cross import CrossSpec, CrossTraffic
 from topologies.impair.loss import Impairment
@@ -52,8 +56,10 @@ POLL_S = 0.1
 AFTER_PS_GRACE_S = 60.0
 AFTER_WORKERS_GRACE_S = 60.0
 
-Spawn = Callable[[str, str, list[str], Path], object]
-"""``spawn(host, module, args, log_path)`` starts ``python -m module args`` inside ``host``."""
+Spawn = Callable[..., object]
+"""``spawn(host, module, args, log_path, keys=None)`` starts ``python -m module args`` inside
+``host``; ``keys``, the host's handover (:func:`harness.running.keys.encode`), reaches it through
+an inherited pipe named by ``--keys-fd``."""
 
 
 def _last_line(path: Path) -> str:
@@ -108,13 +114,14 @@ def wait(procs: Mapping, deadline: float, grace_s: float = AFTER_PS_GRACE_S,
 
 
 @contextlib.contextmanager
-def launched(spawn: Spawn, commands: Mapping[str, tuple[str, list[str], Path]]) -> Iterator[dict]:
-    """Start ``{host: (module, args, log_path)}``; kill every process by group when the block
-    ends."""
+def launched(spawn: Spawn, commands: Mapping[str, tuple[str, list[str], Path]],
+             keys: Mapping[str, bytes] | None = None) -> Iterator[dict]:
+    """Start ``{host: (module, args, log_path)}``, each host with its ``keys`` handover (if
+    any); kill every process by group when the block ends."""
     procs = {}
     try:
         for host, (module, args, log_path) in commands.items():
-            procs[host] = spawn(host, module, args, log_path)
+            procs[host] = spawn(host, module, args, log_path, (keys or {}).get(host))
         yield procs
     finally:
         for proc in procs.values():
@@ -122,26 +129,38 @@ def launched(spawn: Spawn, commands: Mapping[str, tuple[str, list[str], Path]]) 
 
 
 def spawn_plain(testbed: Testbed) -> Spawn:
-    """A launcher that starts each host's Python with ``mnexec`` (a fresh interpreter per host)."""
-    def spawn(host: str, module: str, args: list[str], log_path: Path):
-        return testbed.start_process(host, [sys.executable, "-m", module] + args, log_path)
+    """A launcher that starts each host's Python with ``mnexec`` (a fresh interpreter per host);
+    the keys' pipe is passed through it (``pass_fds``)."""
+    def spawn(host: str, module: str, args: list[str], log_path: Path, keys: bytes | None = None):
+        argv = [sys.executable, "-m", module] + args
+        if keys is None:
+            return testbed.start_process(host, argv, log_path)
+        fd = handover.pipe_fd(keys)
+        try:
+            return testbed.start_process(host, argv + [handover.FLAG, str(fd)], log_path,
+                                         pass_fds=(fd,))
+        finally:
+            os.close(fd)
     return spawn
 
 
 def spawn_forked(testbed: Testbed, zygote: Zygote) -> Spawn:
-    """A launcher that forks each host's Python from a preloaded :class:`Zygote`."""
-    def spawn(host: str, module: str, args: list[str], log_path: Path):
-        return zygote.spawn(host, testbed.host(host).pid, module, args, log_path)
+    """A launcher that forks each host's Python from a preloaded :class:`Zygote` (which passes
+    the keys' pipe on)."""
+    def spawn(host: str, module: str, args: list[str], log_path: Path, keys: bytes | None = None):
+        return zygote.spawn(host, testbed.host(host).pid, module, args, log_path, keys=keys)
     return spawn
 
 
 def apply_host_settings(testbed: Testbed, transport: Transport) -> None:
     """Reset every host's route, then run the transport's own commands (e.g. rto_min) on the PS
-    and the workers (cross-traffic hosts keep the kernel's defaults)."""
+    and the workers (cross-traffic hosts keep the kernel's defaults), and give the bottleneck the
+    queue the transport asks for (the plain FIFO unless it wants priority bands: mlt)."""
     testbed.reset_routes()
     for host in [PS_NAME] + testbed.params.worker_names:
         for command in transport.host_commands(intf(host), SUBNET):
             testbed.host_run(host, "sh", "-c", command)
+    testbed.queue.configure(transport.bottleneck_queue())
 
 
 @dataclasses.dataclass
@@ -156,6 +175,7 @@ class Prepared:
     rtt_ms: float
     t_begin: float
     fingerprint: str = ""
+    keys: dict[str, bytes] = dataclasses.field(default_factory=dict, repr=False)   # by host
 
 
 def prepare(testbed: Testbed, spec: RunSpec, run_dir: Path,
@@ -173,21 +193,22 @@ def prepare(testbed: Testbed, spec: RunSpec, run_dir: Path,
     files.spec.write_text(spec.to_json())
     transport = registry.create(spec.transport, spec.options())
     # Drawn per run, not per spec: the spec (and so the run id) stays reproducible, while no two
-    # runs, not even a re-run of one spec, share an id or a key.
+    # runs, not even a re-run of one spec, share an id or a key. Each host gets its pairs' keys.
     session = Session.draw()
-    write_session(files.session, session)
+    keys = handover.blobs(handover.run_keys(session, spec.pattern, spec.n_workers))
     started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     testbed.ingress.configure(impairment or Impairment(spec.loss_text, spec.delay_ms, seed=spec.seed))
     apply_host_settings(testbed, transport)
     rtt_ms = testbed.meter.rtt_ms(worker_name(0))
     testbed.controller_errors()  # only what this run causes counts
     code = provenance.fingerprint(run_kind(spec.pattern)).digest   # the code this run starts with
-    return Prepared(spec, files, transport, session, started_at, rtt_ms, t_begin, code)
+    return Prepared(spec, files, transport, session, started_at, rtt_ms, t_begin, code, keys)
 
 
 def node_commands(spec: RunSpec, files: RunFiles) -> dict[str, tuple[str, list[str], Path]]:
-    """The PS's and every worker's ``harness.hosts.node`` command line."""
-    base = ["--run", str(files.dir), "--session", str(files.session)]
+    """The PS's and every worker's ``harness.hosts.node`` command line (the launcher adds
+    ``--keys-fd``)."""
+    base = ["--run", str(files.dir)]
     out = {PS_NAME: ("harness.hosts.node", base + ["--role", "ps"], files.log(PS_NAME))}
     for r in range(spec.n_workers):
         out[worker_name(r)] = ("harness.hosts.node", base + ["--role", "worker", "--rank", str(r)],
@@ -196,16 +217,18 @@ def node_commands(spec: RunSpec, files: RunFiles) -> dict[str, tuple[str, list[s
 
 
 def injector_for(testbed: Testbed, spec: RunSpec, files: RunFiles, procs: dict, spawn: Spawn,
-                 commands: Mapping) -> FaultInjector:
+                 commands: Mapping, keys: Mapping[str, bytes] | None = None) -> FaultInjector:
     """The run's fault injector (one that does nothing for ``none`` and ``straggler``, which the
     worker applies itself): driven by the PS's progress, killing and stopping by process group,
-    cutting links through the controller (:mod:`topologies.controller.control`)."""
+    cutting links through the controller (:mod:`topologies.controller.control`). A restarted
+    worker gets its keys again."""
     fault = parse_fault(spec.fault)
     host = worker_name(fault.rank(spec.n_workers))
 
     def restart(name: str):
         module, args, log_path = commands[name]
-        return spawn(name, module, args + ["--rejoin", "1"], log_path.with_suffix(".g1.log"))
+        return spawn(name, module, args + ["--rejoin", "1"], log_path.with_suffix(".g1.log"),
+                     (keys or {}).get(name))
 
     control = testbed.control
     return FaultInjector(fault, host, files.ps_progress, procs, files.faults, restart=restart,
@@ -266,8 +289,8 @@ def collect(testbed: Testbed, prep: Prepared, before: Snapshot, after: Snapshot,
         for rec in stats:
             f.write(json.dumps(rec) + "\n")
     host_iterations_table(files, spec).to_csv(files.host_iterations, index=False)
+    testbed.ingress.record(files.loss)
 
-    files.session.unlink(missing_ok=True)   # the key is no use after the run; keep it nowhere
     measured, curves, iterations = metrics.summarize(spec, files)
     measured["retransmits"] += deltas.pop("tcp_retransmits")
     ps = files.host_summary(PS_NAME)
@@ -300,31 +323,32 @@ def collect(testbed: Testbed, prep: Prepared, before: Snapshot, after: Snapshot,
 
 def execute(testbed: Testbed, spec: RunSpec, run_dir: Path, sweep: str,
             spawn: Spawn | None = None, *, impairment: Impairment | None = None,
-            cross: CrossSpec | str | None = None) -> tuple[dict, list[dict], list[dict]]:
+            cross: CrossSpec | str | None = None,
+            capture: Capture | None = None) -> tuple[dict, list[dict], list[dict]]:
     """Run ``spec`` on ``testbed``; return its rows for runs.csv, curves.csv and iterations.csv.
 
     ``impairment`` replaces the spec's loss model and delay; ``cross`` its cross traffic, which
-    runs through the bottleneck for the whole run (reports in ``raw/cross/``).
+    runs through the bottleneck for the whole run (reports in ``raw/cross/``); ``capture`` names
+    hosts whose packets are captured around the run (``capture/``, :mod:`.capture`).
     """
     prep = prepare(testbed, spec, run_dir, impairment)
     spawn = spawn or spawn_plain(testbed)
     load = provenance.LoadMeter(testbed.ovs.pids())
-    try:
-        with CrossTraffic(testbed, cross or spec.cross, prep.files.raw / "cross", seed=spec.seed):
-            load.start()
-            before = testbed.meter.snapshot()
-            t0 = time.monotonic()
-            commands = node_commands(spec, prep.files)
-            with launched(spawn, commands) as procs:
-                injector = injector_for(testbed, spec, prep.files, procs, spawn, commands)
-                try:
-                    status, reason = wait(procs, t0 + spec.timeout_s, tick=injector.tick,
-                                          killed=lambda: injector.killed)
-                finally:
-                    injector.finish()
-            wall_s = time.monotonic() - t0
-            after = testbed.meter.snapshot()
-            other_load = load.stop()
-    finally:
-        prep.files.session.unlink(missing_ok=True)   # the key is no use after the run; keep it nowhere
+    with capturing(testbed, capture, prep.files), \
+            CrossTraffic(testbed, cross or spec.cross, prep.files.raw / "cross",
+                         seed=spec.seed):
+        load.start()
+        before = testbed.meter.snapshot()
+        t0 = time.monotonic()
+        commands = node_commands(spec, prep.files)
+        with launched(spawn, commands, prep.keys) as procs:
+            injector = injector_for(testbed, spec, prep.files, procs, spawn, commands, prep.keys)
+            try:
+                status, reason = wait(procs, t0 + spec.timeout_s, tick=injector.tick,
+                                      killed=lambda: injector.killed)
+            finally:
+                injector.finish()
+        wall_s = time.monotonic() - t0
+        after = testbed.meter.snapshot()
+        other_load = load.stop()
     return collect(testbed, prep, before, after, status, reason, wall_s, sweep, other_load)

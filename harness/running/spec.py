@@ -18,14 +18,15 @@ from harness.hosts.faults import FaultError, check_fault, parse_fault
 from harness.hosts.pattern import PatternError, parse_pattern
 from harness.hosts.sync import SyncError, parse_sync
 from harness.training import datasets, models
-from harness.training.aggregators import (SCORE_BATCH, SCORE_PENALTY, AggregatorError,
-                                          check_aggregator)
+from harness.training.aggregators import (ASYNC_OK, SCORE_BATCH, SCORE_PENALTY, VALIDATING,
+                                          AggregatorError, check_aggregator)
 from harness.training.byzantine import ByzantineError, check_byzantine, parse_byzantine
-from harness.training.compress import DEFAULT_RESET, CompressError, check_compress, parse_compress
+from harness.training.compress import (DEFAULT_RESET, CompressError, check_compress,
+                                       parse_compress, parse_reset_mode)
 from topologies.impair.cross import CrossError, parse_cross
 from topologies.impair.delay import DelayError, check_delay
 from topologies.impair.loss import LossModelError, Uniform, parse_loss
-from topologies.incast import IncastParams, TopologyError, check_params
+from topologies.incast import IncastParams, StarLinks, TopologyError, check_params
 from transports import registry
 from transports.base import OptionError, UserError, scheme_name
 
@@ -82,14 +83,12 @@ class TrainingSpec:
 
 
 @dataclasses.dataclass(frozen=True)
-class RunSpec(TrainingSpec):
-    """Everything that defines one run through a PS; invalid values raise :class:`SpecError`."""
+class RunSpec(TrainingSpec, StarLinks):
+    """Everything that defines one run through a PS; invalid values raise :class:`SpecError`.
+    The star's hosts and links are :class:`~topologies.incast.StarLinks`'s fields."""
 
     transport: str = "tcp-cubic"
     transport_options: tuple[tuple[str, Any], ...] = ()
-    n_workers: int = 8
-    bottleneck_mbps: float = 100.0
-    worker_link_mbps: float | None = None
     delay_ms: float = 0.0
     iterations: int = 100
     eval_every: int = 25
@@ -110,15 +109,24 @@ class RunSpec(TrainingSpec):
     tolerate: int | None = None
     """Byzantine updates the aggregator tolerates (``f``); None: the run's attacker count."""
     score_batch: int = SCORE_BATCH
-    """Validation samples per round of the ``score`` aggregator."""
+    """Validation samples per round of the ``score`` aggregator (``zeno++``: per parameter
+    version)."""
     score_penalty: float = SCORE_PENALTY
-    """``rho``: the ``score`` aggregator's penalty per squared unit of an update's size."""
+    """``rho``: the ``score`` and ``zeno++`` aggregators' penalty on an update's squared size."""
     score_threshold: float | None = None
-    """The ``score`` aggregator keeps only updates scoring at least this (None: the n - f best)."""
+    """The ``score`` aggregator keeps only updates scoring at least this (None: the n - f best);
+    ``zeno++`` accepts an update scoring at least minus this (None: 0)."""
     compress: str = "none"
     """How workers compress their pushes: ``none``, ``topk:R`` or ``sign`` (:mod:`harness.training.compress`)."""
     error_reset: int = DEFAULT_RESET
-    """A compressing worker's residual is reset every this many synchronisations (0: never)."""
+    """A compressing worker's residual is reset every this many synchronisations (0: never;
+    under ``cser``: the gradient rounds between two residual synchronisations, at least 1)."""
+    reset_mode: str = "drop"
+    """What an error reset does with the residual: ``drop`` it, or ``cser``: synchronise it
+    first, each worker keeping a local model (:mod:`harness.training.compress`)."""
+    holdout: int = 0
+    """Training samples the PS keeps for itself, as its validation set, and no worker trains
+    on (0: validation samples the training set; :mod:`harness.hosts.robust`)."""
     pattern: str = "ps"
     """How gradients and parameters travel: ``ps``, ``tree`` or ``ring`` with options
     (:mod:`harness.hosts.pattern`)."""
@@ -129,7 +137,8 @@ class RunSpec(TrainingSpec):
                        "byzantine": "0", "aggregator": "mean", "tolerate": None,
                        "score_batch": SCORE_BATCH, "score_penalty": SCORE_PENALTY,
                        "score_threshold": None, "compress": "none", "local_steps": 1,
-                       "error_reset": DEFAULT_RESET, "pattern": "ps"}
+                       "error_reset": DEFAULT_RESET, "reset_mode": "drop", "holdout": 0,
+                       "pattern": "ps"}
 
     def __post_init__(self) -> None:
         # Options may come in as a dict; store them sorted so equal specs hash equal.
@@ -163,9 +172,12 @@ class RunSpec(TrainingSpec):
             object.__setattr__(self, "aggregator", str(self.aggregator).strip().lower())
             object.__setattr__(self, "compress", parse_compress(self.compress).text())
             object.__setattr__(self, "pattern", parse_pattern(self.pattern).text())
+            object.__setattr__(self, "reset_mode", parse_reset_mode(self.reset_mode))
             if self.compress == "none" and isinstance(self.error_reset, int):
-                # Without compression there is no residual to reset: one run, not one per period.
+                # Without compression there is no residual to reset: one run, not one per period
+                # or per reset mode.
                 object.__setattr__(self, "error_reset", DEFAULT_RESET)
+                object.__setattr__(self, "reset_mode", "drop")
         except (LossModelError, CrossError, SyncError, FaultError, ByzantineError,
                 CompressError, PatternError) as exc:
             raise SpecError(str(exc)) from None
@@ -235,13 +247,26 @@ class RunSpec(TrainingSpec):
             check_aggregator(self.aggregator, self.n_workers, self.tolerated)
         except (ByzantineError, AggregatorError) as exc:
             raise SpecError(str(exc)) from None
-        if self.aggregator != "mean" and self.sync != "bsp":
+        if self.aggregator not in ASYNC_OK and self.sync != "bsp":
             raise SpecError(f"the {self.aggregator} aggregator combines a round's updates, which "
-                            f"only bsp has; run it with sync bsp, not {self.sync}.")
+                            f"only bsp has; run it with sync bsp, not {self.sync} (zeno++ "
+                            "judges one update at a time).")
+        self._validate_holdout()
+
+    def _validate_holdout(self) -> None:
+        if not isinstance(self.holdout, int) or isinstance(self.holdout, bool):
+            raise SpecError(f"holdout must be a whole number of samples, not {self.holdout!r}.")
+        if self.holdout and not self.score_batch <= self.holdout <= datasets.MAX_HOLDOUT:
+            raise SpecError(f"holdout must be 0 or from score_batch ({self.score_batch}) to "
+                            f"{datasets.MAX_HOLDOUT} samples, not {self.holdout}.")
+        if self.holdout and self.aggregator not in VALIDATING:
+            raise SpecError(f"holdout is the PS's validation set, which only the "
+                            f"{' and '.join(VALIDATING)} aggregators use; run one of them or "
+                            f"holdout 0, not aggregator {self.aggregator}.")
 
     def _validate_compress(self, transport) -> None:
         try:
-            check_compress(self.compress, self.local_steps, self.error_reset)
+            check_compress(self.compress, self.local_steps, self.error_reset, self.reset_mode)
         except CompressError as exc:
             raise SpecError(str(exc)) from None
         if self.compress != "none" and "up" not in inspect.signature(transport.serve).parameters:
@@ -251,12 +276,16 @@ class RunSpec(TrainingSpec):
     def _validate_pattern(self, transport) -> None:
         kind = parse_pattern(self.pattern).kind
         if kind == "ps":
+            if not transport.PS:
+                raise SpecError(f"{self.transport} has no parameter-server ends, so it cannot run "
+                                "the ps pattern; run it with --pattern ring or tree.")
             return
         if not transport.MESH:
             raise SpecError(f"{self.transport} has no end for collectives, so it cannot run the "
                             f"{kind} pattern; use a TCP variant, ltp or ltp-reliable.")
         plain = {"sync": ("bsp", self.sync), "byzantine": ("0", self.byzantine),
-                 "aggregator": ("mean", self.aggregator), "compress": ("none", self.compress),
+                 "aggregator": ("mean", self.aggregator), "reset_mode": ("drop", self.reset_mode),
+                 "compress": ("none", self.compress),
                  "local_steps": (1, self.local_steps)}
         for name, (want, have) in plain.items():
             if have != want:
@@ -322,15 +351,18 @@ class RunSpec(TrainingSpec):
         """A readable, unique id: transport, loss, bandwidth, seed and a digest of everything."""
         digest = self.digest()
         delay = f"_d{self.delay_ms:g}" if self.delay_ms else ""
-        kind = self.loss_model.partition(":")[0]  # ge or get; empty under uniform loss
+        kind = self.loss_model.partition(":")[0]  # ge, get, replay, trace; empty: uniform
         cross = "_cross" if self.cross != "none" else ""
         sync = f"_{self.sync.replace(':', '')}" if self.sync != "bsp" else ""
         fault = (f"_{self.fault.partition('@')[0].partition(':')[0]}"
                  if self.fault != "none" else "")
         byz = f"_byz{self.byzantine.replace(':', '')}" if self.byzantine != "0" else ""
-        agg = f"_{self.aggregator}" if self.aggregator != "mean" else ""
+        # '+' never appears in an id (zeno++: _zenopp).
+        agg = f"_{self.aggregator.replace('+', 'p')}" if self.aggregator != "mean" else ""
+        agg += f"_holdout{self.holdout}" if self.holdout else ""
         comp = f"_{self.compress.replace(':', '')}" if self.compress != "none" else ""
         comp += f"_h{self.local_steps}" if self.local_steps > 1 else ""
+        comp += f"_cser{self.error_reset}" if self.reset_mode == "cser" else ""
         comp += f"_{self.pattern.partition(':')[0]}" if self.pattern != "ps" else ""
         return (f"{self.transport}_loss{kind}{self.loss_pct:g}_bw{self.bottleneck_mbps:g}{delay}"
                 f"{cross}{sync}{fault}{byz}{agg}{comp}_s{self.seed}_{digest}")

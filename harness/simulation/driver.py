@@ -38,7 +38,8 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from topologies.impair.loss import GilbertElliott, GilbertElliottTime, Uniform, parse_loss
+from topologies.impair.loss import (GilbertElliott, GilbertElliottTime, ReplayUniform, Trace,
+                                    Uniform, parse_loss)
 
 PROJECT = Path(__file__).resolve().parents[2]
 NATIVE = PROJECT / "transports" / "native"
@@ -145,7 +146,10 @@ def loss_flags(loss: str | float) -> list[str]:
     if isinstance(model, GilbertElliottTime):
         raise SimulationError(f"the simulator's loss chain steps per packet; {model.text()!r} steps "
                               "in time (use uniform or ge:LOSS:BURST).")
-    if isinstance(model, Uniform):
+    if isinstance(model, Trace):
+        raise SimulationError(f"the simulator does not replay recorded traces ({model.text()!r}); "
+                              "use uniform, replay or ge:LOSS:BURST.")
+    if isinstance(model, (Uniform, ReplayUniform)):   # the simulator's loss is seeded anyway
         return [] if model.loss_pct == 0 else ["--loss", f"{model.loss_pct / 100:.9g}"]
     assert isinstance(model, GilbertElliott)
     p = model.probabilities()

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from harness.running import kinds, results
-from harness.simulation.driver import Cell, build, loss_text, plot_segments, run
+from harness.simulation.driver import Cell, SimulationError, build, loss_text, plot_segments, run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,21 +98,36 @@ class SimKind(kinds.Kind):
 KIND = SimKind()
 
 
-def bench(workers: Sequence[int], bandwidth_mbps: float, iterations: int, echo=print) -> list[dict]:
+def bench(workers: Sequence[int], bandwidth_mbps: float, iterations: int, min_pushes: int = 1024,
+          echo=print) -> list[dict]:
     """The simulator's own cost at each N (``ltp``, synchronized pushes, no loss): wall time,
-    events, events per second and peak memory, printed and returned. A benchmark, not a test:
-    the figures depend on the machine and its load."""
+    events, events per second, peak memory, and the PS core's CPU time per datagram (measured
+    around the PS endpoint's calls), printed and returned, one row per N. Each N runs
+    ``iterations`` iterations, more where N is small (at least ``min_pushes`` pushes in all), so
+    every row's time per datagram is an average over many datagrams. A benchmark, not a test: the
+    figures depend on the machine and its load."""
+    if min_pushes < 0:
+        raise SimulationError(f"--min-pushes must be 0 or more, not {min_pushes}.")
     build()
-    echo(f"simulator cost: ltp, {iterations} synchronized pushes, {bandwidth_mbps:g} Mbit/s links, "
-         "queue 256 packets")
-    echo(f"  {'N':>6} {'virtual s':>9} {'wall s':>8} {'events':>11} {'events/s':>10} "
-         f"{'peak MB':>8} {'wall/virtual':>12}")
+    echo(f"simulator cost: ltp, synchronized pushes, {bandwidth_mbps:g} Mbit/s links, queue 256 "
+         f"packets, {iterations} iterations (at least {min_pushes:,} pushes a run)")
+    echo(f"  {'N':>6} {'iterations':>10} {'virtual s':>9} {'wall s':>8} {'events':>11} "
+         f"{'events/s':>10} {'peak MB':>8} {'wall/virtual':>12} {'PS core us/datagram':>19}")
     rows = []
     for n in workers:
+        its = max(iterations, -(-min_pushes // n))
         got = run(Cell(workers=n, bottleneck_mbps=bandwidth_mbps, queue_pkts=256,
-                       iterations=iterations)).summary
+                       iterations=its)).summary
         rows.append(got)
-        echo(f"  {n:>6} {got['virtual_s']:9.4f} {got['wall_s']:8.2f} {got['events']:11,} "
-             f"{got['events_per_s']:10,.0f} {got['peak_rss_mb']:8.1f} "
-             f"{got['wall_s'] / got['virtual_s']:12.0f}")
+        if got["status"] != "ok":
+            echo(f"  {n:>6} {its:>10} {got['status']}: {got['reason']}")
+            continue
+        echo(f"  {n:>6} {its:>10} {got['virtual_s']:9.4f} {got['wall_s']:8.2f} "
+             f"{got['events']:11,} {got['events_per_s']:10,.0f} {got['peak_rss_mb']:8.1f} "
+             f"{got['wall_s'] / got['virtual_s']:12.0f} {got['ps_core_us_per_datagram']:19.3f}")
+    per = [(r["n_workers"], r["ps_core_us_per_datagram"]) for r in rows if r["status"] == "ok"]
+    if len(per) > 1:
+        (n_lo, lo), (n_hi, hi) = min(per, key=lambda x: x[1]), max(per, key=lambda x: x[1])
+        echo(f"  PS core time per datagram: the largest ({hi:.3f} us at N = {n_hi:,}) is "
+             f"{hi / lo:.2f}x the smallest ({lo:.3f} us at N = {n_lo:,})")
     return rows

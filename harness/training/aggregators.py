@@ -16,6 +16,13 @@ and the fraction of coordinates it contributed to. The PS times each call (``agg
   that) and averaged; an update not kept says whether its rank or the threshold dropped it.
   ``L`` costs ``n + 1`` forward passes of ``score_batch`` samples (defaults: 64 and
   ``rho = 0.0005``, Zeno's penalty).
+- ``zeno++``: each update judged on its own (Zeno++, Xie, Koyejo and Gupta 2020), against a
+  validation gradient ``v`` the PS computes at its current parameters on ``score_batch``
+  samples: ``score(u) = lr <v, u> - rho lr^2 |u|^2``, a first-order estimate of the validation
+  loss a step removes, less a penalty on its size; accepted when ``score >= -threshold``
+  (``score_threshold``; default 0: the step must not be expected to raise the loss). It needs
+  no ``f`` and ranks nothing, so it also runs under ``ssp`` and ``async``, one update at a time
+  (:mod:`harness.hosts.ps`); under ``bsp`` the accepted updates of a round are averaged.
 - ``median``: the coordinate-wise median.
 - ``trimmed-mean``: per coordinate, the ``f`` largest and ``f`` smallest values dropped, the
   rest averaged (needs ``n > 2f``).
@@ -27,7 +34,8 @@ coordinate or not, so it counts as kept when it entered at least half its fair s
 coordinates (the share it would have if every update entered equally often: ``m / n`` with ``m``
 values used per coordinate), and rejected otherwise; ``used_frac`` gives the measured fraction.
 
-Pure numpy (``score`` gets its loss as a function), so the unit tests check every rule exactly.
+Pure numpy (``score`` gets its loss as a function, ``zeno++`` its validation gradient), so the
+unit tests check every rule exactly.
 """
 
 from __future__ import annotations
@@ -38,9 +46,13 @@ from collections.abc import Callable
 import numpy as np
 from transports.base import UserError
 
-AGGREGATORS = ("mean", "score", "median", "trimmed-mean", "krum")
+ZENOPP = "zeno++"
+AGGREGATORS = ("mean", "score", "median", "trimmed-mean", "krum", ZENOPP)
+VALIDATING = ("score", ZENOPP)   # the rules that need a validation set at the PS
+ASYNC_OK = ("mean", ZENOPP)      # the rules that judge one update at a time (ssp, async)
 SCORE_BATCH = 64         # validation samples the PS scores each round's updates on
 SCORE_PENALTY = 0.0005   # rho: the score's penalty per squared unit of an update's size
+ZENOPP_THRESHOLD = 0.0   # zeno++ accepts a score of at least minus this unless told otherwise
 
 
 class AggregatorError(UserError, ValueError):
@@ -164,10 +176,44 @@ def score(updates: np.ndarray, f: int, loss: Callable[[np.ndarray | None], float
                    [1.0 if k else 0.0 for k in kept])
 
 
+def zenopp(updates: np.ndarray, v: np.ndarray, lr: float, penalty: float = SCORE_PENALTY,
+           threshold: float | None = None) -> Outcome:
+    """Zeno++'s test, each update on its own. As in the paper, an update ``u`` is first rescaled
+    to the validation gradient's size, ``u' = u |v| / |u|``; then
+    ``score = lr <v, u'> - penalty lr^2 |u'|^2``, accepted when at least ``-threshold`` (None:
+    :data:`ZENOPP_THRESHOLD`). The vector is the mean of the accepted updates, rescaled; zeros
+    when none is (the caller then takes no step). ``used_frac`` holds each accepted update's
+    scale ``|v| / |u|`` (0 for a rejected one), which the caller applies to what it averages.
+
+    ``v`` is the validation gradient at the parameters the step would start from.
+    """
+    limit = 0.0 - (ZENOPP_THRESHOLD if threshold is None else threshold)   # never -0
+    u = updates.astype(np.float64)
+    v64 = v.astype(np.float64)
+    sizes = np.sqrt((u * u).sum(axis=1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scale = np.where(sizes > 0, np.linalg.norm(v64) / sizes, 0.0)
+    scaled = u * scale[:, None]
+    scores = lr * (scaled @ v64) - penalty * lr * lr * (scaled * scaled).sum(axis=1)
+    scores = np.where(np.isfinite(scores) & (sizes > 0), scores, -np.inf)
+    kept = [bool(s >= limit) for s in scores]
+    reasons = [f"score {s:.4g} " + ("at least " if k else "below ") + f"{limit:g}"
+               for s, k in zip(scores, kept)]
+    rows = [i for i, k in enumerate(kept) if k]
+    vector = (scaled[rows].mean(axis=0).astype(np.float32) if rows
+              else np.zeros(updates.shape[1], dtype=np.float32))
+    return Outcome(vector, kept, reasons, [float(s) for s in scores],
+                   [float(c) if k else 0.0 for c, k in zip(scale, kept)])
+
+
 def aggregate(name: str, updates: np.ndarray, f: int, loss=None, lr: float = 0.0,
-              penalty: float = SCORE_PENALTY, threshold: float | None = None) -> Outcome:
-    """Apply the rule ``name`` (one of :data:`AGGREGATORS`) to ``updates`` (one row each)."""
+              penalty: float = SCORE_PENALTY, threshold: float | None = None,
+              v: np.ndarray | None = None) -> Outcome:
+    """Apply the rule ``name`` (one of :data:`AGGREGATORS`) to ``updates`` (one row each);
+    ``loss`` is ``score``'s, ``v`` the validation gradient ``zeno++`` needs."""
     check_aggregator(name, len(updates), f)
+    if name == ZENOPP:
+        return zenopp(updates, v, lr, penalty, threshold)
     if name == "mean":
         return mean(updates)
     if name == "median":

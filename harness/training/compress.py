@@ -1,9 +1,10 @@
 """Fewer bytes up: local steps, compressed pushes, error feedback and error reset.
 
-Three run parameters (``RunSpec.compress``, ``local_steps``, ``error_reset``; sweep options
-``--compress``, ``--local-steps``, ``--error-reset``), our interpretation of *error reset*
-(Xie et al., "CSER: Communication-efficient SGD with Error Reset", NeurIPS 2020), whose full
-text is not available here; every open point is a parameter:
+Four run parameters (``RunSpec.compress``, ``local_steps``, ``error_reset``, ``reset_mode``;
+sweep options ``--compress``, ``--local-steps``, ``--error-reset``, ``--reset-mode``), after Xie
+et al., "CSER: Communication-efficient SGD with Error Reset" (NeurIPS 2020). What the paper
+describes and what is built here, point by point: ``docs/compression.md``. Every open point is a
+parameter:
 
 - **Local steps** ``H``: a worker that pulled the parameters ``x`` takes ``H`` SGD steps of the
   run's ``lr`` on its own batches, reaching ``x_H``, and pushes the update in gradient units,
@@ -21,16 +22,24 @@ text is not available here; every open point is a parameter:
                       ``scale * sign(v)`` (scaled sign, as EF-signSGD)
   ==================  ===============================================================  ========
 
-- **Error feedback** (on whenever the push is compressed): the worker keeps the residual ``e``
-  of what it meant to send and did not: it compresses ``s = u + e`` to ``c`` and keeps
-  ``e = s - c``, so nothing is dropped for good, only late.
-- **Error reset** every ``R`` synchronisations (``error_reset``; 0: never, plain error feedback):
-  after the push of every ``R``-th synchronisation the residual is set to zero, so no worker's
-  view drifts from what the PS applied by more than ``R`` rounds of residual. CSER synchronises
-  the residual (averages it, with a second compressor) before resetting it; that needs a second
-  message shape on the wire, which the transports' fixed layouts do not carry yet, so here the
-  reset residual is dropped. Default 1: reset at each synchronisation, as the issue reads the
-  seed (with ``H`` local steps the residual then lives within a round only).
+- **Residual**, kept by each compressing worker; what it does with it is the ``reset_mode``
+  (:func:`residual_keeper` returns the worker's :class:`ResidualKeeper`):
+
+  - ``drop`` (:class:`ErrorFeedback`, the default, named for what it does): error feedback, the
+    worker compresses ``s = u + e`` to ``c`` and keeps ``e = s - c``; every ``R`` pushes
+    (``error_reset``; 0: never) it sets ``e`` to zero after the push, so the part of that round
+    the compressor left out is dropped for good. Default ``R = 1``: no residual crosses a round.
+  - ``cser`` (:class:`ErrorReset`): the worker's *local model* is ``x + e`` (``e`` in parameter
+    units). A gradient round computes ``u`` at the local model, pushes ``C(u)`` and keeps
+    ``e -= lr * (u - C(u))``; after every ``R`` gradient rounds the next round is a *residual
+    synchronisation*: the worker pushes ``C(-e / lr)``, which the PS's ordinary step turns into
+    ``x += mean C(e)``, and keeps ``e -= C(e)``. The mean of the workers' local models moves
+    exactly as plain SGD on the mean of their full updates (nothing is lost, only late), and
+    the PS's ``x`` trails it by the mean residual. ``C`` is the run's one compressor for both
+    (transports carry one push layout per run).
+
+  Without compression both reduce to plain SGD: the residual stays zero and no round is spent
+  on it (the spec then records ``drop``).
 
 On the wire a compressed push has the model's layers as segments, shorter (:func:`up_layout`);
 indices and packed sign bits travel as the bit patterns of float32 words, since transports carry
@@ -62,6 +71,12 @@ COMPRESSORS: dict[str, tuple[str, float | None]] = {
     "sign": ("no parameter: scaled sign, 1 bit per coordinate", None),
 }
 DEFAULT_RESET = 1
+# reset_mode -> what an error reset does with the residual; the one table the spec, the command
+# line and the docs share.
+RESET_MODES: dict[str, str] = {
+    "drop": "error feedback; every R pushes the residual is set to zero (dropped)",
+    "cser": "local models x + e; every R gradient rounds one round synchronises the residual",
+}
 
 
 class CompressError(UserError, ValueError):
@@ -109,8 +124,18 @@ def parse_compress(text: str) -> Compression:
     return Compression("topk", ratio)
 
 
-def check_compress(text: str, local_steps: int, error_reset: int) -> None:
-    """Raise :class:`CompressError` unless the three parameters make a run."""
+def parse_reset_mode(text: str) -> str:
+    """``"drop"`` or ``"cser"`` (any case), or :class:`CompressError`."""
+    mode = str(text).strip().lower()
+    if mode not in RESET_MODES:
+        raise CompressError(f"--reset-mode {text!r}: write {' or '.join(RESET_MODES)} "
+                            f"(docs/compression.md).")
+    return mode
+
+
+def check_compress(text: str, local_steps: int, error_reset: int,
+                   reset_mode: str = "drop") -> None:
+    """Raise :class:`CompressError` unless the four parameters make a run."""
     parse_compress(text)
     if not isinstance(local_steps, int) or not 1 <= local_steps <= 1000:
         raise CompressError(f"--local-steps {local_steps!r}: give 1 to 1000 SGD steps per "
@@ -118,6 +143,9 @@ def check_compress(text: str, local_steps: int, error_reset: int) -> None:
     if not isinstance(error_reset, int) or not 0 <= error_reset <= 100_000:
         raise CompressError(f"--error-reset {error_reset!r}: give the reset period in "
                             f"synchronisations, 0 (never) or more.")
+    if parse_reset_mode(reset_mode) == "cser" and error_reset < 1:
+        raise CompressError("--reset-mode cser synchronises the residual every R gradient "
+                            "rounds: give --error-reset of at least 1, not 0.")
 
 
 def _kept(comp: Compression, n: int) -> int:
@@ -209,20 +237,52 @@ def decode(delivery: Delivery, layout: Layout, comp: Compression) -> Delivery:
     return Delivery(dense, mask, delivery.received_frac, delivery.segment_fracs, stats)
 
 
-class ErrorFeedback:
-    """A worker's side: compress each update with error feedback, reset every ``reset`` pushes.
+class ResidualKeeper:
+    """A worker's side of compressed pushes: the model it loads, what it pushes, the residual it
+    keeps. The worker loop asks :meth:`due` each round; a due round pushes :meth:`sync`, any
+    other loads :meth:`local` and pushes :meth:`push` of its update.
 
-    >>> ef = ErrorFeedback(layout, parse_compress("topk:0.01"), reset=1)
-    >>> wire = ef.push(update)   # what goes on the wire; ef.residual keeps the rest
+    >>> keeper = residual_keeper(layout, parse_compress("topk:0.01"), 4, "cser", lr=0.2)
+    >>> wire = keeper.sync() if keeper.due() else keeper.push(update_at(keeper.local(pulled)))
     """
 
     def __init__(self, layout: Layout, comp: Compression, reset: int = DEFAULT_RESET) -> None:
         self.layout, self.comp, self.reset = layout, comp, reset
         self.residual = np.zeros(layout.n_floats, dtype=np.float32)
-        self.pushes = 0
+        self.pushes = 0   # gradient rounds pushed
+        self.syncs = 0    # residual synchronisations pushed
+
+    def due(self) -> bool:
+        """Whether this round is a residual synchronisation (push :meth:`sync`, no gradient)."""
+        return False
+
+    def local(self, pulled: np.ndarray) -> np.ndarray:
+        """The model to compute the round's update at, from the pulled parameters."""
+        return pulled
 
     def push(self, update: np.ndarray) -> np.ndarray:
-        """The wire vector for ``update`` (gradient units); updates the residual."""
+        """The wire vector of a gradient round's ``update`` (gradient units, computed at
+        :meth:`local`); updates the residual."""
+        raise NotImplementedError
+
+    def sync(self) -> np.ndarray:
+        """The wire vector of a residual synchronisation; updates the residual."""
+        raise RuntimeError("no residual synchronisation is due: ask due() first.")
+
+    @property
+    def residual_norm(self) -> float:
+        return float(np.linalg.norm(self.residual))
+
+
+class ErrorFeedback(ResidualKeeper):
+    """``drop``: compress each update with error feedback, reset (drop) the residual every
+    ``reset`` pushes.
+
+    >>> ef = ErrorFeedback(layout, parse_compress("topk:0.01"), reset=1)
+    >>> wire = ef.push(update)   # what goes on the wire; ef.residual keeps the rest
+    """
+
+    def push(self, update: np.ndarray) -> np.ndarray:
         self.pushes += 1
         if not self.comp.on:
             return np.ascontiguousarray(update, dtype=np.float32)
@@ -234,6 +294,57 @@ class ErrorFeedback:
             self.residual = pending - sent
         return wire
 
-    @property
-    def residual_norm(self) -> float:
-        return float(np.linalg.norm(self.residual))
+
+class ErrorReset(ResidualKeeper):
+    """``cser``: a local model ``x + e`` per worker; every ``reset`` gradient rounds the next
+    round synchronises the residual instead (the module docstring has the steps).
+
+    ``lr`` is the run's: the residual is in parameter units, pushes in gradient units.
+    """
+
+    def __init__(self, layout: Layout, comp: Compression, reset: int, lr: float) -> None:
+        if reset < 1 or not lr > 0:
+            raise CompressError(f"cser needs a reset period of at least 1 and lr above 0, not "
+                                f"{reset!r} and {lr!r}.")
+        super().__init__(layout, comp, reset)
+        self.lr = float(lr)
+        self.since = 0   # gradient rounds since the last synchronisation
+
+    def due(self) -> bool:
+        # Without compression the residual is always zero: no round is spent on it.
+        return self.comp.on and self.since >= self.reset
+
+    def local(self, pulled: np.ndarray) -> np.ndarray:
+        if not self.comp.on:
+            return pulled
+        return np.asarray(pulled, dtype=np.float32) + self.residual
+
+    def push(self, update: np.ndarray) -> np.ndarray:
+        self.pushes += 1
+        self.since += 1
+        update = np.ascontiguousarray(update, dtype=np.float32)
+        if not self.comp.on:
+            return update
+        wire, sent = encode(update, self.layout, self.comp)
+        # What the compressor left out stays in this worker's local model.
+        self.residual -= self.lr * (update - sent)
+        return wire
+
+    def sync(self) -> np.ndarray:
+        if not self.due():
+            return super().sync()
+        # The PS's step x -= lr * mean(push) adds mean C(e) to x; this worker keeps the rest.
+        wire, sent = encode(-self.residual / self.lr, self.layout, self.comp)
+        self.residual += self.lr * sent
+        self.since = 0
+        self.syncs += 1
+        return wire
+
+
+def residual_keeper(layout: Layout, comp: Compression, reset: int, mode: str,
+                    lr: float) -> ResidualKeeper:
+    """The keeper of a run's ``reset_mode``: :class:`ErrorFeedback` (``drop``) or
+    :class:`ErrorReset` (``cser``)."""
+    if parse_reset_mode(mode) == "cser":
+        return ErrorReset(layout, comp, reset, lr)
+    return ErrorFeedback(layout, comp, reset)

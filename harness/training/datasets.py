@@ -4,6 +4,14 @@
 ``/usr/share/datasets/fashion-mnist``). The first use decodes the gzip'd IDX files into ``.npy``
 files in the project's state folder; later uses memory-map those, so nine processes starting at
 once do not each decompress 30 MB.
+
+Who trains on what (:func:`split`, :func:`shard`): one permutation of the training set, fixed by
+the run's seed, is dealt out to the workers round-robin. With ``RunSpec.holdout`` = ``N`` > 0 its
+last ``N`` entries are the parameter server's own validation set (``score`` and ``zeno++`` draw
+their batches from it, :mod:`harness.hosts.robust`) and the workers are dealt the rest, so no
+worker ever trains on a held-out sample and the validator never needs a worker's data. Each
+worker's shard is then a prefix of the one it has without a holdout; with ``N`` = 0 nothing
+changes.
 """
 
 from __future__ import annotations
@@ -40,6 +48,8 @@ class DatasetInfo:
     std: float
     package: str
 
+
+MAX_HOLDOUT = 30_000   # at most half of Fashion-MNIST's training set stays with the PS
 
 DATASETS = {
     "fashion-mnist": DatasetInfo("fashion-mnist", Path("/usr/share/datasets/fashion-mnist"),
@@ -86,10 +96,20 @@ def load(name: str, split: str) -> tuple[torch.Tensor, torch.Tensor]:
     return (x - info.mean) / info.std, torch.from_numpy(np.asarray(labels, dtype=np.int64))
 
 
-def shard(n_items: int, rank: int, n_workers: int, seed: int) -> np.ndarray:
-    """The indices of worker ``rank``'s disjoint share of ``n_items``, fixed by ``seed``."""
+def split(n_items: int, seed: int, holdout: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(the indices the workers share, the ``holdout`` indices only the PS uses), disjoint and
+    together all of ``n_items``, fixed by ``seed``."""
+    if not 0 <= holdout < n_items:
+        raise DatasetError(f"a holdout of {holdout} samples does not fit a training set of "
+                           f"{n_items}; keep it below that.")
     perm = np.random.default_rng(seed).permutation(n_items)
-    return perm[rank::n_workers]
+    return perm[:n_items - holdout], perm[n_items - holdout:]
+
+
+def shard(n_items: int, rank: int, n_workers: int, seed: int, holdout: int = 0) -> np.ndarray:
+    """The indices of worker ``rank``'s disjoint share of ``n_items``, fixed by ``seed``, from
+    what the PS did not hold out (:func:`split`)."""
+    return split(n_items, seed, holdout)[0][rank::n_workers]
 
 
 class Batches:

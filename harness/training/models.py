@@ -2,7 +2,9 @@
 
 ``mlp`` is the 784-128-64-10 perceptron (109,386 parameters, a 437,544-byte float32 gradient,
 about 300 datagrams); ``lenet5`` is LeNet-5 for 28x28 inputs (61,706 parameters, ten tensors,
-roughly 8x the compute per step). Every model takes a batch of flattened 784-pixel images.
+roughly 8x the compute per step); ``mlp6`` is the deeper 784-256-128-128-64-64-10 perceptron
+(263,434 parameters in twelve tensors, a 1,053,736-byte gradient): more layers of more different
+sizes, for per-layer policies. Every model takes a batch of flattened 784-pixel images.
 """
 
 from __future__ import annotations
@@ -45,11 +47,25 @@ def lenet5() -> nn.Module:
     )
 
 
-MODELS: dict[str, Callable[[], nn.Module]] = {"mlp": mlp, "lenet5": lenet5}
+def mlp6() -> nn.Module:
+    """Multilayer perceptron 784-256-128-128-64-64-10 with ReLU (six linear layers)."""
+    from torch import nn
+
+    widths = (784, 256, 128, 128, 64, 64, 10)
+    layers: list[nn.Module] = []
+    for i, (n_in, n_out) in enumerate(zip(widths, widths[1:])):
+        layers += [nn.Linear(n_in, n_out)] + ([nn.ReLU()] if i < len(widths) - 2 else [])
+    return nn.Sequential(*layers)
+
+
+MODELS: dict[str, Callable[[], nn.Module]] = {"mlp": mlp, "lenet5": lenet5, "mlp6": mlp6}
 # Test accuracy that "time to accuracy" measures time to, per model: a level the model reaches
 # reliably well before it converges (the MLP ends near 0.86 on Fashion-MNIST after ~1,000 BSP
 # iterations of 8 x 32 samples; LeNet-5 near 0.89), so every transport's time to it is finite.
-TARGET_ACCURACY: dict[str, float] = {"mlp": 0.80, "lenet5": 0.85}
+# The six-layer MLP starts slower at the default lr (0.2) and reaches 0.80 after about three times
+# the MLP's iterations (a BSP mirror of 8 x 32 samples without a network, seeds 0-2), ending near
+# the MLP's level after ~1,000.
+TARGET_ACCURACY: dict[str, float] = {"mlp": 0.80, "lenet5": 0.85, "mlp6": 0.80}
 
 
 def build(name: str, seed: int) -> nn.Module:

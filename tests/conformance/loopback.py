@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import socket
+import threading
 from typing import Callable, TypeVar
 
 T = TypeVar("T")
@@ -76,3 +77,37 @@ def on_free_ports(n: int, job: Callable[[list[int]], T],
             if attempt == ATTEMPTS or not address_in_use(exc):
                 raise
     raise AssertionError("unreachable")
+
+
+def train_in_threads(server, connect: Callable, n_workers: int, iterations: int,
+                     push: Callable, params: Callable, gathered: Callable,
+                     timeout_s: float) -> None:
+    """One PS (``server``, an end not yet entered) in this thread and ``n_workers`` workers in
+    threads, ``iterations`` rounds: the PS broadcasts ``params(t)`` and hands what it gathers to
+    ``gathered(t, deliveries)``; worker ``rank`` (its end from ``connect(rank)``) pulls and
+    pushes ``push(t, rank, pulled)``. A worker's exception is raised here."""
+    errors: list[BaseException] = []
+
+    def worker(rank: int) -> None:
+        try:
+            with connect(rank) as end:
+                end.join(timeout_s)
+                for t in range(iterations):
+                    end.push(t, push(t, rank, end.pull(t, timeout_s)), timeout_s)
+        except Exception as exc:   # surfaced in the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(r,)) for r in range(n_workers)]
+    for th in threads:
+        th.start()
+    try:
+        with server:
+            server.wait_for_workers(timeout_s)
+            for t in range(iterations):
+                server.broadcast(t, params(t), timeout_s)
+                gathered(t, server.gather(t, timeout_s))
+    finally:
+        for th in threads:
+            th.join(timeout_s)
+    if errors:
+        raise errors[0]

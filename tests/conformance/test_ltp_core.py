@@ -19,7 +19,7 @@ import pytest
 
 from harness.training import models
 from transports import filling, native, registry
-from transports.base import (Delivery, Layout, OptionError, Session, TransportError,
+from transports.base import (SERVER, Delivery, Layout, OptionError, Session, TransportError,
                              TransportTimeout)
 from tests.conformance.loopback import free_ports, on_free_ports
 
@@ -324,7 +324,7 @@ def test_timeouts_close_and_another_session(auth: bool) -> None:
     # A worker of another session (same key) and one under another key are never greeted; the
     # PS counts their datagrams: with auth on every datagram under another key fails its MAC.
     mine = transport.session
-    others = {"wrong_session": Session((mine.session_id + 1) % 2**32, mine.key),
+    others = {"wrong_session": Session((mine.session_id + 1) % 2**32, mine.secret),
               "bad_mac" if auth else "wrong_session": Session.draw()}
     for counter, session in others.items():
         other_transport = registry.create("ltp", {"auth": auth})
@@ -434,8 +434,8 @@ class _SealingSender:
         cfg = native._config({**settings, "session_id": session.session_id, "cc": 0})
         self.core = self.lib.ltp_core_new(cfg, 0)
         self.lib.ltp_core_add_peer(self.core, native.rank_server())
-        key = session.key[:native.key_bytes()]
-        self.lib.ltp_core_set_key(self.core, key, len(key))
+        key = session.pair_key(0, SERVER)[:native.key_bytes()]
+        self.lib.ltp_core_set_peer_key(self.core, 0, key, len(key))
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind(addr)
         self.now = 1_000_000
@@ -466,7 +466,7 @@ def _wait_for(end: native.Endpoint, name: str, at_least: float) -> dict[str, flo
 
 
 def _flip_payload_byte(datagram: bytes, at: int) -> bytes:
-    payload_at = 52   # LTP_DATA_HDR_BYTES; the tag is the last 8 bytes
+    payload_at = 52   # LTP_DATA_HDR_BYTES; the trailer (number and tag) is the last 16 bytes
     b = bytearray(datagram)
     b[payload_at + at] ^= 0x01
     return bytes(b)
@@ -479,15 +479,14 @@ def test_mac_covers_payloads_read_into_place_and_gro_runs() -> None:
     complete the message exactly."""
     session = Session.draw()
     settings = {"auth": 1, "max_udp_payload_bytes": 16384, "max_msg_bytes": 1 << 22}
-    chunk = 16384 - 52 - 8
+    chunk = 16384 - 52 - 16
     ps_port, w_port = free_ports(2)
     sender = _SealingSender(session, settings, ("127.0.0.1", w_port))
     n_floats = 10 * chunk // 4
     with native.Endpoint({**settings, "session_id": session.session_id}, native.rank_server(),
                          ("127.0.0.1", ps_port)) as end:
-        end.set_key(session.key)
         end.expect(0, 4 * n_floats)
-        end.add_peer(0, ("127.0.0.1", w_port))
+        end.set_peer_key(end.add_peer(0, ("127.0.0.1", w_port)), session.pair_key(SERVER, 0))
         dest = ("127.0.0.1", ps_port)
 
         # 1. Read into place: packet 0 opens the message, so the driver reads the next DATA's

@@ -57,7 +57,11 @@ def test_every_part_reaches_every_member(slug):
         for m, received in enumerate(got):
             for (k, i), d in received.items():
                 assert d.received_frac == 1.0
-                np.testing.assert_array_equal(d.values, parts[i].of(values[k]))
+                if getattr(ends[m], "exact", True):
+                    np.testing.assert_array_equal(d.values, parts[i].of(values[k]))
+                else:   # an end that codes its parts (OptiReduce): float32 rounding, no more
+                    np.testing.assert_allclose(d.values, parts[i].of(values[k]), rtol=0,
+                                               atol=1e-5)
     finally:
         for e in ends:
             e.close()

@@ -2,9 +2,10 @@
 
 Compiles every binary side by side (``make -j2 binaries``), then runs
 ``make -C transports/native test test-asan`` (the core's tests, the forged-datagram
-reproductions of ``tests/test_trust.c`` and the driver's receive batches of
-``tests/test_udp_io.c``) and a 10-second ``make ... fuzz`` (the stateful core
-target, then the driver's parsing) into
+reproductions of ``tests/test_trust.c``, the guards of ``tests/test_guards.c``, keys per pair
+and replays in ``tests/test_pairs.c``
+and the driver's receive batches of ``tests/test_udp_io.c``) and a 10-second ``make ... fuzz``
+(the stateful core target, then the driver's parsing) into
 ``transports/native/build/`` and asserts that each succeeds. Skipped when make or a compiler is
 missing (the fuzz run needs clang with libFuzzer).
 
@@ -35,8 +36,9 @@ def test_c_unit_tests_plain_and_sanitized() -> None:
     proc = _make("test", "test-asan", timeout_s=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     summaries = [line for line in proc.stdout.splitlines() if line.endswith(" failed")]
-    # test_core, test_trust, test_udp_io and test_udp, each plain and sanitized
-    assert len(summaries) == 8 and all(line.endswith(", 0 failed") for line in summaries), summaries
+    # test_core, test_trust, test_guards, test_pairs, test_udp_io and test_udp, plain and sanitized
+    assert len(summaries) == 12, summaries
+    assert all(line.endswith(", 0 failed") for line in summaries), summaries
 
 
 @pytest.mark.skipif(shutil.which("clang") is None, reason="clang with libFuzzer is needed")
@@ -44,3 +46,14 @@ def test_fuzz_state_machine_and_driver_briefly() -> None:
     proc = _make("fuzz", "FUZZ_SECONDS=8", "FUZZ_UDP_SECONDS=2", timeout_s=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert proc.stderr.count("Done") == 2 and "ERROR" not in proc.stderr
+
+
+@pytest.mark.skipif(shutil.which("make") is None or shutil.which("cc") is None,
+                    reason="make and a C compiler are needed")
+def test_every_defence_is_guarded_by_a_test() -> None:
+    """The mutation check (``make mutants``, tests/mutants.py): each defence of the receive path
+    removed in turn, some C test fails on it; none survives, each mutant builds."""
+    proc = _make("mutants", timeout_s=1200)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    killed = [line for line in proc.stdout.splitlines() if line.startswith("killed ")]
+    assert len(killed) >= 13 and " 0 problems" in proc.stdout, proc.stdout[-2000:]

@@ -15,9 +15,10 @@ import pytest
 
 from harness.hosts.faults import FaultInjector, parse_fault
 from harness.running import metrics
-from harness.running.runfiles import RunFiles, write_session
+from harness.running import keys
+from harness.running.runfiles import RunFiles
 from harness.running.spec import RunSpec
-from topologies.incast import worker_name
+from topologies.incast import PS_NAME, worker_name
 from transports.base import Session
 
 
@@ -49,14 +50,14 @@ def _train(run_dir, spec: RunSpec) -> RunFiles:
     files = RunFiles(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     files.spec.write_text(spec.to_json())
-    write_session(files.session, Session.draw())
+    blobs = keys.blobs(keys.run_keys(Session.draw(), spec.pattern, spec.n_workers))
     base = [sys.executable, "-m", "harness.hosts.node", "--run", str(run_dir), "--loopback"]
     logs = [open(run_dir / f"{h}.out", "w") for h in range(1 + spec.n_workers)]
     env = dict(os.environ, PYTHONFAULTHANDLER="1")   # a hung host's stacks go to its log
-    procs = [subprocess.Popen(base + ["--role", "ps"], stdout=logs[0], stderr=logs[0], env=env)]
-    procs += [subprocess.Popen(base + ["--role", "worker", "--rank", str(r)],
-                               stdout=logs[r + 1], stderr=logs[r + 1], start_new_session=True,
-                               env=env)
+    procs = [keys.popen(base + ["--role", "ps"], blobs[PS_NAME], stdout=logs[0], stderr=logs[0],
+                        env=env)]
+    procs += [keys.popen(base + ["--role", "worker", "--rank", str(r)], blobs[worker_name(r)],
+                         stdout=logs[r + 1], stderr=logs[r + 1], start_new_session=True, env=env)
               for r in range(spec.n_workers)]
     fault = parse_fault(spec.fault)
     victim = worker_name(fault.rank(spec.n_workers))

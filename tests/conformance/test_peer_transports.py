@@ -6,6 +6,7 @@ threads receive while the test's threads send. Loss is made with the mcast test 
 the emulated switches and is not tested here.
 """
 
+import collections
 import contextlib
 import importlib
 import socket
@@ -17,6 +18,7 @@ import pytest
 
 from transports.base import OptionError, Session
 from transports.peer import SCHEMES, create, parse, wire
+from transports.peer.auth import Sealer
 from tests.conformance.loopback import free_ports, on_free_ports
 
 N_PEERS = 4
@@ -118,10 +120,12 @@ def _dropper(frac, seed):
     return lambda sender, round_, seq: rng.random() < frac
 
 
-def test_mcast_reliable_repairs_a_lossy_receiver_completely():
+@pytest.mark.parametrize("auth", [True, False])
+def test_mcast_reliable_repairs_a_lossy_receiver_completely(auth):
     rng = np.random.default_rng(2)
     v = _vector(rng)
-    with _peers("mcast", {"close_frac": 1.0}, drops={1: _dropper(0.1, 3)}) as (ends, _, _):
+    with _peers("mcast", {"close_frac": 1.0, "auth": auth},
+                drops={1: _dropper(0.1, 3)}) as (ends, _, _):
         report = ends[0].send(0, v, [1, 2], rate_mbps=RATE_MBPS, timeout_s=10.0)
         assert report.retransmits > 0 and report.unfinished == ()
         assert report.delivered == {1: 1.0, 2: 1.0}
@@ -148,39 +152,57 @@ def test_mcast_closes_early_with_an_exact_mask():
         assert ends[1].stats()["early_closes"] == 1
 
 
-def _garbage_mcast(session, ports, forger):
-    """Datagrams peer 0 must drop: sent by the test from peer 3's own address (``forger``)
-    unless noted."""
-    sid, hdr = session.session_id, wire.data_header
-    good_payload = bytes(1400)
+def _garbage_mcast(session, ports, forger, auth):
+    """Datagrams peer 0 must drop, sent by the test from peer 3's own address (``forger``),
+    most sealed as peer 3 would (with the run's key when ``auth``); by the counter each should
+    land in."""
+    sealer = Sealer(3, session, auth)
+    other_run = Sealer(3, Session(session.session_id ^ 1, session.secret), auth)
+    payload = bytes(1400)
+
+    def data(seq, count, body=payload, by=sealer):
+        return b"".join(by.parts(wire.DATA, 0, seq, count, body=body))
+
+    as_9, as_2 = bytearray(data(0, 58)), bytearray(data(0, 58))
+    as_9[6:8], as_2[6:8] = (9).to_bytes(2, "big"), (2).to_bytes(2, "big")
     junk = [
-        (forger, b"\x00" * 3),                                        # shorter than a header
-        (forger, np.random.default_rng(5).bytes(600)),                # random bytes
-        (forger, hdr(3, sid ^ 1, 0, 0, 58) + good_payload),           # another session
-        (forger, hdr(3, sid, 0, 0, 58) + good_payload[:700]),         # truncated payload
-        (forger, hdr(3, sid, 0, 58, 58) + good_payload),              # seq out of range
-        (forger, hdr(3, sid, 0, 0, 57) + good_payload),               # wrong count
-        (forger, hdr(9, sid, 0, 0, 58) + good_payload),               # no such rank
-        (forger, hdr(2, sid, 0, 0, 58) + good_payload),               # rank 2 from 3's address
-        (forger, wire.encode(wire.STATUS, 3, sid, 0, 0, 1, 0, 0, 58, 10 ** 9)),  # nonsense
+        ("malformed", b"\x00" * 3),                                  # shorter than a header
+        ("malformed", np.random.default_rng(5).bytes(600)),           # random bytes
+        ("foreign", data(0, 58, by=other_run)),                       # another session
+        ("malformed", data(0, 58, body=payload[:700])),               # truncated payload
+        ("malformed", data(58, 58)),                                  # seq out of range
+        ("malformed", data(0, 57)),                                   # wrong count
+        ("stranger", bytes(as_9)),                                    # no such rank
+        ("stranger", bytes(as_2)),                                    # rank 2 from 3's address
+        ("malformed", sealer.seal(wire.STATUS, 0, 0, 1, 0, 0, 58, 10 ** 9)),   # nonsense
     ]
-    for sock, data in junk:
-        sock.sendto(data, ("127.0.0.1", ports[0]))
-    return len(junk)
+    if auth:
+        replayed = data(0, 57)
+        junk += [
+            ("bad_mac", data(0, 58, by=Sealer(3, Session(session.session_id, bytes(32)),
+                                              True))),                 # a guessed key
+            ("bad_mac", data(0, 58, by=Sealer(3, session, False))),   # no tag
+            ("malformed", replayed),                   # through the gate, refused as wrong count
+            ("replayed", replayed),                    # the same bytes again: not even that far
+        ]
+    for _, raw in junk:
+        forger.sendto(raw, ("127.0.0.1", ports[0]))
+    return collections.Counter(reason for reason, _ in junk)
 
 
-def test_mcast_drops_and_counts_garbage_and_still_delivers():
+@pytest.mark.parametrize("auth", [True, False])
+def test_mcast_drops_and_counts_garbage_and_still_delivers(auth):
     v = _vector(np.random.default_rng(6))
-    with _peers("mcast", ranks=range(3)) as (ends, ports, session), \
+    with _peers("mcast", {"auth": auth}, ranks=range(3)) as (ends, ports, session), \
             socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as forger:
         forger.bind(("127.0.0.1", ports[3]))
-        n = _garbage_mcast(session, ports, forger)
+        expected = _garbage_mcast(session, ports, forger, auth)
         report = ends[1].send(0, v, [0], rate_mbps=RATE_MBPS, timeout_s=10.0)
         (m,) = _collect(ends[0], 1)
         assert _same_bits(m.values, v) and report.delivered == {0: 1.0}
         stats = ends[0].stats()
-        assert stats["malformed"] >= 6 and stats["foreign"] == 1 and stats["stranger"] == 2
-        assert stats["malformed"] + stats["foreign"] + stats["stranger"] == n
+        assert {k: stats[k] for k in expected} == expected   # loopback loses nothing
+        assert sum(ends[0].rejections().values()) == sum(expected.values())
         assert stats.get("handler_errors", 0) == 0 and stats["delivered"] == 1
 
 
@@ -221,6 +243,7 @@ def test_a_receiver_that_is_gone_is_unfinished_at_the_timeout(slug, options):
     ("mcast", {"close_frac": 0}), ("mcast", {"close_frac": 1.5}), ("mcast", {"poll_ms": -1}),
     ("mcast", {"payload_bytes": 1402}), ("mcast", {"payload_bytes": 1500}),
     ("mcast", {"min_frac": 0.9, "close_frac": 0.8}), ("mcast", {"nope": 1}),
+    ("mcast", {"auth": "yes"}), ("mcast", {"replay_window": 8}), ("mcast", {"round_window": 0}),
     ("tcp", {"cc": "vegas"}), ("tcp", {"close_frac": 0.9}), ("udp", {}),
 ])
 def test_bad_options_are_refused_in_one_sentence(slug, options):

@@ -1,10 +1,13 @@
 """The PS and worker processes train for real over loopback TCP (no emulation, no root)."""
 
-import subprocess
 import sys
 
-from harness.running.runfiles import RunFiles, write_session
+import numpy as np
+
+from harness.running import keys
+from harness.running.runfiles import RunFiles
 from harness.running.spec import RunSpec
+from topologies.incast import PS_NAME, worker_name
 from transports.base import Session
 
 
@@ -12,10 +15,11 @@ def _train(run_dir, spec: RunSpec) -> RunFiles:
     files = RunFiles(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     files.spec.write_text(spec.to_json())
-    write_session(files.session, Session.draw())   # one session for all hosts, as the runner does
+    # One session, each host handed its own pairs' keys through a pipe, as the runner does.
+    blobs = keys.blobs(keys.run_keys(Session.draw(), spec.pattern, spec.n_workers))
     base = [sys.executable, "-m", "harness.hosts.node", "--run", str(run_dir), "--loopback"]
-    procs = [subprocess.Popen(base + ["--role", "ps"])]
-    procs += [subprocess.Popen(base + ["--role", "worker", "--rank", str(r)])
+    procs = [keys.popen(base + ["--role", "ps"], blobs[PS_NAME])]
+    procs += [keys.popen(base + ["--role", "worker", "--rank", str(r)], blobs[worker_name(r)])
               for r in range(spec.n_workers)]
     try:
         assert [p.wait(timeout=120) for p in procs] == [0] * (1 + spec.n_workers)
@@ -101,3 +105,19 @@ def test_compressed_local_steps_learn_and_push_fewer_bytes(tmp_path):
     assert all(r.grad_bytes == 4 * 2 * 1097 for r in records)
     rounds = files.ps_iterations()
     assert sum(s["compress_dropped"] for rec in rounds for s in rec.msg_stats) == 0
+
+
+def test_cser_synchronises_residuals_in_rounds_of_their_own(tmp_path):
+    """Top-1 % pushes with CSER's error reset over LTP (harness/training/compress.py): after every
+    4 gradient rounds each worker spends one pushing its residual, both in the same rounds (bsp),
+    in the same push layout; the PS's model still learns."""
+    spec = RunSpec(transport="ltp", n_workers=2, iterations=30, eval_every=30, port=17500,
+                   timeout_s=120, compress="topk:0.01", reset_mode="cser", error_reset=4)
+    files = _train(tmp_path, spec)
+    evals = files.eval_records()
+    assert evals[-1].accuracy > evals[0].accuracy + 0.2   # it learns (chance is 0.1)
+    for host in ("w1", "w2"):
+        records = files.worker_iterations(host)
+        assert [r.residual_sync for r in records] == [i % 5 == 4 for i in range(30)]
+        assert all(np.isnan(r.train_loss) == r.residual_sync for r in records)   # no batch
+        assert {r.grad_bytes for r in records} == {4 * 2 * 1097}

@@ -3,7 +3,7 @@
 Run inside a host that takes no part in the attacked exchanges (the test uses the last worker's
 namespace) while an LTP run trains::
 
-    python -m tests.emulation.attacker --run RUN --session RUN/session.key --iterations 40 \\
+    python -m tests.emulation.attacker --run RUN --session-id ID --iterations 40 \\
         --bytes 437544 --auth 1 --rate 400 --report attack.json
 
 What lets a forged datagram reach its victim: the controller forwards on the destination MAC
@@ -14,8 +14,8 @@ namespace can send UDP "from" worker 0 (10.0.0.1:port) to the PS and "from" the 
 (10.0.0.254:port) to worker 0, and both map the datagrams to that peer by address.
 
 The attacker knows the protocol, the layout (the model is public), the addresses, and the
-session id (every datagram of the run carries it in the clear; the test reads it from the session
-file), but not the key. It builds its datagrams with the LTP core itself, through the binding's
+session id (every datagram of the run carries it in the clear; the test passes it on the command
+line), but no key. It builds its datagrams with the LTP core itself, through the binding's
 C functions: a fake worker and a fake PS that talk to each other produce genuine-looking DATA,
 ACK, CLOSE, HELLO and HELLO_ACK, sealed (with auth on) under a key of their own. Message ids are
 sprayed over the whole run, since the attacker cannot see which iteration is running.
@@ -39,7 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.running.runfiles import RunFiles, read_jsonl, read_session
+from harness.running import keys
+from harness.running.runfiles import RunFiles, read_jsonl
 from topologies.incast import PS_IP, PS_NAME, worker_ip
 from transports import native
 
@@ -79,7 +80,7 @@ class FakeEnd:
         self.core = self.lib.ltp_core_new(cfg, rank)
         self.lib.ltp_core_add_peer(self.core, peer)
         if auth:
-            self.lib.ltp_core_set_key(self.core, key, len(key))
+            self.lib.ltp_core_set_peer_key(self.core, 0, key, len(key))
         self.buf = self.ffi.new("uint8_t[]", 65536)
         self.slot = self.ffi.new("int *")
         self.now = 10_000_000
@@ -122,10 +123,10 @@ def one_message(end: FakeEnd, msg_id: int, payload: np.ndarray) -> list[bytes]:
 
 
 def build_pools(session_id: int, auth: bool, iterations: int, n_bytes: int,
-                rng: random.Random) -> dict[str, dict[str, list[bytes]]]:
+                rng: random.Random, key: bytes | None = None) -> dict[str, dict[str, list[bytes]]]:
     """Forged datagrams by victim and class. The PS's are "from" worker 0 (rank 0), the worker's
-    "from" the PS."""
-    key = os.urandom(native.key_bytes())   # not the run's: the attacker does not know it
+    "from" the PS; sealed under ``key`` (an insider's own pair key), else under random bytes."""
+    key = key or os.urandom(native.key_bytes())   # not the run's: the attacker does not know it
     ps_rank = native.rank_server()
     pools = {v: {c: [] for c in CLASS_TTL} for v in VICTIMS}
     fw = FakeEnd(0, ps_rank, session_id, auth, key)        # impersonates worker 0
@@ -172,7 +173,10 @@ def main(argv: list[str] | None = None) -> int:
     """Spray forgeries at both victims while the run trains; write what was sent."""
     p = argparse.ArgumentParser(prog="python -m tests.emulation.attacker")
     p.add_argument("--run", type=Path, required=True, help="the attacked run's folder")
-    p.add_argument("--session", type=Path, required=True, help="its session file (for the id)")
+    p.add_argument("--session-id", type=int, required=True, help="its session id (public)")
+    p.add_argument(keys.FLAG, type=int, default=None, dest="keys_fd", metavar="N",
+                   help="an insider: seal under the one pair key this host was handed (the key "
+                        "of its own pair with the PS), read from inherited descriptor N")
     p.add_argument("--iterations", type=int, required=True)
     p.add_argument("--bytes", type=int, required=True, help="the model's message size")
     p.add_argument("--auth", type=int, required=True, help="whether the run authenticates (1/0)")
@@ -182,8 +186,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     rng = random.Random(12)
     files = RunFiles(args.run)
-    session_id = read_session(args.session).session_id   # the id only: it is public anyway
-    pools = build_pools(session_id, bool(args.auth), args.iterations, args.bytes, rng)
+    session_id = args.session_id
+    key = None
+    if args.keys_fd is not None:
+        held = keys.read_fd(args.keys_fd)
+        key = held.key(held.holds()[0])[:native.key_bytes()]
+    pools = build_pools(session_id, bool(args.auth), args.iterations, args.bytes, rng, key)
     targets = {"ps": ((worker_ip(0), args.port), (PS_IP, args.port)),
                "worker": ((PS_IP, args.port), (worker_ip(0), args.port))}
     sent = {v: {c: 0 for c in CLASS_TTL} for v in VICTIMS}

@@ -15,7 +15,7 @@ from topologies.testbed.network import STATE_DIR
 
 OUR_PROCESS = re.compile(r"mininet:(ps1|s1|w\d+|x\d+|l\d+|sp\d+)|osken-manager|harness\.node|"
                          r"harness\.zygote|harness\.bench_node|iperf3|nfq-delay|"
-                         r"topologies\.onoff|topologies\.multicast")
+                         r"topologies\.onoff|topologies\.multicast|tcpdump")
 OUR_LINK = re.compile(r"(ps1|s1|w\d+|x\d+|l\d+|sp\d+)-eth\d+")
 
 

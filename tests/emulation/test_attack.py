@@ -79,13 +79,14 @@ def _attacked_run(tb: Testbed, folder, auth: bool) -> dict:
     report = folder / "attack.json"
     attacker = tb.start_process(
         ATTACKER_HOST, [sys.executable, "-m", "tests.emulation.attacker", "--run", str(prep.files.dir),
-                        "--session", str(prep.files.session), "--iterations", str(ITERATIONS),
-                        "--bytes", str(GRADIENT_BYTES), "--auth", str(int(auth)), "--port",
-                        str(spec.port), "--report", str(report)], folder / "attacker.log")
+                        "--session-id", str(prep.session.session_id),
+                        "--iterations", str(ITERATIONS), "--bytes", str(GRADIENT_BYTES),
+                        "--auth", str(int(auth)), "--port", str(spec.port),
+                        "--report", str(report)], folder / "attacker.log")
     before = tb.meter.snapshot()
     t0 = time.monotonic()
     try:
-        with launched(spawn_plain(tb), node_commands(spec, prep.files)) as procs:
+        with launched(spawn_plain(tb), node_commands(spec, prep.files), prep.keys) as procs:
             status, reason = wait(procs, t0 + spec.timeout_s)
         wall_s = time.monotonic() - t0
         deadline = time.monotonic() + 30
@@ -93,7 +94,6 @@ def _attacked_run(tb: Testbed, folder, auth: bool) -> dict:
             time.sleep(0.1)
     finally:
         attacker.kill()
-        prep.files.session.unlink(missing_ok=True)
     row, _, _ = collect(tb, prep, before, tb.meter.snapshot(), status, reason, wall_s, "test")
     files = RunFiles(prep.files.dir)
     assert attacker.poll() == 0 and report.exists(), (folder / "attacker.log").read_text()[-2000:]

@@ -127,12 +127,13 @@ def test_ltp_datagrams_on_the_wire_are_single_packets(cells):
     for frame_bytes, ltp, length in _udp_payloads(files.dir.parent / "ltp.pcap"):
         n += 1
         assert frame_bytes <= 1514 and length <= 1472
-        # magic, version, type; byte 5 says the datagram ends in a MAC tag (auth is on by default)
+        # magic, version, type; byte 5 says the datagram ends in a trailer (number and MAC tag:
+        # auth is on by default)
         assert ltp[:3] == b"\x4c\x50" + bytes([lib.LTP_VERSION]) and 1 <= ltp[3] <= 5, ltp[:4]
         assert ltp[5] != 0, "a datagram without its MAC tag"
         if ltp[3] == 1:   # DATA: its payload length field accounts for the whole datagram
             assert (struct.unpack("<H", ltp[36:38])[0]
-                    == length - lib.LTP_DATA_HDR_BYTES - lib.LTP_MAC_BYTES)
+                    == length - lib.LTP_DATA_HDR_BYTES - lib.LTP_TRAILER_BYTES)
     assert n >= 2 * 8 * 300, "the capture missed the pushes"   # 2 pushes of ~300 DATA per worker
     workers = [files.host_summary(worker_name(r)).transport_stats for r in range(8)]
     assert all(w["udp_gso"] == 1.0 for w in workers), "a worker gave up GSO"

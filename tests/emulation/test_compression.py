@@ -6,10 +6,14 @@ feedback, and against scaled-sign pushes over TCP. The bytes the switch sent tow
 round (its port counters: parameters never cross that direction, so this is the pushes plus
 protocol traffic) fall to a small fraction of the uncompressed run's, as do the transports' own
 counts; the models still learn. At 10 % random loss over LTP, lost index-value pairs are dropped
-by the PS, counted, and the run still learns.
+by the PS, counted, and the run still learns. Under CSER's error reset (``reset_mode`` cser)
+every worker spends every fifth round (``R = 4``) synchronising its residual, all of them in the
+same rounds, and the PS's model still learns.
 """
 
+from harness.running.runfiles import RunFiles
 from tests.emulation.conftest import incast_fixture, short_run
+from topologies.incast import worker_name
 
 ITERATIONS = 15
 bed = incast_fixture("compression", 4)
@@ -49,3 +53,17 @@ def test_lost_pairs_are_dropped_and_counted(bed, tmp_path):
                loss_pct=10.0, compress="topk:0.01", error_reset=0)
     assert row["early_closes"] > 0 and row["min_recv_frac"] >= 0.8
     assert row["compress_dropped"] > 0
+
+
+def test_cser_spends_every_fifth_round_on_the_residual(bed, tmp_path):
+    iterations, reset = 30, 4
+    fields = dict(transport="ltp", compress="topk:0.01", reset_mode="cser", error_reset=reset)
+    row, curves, _ = short_run(bed, tmp_path, iterations, **fields)
+    assert row["reset_mode"] == "cser" and row["error_reset"] == reset
+    # R gradient rounds, then one synchronisation: 30 rounds hold 6 of them per worker
+    assert row["residual_syncs"] == iterations // (reset + 1) == 6
+    run = RunFiles(tmp_path / row["run_id"])
+    for r in range(4):   # bsp: every worker in the same rounds (the same message ids)
+        records = run.worker_iterations(worker_name(r))
+        assert [rec.residual_sync for rec in records] == [i % 5 == 4 for i in range(iterations)]
+    assert curves[-1]["accuracy"] > 0.3 > curves[0]["accuracy"]   # chance is 0.1

@@ -12,7 +12,9 @@ import numpy as np
 
 from harness.p2p.run import execute
 from harness.p2p.spec import PeerSpec
-from harness.running.runfiles import read_jsonl
+from harness.reporting import wire
+from harness.running.capture import Capture
+from harness.running.runfiles import RunFiles, read_jsonl
 from tests.emulation.conftest import network_fixture
 
 BASE = PeerSpec(n_leaves=2, workers_per_leaf=3, n_slow=1, rounds=6, local_steps=5,
@@ -22,11 +24,11 @@ BASE = PeerSpec(n_leaves=2, workers_per_leaf=3, n_slow=1, rounds=6, local_steps=
 fabric = network_fixture("p2p-net", BASE.fabric, forked=True, stats_interval_s=0.25)
 
 
-def _run(fabric, tmp_path, **fields):
+def _run(fabric, tmp_path, capture=None, **fields):
     tb, spawn = fabric
     spec = BASE.replace(**fields)
     run_dir = tmp_path / spec.run_id
-    row, curves = execute(tb, spec, run_dir, "test", spawn)
+    row, curves = execute(tb, spec, run_dir, "test", spawn, capture=capture)
     assert row["status"] == "ok", row["reason"]
     assert row["rounds_done"] == spec.rounds
     return spec, row, curves, run_dir / "raw"
@@ -55,6 +57,14 @@ def test_selmcast_through_switch_groups_trains_and_the_groups_copy(fabric, tmp_p
                    for b in g["buckets"] if b["toward"].startswith("w")}
         assert set(buckets) == receivers
         assert all(n >= datagrams * 0.9 for n in buckets.values()), buckets
+    # Every round's groups were recorded, and the last round's buckets toward peers are its plan.
+    logged = read_jsonl(raw / "groups.jsonl")
+    assert [r["round"] for r in logged] == list(range(spec.rounds))
+    copies: dict[str, set] = {}
+    for g in logged[-1]["groups"]:
+        copies.setdefault(g["sender"], set()).update(
+            b["toward"] for b in g["buckets"] if b["toward"].startswith("w"))
+    assert {s: copies.get(s) for s in last} == last
     # The averaged model learned, and better than chance by far.
     assert row["final_accuracy"] > 0.5
     assert curves[-1]["acc_mean"] > curves[0]["acc_mean"]
@@ -86,7 +96,8 @@ def test_ssp_keeps_every_peer_within_the_bound(fabric, tmp_path):
 
 
 def test_loss_tolerant_multicast_closes_early_under_loss(fabric, tmp_path):
-    spec, row, _, raw = _run(fabric, tmp_path, policy="random-p",
+    """Also the dissector on a capture of w1 in that run (docs/reading-a-capture.md)."""
+    spec, row, _, raw = _run(fabric, tmp_path, Capture(("w1",)), policy="random-p",
                              scheme="mcast+close_frac=0.9", loss_pct=5.0)
     summaries = [json.loads((raw / f"w{h + 1}.summary.json").read_text())
                  for h in range(spec.n_workers)]
@@ -95,3 +106,13 @@ def test_loss_tolerant_multicast_closes_early_under_loss(fabric, tmp_path):
     assert 0.9 <= row["mixed_frac"] < 1.0
     final = np.load(raw / "w1.final.npy")
     assert np.isfinite(final).all()
+    pcap = RunFiles(raw.parent).pcap("w1")
+    assert wire.problems(pcap) == 0
+    assert wire.count(pcap, "udp && !ltpp") == 0, "a UDP datagram the dissector did not take"
+    frames = wire.dissect(pcap, wire.MCAST_FIELDS, "ltpp")
+    ip = fabric[0].host_ips()["w1"]
+    emitted = frames[frames["ip.src"] == ip]
+    # Everything w1 emitted went out through its one port: the capture counts what it counted.
+    assert len(emitted) == summaries[0]["transport_stats"]["datagrams_out"]
+    assert {1, 2, 3} <= set(frames["ltpp.kind"])   # DATA, POLL, STATUS (CLOSE: after a wait)
+    assert (emitted["ltpp.sender"] == 0).all()

@@ -59,7 +59,8 @@ def test_time_to_accuracy_is_the_first_evaluation_at_the_target(folder):
     assert "(3 of 3 reached)" in "\n".join(collectives.patterns_text(_ctx(folder)))
 
 
-def test_no_queue_drops_are_claimed_for_a_tree_or_a_ring(folder):
+def test_queue_drops_are_shown_for_every_pattern(folder):
+    # queue_drops counts every switch port's packets in less out, so it means the same under
+    # every pattern (topologies/testbed/counters.py) and the tables keep it for trees and rings.
     ok = load(folder).ok
-    assert (ok[ok.pattern == "ps"].queue_drops == 5000).all()
-    assert ok[ok.pattern != "ps"].queue_drops.isna().all()
+    assert (ok.queue_drops == 5000).all()

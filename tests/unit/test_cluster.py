@@ -334,8 +334,8 @@ import tasks
 from harness import cli
 from harness.running import engine
 ran = []
-cli.require_root = cli.require_setup = lambda: None
-engine.run_plan = lambda plan, folder, figures=True, redo=None: ran.append(folder)
+cli.require_root = cli.require_setup = lambda *also: None
+engine.run_plan = lambda plan, folder, figures=True, redo=None, capture=None: ran.append(folder)
 tasks.run_sweep(invoke.Context(), preset="smoke", out={str(tmp_path / 'sweep')!r})
 assert ran, "the local sweep did not run"
 assert "ray" not in sys.modules, "ray was imported"

@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 
 from harness.running.spec import RunSpec, SpecError
-from harness.training.compress import (CompressError, Compression, ErrorFeedback, check_compress,
-                                       decode, encode, parse_compress, up_layout)
+from harness.training.compress import (CompressError, Compression, ErrorFeedback, ErrorReset,
+                                       check_compress, decode, encode, parse_compress,
+                                       residual_keeper, up_layout)
 from transports.base import Delivery, Layout
 
 LAYOUT = Layout.from_sizes([("fc1.weight", 1000), ("fc1.bias", 10), ("fc2.weight", 64)])
@@ -121,6 +122,137 @@ def test_error_feedback_keeps_what_it_did_not_send_and_resets():
     assert every2.residual_norm > 0
     every2.push(v)
     assert every2.residual_norm == 0.0
+
+
+def _old_push(state, update, layout, comp, reset):
+    """ErrorFeedback.push as it was before reset modes existed (the reference for ``drop``)."""
+    state["pushes"] += 1
+    pending = state["residual"] + update
+    wire, sent = encode(pending, layout, comp)
+    if reset and state["pushes"] % reset == 0:
+        state["residual"] = np.zeros_like(pending)
+    else:
+        state["residual"] = pending - sent
+    return wire
+
+
+@pytest.mark.parametrize("text", ["topk:0.01", "sign"])
+@pytest.mark.parametrize("reset", [0, 1, 3])
+def test_drop_is_bit_for_bit_what_error_feedback_was(text, reset):
+    comp = parse_compress(text)
+    keeper = residual_keeper(LAYOUT, comp, reset, "drop", lr=0.2)
+    assert isinstance(keeper, ErrorFeedback) and not keeper.due()
+    pulled = _vector(9)
+    assert keeper.local(pulled) is pulled            # drop loads the pulled parameters as is
+    state = {"pushes": 0, "residual": np.zeros(LAYOUT.n_floats, dtype=np.float32)}
+    for i in range(7):
+        v = _vector(10 + i)
+        # compared as bit patterns: packed sign words can read as NaN
+        assert np.array_equal(keeper.push(v).view(np.uint32),
+                              _old_push(state, v, LAYOUT, comp, reset).view(np.uint32))
+        assert np.array_equal(keeper.residual, state["residual"])
+        assert not keeper.due()
+
+
+def _cser_rounds(text, reset, rounds, schedule, lr=0.2, n=3, seed=0):
+    """Workers with ErrorReset keepers against a fake PS that applies each push's decoded
+    vector, ``x -= lr / n * push`` per push (bsp: a round's n pushes at once, the mean). Each
+    worker's full update is a noisy gradient of a quadratic at its local model. Yields, after
+    each step, (x, residuals, mean local model, plain SGD's model, who pushed, syncs)."""
+    rng = np.random.default_rng(seed)
+    comp = parse_compress(text)
+    target = rng.normal(size=LAYOUT.n_floats).astype(np.float32)
+    x = np.zeros(LAYOUT.n_floats, dtype=np.float32)
+    plain = x.astype(np.float64)
+    keepers = [residual_keeper(LAYOUT, comp, reset, "cser", lr=lr) for _ in range(n)]
+    for step in range(rounds):
+        who = schedule(step, rng)
+        pushes, syncing = [], []
+        for i in who:
+            k = keepers[i]
+            syncing.append(k.due())
+            if k.due():
+                pushes.append(k.sync())
+            else:
+                local = k.local(x)
+                u = (local - target + 0.3 * rng.normal(size=x.size)).astype(np.float32)
+                plain -= lr / n * u.astype(np.float64)   # SGD on the full update, nothing lost
+                pushes.append(k.push(u))
+        for wire in pushes:   # after every worker of the step has pulled (bsp's order)
+            x -= lr / n * decode(_delivered(wire, up=up_layout(LAYOUT, comp)), LAYOUT,
+                                 comp).values
+        mean_local = np.mean([x + k.residual for k in keepers], axis=0)
+        yield x, [k.residual for k in keepers], mean_local, plain, syncing, \
+            [k.syncs for k in keepers]
+
+
+@pytest.mark.parametrize("text", ["topk:0.01", "sign"])
+def test_cser_loses_nothing_under_bsp(text):
+    """After every round, gradient or residual synchronisation, the mean of the workers' local
+    models x + e_i is exactly where plain SGD on the mean of their full updates would be."""
+    reset, rounds = 3, 24
+    apart = 0.0
+    for t, (x, residuals, mean_local, plain, syncing, syncs) in enumerate(
+            _cser_rounds(text, reset, rounds, lambda step, rng: range(3))):
+        assert np.allclose(mean_local, plain, rtol=1e-4, atol=1e-4), t
+        # every worker counts rounds alike: all synchronise in the same round, every R + 1
+        assert syncing == [t % (reset + 1) == reset] * 3
+        apart = max(apart, float(np.abs(x - plain).max()))
+    assert syncs == [rounds // (reset + 1)] * 3
+    assert apart > 1e-2   # the PS's own x does trail: the check above is not x == plain
+    assert all(np.abs(e).max() > 0 for e in residuals)
+
+
+def test_cser_loses_nothing_when_each_worker_keeps_its_own_schedule():
+    """async: one worker at a time, in random order, each push applied at lr / n at once; each
+    worker synchronises on its own count of rounds."""
+    rounds = 0
+    for x, residuals, mean_local, plain, syncing, syncs in _cser_rounds(
+            "topk:0.01", 2, 60, lambda step, rng: [int(rng.integers(3))]):
+        assert np.allclose(mean_local, plain, rtol=1e-4, atol=1e-4)
+        rounds += syncing == [True]
+    assert sum(syncs) == rounds > 0
+    assert len(set(syncs)) > 1   # the workers did not synchronise in lockstep
+
+
+def test_cser_without_compression_is_plain_sgd():
+    keeper = residual_keeper(LAYOUT, parse_compress("none"), 2, "cser", lr=0.2)
+    assert isinstance(keeper, ErrorReset)
+    pulled, v = _vector(20), _vector(21)
+    for _ in range(6):
+        assert not keeper.due() and keeper.local(pulled) is pulled
+        assert np.array_equal(keeper.push(v), v)
+    assert keeper.residual_norm == 0.0 and keeper.syncs == 0
+
+
+def test_cser_synchronises_with_the_runs_compressor():
+    comp = parse_compress("topk:0.01")
+    keeper = residual_keeper(LAYOUT, comp, 1, "cser", lr=0.5)
+    with pytest.raises(RuntimeError, match="due"):
+        keeper.sync()
+    v = _vector(22)
+    wire = keeper.push(v)
+    sent = decode(_delivered(wire), LAYOUT, comp).values
+    assert np.allclose(keeper.residual, -0.5 * (v - sent))
+    assert np.allclose(keeper.local(np.zeros_like(v)), keeper.residual)
+    assert keeper.due()
+    before = keeper.residual.copy()
+    sync_wire = keeper.sync()
+    synced = decode(_delivered(sync_wire), LAYOUT, comp).values
+    # One push layout per run: the synchronisation is the same top-k, of -e / lr.
+    assert sync_wire.size == wire.size == up_layout(LAYOUT, comp).n_floats
+    assert np.allclose(synced, encode(-before / 0.5, LAYOUT, comp)[1])
+    assert np.allclose(keeper.residual, before + 0.5 * synced)
+    assert np.count_nonzero(keeper.residual) < np.count_nonzero(before)
+    assert not keeper.due() and keeper.syncs == 1
+
+
+def test_reset_modes_are_checked():
+    with pytest.raises(CompressError, match="reset-mode"):
+        check_compress("topk", 1, 1, "cser2")
+    with pytest.raises(CompressError, match="at least 1"):
+        check_compress("topk", 1, 0, "cser")
+    check_compress("topk", 1, 0, "DROP")
 
 
 def test_the_spec_takes_the_parameters_and_names_the_run():

@@ -69,13 +69,14 @@ def snap(t, ports, sent, drops, impair, retrans, cross=(4,)):
 
 
 def test_delta_gives_the_runs_figures():
-    before = snap(0.0, {1: {"tx_bytes": 100}, 2: {"rx_packets": 10}, 3: {"rx_packets": 5},
-                        4: {"rx_packets": 0, "rx_bytes": 0}},
+    before = snap(0.0, {1: {"tx_bytes": 100, "tx_packets": 10}, 2: {"rx_packets": 10},
+                        3: {"rx_packets": 5}, 4: {"rx_packets": 0, "rx_bytes": 0}},
                   sent=10, drops=1,
                   impair={"ps1": LossCounters(100, 5, 2), "w1": LossCounters(50, 0, 0)},
                   retrans=3)
-    after = snap(1.0, {1: {"tx_bytes": 10_100}, 2: {"rx_packets": 60}, 3: {"rx_packets": 45},
-                       4: {"rx_packets": 30, "rx_bytes": 45_000}},
+    after = snap(1.0, {1: {"tx_bytes": 10_100, "tx_packets": 120}, 2: {"rx_packets": 60},
+                       3: {"rx_packets": 45, "tx_packets": 3}, 4: {"rx_packets": 30,
+                                                                   "rx_bytes": 45_000}},
                  sent=120, drops=4,
                  impair={"ps1": LossCounters(1100, 105, 27), "w1": LossCounters(150, 0, 0)},
                  retrans=10)
@@ -83,8 +84,9 @@ def test_delta_gives_the_runs_figures():
     assert d.arrived_packets == 1100 and d.random_drops == 100
     assert d.measured_loss_pct == pytest.approx(100 * 100 / 1100)
     assert d.loss_bursts == 25 and d.mean_burst_pkts == 4.0
-    # Toward the PS: 50 + 40 from the workers and 30 from the cross host, 110 of them sent.
-    assert d.queue_drops == 10
+    # In on every port: 50 + 40 from the workers and 30 from the cross host; out: 110 toward the
+    # PS and 3 toward a worker (any pattern's traffic counts).
+    assert d.queue_drops == 7
     assert d.queue_drops_tc == 3
     assert d.bottleneck_tx_bytes == 10_000 and d.cross_tx_bytes == 45_000
     assert d.tcp_retransmits == 14

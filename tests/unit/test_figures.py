@@ -212,6 +212,23 @@ def test_faults_figures_and_report_section(tmp_path):
     assert "TCP CUBIC is better" in line
 
 
+def _byzantine_curve(row, scheme, sync, acc):
+    """A run's two evaluations: chance at 0, ``acc`` at 50 iterations."""
+    return [{"run_id": row["run_id"], "scheme": scheme, "transport": scheme, "loss_pct": 0.0,
+             "delay_ms": 0.0, "seed": row["seed"], "sync": sync, "fault": "none",
+             "byzantine": row["byzantine"], "aggregator": row["aggregator"], "iteration": it,
+             "time_s": it * 0.25, "accuracy": a, "test_loss": 0.5}
+            for it, a in ((0, 0.1), (50, acc))]
+
+
+def _byzantine_report(tmp_path, rows, curves) -> str:
+    """Tables written, figures drawn (the Byzantine one among them); the report's text."""
+    results.append_rows(tmp_path / "runs.csv", results.RUNS_COLUMNS, rows)
+    results.append_rows(tmp_path / "curves.csv", results.CURVES_COLUMNS, curves)
+    assert "byzantine_accuracy.png" in {p.name for p in figures.make(tmp_path)}
+    return (tmp_path / "report.md").read_text()
+
+
 def test_byzantine_figure_and_report_section(tmp_path):
     """A sweep over attacks and rules gets its figure and its section: averaging collapses under
     the attack, score holds, and the verdicts come from intervals."""
@@ -226,19 +243,42 @@ def test_byzantine_figure_and_report_section(tmp_path):
                              honest_updates=600, honest_rejected=0, honest_filled=0,
                              honest_filled_rejected=0, agg_p50_s=0.004)
                 rows.append(r)
-                curves += [{"run_id": r["run_id"], "scheme": "tcp-cubic", "transport": "tcp-cubic",
-                            "loss_pct": 0.0, "delay_ms": 0.0, "seed": seed, "sync": "bsp",
-                            "fault": "none", "byzantine": attack, "aggregator": rule,
-                            "iteration": it, "time_s": it * 0.25, "accuracy": a,
-                            "test_loss": 0.5} for it, a in ((0, 0.1), (50, acc))]
-    results.append_rows(tmp_path / "runs.csv", results.RUNS_COLUMNS, rows)
-    results.append_rows(tmp_path / "curves.csv", results.CURVES_COLUMNS, curves)
-    names = {p.name for p in figures.make(tmp_path)}
-    assert "byzantine_accuracy.png" in names
-    text = (tmp_path / "report.md").read_text()
+                curves += _byzantine_curve(r, "tcp-cubic", "bsp", acc)
+    text = _byzantine_report(tmp_path, rows, curves)
     assert "## Byzantine workers and aggregation rules" in text
     assert "byzantine 2:sign-flip, mean:" in text and "collapses" in text
     assert "byzantine 2:sign-flip, score:" in text and ": holds." in text
+
+
+def test_byzantine_section_keeps_sync_modes_and_holdouts_apart(tmp_path):
+    """validation-async and privacy vary the sync mode and the holdout: each is a cell of its
+    own, and a rule is compared with the attack-free mean run of its own sync mode."""
+    rows, curves = [], []
+    cells = [(sync, attack, rule, 0) for sync in ("ssp:2", "async") for attack in
+             ("0", "2:sign-flip") for rule in ("mean", "zeno++")]
+    cells += [("async", attack, "zeno++", 6000) for attack in ("0", "2:sign-flip")]
+    for sync, attack, rule, holdout in cells:
+        for seed in range(3):
+            acc = 0.75 + 0.002 * seed
+            if attack != "0":
+                acc = 0.1 if rule == "mean" else (0.6 if sync == "ssp:2" else acc)
+            r = _run_row("ltp", 0.0, seed, 4.0, acc, byzantine=attack, aggregator=rule,
+                         sync=sync, holdout=holdout,
+                         run_id=f"{sync}_{attack}_{rule}_{holdout}_{seed}",
+                         byzantine_updates=200 if attack != "0" else 0, byzantine_kept=0,
+                         honest_updates=600, honest_rejected=0, honest_filled=0,
+                         honest_filled_rejected=0, agg_p50_s=0.004)
+            rows.append(r)
+            curves += _byzantine_curve(r, "ltp", sync, acc)
+    text = _byzantine_report(tmp_path, rows, curves)
+    text = text.split("## Byzantine workers and aggregation rules")[1].split("\n## ")[0]
+    verdicts = [ln for ln in text.splitlines() if ln.startswith("- ") and "zeno++:" in ln]
+    assert any("sync async, holdout 0," in ln and ": holds." in ln for ln in verdicts)
+    assert any("sync ssp:2, holdout 0," in ln and "beyond the margin" in ln for ln in verdicts)
+    # With its own validation set zeno++ is compared with the mean run that has none.
+    assert any("sync async, holdout 6000," in ln and ": holds." in ln for ln in verdicts)
+    table = [ln for ln in text.splitlines() if ln.startswith("| ") and "zeno++ |" in ln]
+    assert len(table) == 2 * 2 + 2   # every (sync, attack) at holdout 0, and async at 6000
 
 
 def test_compression_figures_and_report_section(tmp_path):
@@ -270,6 +310,30 @@ def test_compression_figures_and_report_section(tmp_path):
     # seed by seed, sign costs exactly 0.1 points here: paired, that is beyond noise
     sign = next(line for line in text.splitlines() if line.startswith("- LTP, 0 % loss, sign"))
     assert "at a cost of 0.1 points of accuracy [0.1, 0.1]" in sign
+
+
+def test_reset_modes_and_sync_modes_are_settings_of_their_own(tmp_path):
+    """The cser presets: drop and cser runs of one compressor, under two sync modes, are four
+    settings, never pooled; each is compared with the uncompressed run of its own sync mode."""
+    rows = []
+    for sync in ("bsp", "async"):
+        for comp, mode, acc in (("none", "drop", 0.76), ("topk:0.01", "drop", 0.70),
+                                ("topk:0.01", "cser", 0.74)):
+            for seed in range(3):
+                rows.append(_run_row("ltp", 0.0, seed, 4.0, acc, compress=comp, local_steps=1,
+                                     error_reset=4 if comp != "none" else 1, reset_mode=mode,
+                                     sync=sync, run_id=f"{sync}_{comp}_{mode}_{seed}",
+                                     wire_bytes_per_iter=20_000 if comp != "none" else 900_000,
+                                     compress_dropped=0))
+    results.append_rows(tmp_path / "runs.csv", results.RUNS_COLUMNS, rows)
+    figures.make(tmp_path, figures=False)
+    lines = (tmp_path / "report.md").read_text().splitlines()
+    table = [line for line in lines if line.startswith("| LTP")]
+    assert len(table) == 6 and all("| 3 |" in line for line in table)   # 3 seeds a setting
+    assert sum("| 4 cser |" in line for line in table) == 2
+    cser = next(line for line in lines if line.startswith("- LTP, 0 % loss, topk:0.01, H=1, "
+                                                          "reset 4 cser, async"))
+    assert "at a cost of 2.0 points of accuracy" in cser
 
 
 def test_best_of_one_scheme_names_no_winner():

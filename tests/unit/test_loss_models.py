@@ -138,7 +138,7 @@ def test_attach_command_line_carries_probabilities_seed_and_stream(helper):
     assert flags == {"--p-gb": "0.01", "--p-bg": "0.25", "--loss-good": "0.0",
                      "--loss-bad": "1.0", "--seed": "9", "--stream": "2"}
     assert impair.ge_argv("read", "w2-eth0")[1:] == ["read", "--dev", "w2-eth0"]
-    with pytest.raises(LossModelError, match="attach, read or detach"):
+    with pytest.raises(LossModelError, match="attach, read, dump or detach"):
         impair.ge_argv("load", "w2-eth0")
 
 

@@ -3,6 +3,7 @@ fake controller), the report from a synthetic table."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from types import SimpleNamespace
@@ -83,6 +84,12 @@ class FakeMcast:
                         "estimate_s": 0.1, "random_p_estimate_s": 0.2, "forced": []})
         return {"selections": sel, "select_s": 0.0, "install_s": 0.0, "settle_s": 0.0}
 
+    def command(self, op):
+        """``groups``: one group on one switch, as the controller describes what it installed."""
+        assert op == "groups"
+        return {"groups": [{"switch": 1, "sender": "w1", "group": "239.1.0.1", "group_id": 1,
+                            "buckets": [{"port": 2, "toward": "w2"}], "packets": 0}]}
+
 
 def _peers(spec, tmp_path, lag=None):
     """Run every peer's sync loop in a thread; return {rank: [(round, reply, t)]}."""
@@ -123,6 +130,9 @@ def test_bsp_plans_each_round_once_for_everyone_in_rotating_order(tmp_path):
         assert reply["group"] == f"239.1.0.{rank + 1}"
         assert reply["rate_mbps"] == pytest.approx(max(10.0 * rank, 1.0))  # the floor: 1
     assert len((tmp_path / "rounds.jsonl").read_text().splitlines()) == 3
+    groups = [json.loads(line) for line in (tmp_path / "groups.jsonl").read_text().splitlines()]
+    assert [g["round"] for g in groups] == [0, 1, 2]
+    assert groups[0]["groups"][0]["buckets"] == [{"port": 2, "toward": "w2"}]
 
 
 def test_unicast_copies_install_nothing(tmp_path):

@@ -4,30 +4,40 @@ import collections
 
 import numpy as np
 
+from transports.base import Session
 from transports.peer import wire
+from transports.peer.auth import Sealer
 from transports.peer.inbound import KEEP_CLOSED, Inbound
 
-N_FLOATS, PAYLOAD, SID = 1000, 400, 77     # 10 datagrams of 100 floats
+N_FLOATS, PAYLOAD = 1000, 400     # 10 datagrams of 100 floats
 COUNT = 10
+SESSION = Session(77, bytes(range(32)))
+SEALERS = {rank: Sealer(rank, SESSION, auth=False, first_pseq=0) for rank in range(4)}
 
 
-def _inbound(close_frac=1.0, min_frac=0.5):
+def _inbound(close_frac=1.0, min_frac=0.5, **keywords):
     got, counters = [], collections.Counter()
-    inbound = Inbound(0, N_FLOATS, PAYLOAD, SID, close_frac, min_frac, got.append, counters)
+    inbound = Inbound(0, N_FLOATS, PAYLOAD, SEALERS[0].seal, close_frac, min_frac, got.append,
+                      counters, **keywords)
     return inbound, got, counters
 
 
-def _data(round_, seq, sender=1, value=None):
-    payload = np.full(100, seq if value is None else value, np.float32).tobytes()
-    return wire.decode(memoryview(wire.data_header(sender, SID, round_, seq, COUNT) + payload))
+def _decode(parts):
+    return wire.decode(memoryview(b"".join(parts)))
+
+
+def _data(round_, seq, sender=1, value=None, count=COUNT, payload=None):
+    if payload is None:
+        payload = np.full(100, seq if value is None else value, np.float32).tobytes()
+    return _decode(SEALERS[sender].parts(wire.DATA, round_, seq, count, body=payload))
 
 
 def _poll(round_, pass_=1, sender=1):
-    return wire.decode(memoryview(wire.encode(wire.POLL, sender, SID, round_, pass_, COUNT)))
+    return _decode([SEALERS[sender].seal(wire.POLL, round_, pass_, COUNT)])
 
 
 def _close(round_, sender=1):
-    return wire.decode(memoryview(wire.encode(wire.CLOSE, sender, SID, round_, COUNT)))
+    return _decode([SEALERS[sender].seal(wire.CLOSE, round_, COUNT)])
 
 
 def _status(raw):
@@ -95,10 +105,25 @@ def test_a_newer_round_supersedes_an_open_one_and_old_rounds_are_stale():
 def test_malformed_data_is_counted_not_stored():
     inbound, got, counters = _inbound()
     payload = np.zeros(100, np.float32).tobytes()
-    for raw in (wire.data_header(1, SID, 0, COUNT, COUNT) + payload,       # seq out of range
-                wire.data_header(1, SID, 0, 0, COUNT + 1) + payload,       # wrong count
-                wire.data_header(1, SID, 0, 0, COUNT) + payload[:-4],      # short
-                wire.data_header(1, SID, 0, COUNT - 1, COUNT) + payload + b"x"):  # long
-        inbound.on_data(wire.decode(memoryview(raw)))
+    for d in (_data(0, COUNT, payload=payload),                  # seq out of range
+              _data(0, 0, count=COUNT + 1, payload=payload),     # wrong count
+              _data(0, 0, payload=payload[:-4]),                 # short
+              _data(0, COUNT - 1, payload=payload + b"x")):      # long
+        inbound.on_data(d)
     assert counters["malformed"] == 4 and not got
-    assert wire.decode(memoryview(b"LTPp\x02" + bytes(40))) is None   # another version
+    assert wire.decode(memoryview(b"LTPp\x01" + bytes(40))) is None   # version 1
+    assert wire.decode(memoryview(b"LTPp\x03" + bytes(40))) is None   # another version
+
+
+def test_a_round_far_past_progress_is_refused_and_opens_nothing():
+    inbound, got, counters = _inbound(round_window=5)
+    inbound.on_data(_data(5, 0))                 # progress -1: the window is rounds 0 to 4
+    assert counters["out_of_window"] == 1
+    inbound.on_data(_data(4, 0))                 # inside: opens round 4, progress 4
+    inbound.on_data(_data(9, 0, sender=2))       # another sender, inside 4 + 5
+    inbound.own_round = 20                       # this peer sent round 20: its progress moves
+    for seq in range(COUNT):
+        inbound.on_data(_data(25, seq, sender=3))
+    assert counters["out_of_window"] == 1 and [m.round for m in got] == [25]
+    assert inbound.on_poll(_poll(26 + 5, sender=3)) is None
+    assert counters["out_of_window"] == 2 and counters["stale"] == 0

@@ -100,6 +100,24 @@ def test_push_time_meets_the_bound_without_loss(binary):
     assert all(0.293 <= it["push_s"] <= 0.293 * 1.10 for it in got.iterations)
 
 
+# (Mbit/s, workers, loss %): the points of the data-centre grid that hold for every seed tried
+# (1-4), a fraction of a second each. Before the links kept fractions of a microsecond, 64 workers
+# pushed at 1.07x, 1.65x and 8.3x the bound at 1, 10 and 100 Gbit/s (a frame's transmission
+# rounded up to a whole microsecond). Open (docs/simulation.md): at 100 Gbit/s a push lies
+# between 1.04x and 1.72x the bound depending on the seed, and 8 workers at 10 Gbit/s with 2 %
+# loss reach 1.24x with seed 1.
+@pytest.mark.parametrize("mbps, workers, loss", [
+    (1000, 64, 0), (1000, 64, 2), (10000, 64, 0), (10000, 64, 2), (10000, 8, 0)])
+def test_push_stays_near_the_bound_at_data_centre_rates(binary, mbps, workers, loss):
+    from harness.simulation.figures import bound_s
+    got = sim.run(sim.Cell(workers=workers, bottleneck_mbps=mbps, queue_pkts=256, loss=loss,
+                           iterations=3))
+    assert got.summary["status"] == "ok"
+    bound = float(bound_s(workers, mbps))
+    pushes = [it["push_s"] for it in got.iterations]
+    assert all(p <= 1.15 * bound for p in pushes), (pushes, bound)
+
+
 def test_sweep_writes_tables_resumes_and_draws(binary, tmp_path):
     from harness.running import results
     from harness.running import engine
@@ -145,3 +163,15 @@ def test_crossovers_need_separated_intervals():
     got = crossovers(pd.DataFrame(rows)).iloc[0]
     assert got["faster_by_n"] == "8:ltp;64:noise;512:tcp-ref"
     assert got["crossover_between_n"] == "64-512"
+
+
+def test_bench_reports_the_ps_core_time_per_datagram_per_n(binary):
+    lines = []
+    rows = kind.bench([2, 4], 1000.0, 1, min_pushes=8, echo=lines.append)
+    assert [r["n_workers"] for r in rows] == [2, 4]
+    assert [r["iterations"] for r in rows] == [4, 2]   # small N get more: 8 pushes at least
+    assert all(r["status"] == "ok" and r["ps_core_us_per_datagram"] > 0 for r in rows)
+    assert "PS core us/datagram" in lines[1] and len(lines) == 2 + 2 + 1
+    assert "x the smallest" in lines[-1]
+    with pytest.raises(sim.SimulationError, match="--min-pushes must be 0 or more"):
+        kind.bench([2], 1000.0, 1, min_pushes=-1)

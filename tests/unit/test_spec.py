@@ -75,7 +75,7 @@ def test_a_preset_loads_the_plugins_it_names_for_itself_and_its_children(monkeyp
     monkeypatch.delenv(registry.PLUGINS_ENV, raising=False)
     specs = presets.get("lab3").specs()   # no $LTP_TRANSPORTS needed
     assert "udp-blast" in {s.transport for s in specs}
-    assert os.environ[registry.PLUGINS_ENV].endswith("docs/labs/code/udp_blast.py")
+    assert os.environ[registry.PLUGINS_ENV].endswith("docs/labs/instructor/udp_blast.py")
 
 
 def test_a_value_named_twice_in_a_dimension_is_refused():
@@ -116,3 +116,70 @@ def test_schemes_carry_options_into_specs_and_names():
         parse_scheme("ltp+zero")
     with pytest.raises(SpecError, match="filler"):
         presets.get("smoke").override(transports=("ltp+filler=sideways",))
+
+
+def test_reset_modes_are_validated_and_name_the_run():
+    cser = RunSpec(transport="ltp", compress="topk:0.01", error_reset=4, reset_mode="CSER")
+    assert cser.reset_mode == "cser" and "_topk0.01_cser4_s0_" in cser.run_id
+    assert RunSpec.from_json(cser.to_json()) == cser
+    drop = cser.replace(reset_mode="drop")
+    assert "reset_mode" not in drop.to_json() and "cser" not in drop.run_id   # ids unchanged
+    # Without compression there is no residual: one run, whatever the mode and period.
+    assert RunSpec(reset_mode="cser", error_reset=4) == RunSpec()
+    for changes, words in (({"reset_mode": "sync"}, "--reset-mode 'sync': write drop or cser"),
+                           ({"reset_mode": "cser", "error_reset": 0}, "at least 1"),
+                           ({"reset_mode": "cser", "pattern": "tree"}, "reset_mode drop only")):
+        with pytest.raises(SpecError, match=words):
+            RunSpec(transport="ltp", compress="sign", **changes)
+
+
+def test_the_cser_presets_compare_the_two_reset_modes():
+    specs = presets.get("cser").specs()
+    # none collapses the reset modes: 3 seeds, then 2 compressors x 2 modes x 3 seeds
+    assert len(specs) == 3 + 2 * 2 * 3
+    assert {(s.compress, s.reset_mode) for s in specs} == {
+        ("none", "drop"), ("topk:0.01", "drop"), ("topk:0.01", "cser"), ("sign", "drop"),
+        ("sign", "cser")}
+    assert all(s.max_train_s == 60.0 and s.iterations == 1000 for s in specs)
+    both = presets.get("cser-async").specs()
+    assert len(both) == 2 * 2 * 3 and {s.sync for s in both} == {"ssp:2", "async"}
+    assert {s.error_reset for s in specs + both if s.compress != "none"} == {4}
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({"aggregator": "score", "sync": "async"}, "only bsp has"),
+    ({"aggregator": "krum", "sync": "ssp:2"}, "only bsp has"),
+    ({"holdout": 6000}, "only the score and zeno\\+\\+ aggregators"),
+    ({"holdout": 6000, "aggregator": "median"}, "not aggregator median"),
+    ({"holdout": 10, "aggregator": "score"}, "from score_batch \\(64\\) to 30000"),
+    ({"holdout": 30001, "aggregator": "zeno++"}, "to 30000 samples, not 30001"),
+    ({"holdout": 100, "aggregator": "zeno++", "score_batch": 128}, "score_batch \\(128\\)"),
+    ({"holdout": 1.5, "aggregator": "score"}, "whole number of samples"),
+])
+def test_validation_rules_and_holdouts_are_checked(fields, words):
+    with pytest.raises(SpecError, match=words):
+        RunSpec(**fields)
+
+
+def test_zenopp_runs_in_every_sync_mode_and_names_its_runs_without_a_plus():
+    for sync in ("bsp", "ssp:2", "async"):
+        spec = RunSpec(aggregator="zeno++", sync=sync, byzantine="2:sign-flip")
+        assert "_zenopp_" in spec.run_id and "+" not in spec.run_id
+    held = RunSpec(aggregator="zeno++", sync="async", holdout=6000)
+    assert held.run_id.startswith("tcp-cubic_loss0_bw100_async_zenopp_holdout6000_s0_")
+    assert "_holdout64_" in RunSpec(aggregator="score", holdout=64).run_id
+    # The quiet default: a run without a holdout keeps its id and its JSON.
+    assert "holdout" not in RunSpec(aggregator="score").run_id
+    assert "holdout" not in RunSpec(aggregator="score").to_json()
+    assert RunSpec.from_json(held.to_json()) == held
+
+
+def test_the_validation_presets_count_their_runs():
+    byz = presets.get("byzantine").specs()
+    assert len(byz) == 4 * 6 * 3
+    assert {s.aggregator for s in byz} >= {"zeno++", "krum"}
+    assert {s.byzantine for s in byz} == {"0", "2:sign-flip", "2:alie", "2:ipm"}
+    va = presets.get("validation-async").specs()
+    assert len(va) == 2 * 2 * 2 * 2 * 3 and {s.sync for s in va} == {"ssp:2", "async"}
+    privacy = presets.get("privacy").specs()
+    assert len(privacy) == 2 * 2 * 2 * 3 and {s.holdout for s in privacy} == {0, 6000}

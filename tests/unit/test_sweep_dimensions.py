@@ -1,6 +1,8 @@
 """Loss models and cross traffic as sweep dimensions: the command line's lists, the run spec's
 fields (and the ids of runs written before they existed), the plan's grid."""
 
+import dataclasses
+
 import pytest
 
 from harness import cli
@@ -119,3 +121,38 @@ def test_a_blocked_plan_runs_each_block_on_a_network_of_its_own_in_turn():
     seeds = [sorted({s.seed for s in g}) for g in groups]
     assert seeds == [list(range(3 * b, 3 * b + 3)) for b in range(plan.blocks)]
     assert len(ps.order(presets.get("default").specs(), 0)) == 1
+
+
+def test_models_are_a_dimension_each_measured_to_its_own_target():
+    from harness.training.models import TARGET_ACCURACY
+
+    plan = presets.get("smoke").override(transports=("tcp-cubic",), loss_pcts=(0.0,),
+                                         models=("lenet5", "mlp6"))
+    assert {(s.model, s.target_accuracy) for s in plan.specs()} == {
+        ("lenet5", TARGET_ACCURACY["lenet5"]), ("mlp6", TARGET_ACCURACY["mlp6"])}
+    given = presets.get("smoke").override(transports=("tcp-cubic",), loss_pcts=(0.0,),
+                                          models=("lenet5", "mlp6"), target_accuracy=0.8)
+    assert {s.target_accuracy for s in given.specs()} == {0.8}   # a given target is everyone's
+    # Without a models dimension nothing changes: every preset's run ids stay as they were.
+    for plan in presets.PRESETS.values():
+        if not plan.models:
+            off = dataclasses.replace(plan, model_targets=False)
+            assert [s.run_id for s in plan.specs()] == [s.run_id for s in off.specs()]
+
+
+def test_regimes_are_sub_grids_whose_union_is_the_plan():
+    plan = presets.Plan(
+        name="t", transports=("tcp-cubic", "ltp"), loss_pcts=(0.0, "replay:5"),
+        bottleneck_mbps=(200.0,), seeds=(0, 1), base=RunSpec(iterations=5),
+        regimes=((), (("loss_pcts", ("replay:2",)), ("delays_ms", (10.0,)),
+                      ("bottleneck_mbps", (100.0,))),
+                 (("loss_pcts", (0.0,)), ("queues", (8,)))))
+    specs = plan.specs()
+    # The main grid (2 x 2 x 2), the edge regime (2 x 2) and the shallow queue (2 x 2).
+    assert len(specs) == 8 + 4 + 4
+    edge = [s for s in specs if s.delay_ms == 10.0]
+    assert {(s.loss_text, s.bottleneck_mbps) for s in edge} == {("replay:2", 100.0)}
+    assert {s.queue_pkts for s in specs if s.queue_pkts != 64} == {8}
+    # A dimension from the command line replaces the plan's own values in every regime that
+    # does not set it.
+    assert {s.seed for s in plan.override(seeds=(3,)).specs()} == {3}

@@ -3,8 +3,9 @@
 :class:`Ingress` is a running testbed's impairments (``testbed.ingress``). It applies an
 :class:`~topologies.impair.loss.Impairment` (a loss model, a one-way delay and a seed) at the
 ingress of every host or of named hosts, in the spirit of Mininet's ``Intf.config()``, so
-consecutive runs can share one network: uniform loss as an nftables rule set, Gilbert-Elliott
-loss (per packet or in time) as the eBPF program (:mod:`topologies.impair.loss`), delay through
+consecutive runs can share one network: uniform loss as an nftables rule set, replayable
+uniform loss, Gilbert-Elliott loss (per packet or in time) and recorded traces as the eBPF
+program (:mod:`topologies.impair.loss`; :meth:`Ingress.record` saves what it dropped), delay through
 the hosts' NFQUEUE helpers (:class:`~topologies.impair.delay.DelayLine`). It also reads each
 host's loss counters, for the testbed's snapshots.
 
@@ -14,11 +15,14 @@ log_path)`` and ``folder`` (a :class:`topologies.testbed.network.Testbed` is one
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
+from pathlib import Path
 
 from topologies.impair import loss
 from topologies.impair.delay import DelayLine
-from topologies.impair.loss import CHAINS, Impairment
+from topologies.impair.loss import CHAINS, Impairment, Trace, Uniform
+from topologies.impair.trace import TRACE_SUFFIX
 from topologies.incast import intf
 from transports.base import UserError
 
@@ -59,8 +63,22 @@ class Ingress:
         """Whether ``host`` runs a Gilbert-Elliott chain now."""
         return isinstance(self.applied.get(host, Impairment()).loss, CHAINS)
 
+    def record(self, folder: Path) -> None:
+        """Write the packet positions each chained host dropped since it was configured to
+        ``folder/<host>.trace`` (:mod:`topologies.impair.trace`); nothing if none is chained."""
+        for host in self.hosts.host_names():
+            if self.chained(host):
+                folder.mkdir(parents=True, exist_ok=True)
+                self.hosts.host_run(host, *loss.ge_argv("dump", intf(host),
+                                                        folder / f"{host}{TRACE_SUFFIX}"))
+
     def _apply_loss(self, host: str, imp: Impairment, stream: int) -> None:
         was_chained = self.chained(host)
+        if isinstance(imp.loss, Trace):
+            # A host the trace has no file for loses nothing.
+            model = imp.loss.files().get(host)
+            if model is None:
+                imp = dataclasses.replace(imp, loss=Uniform(0.0))
         script = self.hosts.folder / f".impair-{host}.nft"
         script.write_text(loss.ruleset(intf(host), imp.loss))
         try:
@@ -69,8 +87,9 @@ class Ingress:
             script.unlink()
         if isinstance(imp.loss, CHAINS):
             # Replaces a running program atomically, with fresh counters.
-            self.hosts.host_run(host, *loss.ge_argv("attach", intf(host), imp.loss, imp.seed,
-                                                    stream))
+            self.hosts.host_run(host, *loss.ge_argv(
+                "attach", intf(host), model if isinstance(imp.loss, Trace) else imp.loss,
+                imp.seed, stream))
         elif was_chained:
             self.hosts.host_run(host, *loss.ge_argv("detach", intf(host)))
         self.applied[host] = imp

@@ -5,11 +5,17 @@ There is no netem on this kernel, and dropping on the switch side does nothing w
 Open vSwitch, so loss is applied where a packet is received. A ``netdev`` nftables table hooked
 on the host interface's ingress counts every IPv4 packet that arrives (``arrived``) and every
 packet it drops (``dropped``), so measured loss always comes from counters, not from the
-configuration. Three loss models:
+configuration. Five loss models:
 
 **Uniform** (``uniform:5``, or plain ``5``): each IPv4 packet is dropped independently with
 probability ``loss_pct / 100`` by the nftables rule itself (``numgen random``, resolution 1e-6;
 the kernel's generator, which cannot be seeded).
+
+**Replayable uniform** (``replay:5``): the same independent loss, drawn by the seeded eBPF program
+below instead of the kernel's generator (the per-packet chain held in its good state). Whether the
+``i``-th IPv4 packet arriving at a host is dropped is then a function of the run's seed, the host
+and ``i`` alone: two runs with the same seed (two schemes, say) meet the same losses packet
+position by packet position on every link into a host, however different their traffic.
 
 **Gilbert-Elliott** (``ge:5:4``, ``ge:loss=5,burst=4``, or the full
 ``ge:p_gb=1.32,p_bg=25,loss_good=0,loss_bad=100``): a two-state Markov chain, good and bad,
@@ -19,7 +25,8 @@ good -> bad with probability ``p_gb`` or bad -> good with ``p_bg`` (all in perce
 form). The user-facing form gives a mean loss rate and a mean burst length (consecutive drops):
 it is Gilbert's special case, ``loss_good = 0`` and ``loss_bad = 100``, so every stay in the bad
 state is one burst: ``p_bg = 1 / burst`` and ``p_gb = p_bg * loss / (1 - loss)``, which makes the
-stationary share of bad packets, the mean loss, equal to ``loss``.
+stationary share of bad packets, the mean loss, equal to ``loss``. Its drops too are a function
+of the seed, the host and the packet's position: it is replayable as ``replay:`` is.
 
 **Gilbert-Elliott in time** (``get:5:2``, ``get:loss=5,burst_ms=2``, or the full
 ``get:good_ms=38,bad_ms=2,loss_good=0,loss_bad=100``): the same two states, but each held for an
@@ -34,19 +41,28 @@ timeout, is not held in the bad state for several of its packets: at 50 ms betwe
 per-packet chain a paced flow sees). The program counts the bad periods and their drawn
 durations, so the mean bad period of every run is measured too.
 
-Both chains run as one eBPF program at the interface's tc ingress (``topologies/impair/geloss/``: a
-cls_bpf direct-action filter under a clsact qdisc, loaded and configured by the ``ge-loss``
-helper). It does not drop; it marks the packets to drop (``skb->mark``), and the same nftables
-table, which the kernel runs right after tc ingress, counts them as arrived, drops the marked ones
-and counts them as dropped: the measured loss means exactly what it means under uniform loss. The
-program also counts runs of consecutive drops (``bursts``), so every run's mean burst length is
-measured (``dropped / bursts``). Its random numbers (splitmix64) are seeded: one seed, one sequence
-of decisions per host for one sequence of packets (for the time-based chain, for one sequence of
-packet arrival times). How the time-based chain draws durations without floating point:
-``topologies/impair/geloss/ge_time.h``. Why eBPF, with the measurements: ``docs/architecture.md``
-(Loss).
+The chains and traces run as one eBPF program at the interface's tc ingress
+(``topologies/impair/geloss/``: a cls_bpf direct-action filter under a clsact qdisc, loaded and
+configured by the ``ge-loss`` helper). It does not drop; it marks the packets to drop
+(``skb->mark``), and the same nftables table, which the kernel runs right after tc ingress, counts
+them as arrived, drops the marked ones and counts them as dropped: the measured loss means exactly
+what it means under uniform loss. The program also counts runs of consecutive drops (``bursts``),
+so every run's mean burst length is measured (``dropped / bursts``). Its random numbers
+(splitmix64) are seeded: one seed, one sequence of decisions per host for one sequence of packets
+(for the time-based chain, for one sequence of packet arrival times, so it is not replayable by
+seed; its recorded trace is).
 
-Both work unchanged on kernels that have netem.
+**A recorded trace** (``trace:DIR``): every chained model (``replay``, ``ge``, ``get`` and a trace
+itself) writes the position of every packet it drops into a second map, and the runner saves each
+host's as ``DIR/<host>.trace`` in the run's folder (``runs/<run_id>/loss/``,
+:class:`~harness.running.runfiles.RunFiles`). ``trace:DIR`` replays them: host ``h`` drops the
+``i``-th IPv4 packet it receives exactly when the recorded run dropped its ``i``-th, packets past
+the trace's end are not dropped, and a host without a file loses nothing. The file format:
+``topologies/impair/geloss/ge_trace.h`` (:mod:`topologies.impair.trace`). How the time-based
+chain draws durations without floating point: ``topologies/impair/geloss/ge_time.h``. Why eBPF,
+with the measurements: ``docs/architecture.md`` (Loss).
+
+All of them work unchanged on kernels that have netem.
 """
 
 from __future__ import annotations
@@ -58,10 +74,12 @@ import re
 from pathlib import Path
 
 from topologies.impair.delay import c_define, check_delay
+from topologies.impair.trace import TRACE_SUFFIX, folder_loss_pct
 from transports.base import UserError
 
 TABLE = "ltp_impair"
 RESOLUTION = 1_000_000
+PROJECT = Path(__file__).resolve().parents[2]
 GE_DIR = Path(__file__).resolve().parent / "geloss"
 GE_BINARY = GE_DIR / "build" / "ge-loss"
 MAX_LOSS_PCT = 50.0
@@ -108,6 +126,27 @@ class Uniform:
     def text(self) -> str:
         """The canonical text form (``uniform:5``)."""
         return f"uniform:{self.loss_pct:g}"
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplayUniform:
+    """Uniform loss drawn by the seeded program: replayable by seed (the module docstring)."""
+
+    loss_pct: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "loss_pct",
+                           _check_pct("loss_pct", self.loss_pct, MAX_LOSS_PCT, below=True))
+
+    mean_loss_pct = property(lambda self: self.loss_pct, doc="The expected share dropped, %.")
+
+    def text(self) -> str:
+        """The canonical text form (``replay:5``)."""
+        return f"replay:{self.loss_pct:g}"
+
+    def flags(self) -> dict[str, float]:
+        """The helper's options: the per-packet chain kept in its good state."""
+        return {"p-gb": 0.0, "p-bg": 0.0, "loss-good": self.loss_pct / 100, "loss-bad": 1.0}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -276,9 +315,49 @@ class GilbertElliottTime:
                 "loss-good": self.loss_good_pct / 100, "loss-bad": self.loss_bad_pct / 100}
 
 
-LossModel = Uniform | GilbertElliott | GilbertElliottTime
+@dataclasses.dataclass(frozen=True)
+class Trace:
+    """Replay the traces recorded in ``folder``: one ``<host>.trace`` per host (the module
+    docstring); a relative folder is taken from the project's folder, wherever the process
+    runs."""
+
+    folder: str
+
+    def __post_init__(self) -> None:
+        folder = str(self.folder).strip()
+        object.__setattr__(self, "folder", folder)
+        if not folder or not self.path.is_dir():
+            raise LossModelError(f"{folder or 'the trace'} is not a folder; give the loss/ folder "
+                                 "of a run that ran under replay, ge or get loss.")
+        if not self.files():
+            raise LossModelError(f"{folder} holds no loss traces (*{TRACE_SUFFIX}); give the "
+                                 "loss/ folder of a run that ran under replay, ge or get loss.")
+
+    @property
+    def path(self) -> Path:
+        """The folder, absolute."""
+        return PROJECT / self.folder if not Path(self.folder).is_absolute() else Path(self.folder)
+
+    def files(self) -> dict[str, Path]:
+        """Each host's trace file, by host name."""
+        return {f.name[:-len(TRACE_SUFFIX)]: f
+                for f in sorted(self.path.glob(f"*{TRACE_SUFFIX}"))}
+
+    @property
+    def mean_loss_pct(self) -> float:
+        """The share of every host's recorded positions dropped, in percent."""
+        return folder_loss_pct(self.path)
+
+    def text(self) -> str:
+        """The canonical text form (``trace:FOLDER``)."""
+        return f"trace:{self.folder}"
+
+
+LossModel = Uniform | ReplayUniform | GilbertElliott | GilbertElliottTime | Trace
 # The models the eBPF program carries.
-CHAINS = (GilbertElliott, GilbertElliottTime)
+CHAINS = (ReplayUniform, GilbertElliott, GilbertElliottTime, Trace)
+
+
 @dataclasses.dataclass(frozen=True)
 class _ChainSyntax:
     """How one Gilbert-Elliott chain is written: ``KIND:LOSS:BURST``, ``KIND:loss=,BURST=`` or
@@ -329,6 +408,10 @@ def parse_loss(text: str | float) -> LossModel:
             return Uniform(_number(kind, "a loss rate", whole))
         if kind == "uniform" and sep:
             return Uniform(_number(rest.strip(), "the loss rate", whole))
+        if kind == "replay" and sep:
+            return ReplayUniform(_number(rest.strip(), "the loss rate", whole))
+        if kind == "trace" and sep:
+            return Trace(rest.strip())
         if kind in _CHAINS and sep:
             return _parse_chain(_CHAINS[kind], rest, whole)
     except LossModelError as exc:
@@ -336,7 +419,8 @@ def parse_loss(text: str | float) -> LossModel:
             raise
         raise LossModelError(f"{whole!r}: {exc}") from None
     raise LossModelError(f"{whole!r} is not a loss model; write a rate in percent (5), "
-                         "uniform:5, ge:5:4 (per packet) or get:5:2 (in time).")
+                         "uniform:5, replay:5 (seeded), ge:5:4 (per packet), get:5:2 (in time) "
+                         "or trace:FOLDER (recorded).")
 
 
 def _pairs(rest: str, whole: str, keys: set[str]) -> dict[str, float]:
@@ -430,13 +514,18 @@ def ge_binary() -> Path:
     return GE_BINARY
 
 
-def ge_argv(command: str, intf: str, model: GilbertElliott | GilbertElliottTime | None = None,
+def ge_argv(command: str, intf: str, model: LossModel | Path | None = None,
             seed: int | None = None, stream: int = 0) -> list[str]:
     """The helper's command line: ``attach`` ``model`` to ``intf`` (seeded with ``seed`` and
-    the host's ``stream`` number), ``read`` its counters or ``detach`` it."""
-    if command not in ("attach", "read", "detach"):
-        raise LossModelError(f"command must be attach, read or detach, not {command!r}.")
+    the host's ``stream`` number; a trace is given as the host's file), ``read`` its counters,
+    ``dump`` its drops to the trace file ``model``, or ``detach`` it."""
+    if command not in ("attach", "read", "dump", "detach"):
+        raise LossModelError(f"command must be attach, read, dump or detach, not {command!r}.")
     argv = [str(ge_binary()), command, "--dev", intf]
+    if command == "dump":
+        return argv + ["--out", str(model)]
+    if command == "attach" and isinstance(model, Path):
+        return argv + ["--trace", str(model)]
     if command == "attach":
         for name, value in model.flags().items():
             argv += [f"--{name}", repr(value)]

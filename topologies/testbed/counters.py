@@ -14,9 +14,11 @@ of a run:
   drops per run (``None`` under uniform loss, whose rules count no runs);
 - ``bad_periods``, ``mean_bad_ms``: bad periods the time-based chains began, all hosts, and
   their mean duration as drawn (``None`` unless some host runs a time-based chain);
-- ``queue_drops``: packets the switch received from the workers and the cross-traffic hosts
-  (everything it forwards toward the PS) minus packets the bottleneck queue sent (the pfifo's
-  own counter, ``queue_drops_tc``, misses drops under userspace OVS);
+- ``queue_drops``: packets the switch received on all its ports minus packets it sent on all
+  of them: what its queues dropped, wherever the traffic went (toward the PS under the ``ps``
+  pattern, between workers under a tree or a ring). Exact for unicast traffic; a broadcast (an
+  ARP request) counts once in and several times out, so the count is floored at 0. The
+  bottleneck pfifo's own counter, ``queue_drops_tc``, misses drops under userspace OVS;
 - ``bottleneck_tx_bytes``: bytes the switch sent toward the PS;
 - ``cross_tx_bytes``: bytes the cross-traffic hosts sent into the switch (their ports' receive
   counters), i.e. what the background traffic offered to the bottleneck;
@@ -54,7 +56,7 @@ class PortCounters:
 
 @dataclasses.dataclass(frozen=True)
 class QueueCounters:
-    """The bottleneck pfifo's counters."""
+    """A queue's counters (the bottleneck's, or one priority band's)."""
 
     sent_packets: int = 0
     sent_bytes: int = 0
@@ -133,8 +135,8 @@ class Snapshot:
             mean_burst_pkts=dropped / bursts if bursts else None,
             bad_periods=bad_periods,
             mean_bad_ms=bad_ns / bad_periods / 1e6 if bad_periods else None,
-            queue_drops=max(0, port("rx_packets", self.worker_ports + self.cross_ports)
-                            - (self.bottleneck.sent_packets - before.bottleneck.sent_packets)),
+            queue_drops=max(0, port("rx_packets", list(self.ports))
+                            - port("tx_packets", list(self.ports))),
             queue_drops_tc=self.bottleneck.drops - before.bottleneck.drops,
             bottleneck_tx_bytes=port("tx_bytes", [self.ps_port]),
             cross_tx_bytes=port("rx_bytes", self.cross_ports),
@@ -188,13 +190,16 @@ def parse_dump_ports(text: str) -> dict[int, PortCounters]:
     return out
 
 
-def parse_qdisc(tc_json: str) -> QueueCounters:
-    """The bottleneck pfifo's counters from ``tc -s -j qdisc show dev ...``."""
-    for q in json.loads(tc_json):
-        if q.get("kind") == "pfifo":
-            return QueueCounters(q["packets"], q["bytes"], q["drops"], q.get("overlimits", 0),
-                                 q.get("requeues", 0))
-    raise CounterError("the bottleneck pfifo is missing from the switch port toward the PS.")
+def parse_qdisc(tc_json: str, handle: str | None = None) -> QueueCounters:
+    """The bottleneck queue's counters from ``tc -s -j qdisc show dev ...``: the qdisc with
+    ``handle`` (the FIFO, or the priority bands' scheduler, which counts what all its bands sent
+    and dropped: :mod:`topologies.testbed.bottleneck`), else the first pfifo."""
+    qdiscs = json.loads(tc_json)
+    for q in ([q for q in qdiscs if q.get("handle") == handle] if handle else []) + \
+            [q for q in qdiscs if q.get("kind") == "pfifo"]:
+        return QueueCounters(q["packets"], q["bytes"], q["drops"], q.get("overlimits", 0),
+                             q.get("requeues", 0))
+    raise CounterError("the bottleneck queue is missing from the switch port toward the PS.")
 
 
 def parse_nstat(nstat_json: str) -> dict[str, int]:

@@ -15,6 +15,7 @@ import re
 import statistics
 import time
 
+from topologies.testbed.bottleneck import HANDLE
 from topologies.testbed.counters import (LossCounters, Snapshot, parse_dump_ports, parse_nstat,
                                          parse_qdisc)
 from topologies.testbed.process import TestbedError, run
@@ -67,7 +68,7 @@ class Meter:
             t=time.time(),
             ports=self.switch_ports(star.switch_name),
             bottleneck=parse_qdisc(run("tc", "-s", "-j", "qdisc", "show", "dev",
-                                        star.bottleneck_intf)),
+                                        star.bottleneck_intf), HANDLE),
             impair={name: LossCounters(**ingress.parse_counters(parts[1]))
                     for name, parts in hosts.items()},
             tcp={name: parse_nstat(parts[0]) for name, parts in hosts.items()},

@@ -33,6 +33,8 @@ While it is up, the testbed runs processes on hosts and two objects do the rest:
   needs as a typed :class:`~topologies.testbed.counters.Snapshot` (``after.delta(before)`` gives a
   run's figures), RTTs to the PS and the controller's port statistics; the names it reads (the
   PS, the switch, the bottleneck port) come from the topology's parameters;
+- :attr:`Testbed.queue` (:class:`~topologies.testbed.bottleneck.BottleneckQueue`) gives the
+  bottleneck the plain FIFO or the priority bands a transport asks for, per run;
 - :meth:`Testbed.start_process` runs a program inside a host, in its own process group,
   recorded for cleanup (a :class:`~topologies.testbed.process.HostProcess`);
   :meth:`Testbed.host_run` and :meth:`Testbed.reset_routes` set up hosts.
@@ -68,6 +70,7 @@ from topologies.impair.loss import Impairment
 from topologies.incast import IncastParams, intf
 from topologies.lifecycle import UpDown
 from topologies.testbed import ovs
+from topologies.testbed.bottleneck import BottleneckQueue
 from topologies.testbed.ledger import (Ledger, ProcessRef, link_exists, read_sysctl, reclaim,
                                        write_sysctl)
 from topologies.testbed.measure import Meter
@@ -175,6 +178,9 @@ class Testbed(UpDown):
         """Loss and delay at each host's ingress (:class:`~topologies.impair.ingress.Ingress`)."""
         self.meter = Meter(self)
         """Counters, RTTs, port statistics (:class:`~topologies.testbed.measure.Meter`)."""
+        self.queue = BottleneckQueue(self)
+        """The bottleneck's queue: the FIFO, or a transport's priority bands
+        (:class:`~topologies.testbed.bottleneck.BottleneckQueue`)."""
         self._controller_log_offset = 0
         self._saved_env: dict[str, str | None] = {}
 
@@ -221,8 +227,7 @@ class Testbed(UpDown):
             self.host_run(name, "sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1",
                           "net.ipv6.conf.default.disable_ipv6=1")
         for dev in self.topo.queue_intfs():
-            run("tc", "qdisc", "add", "dev", dev, "parent", "5:1", "handle", "10:",
-                 "pfifo", "limit", str(self.params.queue_pkts))
+            self.queue.create(dev)
         self.ingress.configure(Impairment(self.params.loss_pct))
         self._wait_for_flows()
 
@@ -357,12 +362,15 @@ class Testbed(UpDown):
         return {e["host"]: e["ip"] for e in self.topo.forwarding_table()}
 
     def start_process(self, host: str, argv: list[str], log_path: Path,
-                      env: dict[str, str] | None = None) -> HostProcess:
-        """Start ``argv`` inside ``host`` in its own session, output to ``log_path``."""
+                      env: dict[str, str] | None = None,
+                      pass_fds: tuple[int, ...] = ()) -> HostProcess:
+        """Start ``argv`` inside ``host`` in its own session, output to ``log_path``; the
+        descriptors ``pass_fds`` stay open in it (``mnexec`` keeps them)."""
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
             popen = self.net[host].popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, env=env, cwd=PROJECT_DIR)
+                                         stderr=subprocess.STDOUT, env=env, cwd=PROJECT_DIR,
+                                         pass_fds=pass_fds)
         return HostProcess(host, log_path, self.ledger, popen=popen)
 
     def controller_errors(self) -> list[str]:

@@ -149,8 +149,16 @@ def rejection_stats() -> tuple[str, ...]:
                  if lib.ltp_stat_kind(i) == lib.LTP_STAT_REJECT)
 
 
+def tos_mark(tos: int) -> int:
+    """A :class:`SendItem`'s ``tos`` that gives its DATA datagrams the IP TOS byte ``tos``
+    (``LTP_TOS_MARK``, ``ltp_send_req_t.tos``)."""
+    if not 0 <= tos <= 0xFF:
+        raise ValueError(f"an IP TOS byte is from 0 to 255, not {tos}.")
+    return int(_core()[1].LTP_TOS_MARK) | int(tos)
+
+
 def key_bytes() -> int:
-    """Bytes of the run's key the MAC uses (``LTP_KEY_BYTES``)."""
+    """Bytes of a pair's key the MAC uses (``LTP_KEY_BYTES``)."""
     return int(_core()[1].LTP_KEY_BYTES)
 
 
@@ -238,6 +246,7 @@ class SendItem:
     segment: int
     payload: np.ndarray
     critical_bytes: int = 0
+    tos: int = 0   # 0: the socket's TOS; else :func:`tos_mark` of the byte its DATA carry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -317,14 +326,20 @@ class Endpoint:
         check(_core()[1].ltp_udp_expect(self._live(), segment, total_bytes, critical_bytes),
               f"expecting segment {segment} of {total_bytes} bytes")
 
-    def set_key(self, key: bytes) -> None:
-        """The run's MAC key (its first :func:`key_bytes` bytes are used)."""
+    def set_peer_key(self, peer: int, key: bytes) -> None:
+        """The MAC key this end and peer slot ``peer`` share (its first :func:`key_bytes` bytes
+        are used): with auth on nothing is sent to the peer or taken from it before it is set."""
         key = bytes(key[:key_bytes()])
-        check(_core()[1].ltp_udp_set_key(self._live(), key, len(key)), "setting the LTP key")
+        check(_core()[1].ltp_udp_set_peer_key(self._live(), peer, key, len(key)),
+              f"setting the key of peer {peer}")
 
     def linger(self, max_s: float) -> None:
         """Stay until no peer can need this end any more (``ltp_udp_linger``), ``max_s`` at most."""
         check(_core()[1].ltp_udp_linger(self._live(), _timeout_us(max_s)), "lingering before closing")
+
+    def set_tos(self, tos: int) -> None:
+        """The IP TOS byte of every datagram a send does not mark (``ltp_udp_set_tos``)."""
+        check(_core()[1].ltp_udp_set_tos(self._live(), int(tos)), f"setting the IP TOS to {tos}")
 
     def set_policy(self, segment: int, threshold_min: float, threshold_max: float) -> None:
         """Close messages of ``segment`` between these thresholds instead of the configured ones."""
@@ -341,8 +356,10 @@ class Endpoint:
 
         A message the receiver refused as stale (it had moved past it) is not an error of the
         call: its stats say so (``done`` is ``send_done().index("stale")``). With ``partial``, an
-        item not finished by the deadline comes back as None (its send cancelled) instead of
-        raising :class:`LtpTimeout` for all of them.
+        item not finished by the deadline comes back as None instead of raising
+        :class:`LtpTimeout` for all of them. Either way a send not finished by the deadline is
+        suspended, not cancelled: sending the same message again resumes it where it stopped
+        (``ltp_udp_send``; docs/ltp-protocol.md §3, "Deadlines").
         """
         ffi, lib = _core()
         reqs = ffi.new("ltp_send_req_t[]", len(items))
@@ -350,6 +367,7 @@ class Endpoint:
         for r, it, buf in zip(reqs, items, keep):
             r.peer, r.msg_id, r.segment = it.peer, it.msg_id & 0xFFFFFFFF, it.segment
             r.len_bytes, r.data, r.critical_bytes = it.payload.nbytes, buf, it.critical_bytes
+            r.tos = it.tos
         rc = lib.ltp_udp_send(self._live(), reqs, len(items), _timeout_us(timeout_s))
         unfinished = partial and (rc == lib.LTP_ETIMEDOUT or any(
             r.status == lib.LTP_ETIMEDOUT for r in reqs))

@@ -21,7 +21,10 @@ each its own port with the keyword ``ports`` (one per rank), which overrides ``p
 
 Nothing that arrives is trusted: a datagram or stream of another session, of the wrong length,
 from an address that is not the peer's it claims to be, or with a sequence, rank or round out of
-range is dropped and counted in :meth:`PeerEnd.stats`; the receiving thread never raises.
+range is dropped and counted in :meth:`PeerEnd.stats`; the receiving thread never raises. The
+multicast transport also authenticates every datagram (its ``auth`` option, on by default: a MAC
+under a key derived from the :class:`~transports.base.Session` key, and a replay window); the
+TCP baseline relies on TCP's own handshake and sequence numbers.
 
 The peer transports are named by :data:`transports.peer.SCHEMES`, not by
 :mod:`transports.registry` (that registry is the parameter-server contract of

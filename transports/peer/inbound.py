@@ -1,8 +1,9 @@
 """The receiving half of the multicast peer transport: reassembly, closing, answers to polls.
 
-Sans-IO: :class:`Inbound` is handed decoded datagrams (:mod:`transports.peer.wire`) whose session
-and source address the caller has already checked, returns the STATUS datagram to send back (if
-any), and hands every message it closes to a ``deliver`` callable. It holds at most one open
+Sans-IO: :class:`Inbound` is handed decoded datagrams (:mod:`transports.peer.wire`) that the
+:class:`~transports.peer.auth.Gate` let through (session, source address, tag and replay window
+checked), returns the STATUS datagram to send back (if any, sealed by the ``seal`` it was given),
+and hands every message it closes to a ``deliver`` callable. It holds at most one open
 message per sender: a float32 buffer of ``n_floats`` preallocated with zeros (so what never
 arrives reads 0) and one bool per datagram.
 
@@ -19,6 +20,17 @@ After closing it remembers the last :data:`KEEP_CLOSED` rounds of each sender, s
 answering POLL and CLOSE for them with a closed STATUS and ignores late DATA for them. DATA,
 POLL or CLOSE for a round older than the newest one seen from that sender and not remembered is
 stale: dropped and counted, never answered.
+
+**The round window.** A round more than ``round_window`` past this peer's *progress* (the newest
+round it has sent itself or accepted from any sender; -1 before any) is refused and counted
+(``out_of_window``) before it opens anything, so that one datagram with a far-future round (say
+0xFFFFFFFF) cannot make every later genuine round of its sender stale. The progress is shared by
+all senders because rounds advance together in training (BSP: peers are at most one round apart,
+SSP with bound S: S + 1), while a receiver may not hear from a given sender for many rounds
+when it is not chosen as that sender's receiver; anchoring on that sender's own newest round
+would lock a sender out after a gap longer than the window. A round inside the window opens as
+before (with auth off, a forgery there still makes the rounds below it stale: the window bounds
+the damage of one datagram to ``round_window`` rounds of one sender; the MAC prevents it).
 """
 
 from __future__ import annotations
@@ -32,6 +44,12 @@ from transports.peer import wire
 from transports.peer.base import Incoming
 
 KEEP_CLOSED = 8
+
+ROUND_WINDOW = 64   # the mcast option round_window's default: see docs/peer-transports.md
+
+Seal = Callable[..., bytes]
+"""What seals a STATUS: ``seal(kind, round, *tail, body=b"")`` -> the whole datagram
+(:meth:`transports.peer.auth.Sealer.seal`)."""
 
 DropHook = Callable[[int, int, int], bool]
 """Test hook: called with (sender, round, seq) for every valid DATA datagram; True drops it."""
@@ -59,16 +77,20 @@ class _Message:
 class Inbound:
     """Every sender's messages as this peer receives them (see the module docstring)."""
 
-    def __init__(self, rank: int, n_floats: int, payload_bytes: int, session_id: int,
+    def __init__(self, rank: int, n_floats: int, payload_bytes: int, seal: Seal,
                  close_frac: float, min_frac: float, deliver: Callable[[Incoming], None],
-                 counters: collections.Counter, drop: DropHook | None = None) -> None:
+                 counters: collections.Counter, drop: DropHook | None = None, *,
+                 round_window: int = ROUND_WINDOW) -> None:
         self.rank = rank
         self.n_floats = n_floats
         self.payload_bytes = payload_bytes
         self.per = payload_bytes // 4
         self.count = datagram_count(n_floats, payload_bytes)
         self.last_bytes = 4 * n_floats - (self.count - 1) * payload_bytes
-        self.session_id = session_id
+        self.seal = seal
+        self.round_window = round_window
+        self.own_round = -1    # the newest round this peer sent (written by its sending thread)
+        self._progress = -1    # the newest round accepted from any sender
         self.close_frac = close_frac
         self.min_frac = min_frac
         self.deliver = deliver
@@ -141,6 +163,9 @@ class Inbound:
         if round_ <= self._latest.get(sender, -1):
             self.counters["stale"] += 1
             return None
+        if round_ > max(self._progress, self.own_round) + self.round_window:
+            self.counters["out_of_window"] += 1
+            return None
         if msg is not None:   # a newer round supersedes it
             if self._frac(msg) >= self.close_frac:
                 self._close(sender, msg, self.close_frac)
@@ -149,6 +174,7 @@ class Inbound:
                 self._record(sender, msg.round, wire.CLOSED | wire.DROPPED, self._floats(msg))
                 del self._open[sender]
         self._latest[sender] = round_
+        self._progress = max(self._progress, round_)
         msg = self._open[sender] = _Message(round_, self.n_floats, self.count)
         return msg
 
@@ -186,10 +212,9 @@ class Inbound:
         record = self._closed.get(sender, {}).get(round_)
         if record is not None:
             flags, floats = record
-            return wire.encode(wire.STATUS, self.rank, self.session_id, round_, sender, pass_,
-                               flags, 0, self.count, floats)
+            return self.seal(wire.STATUS, round_, sender, pass_, flags, 0, self.count, floats)
         msg = self._open.get(sender)
         if msg is None or msg.round != round_:
             return None
-        return wire.encode(wire.STATUS, self.rank, self.session_id, round_, sender, pass_, 0, 0,
-                           self.count, self._floats(msg), body=np.packbits(msg.have).tobytes())
+        return self.seal(wire.STATUS, round_, sender, pass_, 0, 0, self.count, self._floats(msg),
+                         body=np.packbits(msg.have).tobytes())

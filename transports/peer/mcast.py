@@ -4,10 +4,10 @@ Slug ``mcast``. One round of one sender, as we interpret issue 15's "multicast-c
 transport" (see ``docs/peer-transports.md``):
 
 1. **First pass.** The vector is cut into DATA datagrams of ``payload_bytes`` (1400 by default:
-   with the 20-byte header and IP+UDP it fits a 1500-byte MTU) and sent paced at ``rate_mbps``,
-   IP and UDP headers counted: once each to the group address (group mode; the switches copy
-   it to every selected receiver and rewrite the destination on the last hop), or to each
-   receiver in turn (unicast copies; the pace is for the total emitted).
+   with the 28-byte header, the 16-byte tag and IP+UDP it fits a 1500-byte MTU) and sent paced
+   at ``rate_mbps``, IP and UDP headers counted: once each to the group address (group mode;
+   the switches copy it to every selected receiver and rewrite the destination on the last
+   hop), or to each receiver in turn (unicast copies; the pace is for the total emitted).
 2. **Poll.** The sender sends POLL(round, pass) every ``poll_ms`` (to the group, or to each
    receiver not yet closed) until every open receiver has answered for this pass, or some have
    and four poll intervals have passed since the first answer (a receiver that is gone must not
@@ -24,26 +24,34 @@ transport" (see ``docs/peer-transports.md``):
    confirmed are ``unfinished``.
 
 The receiving half is :class:`~transports.peer.inbound.Inbound` (what a receiver does with DATA,
-POLL and CLOSE, and when an older round is superseded); the datagrams are
+POLL and CLOSE, and when an older round is superseded) and
+:class:`~transports.peer.outbound.Outbound` (what a sender does with STATUS); the datagrams are
 :mod:`transports.peer.wire`. Everything travels over ONE UDP socket bound to the peer's own
 address and port: the sending thread writes DATA, POLL and CLOSE; a background thread reads every
 datagram (``select`` with a 0.1 s tick, then drains without blocking), handles DATA/POLL/CLOSE as a
 receiver, answers STATUS, and hands STATUS about this peer's own round to the sending thread
-through a :class:`threading.Condition`. A datagram is accepted only if it decodes, carries this
-run's session id, names a rank whose address is the datagram's source, and has its sequence and
-count in range; everything else is dropped and counted. The session id filters strays from
-other runs; it is not authentication (no MAC).
+through a :class:`threading.Condition`.
+
+Trust (:mod:`transports.peer.auth`): with ``auth`` on (the default) every datagram ends in a
+BLAKE2b tag under its sender's key, derived from the run's :class:`~transports.base.Session`
+key, and carries the sender's datagram number. Every datagram read passes the
+:class:`~transports.peer.auth.Gate` before anything else sees it: it must decode, carry this
+run's session id, name a rank whose address is the datagram's source, bear a valid tag (checked
+in constant time) and not be a replay; then :class:`Inbound` refuses rounds outside its round
+window and sequences or counts out of range. Everything refused is counted by reason. With
+``auth`` off there is no tag and no replay window: the session id filters strays from other
+runs but is no authentication. ``docs/peer-transports.md`` has the threat model.
 
 Counting: ``packets`` and ``wire_bytes`` of a :class:`~transports.peer.base.SendReport` are every
 datagram this peer emitted for the round (DATA first pass, repairs, POLL, CLOSE; in copies mode
-each copy counts), bytes including 28 bytes of IP+UDP headers; ``retransmits`` the repair DATA
-datagrams. Python, not the C core: the C core's state machine is point-to-point per peer pair.
+each copy counts), bytes including 28 bytes of IP+UDP headers and the tags; ``retransmits`` the
+repair DATA datagrams. Python, not the C core: the C core's state machine is point-to-point per
+peer pair.
 """
 
 from __future__ import annotations
 
 import collections
-import dataclasses
 import select
 import socket
 import threading
@@ -55,31 +63,21 @@ import numpy as np
 
 from transports.base import Option, OptionError, Session
 from transports.peer import wire
+from transports.peer.auth import Gate, Sealer
 from transports.peer.base import PeerEnd, SendReport
-from transports.peer.inbound import DropHook, Inbound, datagram_count
+from transports.peer.inbound import ROUND_WINDOW, DropHook, Inbound, datagram_count
+from transports.peer.outbound import Outbound, well_formed
 
 TICK_S = 0.1               # the receiving thread looks at its stop flag this often
 FIRST_ANSWER_POLLS = 4     # after the first STATUS of a pass, wait this many polls for the rest
 PACE_SLACK_S = 0.001       # sleep only when ahead of the pace by more than this
 STATS_KEYS = ("datagrams_in", "bytes_in", "datagrams_out", "bytes_out", "retransmits",
               "status_out", "delivered", "early_closes", "malformed", "foreign", "stranger",
+              "bad_mac", "replayed", "too_old", "out_of_window",
               "stale", "late", "duplicate_data", "superseded", "dropped_below_min",
               "test_dropped", "send_errors", "recv_errors", "handler_errors")
-
-
-@dataclasses.dataclass
-class _Outbound:
-    """The round this peer is sending, as its receivers report it (guarded by the condition)."""
-
-    round: int
-    receivers: list[int]
-    pass_: int = 0
-    answered: dict[int, np.ndarray] = dataclasses.field(default_factory=dict)  # missing seqs
-    first_answer: float | None = None
-    closed: dict[int, float] = dataclasses.field(default_factory=dict)         # delivered frac
-
-    def open(self) -> list[int]:
-        return [r for r in self.receivers if r not in self.closed]
+REJECTIONS = ("malformed", "foreign", "stranger", "bad_mac", "replayed", "too_old",
+              "out_of_window")   # 0 at a peer that hears only its run's peers (bar reordering)
 
 
 class _Pacer:
@@ -114,6 +112,15 @@ class McastPeer(PeerEnd):
                help="how long after the first pass the sender repairs before it sends CLOSE"),
         Option("payload_bytes", 1400, "int", 4, wire.MAX_PAYLOAD_BYTES, unit="bytes",
                help="float32 payload per DATA datagram (a multiple of 4; 1400 fits a 1500 MTU)"),
+        Option("auth", True, "bool",
+               help="tag every datagram with a BLAKE2b MAC under its sender's key (derived from "
+                    "the run's key) and refuse replays"),
+        Option("replay_window", 4096, "int", 64, 1 << 20, unit="datagrams",
+               help="with auth: how far behind a sender's newest datagram number one may arrive "
+                    "and still be accepted (once)"),
+        Option("round_window", ROUND_WINDOW, "int", 1, 1 << 24, unit="rounds",
+               help="a receiver refuses a round more than this past the newest round it has "
+                    "sent or accepted"),
         Option("rcvbuf_bytes", 4 << 20, "int", 65536, 1 << 30, unit="bytes",
                help="receive buffer asked for the socket (the kernel caps it at rmem_max)"),
     )
@@ -134,13 +141,15 @@ class McastPeer(PeerEnd):
         if self.count > wire.MAX_COUNT:
             raise ValueError(f"a message of {n_floats} floats needs {self.count} datagrams; "
                              f"mcast carries at most {wire.MAX_COUNT}, so raise payload_bytes.")
-        self._addr_rank = {addr: r for r, addr in enumerate(self.addrs)}
         self._rx: collections.Counter = collections.Counter()   # written by the thread only
         self._tx: collections.Counter = collections.Counter()   # written by send() only
-        self._inbound = Inbound(rank, n_floats, o["payload_bytes"], session.session_id,
-                                o["close_frac"], o["min_frac"], self._deliver, self._rx, drop)
+        self._sealer = Sealer(rank, session, o["auth"])
+        self._gate = Gate(rank, self.addrs, session, o["auth"], o["replay_window"], self._rx)
+        self._inbound = Inbound(rank, n_floats, o["payload_bytes"], self._sealer.seal,
+                                o["close_frac"], o["min_frac"], self._deliver, self._rx, drop,
+                                round_window=o["round_window"])
         self._cond = threading.Condition()
-        self._out: _Outbound | None = None
+        self._out: Outbound | None = None
         self._send_lock = threading.Lock()
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
@@ -170,9 +179,10 @@ class McastPeer(PeerEnd):
         before = collections.Counter(self._tx)
         if group is not None:
             self._use_multicast()
-        out = _Outbound(round_, ranks)
+        out = Outbound(round_, ranks)
         with self._cond:
             self._out = out
+        self._inbound.own_round = max(self._inbound.own_round, round_)
         pacer = _Pacer(rate_mbps)
         payload = memoryview(np.ascontiguousarray(values)).cast("B")
         try:
@@ -227,11 +237,12 @@ class McastPeer(PeerEnd):
         for seq in seqs:
             if time.monotonic() >= deadline:
                 break
-            header = wire.data_header(self.rank, self.session.session_id, round_, seq,
-                                      self.count)
-            parts = [header, payload[seq * size:(seq + 1) * size]]
+            # One datagram number and tag for every copy: each receiver sees it once.
+            parts = self._sealer.parts(wire.DATA, round_, seq, self.count,
+                                       body=payload[seq * size:(seq + 1) * size])
+            wire_bytes = sum(len(p) for p in parts) + wire.IP_UDP_BYTES
             for dest in dests:
-                pacer.wait(len(header) + len(parts[1]) + wire.IP_UDP_BYTES)
+                pacer.wait(wire_bytes)
                 self._emit(parts, dest)
                 sent += 1
         return sent
@@ -246,7 +257,7 @@ class McastPeer(PeerEnd):
         return sum(self._data(round_, payload, np.flatnonzero(m).tolist(), [r], None, pacer,
                               deadline) for r, m in missing.items())
 
-    def _poll(self, out: _Outbound, group: str | None, until: float) -> dict[int, np.ndarray]:
+    def _poll(self, out: Outbound, group: str | None, until: float) -> dict[int, np.ndarray]:
         """One pass of polls; the missing datagrams of each open receiver that answered."""
         poll_s = self.options["poll_ms"] / 1000
         with self._cond:
@@ -262,8 +273,8 @@ class McastPeer(PeerEnd):
             if now >= until or (out.first_answer is not None
                                 and now - out.first_answer >= FIRST_ANSWER_POLLS * poll_s):
                 break
-            poll = wire.encode(wire.POLL, self.rank, self.session.session_id, out.round,
-                               out.pass_, self.count)
+            # A fresh datagram number every time: a receiver refuses a repeated one as a replay.
+            poll = self._sealer.seal(wire.POLL, out.round, out.pass_, self.count)
             for dest in self._dests(waiting, group):
                 self._emit([poll], dest)
             with self._cond:
@@ -273,16 +284,15 @@ class McastPeer(PeerEnd):
         with self._cond:
             return {r: m for r, m in out.answered.items() if r not in out.closed and m.any()}
 
-    def _close_round(self, out: _Outbound, group: str | None, deadline: float) -> None:
+    def _close_round(self, out: Outbound, group: str | None, deadline: float) -> None:
         """Send CLOSE until every open receiver confirmed or the deadline."""
         poll_s = self.options["poll_ms"] / 1000
-        close = wire.encode(wire.CLOSE, self.rank, self.session.session_id, out.round,
-                            self.count)
         while True:
             with self._cond:
                 waiting = out.open()
             if not waiting or time.monotonic() >= deadline:
                 return
+            close = self._sealer.seal(wire.CLOSE, out.round, self.count)   # a fresh number
             for dest in self._dests(waiting, group):
                 self._emit([close], dest)
             with self._cond:
@@ -315,15 +325,8 @@ class McastPeer(PeerEnd):
     def _handle(self, buf: memoryview, src: tuple[str, int]) -> None:
         self._rx["datagrams_in"] += 1
         self._rx["bytes_in"] += len(buf) + wire.IP_UDP_BYTES
-        d = wire.decode(buf)
+        d = self._gate.admit(buf, src)   # before anything reads or writes state
         if d is None:
-            self._rx["malformed"] += 1
-            return
-        if d.session != self.session.session_id:
-            self._rx["foreign"] += 1
-            return
-        if d.sender >= self.n_peers or d.sender == self.rank or self.addrs[d.sender] != src:
-            self._rx["stranger"] += 1
             return
         if d.kind == wire.DATA:
             self._inbound.on_data(d)
@@ -347,33 +350,22 @@ class McastPeer(PeerEnd):
 
     def _on_status(self, d: wire.Datagram) -> None:
         """A receiver's report on our round: record it and wake the sending thread."""
-        target, pass_, flags, _, count, floats = d.tail
-        closed = bool(flags & wire.CLOSED)
-        if (target != self.rank or count != self.count or floats > self.n_floats
-                or (not closed and len(d.body) != -(-count // 8))):
-            self._rx["malformed"] += 1
-            return
         with self._cond:
             out = self._out
-            if out is None or out.round != d.round or d.sender not in out.receivers:
-                self._rx["stale"] += 1
+            if out is None:
+                well = well_formed(d, self.rank, self.count, self.n_floats)
+                self._rx["stale" if well else "malformed"] += 1
                 return
-            if closed:
-                out.closed.setdefault(d.sender,
-                                      0.0 if flags & wire.DROPPED else floats / self.n_floats)
-            elif pass_ == out.pass_ and d.sender not in out.closed:
-                held = np.unpackbits(np.frombuffer(d.body, dtype=np.uint8), count=count)
-                out.answered[d.sender] = held == 0
-                if out.first_answer is None:
-                    out.first_answer = time.monotonic()
-            self._cond.notify_all()
+            if out.on_status(d, self.rank, self.count, self.n_floats, self._rx):
+                self._cond.notify_all()
 
     # --- the rest of the contract ------------------------------------------------------------
 
     def stats(self) -> dict[str, float]:
         """Counters, every one of :data:`STATS_KEYS` (bytes with IP+UDP headers): datagrams and
         bytes in and out (STATUS answers included), dropped by reason (``malformed``,
-        ``foreign`` session, ``stranger`` source, ``stale``/``late`` round, ``superseded``,
+        ``foreign`` session, ``stranger`` source, ``bad_mac``, ``replayed``/``too_old``
+        datagram number, ``out_of_window``/``stale``/``late`` round, ``superseded``,
         ``dropped_below_min``, ``test_dropped``), ``delivered``, ``early_closes``,
         ``retransmits``, ``status_out``, errors."""
         rx, tx = dict(self._rx), dict(self._tx)
@@ -384,6 +376,12 @@ class McastPeer(PeerEnd):
         merged["datagrams_out"] += rx.get("status_out", 0)
         merged["bytes_out"] += rx.get("status_bytes_out", 0)
         return merged
+
+    def rejections(self) -> dict[str, float]:
+        """The counters of datagrams refused as not from this run's peers or not what they send
+        (forged, replayed, corrupt, stray): :data:`REJECTIONS`."""
+        stats = self.stats()
+        return {k: stats[k] for k in REJECTIONS}
 
     def _shut(self) -> None:
         self._thread.join(timeout=2 * TICK_S + 1.0)

@@ -242,9 +242,9 @@ class TcpPeer(PeerEnd):
     # --- the rest of the contract ------------------------------------------------------------
 
     def stats(self) -> dict[str, float]:
-        """Counters, every one of :data:`STATS_KEYS`: ``messages_out``, ``delivered``, ``send_failures``, and connections closed
-        because of a ``malformed``, ``foreign`` (session), ``stranger`` (source) or
-        ``truncated`` message."""
+        """Counters, every one of :data:`STATS_KEYS`: ``messages_out``, ``delivered``,
+        ``send_failures``, and connections closed because of a ``malformed``, ``foreign``
+        (session), ``stranger`` (source) or ``truncated`` message."""
         with self._lock:
             return {k: float(self._counters[k]) for k in STATS_KEYS}
 

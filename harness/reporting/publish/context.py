@@ -113,7 +113,8 @@ class Folder:
                 f", {60 * hours:.0f} min of runs") if hours == hours else ""
         commits = self.commits()
         commit_text = (f", commit{'s' if len(commits) > 1 else ''} {', '.join(commits)}"
-                       if commits else "")
+                       if 0 < len(commits) <= 3 else
+                       f", {len(commits)} commits (each run's in runs.csv)" if commits else "")
         return (f"`{self.rel}/` ({len(self.runs)} runs, seeds {seed_text(self.seeds())}"
                 f"{time}{commit_text})")
 

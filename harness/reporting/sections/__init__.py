@@ -11,8 +11,9 @@ A section module provides
 
 :data:`SECTIONS` is the registry, in the order the report shows them: :mod:`.faults` (faults
 and sync modes), :mod:`.byzantine` (attacks and aggregation rules), :mod:`.compression`
-(compressed pushes), :mod:`.patterns` (collectives against their bounds). A new section is a
-module here and one entry in :data:`SECTIONS`.
+(compressed pushes), :mod:`.patterns` (collectives against their bounds), :mod:`.field` (the
+designs of the field head to head), :mod:`.captures` (the runs' packet captures). A new section
+is a module here and one entry in :data:`SECTIONS`.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from harness.reporting.sections import byzantine, compression, faults, patterns
+from harness.reporting.sections import (byzantine, captures, compression, faults, field,
+                                        patterns)
 
-SECTIONS = (faults, byzantine, compression, patterns)
+SECTIONS = (faults, byzantine, compression, patterns, field, captures)
 FIGURES = tuple(item for s in SECTIONS for item in s.FIGURES)
 
 

@@ -4,8 +4,9 @@ Drawn when a sweep varies the Byzantine workers or the aggregation rule (the ``b
 preset; ``invoke run-sweep --byzantine 0,2:sign-flip --aggregator mean,score,...``):
 
 - ``byzantine_accuracy``: test accuracy over training time, one panel per attack (and scheme
-  and loss rate where those vary), one line per aggregation rule: the median over seeds at
-  each evaluation, with the range of the seeds shaded.
+  and loss rate where those vary, and sync mode and holdout where a sweep varies them: the
+  ``validation-async`` and ``privacy`` presets), one line per aggregation rule: the median over
+  seeds at each evaluation, with the range of the seeds shaded.
 
 :func:`section` writes the report's "Byzantine workers" section: per cell, the final accuracy
 (median and its interval over seeds), how many of the attackers' updates the rule kept,
@@ -46,25 +47,50 @@ def _rules(sw: Sweep) -> list[str]:
     return [a for a in AGGREGATORS if a in set(sw.ok.aggregator)]
 
 
-def _panels(sw: Sweep) -> list[tuple[str, float, str]]:
-    keys = sw.ok[["scheme", "loss_pct", "byzantine"]].drop_duplicates()
+EXTRA = ("sync", "holdout")   # settings a panel keeps apart when the sweep varies them
+
+
+def _keys(sw: Sweep) -> list[str]:
+    """The columns one panel (and one cell of the table) holds fixed."""
+    return ["scheme", "loss_pct", "byzantine"] + [
+        c for c in EXTRA if c in sw.ok and sw.ok[c].nunique() > 1]
+
+
+def _panels(sw: Sweep) -> list[tuple]:
+    keys = sw.ok[_keys(sw)].drop_duplicates()
     return sorted(keys.itertuples(index=False, name=None),
-                  key=lambda k: (sw.order.index(k[0]), k[1], k[2] != "0", k[2]))
+                  key=lambda k: (sw.order.index(k[0]), k[1], k[2] != "0", k[2], *map(str, k[3:])))
+
+
+def _in(df, keys: list[str], panel: tuple, **instead):
+    """The rows of ``df`` in ``panel`` (values by ``keys``), some values replaced by
+    ``instead``."""
+    mask = df.index == df.index
+    for key, value in zip(keys, panel):
+        mask &= (df[key] == instead.get(key, value)).to_numpy()
+    return df[mask]
+
+
+def _setting(sw: Sweep, keys: list[str], panel: tuple) -> str:
+    """The panel's scheme, with the extra settings it holds fixed."""
+    extra = [f"{k} {v}" for k, v in zip(keys[3:], panel[3:])]
+    return ", ".join([sw.names.get(panel[0], panel[0])] + extra)
 
 
 def draw(sw: Sweep, folder: Path, save) -> list[Path]:
     """Write ``byzantine_accuracy`` with ``save(fig, folder, name)``; nothing if not applicable."""
     if not applies(sw) or sw.curves.empty or "byzantine" not in sw.curves:
         return []
-    curves = sw.curves.merge(sw.ok[["run_id", "aggregator", "byzantine"]], on="run_id",
+    keys = _keys(sw)
+    curves = sw.curves.merge(sw.ok[["run_id", "aggregator", *keys[2:]]], on="run_id",
                              suffixes=("_c", ""))
     panels = _panels(sw)
     fig, axes = plt.subplots(1, len(panels), squeeze=False, sharey=True, layout="constrained",
                              figsize=(0.6 + 3.0 * len(panels), 3.2))
     colours = dict(zip(AGGREGATORS, plt.get_cmap("tab10").colors))
-    for ax, (scheme, loss, attack) in zip(axes[0], panels):
-        d = curves[(curves.scheme == scheme) & (curves.loss_pct == loss)
-                   & (curves.byzantine == attack)]
+    for ax, panel in zip(axes[0], panels):
+        loss, attack = panel[1:3]
+        d = _in(curves, keys, panel)
         for rule in _rules(sw):
             g = d[d.aggregator == rule].groupby("iteration")
             if not len(g):
@@ -74,7 +100,7 @@ def draw(sw: Sweep, folder: Path, save) -> list[Path]:
             ax.fill_between(t, g.accuracy.min(), g.accuracy.max(), alpha=0.15,
                             color=colours[rule], lw=0)
         title = "no attacker" if attack == "0" else f"byzantine {attack}"
-        ax.set_title(f"{title}\n{sw.names.get(scheme, scheme)}, {loss:g} % loss", fontsize=8)
+        ax.set_title(f"{title}\n{_setting(sw, keys, panel)}, {loss:g} % loss", fontsize=8)
         ax.set_xlabel("training time at the PS (s)")
     axes[0][0].set_ylabel("test accuracy (median over seeds, range shaded)")
     axes[0][-1].legend(fontsize=7, title="aggregator", title_fontsize=7)
@@ -109,16 +135,18 @@ def section(sw: Sweep) -> list[str]:
              f"{TTA_LEVEL:.0%} (reached) | attackers kept | honest rejected | filled honest "
              "rejected | whole honest rejected | rule ms/round |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for scheme, loss, attack in _panels(sw):
+    keys = _keys(sw)
+    for panel in _panels(sw):
+        loss, attack = panel[1:3]
         for rule in _rules(sw):
-            d = ok[(ok.scheme == scheme) & (ok.loss_pct == loss) & (ok.byzantine == attack)
-                   & (ok.aggregator == rule)]
+            d = _in(ok, keys, panel)
+            d = d[d.aggregator == rule]
             if d.empty:
                 continue
             est = stats.median_ci(d.final_accuracy)
             tta = stats.median_ci(d.tta_s)
             lines.append(
-                f"| {sw.names.get(scheme, scheme)} | {loss:g} % | {attack} | {rule} | {len(d)} "
+                f"| {_setting(sw, keys, panel)} | {loss:g} % | {attack} | {rule} | {len(d)} "
                 f"| {est.fmt('.3f')} | {tta.fmt('.1f')} ({d.tta_s.notna().sum()}/{len(d)}) "
                 f"| {_pct(d.byzantine_kept.sum(), d.byzantine_updates.sum())} "
                 f"| {_pct(d.honest_rejected.sum(), d.honest_updates.sum())} "
@@ -128,15 +156,17 @@ def section(sw: Sweep) -> list[str]:
               f"accuracies seed by seed, median [interval]): a rule *holds* when the interval's lower end "
               f"is at least {1 - HOLD_MARGIN:.2f} (within {HOLD_MARGIN:.0%}), averaging "
               f"*collapses* when its upper end is below {COLLAPSE_RATIO:g}.", ""]
-    for scheme, loss, attack in _panels(sw):
-        bb = ok[(ok.scheme == scheme) & (ok.loss_pct == loss) & (ok.byzantine == "0")
-                & (ok.aggregator == "mean")]
+    for panel in _panels(sw):
+        loss, attack = panel[1:3]
+        # The attack-free mean run of the same setting (mean validates nothing: holdout 0).
+        bb = _in(ok, keys, panel, byzantine="0", holdout=0)
+        bb = bb[bb.aggregator == "mean"]
         base = bb.final_accuracy
         if attack == "0" or base.empty:
             continue
         for rule in _rules(sw):
-            dd = ok[(ok.scheme == scheme) & (ok.loss_pct == loss) & (ok.byzantine == attack)
-                    & (ok.aggregator == rule)]
+            dd = _in(ok, keys, panel)
+            dd = dd[dd.aggregator == rule]
             d = dd.final_accuracy
             if d.empty:
                 continue
@@ -153,7 +183,7 @@ def section(sw: Sweep) -> list[str]:
                 verdict = "loses accuracy beyond the margin"
             else:
                 verdict = "undecided: the interval straddles the margin"
-            lines.append(f"- {sw.names.get(scheme, scheme)}, {loss:g} % loss, byzantine "
+            lines.append(f"- {_setting(sw, keys, panel)}, {loss:g} % loss, byzantine "
                          f"{attack}, {rule}: {r.fmt('.3f', 'x')} of the attack-free mean run: "
                          f"{verdict}.")
     return lines + [""]

@@ -1,8 +1,10 @@
 """Figures and the report section of compressed pushes and local steps, from the tables alone.
 
-Drawn when a sweep varies ``compress``, ``local_steps`` or ``error_reset`` (the ``compression``
-preset; ``invoke run-sweep --compress none,topk:0.01,sign --local-steps 1,4 --error-reset 0,1``;
-:mod:`harness.training.compress`):
+Drawn when a sweep varies ``compress``, ``local_steps``, ``error_reset`` or ``reset_mode`` (the
+``compression``, ``cser`` and ``cser-async`` presets; ``invoke run-sweep --compress
+none,topk:0.01,sign --local-steps 1,4 --error-reset 0,1``; :mod:`harness.training.compress`). A
+setting is those four and the sync mode, each compared with the uncompressed single-step run of
+its own sync mode:
 
 - ``compression_tradeoff``: final test accuracy against the bytes all workers' pushes of one
   round cost on the wire (``wire_bytes_per_iter``, log scale), one point per setting with its
@@ -29,7 +31,8 @@ import pandas as pd
 from harness.reporting import stats
 from harness.reporting.tables import CONDITION_DEFAULTS, Sweep, reached
 
-KEYS = ("compress", "local_steps", "error_reset")
+KEYS = ("compress", "local_steps", "error_reset", "reset_mode")
+CELL = (*KEYS, "sync")   # what one setting's runs share
 FIGURES = (("compression_tradeoff", "final accuracy against push bytes on the wire per round"),
            ("compression_accuracy", "test accuracy over time per compression setting"))
 
@@ -41,15 +44,19 @@ def applies(sw: Sweep) -> bool:
     return any((sw.ok[k].astype(str) != str(CONDITION_DEFAULTS[k])).any() for k in KEYS)
 
 
-def setting_label(compress: str, steps: int, reset: int) -> str:
-    """``topk:0.01, H=4, reset 1``; the reset only where it means something."""
+def setting_label(compress: str, steps: int, reset: int, mode: str = "drop",
+                  sync: str = "bsp") -> str:
+    """``topk:0.01, H=4, reset 1``, ``sign, H=1, reset 4 cser, async``; the reset only where it
+    means something, the mode and sync mode where they are not the defaults."""
     out = f"{compress}, H={steps:g}"
-    return out + (f", reset {reset:g}" if compress != "none" else "")
+    out += f", reset {reset:g}" if compress != "none" else ""
+    out += " cser" if mode == "cser" else ""
+    return out + (f", {sync}" if sync != "bsp" else "")
 
 
-def _settings(frame: pd.DataFrame) -> list[tuple[str, int, int]]:
-    keys = frame[list(KEYS)].drop_duplicates().itertuples(index=False, name=None)
-    return sorted(keys, key=lambda k: (k[0] != "none", k[0], k[1], k[2]))
+def _settings(frame: pd.DataFrame) -> list[tuple[str, int, int, str, str]]:
+    keys = frame[list(CELL)].drop_duplicates().itertuples(index=False, name=None)
+    return sorted(keys, key=lambda k: (k[4], k[0] != "none", k[0], k[1], k[2], k[3]))
 
 
 def _panels(sw: Sweep) -> list[tuple[str, float]]:
@@ -58,12 +65,14 @@ def _panels(sw: Sweep) -> list[tuple[str, float]]:
 
 
 def _cell(frame: pd.DataFrame, setting) -> pd.DataFrame:
-    c, h, r = setting
-    return frame[(frame.compress == c) & (frame.local_steps == h) & (frame.error_reset == r)]
+    mask = pd.Series(True, index=frame.index)
+    for col, value in zip(CELL, setting):
+        mask &= frame[col] == value
+    return frame[mask]
 
 
-def _baseline(frame: pd.DataFrame) -> pd.DataFrame:
-    return frame[(frame.compress == "none") & (frame.local_steps == 1)]
+def _baseline(frame: pd.DataFrame, sync: str) -> pd.DataFrame:
+    return frame[(frame.compress == "none") & (frame.local_steps == 1) & (frame.sync == sync)]
 
 
 def draw(sw: Sweep, folder: Path, save) -> list[Path]:
@@ -95,7 +104,7 @@ def draw(sw: Sweep, folder: Path, save) -> list[Path]:
     written = save(fig, folder, "compression_tradeoff")
     if sw.curves.empty:
         return written
-    curves = sw.curves.merge(sw.ok[["run_id", *KEYS]], on="run_id", suffixes=("_c", ""))
+    curves = sw.curves.merge(sw.ok[["run_id", *CELL]], on="run_id", suffixes=("_c", ""))
     fig, axes = plt.subplots(1, len(panels), squeeze=False, sharey=True, layout="constrained",
                              figsize=(1.2 + 3.6 * len(panels), 3.4))
     for ax, (scheme, loss) in zip(axes[0], panels):
@@ -157,10 +166,10 @@ def section(sw: Sweep) -> list[str]:
     verdicts = []
     for scheme, loss in _panels(sw):
         d = sw.ok[(sw.ok.scheme == scheme) & (sw.ok.loss_pct == loss)]
-        base = _baseline(d)
         for setting in _settings(d):
             cell = _cell(d, setting)
-            c, h, r = setting
+            c, h, r, m, y = setting
+            base = _baseline(d, y)
             saved = stats.pair_or_not(stats.by_seed(cell, "wire_bytes_per_iter"),
                                       stats.by_seed(base, "wire_bytes_per_iter"))
             cost = stats.pair_or_not(stats.by_seed(cell, "final_accuracy"),
@@ -168,8 +177,8 @@ def section(sw: Sweep) -> list[str]:
             tta = sw.time_to_target(cell, scheme)
             hits = int(reached(cell).sum())
             lines.append(
-                f"| {sw.names.get(scheme, scheme)} | {loss:g} % | {c} | {h:g} "
-                f"| {r:g} | {len(cell)} "
+                f"| {sw.names.get(scheme, scheme)}{'' if y == 'bsp' else f', {y}'} "
+                f"| {loss:g} % | {c} | {h:g} | {r:g}{' cser' if m == 'cser' else ''} | {len(cell)} "
                 f"| {stats.median_ci(cell.wire_bytes_per_iter).fmt(',.0f')} "
                 f"| {saved.fmt('.3f') if not base.empty else '-'} "
                 f"| {_switch(cell).fmt(',.0f')} "

@@ -2,16 +2,18 @@
  * ge-loss: load, configure, read and remove the Gilbert-Elliott loss program (ge_loss.bpf.o)
  * at one interface's tc ingress, in the current network namespace.
  *
- *     ge-loss attach   --dev IF CHAIN [--seed S] [--stream K] [--obj PATH]
+ *     ge-loss attach   --dev IF MODEL [--seed S] [--stream K] [--obj PATH]
  *     ge-loss read     --dev IF
+ *     ge-loss dump     --dev IF --out FILE
  *     ge-loss detach   --dev IF
- *     ge-loss simulate --packets N CHAIN [--interval-us T] [--seed S] [--stream K]
+ *     ge-loss simulate --packets N MODEL [--interval-us T] [--seed S] [--stream K] [--out FILE]
  *     ge-loss table
  *     ge-loss count
  *
- * CHAIN is one of
+ * MODEL is one of
  *     --p-gb P --p-bg P --loss-good P --loss-bad P       the per-packet chain (ge_chain.h)
  *     --good-ms D --bad-ms D --loss-good P --loss-bad P  the time-based chain (ge_time.h)
+ *     --trace FILE                                       a recorded trace, replayed (ge_trace.h)
  * with each P a probability from 0 to 1 and each D a mean duration in milliseconds
  * (GE_TIME_MIN_MS to GE_TIME_MAX_MS).
  *
@@ -21,10 +23,13 @@
  * Nothing is pinned: the filter holds the program and the program its map, so deleting the
  * filter, the qdisc or the interface (its namespace) frees everything.
  * read prints the map's parameters and counters as one JSON line (read under the map's lock).
+ * dump writes the positions dropped so far (under a trace: the trace up to the packets seen) to
+ * a trace file: what `attach --trace` replays, packet position by packet position.
  * detach removes the filter and the clsact qdisc; it is not an error if they are absent.
  * simulate runs the same chain in user space over N packets and prints the same counters: what
  * the kernel will do, testable without root. Under the time-based chain the packets arrive every
- * T microseconds (--interval-us, needed there and only there), from 1 s on.
+ * T microseconds (--interval-us, needed there and only there), from 1 s on. With --out it also
+ * writes the drops as a trace file, the one the kernel records for the same packets.
  * table prints, as JSON, the table the time-based chain draws its durations from and the
  * constants that go with it (ge_time.h), so tests can check the distribution it gives.
  * count prints how many programs named ge_ingress the kernel holds, in every namespace (for
@@ -53,71 +58,12 @@
 #define GE_U64 uint64_t
 #define GE_U32 uint32_t
 #include "ge_map.h"
+#include "ge_trace.h"
+#include "ge_args.h"
 
 #define GE_HANDLE 1
 #define GE_PRIORITY 1
 #define GE_STREAM_MIX 0xD1B54A32D192ED03ULL
-
-/* The chain options, indexed as their short option characters '0'..'5' are. */
-enum { GE_P_GB, GE_P_BG, GE_LOSS_GOOD, GE_LOSS_BAD, GE_GOOD_MS, GE_BAD_MS, GE_NPARAM };
-
-typedef struct {
-    const char *cmd, *dev, *obj;
-    double p[GE_NPARAM];
-    int have_p[GE_NPARAM];
-    uint64_t seed, stream, packets;
-    double interval_us;
-    int have_seed, time_chain;
-} ge_args;
-
-static void ge_usage(FILE *out)
-{
-    fprintf(out,
-            "usage: ge-loss attach --dev IF CHAIN [--seed S] [--stream K] [--obj PATH]\n"
-            "       ge-loss read --dev IF\n"
-            "       ge-loss detach --dev IF\n"
-            "       ge-loss simulate --packets N CHAIN [--interval-us T] [--seed S] [--stream K]\n"
-            "       ge-loss table\n"
-            "       ge-loss count\n"
-            "CHAIN: --p-gb P --p-bg P --loss-good P --loss-bad P      (per packet)\n"
-            "    or --good-ms D --bad-ms D --loss-good P --loss-bad P (in time)\n");
-}
-
-static int ge_parse_prob(const char *s, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= 0.0 && v <= 1.0))
-        return -1;
-    *out = v;
-    return 0;
-}
-
-/* A finite number within [lo, hi]. */
-static int ge_parse_range(const char *s, double lo, double hi, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi))
-        return -1;
-    *out = v;
-    return 0;
-}
-
-static int ge_parse_u64(const char *s, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    if (*s == '-' || *s == '\0')
-        return -1;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end)
-        return -1;
-    *out = v;
-    return 0;
-}
 
 static uint64_t ge_threshold(double p)
 {
@@ -140,11 +86,14 @@ static uint64_t ge_ms_to_ns(double ms)
     return (uint64_t)llround(ms * 1e6);
 }
 
-/* Parameters and a seeded, zeroed chain from the arguments. */
-static int ge_fill(const ge_args *a, struct ge_value *v)
+/* Parameters and a seeded, zeroed chain from the arguments (under a trace, its length). */
+static int ge_fill(const ge_args *a, const struct ge_trace *trace, struct ge_value *v)
 {
     memset(v, 0, sizeof *v);
-    if (a->time_chain) {
+    if (a->trace) {
+        v->model = GE_MODEL_TRACE;
+        v->trace_packets = trace->packets;
+    } else if (a->time_chain) {
         v->model = GE_MODEL_TIME;
         v->tcfg.mean_ns[0] = ge_ms_to_ns(a->p[GE_GOOD_MS]);
         v->tcfg.mean_ns[1] = ge_ms_to_ns(a->p[GE_BAD_MS]);
@@ -178,6 +127,12 @@ static double ge_prob(uint64_t threshold)
 
 static void ge_print(const struct ge_value *v)
 {
+    if (v->model == GE_MODEL_TRACE) {
+        printf("{\"model\": \"trace\", \"packets\": %" PRIu64 ", \"drops\": %" PRIu64
+               ", \"bursts\": %" PRIu64 ", \"trace_packets\": %" PRIu64 ", \"mark\": %u}\n",
+               v->chain.packets, v->chain.drops, v->chain.bursts, v->trace_packets, GE_MARK);
+        return;
+    }
     if (v->model == GE_MODEL_TIME) {
         const struct ge_clock *k = &v->clock;
         printf("{\"model\": \"time\", \"packets\": %" PRIu64 ", \"drops\": %" PRIu64
@@ -225,12 +180,20 @@ static int ge_attach(const ge_args *a)
     struct ge_value v;
     struct bpf_tc_hook hook;
     struct bpf_tc_opts opts;
+    struct ge_trace trace = {0};
     int rc = 1, err;
-    if (ge_fill(a, &v) || ge_filter(a->dev, &hook, &opts))
+    if (a->trace && (ge_trace_new(&trace) || ge_trace_read(a->trace, &trace))) {
+        ge_trace_free(&trace);
         return 1;
+    }
+    if (ge_fill(a, &trace, &v) || ge_filter(a->dev, &hook, &opts)) {
+        ge_trace_free(&trace);
+        return 1;
+    }
     struct bpf_object *obj = bpf_object__open_file(a->obj, NULL);
     if (!obj) {
         fprintf(stderr, "ge-loss: cannot open %s: %s\n", a->obj, strerror(errno));
+        ge_trace_free(&trace);
         return 1;
     }
     if ((err = bpf_object__load(obj))) {
@@ -238,9 +201,10 @@ static int ge_attach(const ge_args *a)
         goto out;
     }
     struct bpf_map *map = bpf_object__find_map_by_name(obj, "ge_map");
+    struct bpf_map *bits = bpf_object__find_map_by_name(obj, "ge_bits");
     struct bpf_program *prog = bpf_object__find_program_by_name(obj, "ge_ingress");
-    if (!map || !prog) {
-        fprintf(stderr, "ge-loss: %s lacks ge_map or ge_ingress\n", a->obj);
+    if (!map || !bits || !prog) {
+        fprintf(stderr, "ge-loss: %s lacks ge_map, ge_bits or ge_ingress\n", a->obj);
         goto out;
     }
     uint32_t key = 0;
@@ -248,6 +212,8 @@ static int ge_attach(const ge_args *a)
         fprintf(stderr, "ge-loss: writing the parameters failed: %s\n", strerror(errno));
         goto out;
     }
+    if (a->trace && ge_trace_load(bpf_map__fd(bits), &trace))
+        goto out;
     err = bpf_tc_hook_create(&hook);
     if (err && err != -EEXIST) {
         fprintf(stderr, "ge-loss: cannot add a clsact qdisc to %s: %s\n", a->dev, strerror(-err));
@@ -262,50 +228,63 @@ static int ge_attach(const ge_args *a)
     printf("{\"prog_id\": %u}\n", opts.prog_id);
     rc = 0;
 out:
-    bpf_object__close(obj); /* the attached filter keeps the program and its map */
+    bpf_object__close(obj); /* the attached filter keeps the program and its maps */
+    ge_trace_free(&trace);
     return rc;
+}
+
+/* The maps of the program at dev's ingress and its map value, read under the lock; 0 or 1. */
+static int ge_lookup(const char *dev, struct ge_value *v, int *bits_fd)
+{
+    struct bpf_tc_hook hook;
+    struct bpf_tc_opts opts;
+    int value_fd;
+    uint32_t key = 0;
+    if (ge_filter(dev, &hook, &opts))
+        return 1;
+    int err = bpf_tc_query(&hook, &opts);
+    if (err) {
+        fprintf(stderr, "ge-loss: no loss program on %s: %s\n", dev, strerror(-err));
+        return 1;
+    }
+    if (ge_open_maps(opts.prog_id, &value_fd, bits_fd))
+        return 1;
+    err = bpf_map_lookup_elem_flags(value_fd, &key, v, BPF_F_LOCK);
+    if (err)
+        fprintf(stderr, "ge-loss: reading the loss program's map failed: %s\n", strerror(errno));
+    close(value_fd);
+    if (err)
+        close(*bits_fd);
+    return err ? 1 : 0;
 }
 
 static int ge_read(const ge_args *a)
 {
-    struct bpf_tc_hook hook;
-    struct bpf_tc_opts opts;
-    if (ge_filter(a->dev, &hook, &opts))
-        return 1;
-    int err = bpf_tc_query(&hook, &opts);
-    if (err) {
-        fprintf(stderr, "ge-loss: no loss program on %s: %s\n", a->dev, strerror(-err));
-        return 1;
-    }
-    int prog_fd = bpf_prog_get_fd_by_id(opts.prog_id);
-    if (prog_fd < 0) {
-        fprintf(stderr, "ge-loss: program %u: %s\n", opts.prog_id, strerror(errno));
-        return 1;
-    }
-    uint32_t map_id = 0;
-    struct bpf_prog_info info;
-    uint32_t len = sizeof info;
-    memset(&info, 0, sizeof info);
-    info.nr_map_ids = 1;
-    info.map_ids = (uint64_t)(uintptr_t)&map_id;
-    err = bpf_obj_get_info_by_fd(prog_fd, &info, &len);
-    close(prog_fd);
-    if (err || info.nr_map_ids != 1) {
-        fprintf(stderr, "ge-loss: program %u has no map\n", opts.prog_id);
-        return 1;
-    }
-    int map_fd = bpf_map_get_fd_by_id(map_id);
     struct ge_value v;
-    uint32_t key = 0;
-    if (map_fd < 0 || bpf_map_lookup_elem_flags(map_fd, &key, &v, BPF_F_LOCK)) {
-        fprintf(stderr, "ge-loss: reading map %u failed: %s\n", map_id, strerror(errno));
-        if (map_fd >= 0)
-            close(map_fd);
+    int bits_fd;
+    if (ge_lookup(a->dev, &v, &bits_fd))
         return 1;
-    }
-    close(map_fd);
+    close(bits_fd);
     ge_print(&v);
     return 0;
+}
+
+static int ge_dump(const ge_args *a)
+{
+    struct ge_value v;
+    struct ge_trace trace;
+    int bits_fd, rc = 1;
+    if (ge_lookup(a->dev, &v, &bits_fd))
+        return 1;
+    if (!ge_trace_new(&trace) && !ge_trace_dump(bits_fd, v.chain.packets, &trace)
+        && !ge_trace_write(a->out, &trace)) {
+        printf("{\"packets\": %" PRIu64 ", \"drops\": %" PRIu64 "}\n", trace.packets,
+               trace.drops);
+        rc = 0;
+    }
+    close(bits_fd);
+    ge_trace_free(&trace);
+    return rc;
 }
 
 static int ge_detach(const ge_args *a)
@@ -328,23 +307,40 @@ static int ge_detach(const ge_args *a)
     return 0;
 }
 
+/* The kernel program's steps in user space; the drops recorded as the kernel records them. */
 static int ge_simulate(const ge_args *a)
 {
     struct ge_value v;
-    if (ge_fill(a, &v))
-        return 1;
-    if (v.model == GE_MODEL_TIME) {
-        /* Packet i arrives at 1 s + i * interval, in whole nanoseconds as the kernel's clock. */
-        for (uint64_t i = 0; i < a->packets; i++) {
+    struct ge_trace trace, out;
+    int rc = 1;
+    if (ge_trace_new(&trace) || ge_trace_new(&out))
+        goto done;
+    if ((a->trace && ge_trace_read(a->trace, &trace)) || ge_fill(a, &trace, &v))
+        goto done;
+    for (uint64_t i = 0; i < a->packets; i++) {
+        int drop;
+        if (v.model == GE_MODEL_TRACE) {
+            drop = ge_trace_get(&trace, i);
+            ge_tally(&v.chain, drop ? 0 : 1, 1);
+        } else if (v.model == GE_MODEL_TIME) {
+            /* Packet i arrives at 1 s + i * interval, in whole nanoseconds as the kernel's. */
             uint64_t now_ns = 1000000000ULL + (uint64_t)llround((double)i * a->interval_us * 1e3);
-            ge_time_step(&v.tcfg, &v.chain, &v.clock, now_ns);
+            drop = ge_time_step(&v.tcfg, &v.chain, &v.clock, now_ns);
+        } else {
+            drop = ge_step(&v.cfg, &v.chain);
         }
-    } else {
-        for (uint64_t i = 0; i < a->packets; i++)
-            ge_step(&v.cfg, &v.chain);
+        if (drop)
+            ge_trace_set(&out, i);
     }
+    ge_trace_cut(&out, a->packets);
+    if (a->out && ge_trace_write(a->out, &out))
+        goto done;
     ge_print(&v);
-    return 0;
+    rc = 0;
+done:
+    ge_trace_free(&trace);
+    ge_trace_free(&out);
+    return rc;
 }
 
 static int ge_table(void)
@@ -382,121 +378,6 @@ static int ge_libbpf_log(enum libbpf_print_level level, const char *fmt, va_list
     return level == LIBBPF_WARN ? vfprintf(stderr, fmt, args) : 0;
 }
 
-/* Check which chain the options describe; return 0, or 2 (usage error, message printed). */
-static int ge_check_chain(ge_args *a)
-{
-    int per_packet = a->have_p[GE_P_GB] || a->have_p[GE_P_BG];
-    int in_time = a->have_p[GE_GOOD_MS] || a->have_p[GE_BAD_MS];
-    if (per_packet && in_time) {
-        fprintf(stderr, "ge-loss: give either --p-gb and --p-bg (per packet) or --good-ms and "
-                        "--bad-ms (in time), not both\n");
-        return 2;
-    }
-    a->time_chain = in_time;
-    int first = in_time ? GE_GOOD_MS : GE_P_GB;
-    if (!(a->have_p[first] && a->have_p[first + 1] && a->have_p[GE_LOSS_GOOD]
-          && a->have_p[GE_LOSS_BAD])) {
-        fprintf(stderr, "ge-loss: %s needs %s, --loss-good and --loss-bad\n", a->cmd,
-                in_time ? "--good-ms, --bad-ms" : "--p-gb, --p-bg");
-        return 2;
-    }
-    if (!strcmp(a->cmd, "simulate") && in_time != (a->interval_us > 0)) {
-        fprintf(stderr, "ge-loss: --interval-us goes with the time-based chain, and it needs one\n");
-        return 2;
-    }
-    return 0;
-}
-
-/* Parse argv into *a; return 0, or 2 (usage error, message printed). */
-static int ge_parse(int argc, char **argv, ge_args *a)
-{
-    static const struct option opts[] = {
-        {"p-gb", required_argument, NULL, '0'},      {"p-bg", required_argument, NULL, '1'},
-        {"loss-good", required_argument, NULL, '2'}, {"loss-bad", required_argument, NULL, '3'},
-        {"good-ms", required_argument, NULL, '4'},   {"bad-ms", required_argument, NULL, '5'},
-        {"dev", required_argument, NULL, 'd'},       {"seed", required_argument, NULL, 's'},
-        {"stream", required_argument, NULL, 'k'},    {"packets", required_argument, NULL, 'n'},
-        {"interval-us", required_argument, NULL, 'i'}, {"obj", required_argument, NULL, 'o'},
-        {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0},
-    };
-    int c;
-    if (argc < 2) {
-        ge_usage(stderr);
-        return 2;
-    }
-    a->cmd = argv[1];
-    optind = 2;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        switch (c) {
-        case 'd': a->dev = optarg; break;
-        case '0': case '1': case '2': case '3':
-            if (ge_parse_prob(optarg, &a->p[c - '0'])) {
-                fprintf(stderr, "ge-loss: --%s must be a probability from 0 to 1, not %s\n",
-                        opts[c - '0'].name, optarg);
-                return 2;
-            }
-            a->have_p[c - '0'] = 1;
-            break;
-        case '4': case '5':
-            if (ge_parse_range(optarg, GE_TIME_MIN_MS, GE_TIME_MAX_MS, &a->p[c - '0'])) {
-                fprintf(stderr, "ge-loss: --%s must be a mean duration from %g to %g ms, not %s\n",
-                        opts[c - '0'].name, GE_TIME_MIN_MS, GE_TIME_MAX_MS, optarg);
-                return 2;
-            }
-            a->have_p[c - '0'] = 1;
-            break;
-        case 's':
-            if (ge_parse_u64(optarg, &a->seed)) {
-                fprintf(stderr, "ge-loss: --seed must be a whole number >= 0, not %s\n", optarg);
-                return 2;
-            }
-            a->have_seed = 1;
-            break;
-        case 'k':
-            if (ge_parse_u64(optarg, &a->stream)) {
-                fprintf(stderr, "ge-loss: --stream must be a whole number >= 0, not %s\n", optarg);
-                return 2;
-            }
-            break;
-        case 'n':
-            if (ge_parse_u64(optarg, &a->packets) || a->packets == 0) {
-                fprintf(stderr, "ge-loss: --packets must be a whole number >= 1, not %s\n", optarg);
-                return 2;
-            }
-            break;
-        case 'i':
-            /* At least a nanosecond, at most an hour. */
-            if (ge_parse_range(optarg, 1e-3, 3.6e9, &a->interval_us)) {
-                fprintf(stderr, "ge-loss: --interval-us must be from 0.001 to 3.6e9 "
-                                "microseconds, not %s\n", optarg);
-                return 2;
-            }
-            break;
-        case 'o': a->obj = optarg; break;
-        case 'h': ge_usage(stdout); exit(0);
-        default: ge_usage(stderr); return 2;
-        }
-    }
-    if (optind != argc) {
-        ge_usage(stderr);
-        return 2;
-    }
-    int chain = !strcmp(a->cmd, "attach") || !strcmp(a->cmd, "simulate");
-    if (!strcmp(a->cmd, "count") || !strcmp(a->cmd, "table"))
-        return 0;
-    if (!chain && strcmp(a->cmd, "read") && strcmp(a->cmd, "detach")) {
-        fprintf(stderr, "ge-loss: unknown command %s\n", a->cmd);
-        return 2;
-    }
-    if (chain && ge_check_chain(a))
-        return 2;
-    if (strcmp(a->cmd, "simulate") ? a->dev == NULL : a->packets == 0) {
-        fprintf(stderr, "ge-loss: %s needs %s\n", a->cmd,
-                strcmp(a->cmd, "simulate") ? "--dev" : "--packets");
-        return 2;
-    }
-    return 0;
-}
 
 int main(int argc, char **argv)
 {
@@ -527,6 +408,8 @@ int main(int argc, char **argv)
         return ge_attach(&a);
     if (!strcmp(a.cmd, "read"))
         return ge_read(&a);
+    if (!strcmp(a.cmd, "dump"))
+        return ge_dump(&a);
     if (!strcmp(a.cmd, "detach"))
         return ge_detach(&a);
     return ge_simulate(&a);

@@ -6,15 +6,29 @@
  * (deliver, drop, duplicate, reorder, corrupt), while the program also starts and takes messages
  * in both directions, moves time (small steps and jumps past the 32-bit microsecond wrap), and
  * injects forged DATA, ACK, CLOSE, HELLO and HELLO_ACK built from the genuine datagrams seen so
- * far, with fields replaced by the input, sealed with the right key or not. Message ids can start
- * just below 2^32 so they wrap during a run.
+ * far, with fields replaced by the input, sealed with the right key or not, numbered as replays or
+ * as new datagrams (auth on: a key holder's forgeries). Message ids can start
+ * just below 2^32 so they wrap during a run. A caller's deadline suspends sends, and sending again
+ * resumes them (the same bytes) or starts anew (other bytes).
  *
  * After every operation the harness checks invariants over the cores' internals (ltp_internal.h):
  * bytes and packets in flight equal what the per-packet states add up to, lost counts match their
  * bitmaps, a finished send holds nothing in flight, receive bitmaps match their counts and bases,
  * pending CLOSE counts match the ring, no timer lies in the past, no DATA ever leaves for a send
- * that is done, and a taken message's mask covers exactly the bytes its stats say arrived, with
- * zeros where it is 0. A violation aborts (a crash to libFuzzer).
+ * that is done or suspended, a suspended send references no caller memory, and a taken message's
+ * mask covers exactly the bytes its stats say arrived, with zeros where it is 0, and (auth on) a
+ * datagram accepted once is refused when it arrives again, whole or split. The loss
+ * estimate: every peer has a window for segment 0 and each segment of the policy table and no
+ * more, a segment's window has taken no fewer samples than its messages gave the peer's (a
+ * one-segment peer's), every sample is a fraction, and every threshold lies in its segment's
+ * range. The peer index (ltp_index.c): every heap is a heap of distinct slots, and every peer not
+ * touched since it was last keyed is in each heap and set exactly as its state says (its timer,
+ * its control datagram due or to come, HELLO_ACK and CLOSE copies pending, its packet to send),
+ * the touched ones once each in the list poll_tx goes through; the rate hint's open peers (count,
+ * srtt heap, list in order of last DATA and the cursor into it) are those with an open context.
+ * So the index holds more than one slot, the PS has two peers besides the worker that never
+ * answer: the PS sends to them, says HELLO to them, and their datagrams are dropped. A violation
+ * aborts (a crash to libFuzzer).
  */
 #include "ltp_internal.h"
 
@@ -24,7 +38,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define CHECK(c) do { if (!(c)) abort(); } while (0)
-enum { W = 0, S = 1, QMAX = 64, DG = 600, MAXF = 4096 };
+enum { W = 0, S = 1, QMAX = 64, DG = 600, MAXF = 4096, PHANTOMS = 2 };
 
 typedef struct { int len; uint8_t b[DG]; } dgram_t;
 typedef struct { dgram_t d[QMAX]; int n; } queue_t;
@@ -50,9 +64,119 @@ typedef struct {
 } world_t;
 
 /* ------------------------------------------------------------------ invariants */
+/* The loss windows of peer pi (ltp_recv.c, p_hat) and the thresholds they give. Every close gives
+ * one sample, to its segment's window if it has one and to its peer's if the message has
+ * loss_min_packets packets; the samples of all peers (*taken, *n_loss) add up to the closes. */
+static void check_loss(const ltp_core_t *c, int pi, uint64_t *taken, uint64_t *n_loss)
+{
+    const peer_t *p = &c->peers[pi];
+    uint32_t w = c->cfg.loss_window;
+    CHECK(p->n_seg_loss == MAX(1u, c->n_policy));
+    *n_loss += p->n_loss;
+    for (uint32_t s = 0; s < p->n_seg_loss; s++) {
+        *taken += p->seg_n_loss[s];
+        for (uint32_t i = 0; i < MIN(w, p->seg_n_loss[s]); i++) {
+            float x = p->seg_loss[(size_t)s * w + i];
+            CHECK(x >= 0.0f && x <= 1.0f);
+        }
+    }
+    for (uint32_t i = 0; i < MIN(LTP_LOSS_WINDOW_MAX, p->n_loss); i++) CHECK(p->loss_ring[i] >= 0.0f && p->loss_ring[i] <= 1.0f);
+    for (uint32_t s = 0; s <= p->n_seg_loss; s++) {   /* the last one: outside the table */
+        double lo = c->cfg.threshold_min, hi = c->cfg.threshold_max;
+        if (s < c->n_policy && c->policy[s].set) { lo = c->policy[s].lo; hi = c->policy[s].hi; }
+        double th = ltp_core_threshold(c, pi, (uint16_t)s);
+        CHECK(th >= lo && th <= hi);
+    }
+}
+
+/* A heap of the index: its order, and each slot in it once, where pos says. */
+static void check_heap(const pheap_t *h, int n_peers)
+{
+    CHECK(h->n >= 0 && h->n <= n_peers);
+    for (int i = 0; i < h->n; i++) {
+        int s = h->at[i], up = i ? h->at[(i - 1) / 2] : -1;
+        CHECK(s >= 0 && s < n_peers && h->pos[s] == i);
+        if (up >= 0) CHECK(h->key[up] < h->key[s] || (h->key[up] == h->key[s] && up < s));
+    }
+    for (int s = 0; s < n_peers; s++)
+        CHECK(h->pos[s] < h->n && (h->pos[s] < 0 || h->at[h->pos[s]] == s));
+}
+
+static int in_heap(const pheap_t *h, int s, uint64_t key)
+{
+    return h->pos[s] >= 0 && h->key[s] == key;
+}
+
+static int in_set(const pset_t *s, int slot) { return pset_next(s, slot) == slot; }
+
+/* The peer index: what every peer's state says, each peer once (see the top of this file). */
+static void check_index(const ltp_core_t *c)
+{
+    const pindex_t *x = &c->ix;
+    const pheap_t *heaps[] = {&x->timer, &x->ctl, &x->ready, &x->urgent, &x->head, &c->srtt};
+    for (int i = 0; i < 6; i++) check_heap(heaps[i], c->n_peers);
+    int dirty = 0, n_open = 0, serial = c->cfg.peer_schedule == LTP_SCHED_SERIAL;
+    for (int i = 0; i < x->n_dirty; i++) CHECK(c->peers[x->dirty[i]].dirty);
+    double srtt_max = -1;
+    for (int pi = 0; pi < c->n_peers; pi++) {
+        peer_t *p = &c->peers[pi];
+        uint32_t open = 0;
+        uint64_t timer = NEVER, ctl = NEVER;
+        for (uint32_t j = 0; j < c->cfg.max_open_per_peer; j++) {
+            const rxmsg_t *m = &p->rx[j];
+            if (!m->used || m->closed) continue;
+            open++;
+            timer = MIN(timer, rx_close_deadline(c, p, m));
+            if (m->ack_pending) ctl = MIN(ctl, m->ack_due_us);
+        }
+        CHECK(open == p->n_rx_open);
+        n_open += open > 0;
+        if (open) srtt_max = MAX(srtt_max, MIN(p->peer_srtt_us, 1e6));
+        CHECK((c->srtt.pos[pi] >= 0) == (open > 0));
+        dirty += p->dirty;
+        if (p->dirty) continue;   /* re-keyed before the index is read */
+        for (uint32_t j = 0; j < c->cfg.max_tx_per_peer; j++)
+            timer = MIN(timer, tx_deadline(c, p, &p->tx[j]));
+        if (p->hello_active) ctl = MIN(ctl, p->hello_next_us);
+        int urgent = p->hello_ack_pending || p->n_close_pending;
+        if (urgent) ctl = 0;
+        CHECK(timer == NEVER ? x->timer.pos[pi] < 0 : in_heap(&x->timer, pi, timer));
+        CHECK(in_heap(&x->urgent, pi, 0) == urgent && (urgent || x->urgent.pos[pi] < 0));
+        if (x->ready.pos[pi] >= 0) CHECK(x->ctl.pos[pi] < 0 && ctl <= x->ready_us);   /* was due */
+        else CHECK(ctl == NEVER ? x->ctl.pos[pi] < 0 : in_heap(&x->ctl, pi, ctl));
+        uint32_t idx;
+        int retrans;
+        txmsg_t *m = sched_pick(c, p, &idx, &retrans);
+        if (serial) CHECK(m ? in_heap(&x->head, pi, sched_rank(p, m)) : x->head.pos[pi] < 0);
+        else CHECK(in_set(&x->cand, pi) == (m != NULL));
+        /* An own flow with nothing to send that the scheduler need not look at again is marked
+         * app-limited as it would mark it now. */
+        if (x->marks && !m && p->fl == &p->own && !in_set(&x->unmarked, pi))
+            CHECK(p->own.bbr.app_limited_until ==
+                  MAX(p->own.bbr.delivered + p->own.inflight_bytes, 1));
+    }
+    CHECK(dirty == x->n_dirty && (int)c->n_open_peers == n_open);
+    int top = ph_top(&c->srtt);
+    CHECK(top < 0 ? srtt_max < 0 : MIN(c->peers[top].peer_srtt_us, 1e6) == srtt_max);
+    /* The open peers' list: each once, in order of last DATA; the cursor at the first at or after
+     * its threshold, act_ge counting from there. */
+    int n = 0, ge = 0, prev = -1, cur = -1;
+    for (int t = c->act_head; t >= 0; prev = t, t = c->peers[t].act_next, n++) {
+        CHECK(n < c->n_peers && c->peers[t].n_rx_open && c->peers[t].act_prev == prev);
+        if (prev >= 0) CHECK(c->peers[prev].last_data_us <= c->peers[t].last_data_us);
+        if (c->peers[t].last_data_us >= c->act_thr) { ge++; if (cur < 0) cur = t; }
+    }
+    CHECK(n == n_open && c->act_tail == prev && ge == (int)c->act_ge && cur == c->act_cur);
+}
+
 static void check_core(const ltp_core_t *c, uint64_t now)
 {
+    check_index(c);
     CHECK(ltp_core_next_timeout((ltp_core_t *)c, now) >= now);
+    check_index(c);
+    uint64_t taken = 0, n_loss = 0;
+    uint64_t closes = c->st[LTP_S_CLOSE_COMPLETE] + c->st[LTP_S_CLOSE_EARLY];
+    closes += c->st[LTP_S_CLOSE_MAX_WAIT];
     uint64_t shared = 0;   /* in flight on the serial schedule's shared flow (shared_link) */
     int any_shared = 0;
     for (int pi = 0; pi < c->n_peers; pi++) {
@@ -70,6 +194,7 @@ static void check_core(const ltp_core_t *c, uint64_t now)
             }
             CHECK(pk == m->inflight_pkts && lost == m->n_lost && m->n_acked <= m->count);
             if (m->done) CHECK(m->inflight_pkts == 0 && lost == 0 && m->next_first == m->count);
+            CHECK(!m->suspended || !m->data);   /* a suspended send references no caller memory */
         }
         /* A peer's flow is its own, or the one every peer shares (shared_link, serial). */
         if (p->fl == &p->own) CHECK(inflight == p->own.inflight_bytes);
@@ -86,7 +211,10 @@ static void check_core(const ltp_core_t *c, uint64_t now)
         uint32_t pending = 0;
         for (uint32_t j = 0; j < c->ring_cap; j++) pending += p->ring[j].close_pending != 0;
         CHECK(pending == p->n_close_pending);
+        check_loss(c, pi, &taken, &n_loss);
     }
+    CHECK(taken <= closes && n_loss <= closes);
+    if (c->cfg.loss_min_packets == 1) CHECK(n_loss == closes);
     if (any_shared) CHECK(shared == c->shared.inflight_bytes);
 }
 
@@ -96,17 +224,19 @@ static void poll_core(world_t *w, int k)
     uint8_t b[DG];
     int slot, n;
     for (int guard = 0; guard < 512 && (n = ltp_core_poll_tx(w->c[k], w->now, b, sizeof b, &slot)) > 0; guard++) {
-        CHECK(n <= (int)sizeof b && slot == 0);
+        CHECK(n <= (int)sizeof b && slot >= 0 && slot < w->c[k]->n_peers && (slot == 0 || k == S));
         int type = b[WIRE_TYPE];
         if (type == LTP_T_DATA) {   /* never a DATA for a send that is over */
             uint32_t id; uint16_t seg;
             memcpy(&id, b + WIRE_MSG_ID, 4); memcpy(&seg, b + WIRE_SEGMENT, 2);
-            const peer_t *p = &w->c[k]->peers[0];
+            const peer_t *p = &w->c[k]->peers[slot];
             int live = 0;
             for (uint32_t j = 0; j < w->c[k]->cfg.max_tx_per_peer; j++)
-                live |= p->tx[j].used && !p->tx[j].done && p->tx[j].msg_id == id && p->tx[j].segment == seg;
+                live |= p->tx[j].used && !p->tx[j].done && !p->tx[j].suspended && p->tx[j].msg_id == id &&
+                        p->tx[j].segment == seg;
             CHECK(live);
         }
+        if (slot) continue;   /* to a peer that is not there */
         if (type >= 1 && type <= 5) { w->last[k][type].len = n; memcpy(w->last[k][type].b, b, (size_t)n); }
         queue_t *q = &w->q[k];
         if (q->n < QMAX) { q->d[q->n].len = n; memcpy(q->d[q->n].b, b, (size_t)n); q->n++; }
@@ -117,19 +247,17 @@ static void poll_core(world_t *w, int k)
 /* Hand a datagram to core c whole, or (split, a DATA) the way the UDP driver hands one it read
  * into a guessed place: header and tag in one buffer, the payload in another
  * (ltp_core_input_split), so the MAC over the two parts is fuzzed too. */
-static void input(ltp_core_t *c, const uint8_t *b, int len, int split, uint64_t now)
+static int input(ltp_core_t *c, const uint8_t *b, int len, int split, uint64_t now)
 {
-    size_t tag = c->cfg.auth ? LTP_MAC_BYTES : 0;
-    if (!split || len <= (int)(LTP_DATA_HDR_BYTES + tag) || b[WIRE_TYPE] != LTP_T_DATA) {
-        ltp_core_input(c, 0, b, (size_t)len, now);
-        return;
-    }
-    static uint8_t head[LTP_DATA_HDR_BYTES + LTP_MAC_BYTES], payload[LTP_MAX_DATAGRAM];
+    size_t tag = auth_trailer(&c->cfg);
+    if (!split || len <= (int)(LTP_DATA_HDR_BYTES + tag) || b[WIRE_TYPE] != LTP_T_DATA)
+        return ltp_core_input(c, 0, b, (size_t)len, now);
+    static uint8_t head[LTP_DATA_HDR_BYTES + LTP_TRAILER_BYTES], payload[LTP_MAX_DATAGRAM];
     size_t plen = (size_t)len - LTP_DATA_HDR_BYTES - tag;
     memcpy(head, b, LTP_DATA_HDR_BYTES);
     memcpy(head + LTP_DATA_HDR_BYTES, b + LTP_DATA_HDR_BYTES + plen, tag);
     memcpy(payload, b + LTP_DATA_HDR_BYTES, plen);
-    ltp_core_input_split(c, 0, head, LTP_DATA_HDR_BYTES + tag, payload, plen, now, now);
+    return ltp_core_input_split(c, 0, head, LTP_DATA_HDR_BYTES + tag, payload, plen, now, now);
 }
 
 /* Deliver (or drop, duplicate, reorder) up to `count` datagrams of queue k; mode's top bit hands
@@ -143,30 +271,40 @@ static void deliver(world_t *w, int k, int count, uint8_t mode)
         memmove(&q->d[pick], &q->d[pick + 1], (size_t)(q->n - pick - 1) * sizeof d);
         q->n--;
         if ((mode & 3) == 1) continue;   /* lost */
-        input(w->c[1 - k], d.b, d.len, mode & 0x80, w->now);
-        if ((mode & 3) == 2) input(w->c[1 - k], d.b, d.len, mode & 0x40, w->now);   /* duplicated */
+        int first = input(w->c[1 - k], d.b, d.len, mode & 0x80, w->now);
+        if ((mode & 3) == 2) {   /* duplicated: with auth on, never accepted twice */
+            int again = input(w->c[1 - k], d.b, d.len, mode & 0x40, w->now);
+            CHECK(!w->c[1 - k]->cfg.auth || first != LTP_OK || again != LTP_OK);
+        }
     }
 }
 
-/* Seal a forged datagram the way core `to` would accept it (the forger knows the key), or not. */
-static int seal(world_t *w, int to, uint8_t *b, int n, int with_key)
+/* Seal a forged datagram from slot `from` the way core `to` would accept it (sel bit 0: the forger
+ * holds the pair's key), or not. Its number is the newest the receiver accepted from that slot,
+ * minus 32, plus sel >> 1: a replay of a number seen, one lost on the way, or a new one. */
+static int seal(world_t *w, int to, int from, uint8_t *b, int n, uint8_t sel)
 {
-    if (!w->c[to]->cfg.auth) return n;
+    const ltp_core_t *c = w->c[to];
+    if (!c->cfg.auth) return n;
+    const peer_t *p = &c->peers[from];
     uint8_t k[LTP_KEY_BYTES];
-    auth_derive(with_key ? w->key : (const uint8_t *)"not the key.....", w->c[to]->self_rank, k);
+    auth_derive((sel & 1) ? p->pair_key : (const uint8_t *)"not the key.....", c->self_rank, k);
     b[WIRE_MAC] = LTP_MAC_SIPHASH24;
-    uint64_t tag = ltp_siphash24(k, b, (size_t)n);
-    for (int i = 0; i < 8; i++) b[n + i] = (uint8_t)(tag >> (8 * i));
-    return n + 8;
+    uint64_t pseq = (p->rx_any ? p->rx_top : 1000) - 32 + (sel >> 1);
+    for (int i = 0; i < 8; i++) b[n + i] = (uint8_t)(pseq >> (8 * i));
+    uint64_t tag = ltp_siphash24(k, b, (size_t)n + 8);
+    for (int i = 0; i < 8; i++) b[n + 8 + i] = (uint8_t)(tag >> (8 * i));
+    return n + (int)LTP_TRAILER_BYTES;
 }
 
 /* A forged datagram to core `to`: the last genuine one of `type` toward it (or a bare header),
- * its fields overwritten from the input, then sealed or not. */
-static void forge(world_t *w, int to, int type, input_t *in)
+ * its fields overwritten from the input, then sealed or not; from peer slot `from` (the PS's
+ * peers that never answer have slots 1.. and ranks 1..). */
+static void forge(world_t *w, int to, int type, input_t *in, int from)
 {
-    uint8_t b[DG + 8];
+    uint8_t b[DG + LTP_TRAILER_BYTES];
     const dgram_t *t = &w->last[1 - to][type];
-    size_t tag = w->c[to]->cfg.auth ? LTP_MAC_BYTES : 0;
+    size_t tag = auth_trailer(&w->c[to]->cfg);
     int n = t->len > (int)tag ? t->len - (int)tag : 0;
     if (n) memcpy(b, t->b, (size_t)n);
     else {
@@ -211,8 +349,9 @@ static void forge(world_t *w, int to, int type, input_t *in)
         for (int i = 0; i < bits / 8; i++) b[LTP_ACK_HDR_BYTES + i] = u8(in);
         n = (int)LTP_ACK_HDR_BYTES + bits / 8;
     }
-    n = seal(w, to, b, n, u8(in) & 1);
-    ltp_core_input(w->c[to], 0, b, (size_t)n, w->now);
+    if (from) { b[WIRE_SENDER] = (uint8_t)from; b[WIRE_SENDER + 1] = 0; }
+    n = seal(w, to, from, b, n, u8(in));
+    ltp_core_input(w->c[to], from, b, (size_t)n, w->now);
 }
 
 /* ------------------------------------------------------------------ the applications */
@@ -225,6 +364,22 @@ static void app_send(world_t *w, int k)
         uint16_t seg = segs > 1 ? (uint16_t)(s + 1) : 0;
         ltp_core_send(w->c[k], 0, id, seg, w->payload + s * per, per * 4, 0, w->now);
     }
+    if (k == S && id % 3 == 0)   /* and now and then to a peer that never answers */
+        ltp_core_send(w->c[S], 1 + (int)(id / 3 % PHANTOMS), id, 0, w->payload, per * 4, 0, w->now);
+}
+
+/* The caller's deadline: suspend core k's sends of its newest id, then (unless `leave`) send the
+ * same id again, with the same bytes (resumed) or, if `other`, with others (a new send). */
+static void app_retry(world_t *w, int k, uint8_t how)
+{
+    uint32_t id = w->next_send[k] - 1;
+    uint16_t segs = k == W ? w->segs : 1;
+    uint32_t per = w->n_floats / segs, shift = how & 2 ? 1 : 0;
+    for (uint16_t s = 0; s < segs; s++) ltp_core_send_suspend(w->c[k], 0, id, segs > 1 ? (uint16_t)(s + 1) : 0);
+    if (how & 1) return;
+    for (uint16_t s = 0; s < segs; s++)
+        ltp_core_send(w->c[k], 0, id, segs > 1 ? (uint16_t)(s + 1) : 0, w->payload + s * per + shift, per * 4, 0,
+                      w->now);
 }
 
 /* Take whatever is ready from the other side (ids around what was sent), checking the mask. */
@@ -269,12 +424,14 @@ static void setup(world_t *w, uint8_t flags, uint8_t size)
     cfg.closed_ring = flags & 128 ? 2 : 8;
     cfg.max_udp_payload_bytes = 160 + 8 * (size % 48);         /* 92..476-byte chunks: <= 45 packets */
     cfg.max_msg_bytes = MAXF * 4;
-    cfg.max_peers = 2;
+    cfg.max_peers = 1 + PHANTOMS;
     cfg.max_open_per_peer = 4;
     cfg.max_tx_per_peer = 4;
     cfg.rx_msg_window = 16;
     cfg.rx_idle_evict_us = 200000;
     cfg.max_wait_us = 100000;
+    cfg.loss_window = 1 + (size >> 1) % 3;                      /* windows fill within a run */
+    cfg.loss_min_packets = 1 + (size & 1);
     w->base_id = flags & 32 ? 0xFFFFFFF0u : 0;                  /* ids wrap after 16 messages */
     cfg.rx_first_msg_id = w->base_id;
     w->next_send[W] = w->next_send[S] = w->base_id;
@@ -287,9 +444,19 @@ static void setup(world_t *w, uint8_t flags, uint8_t size)
     CHECK(w->c[W] && w->c[S]);
     ltp_core_add_peer(w->c[W], LTP_RANK_SERVER);
     ltp_core_add_peer(w->c[S], 0);
+    for (int i = 1; i <= PHANTOMS; i++) CHECK(ltp_core_add_peer(w->c[S], (uint16_t)i) == i);
     for (int i = 0; i < LTP_KEY_BYTES; i++) w->key[i] = (uint8_t)(i * 7 + size);
-    ltp_core_set_key(w->c[W], w->key, sizeof w->key);
-    ltp_core_set_key(w->c[S], w->key, sizeof w->key);
+    ltp_core_set_peer_key(w->c[W], 0, w->key, sizeof w->key);
+    ltp_core_set_peer_key(w->c[S], 0, w->key, sizeof w->key);
+    for (int i = 1; i <= PHANTOMS; i++) {   /* a key of their own, one pair each */
+        uint8_t k[LTP_KEY_BYTES];
+        memcpy(k, w->key, sizeof k);
+        k[0] ^= (uint8_t)i;
+        ltp_core_set_peer_key(w->c[S], i, k, sizeof k);
+    }
+    /* Every layer but the last with a policy (and a loss window) of its own, set after the peer
+     * was added; the last follows the peer's window. */
+    for (uint16_t s = 1; s < w->segs; s++) CHECK(ltp_core_set_policy(w->c[S], s, 0.5, 0.99) == 0);
     if (flags & 2) {   /* strict: each side knows what it receives */
         uint32_t per = w->n_floats / w->segs;
         for (uint16_t s = 0; s < w->segs; s++)
@@ -313,11 +480,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 3: deliver(&w, k, 1 + u8(&in) % 16, u8(&in)); break;
         case 4: app_send(&w, k); break;
         case 5: app_take(&w, k); break;
-        case 6: forge(&w, S, LTP_T_DATA, &in); break;
-        case 7: forge(&w, W, LTP_T_ACK, &in); break;
-        case 8: forge(&w, W, LTP_T_CLOSE, &in); break;
-        case 9: forge(&w, k ? S : W, u8(&in) & 1 ? LTP_T_HELLO : LTP_T_HELLO_ACK, &in); break;
-        case 10: ltp_core_hello(w.c[W], 0, w.now); break;
+        case 6: forge(&w, S, LTP_T_DATA, &in, k ? 1 + (op >> 4 & 1) : 0); break;   /* k: phantom */
+        case 7: forge(&w, W, LTP_T_ACK, &in, 0); break;
+        case 8: forge(&w, W, LTP_T_CLOSE, &in, 0); break;
+        case 9: forge(&w, k ? S : W, u8(&in) & 1 ? LTP_T_HELLO : LTP_T_HELLO_ACK, &in, 0); break;
+        case 10:   /* the PS joins a peer that never answers, or the worker the PS */
+            if (k) ltp_core_hello(w.c[S], 1 + (op >> 4 & 1), w.now);
+            else ltp_core_hello(w.c[W], 0, w.now);
+            break;
         case 11: {   /* a raw datagram, no structure at all */
             uint8_t b[DG];
             size_t n = u8(&in) % 128;
@@ -335,8 +505,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 for (uint16_t s = 0; s <= w.segs; s++)
                     if (ltp_core_send_status(w.c[k], 0, w.next_send[k] - 1 - d, s, NULL, w.now) == 1)
                         ltp_core_send_release(w.c[k], 0, w.next_send[k] - 1 - d, s);
+            for (int i = 1; k == S && i <= PHANTOMS; i++)   /* the PS gives up on those */
+                for (uint32_t d = 3; d < 8; d++)
+                    ltp_core_send_release(w.c[S], i, w.next_send[S] - 1 - d, 0);
             break;
         }
+        case 14: app_retry(&w, k, u8(&in)); break;
         default: {   /* let the protocol run: both cores, lossless, to the next timer */
             for (int r = 0; r < 1 + (op >> 4 & 7) * 3; r++) {
                 poll_core(&w, W); poll_core(&w, S);

@@ -50,7 +50,12 @@ SEEDS = {
     "time-jump": bytes([0, 0x22]) + bytes([SEND, POLL, JUMP]) + struct.pack("<I", 0xFFFFFFF0)
     + bytes([DELIVER, 9, 0]) + run() + bytes([TAKE | S]),
     "raw-and-flip": bytes([AUTH, 0x15]) + bytes([SEND, POLL, FLIP, 0, 30, 1, DELIVER, 5, 0, RAW | S, 24])
-    + b"LP\x03\x01" + bytes(20) + bytes([1]) + run(),
+    + b"LP\x04\x01" + bytes(20) + bytes([1]) + run(),
+    # the PS's peers that never answer (the index holds several slots): a send to one, a HELLO to
+    # the other, and a DATA from each, forged from the worker's and sealed with the key
+    "phantoms": bytes([AUTH, 0x41]) + bytes([SEND, POLL, SEND | S, SEND | S, HELLO | S | 0x10, POLL | S])
+    + bytes([F_DATA | S, 0, 0, 0, 1, F_DATA | S | 0x10, 0, 0, 0, 1]) + run() + bytes([TAKE | S, RELEASE | S])
+    + run(),
 }
 
 

@@ -22,14 +22,17 @@
 extern "C" {
 #endif
 
-#define LTP_VERSION 3               /* 2: ACKs carry a rate hint; 3: MAC trailer, CLOSE echo, HELLO nonce */
+#define LTP_VERSION 4               /* 2: ACKs carry a rate hint; 3: MAC trailer, CLOSE echo, HELLO nonce;
+                                       4: per-pair keys, a datagram number in the trailer */
 #define LTP_MAGIC 0x504Cu           /* "LP" in little-endian byte order */
 #define LTP_HDR_BYTES 20u           /* common header of every packet */
 #define LTP_DATA_HDR_BYTES 52u      /* common header + DATA fields */
 #define LTP_ACK_HDR_BYTES 48u       /* common header + ACK fields, bitmap follows */
 #define LTP_CLOSE_BYTES 40u         /* 3: carries the echo of the DATA it answers */
 #define LTP_MAC_BYTES 8u            /* SipHash-2-4 tag at the end of every datagram with auth on */
-#define LTP_KEY_BYTES 16u           /* the run's MAC key */
+#define LTP_PSEQ_BYTES 8u           /* the datagram's number, before the tag (auth on) */
+#define LTP_TRAILER_BYTES 16u       /* what every datagram ends with, auth on: number, then tag */
+#define LTP_KEY_BYTES 16u           /* a pair's MAC key */
 #define LTP_RANK_SERVER 0xFFFFu     /* the parameter server's rank on the wire */
 #define LTP_MAX_DATAGRAM 65507u     /* largest UDP payload over IPv4 */
 #define LTP_ETH_DATAGRAM 1472u      /* a 1500-byte MTU minus IPv4 and UDP headers */
@@ -56,8 +59,9 @@ enum ltp_err {
     LTP_ESTALE = -11,      /* the datagram belongs to a message the application discarded */
     LTP_EOPTION = -12,     /* unknown configuration name or value out of range */
     LTP_EDROPPED = -13,    /* valid but dropped (receive table full, duplicate control) */
-    LTP_EAUTH = -14,       /* the datagram's MAC is missing or wrong */
-    LTP_EREJECTED = -15,   /* well-formed but refused: not what this endpoint expects or sent */
+    LTP_EAUTH = -14,       /* the datagram's MAC is missing or wrong; no key for that peer yet */
+    LTP_EREJECTED = -15,   /* well-formed but refused: not what this endpoint expects or sent,
+                              or (auth on) a datagram number already seen */
 };
 
 /* Why a receive context closed (also reported to the sender in CLOSE). */
@@ -99,6 +103,7 @@ typedef struct ltp_config {
     double loss_weight;
     double rtt_weight;
     uint32_t loss_window;             /* p_hat: least first-pass loss of this many recent messages */
+    uint32_t loss_min_packets;        /* a smaller message counts toward its own segment's p_hat only */
     uint32_t close_grace_min_us;
     double grace_rtt_mult;
     uint32_t max_wait_us;
@@ -137,13 +142,14 @@ typedef struct ltp_config {
     uint32_t hint_sample_pkts;        /* a capacity sample spans at least this many packets */
     uint32_t hint_catchup_us;         /* a hinted sender's token bucket holds this long at the hint */
     /* trusting nothing on the wire (docs/ltp-protocol.md §11) */
-    uint32_t auth;                    /* 1: every datagram carries a SipHash-2-4 tag (ltp_core_set_key) */
+    uint32_t auth;                    /* 1: every datagram is numbered and tagged (ltp_core_set_peer_key) */
     uint32_t rx_msg_window;           /* new message ids accepted this far past the last taken one */
     uint32_t rx_first_msg_id;         /* where that window starts before any message was taken */
     uint32_t rx_idle_evict_us;        /* an open receive context that heard nothing this long is evicted */
     double hint_min_mbps;             /* a received hint below this is raised to it */
     double hint_max_mbps;             /* a received hint above this is lowered to it */
     uint32_t hint_ttl_max_us;         /* a received hint is obeyed at most this long */
+    uint32_t replay_window;           /* auth on: datagram numbers remembered per peer */
 } ltp_config_t;
 
 /* Per-message receive statistics, filled by ltp_core_rx_take. */
@@ -200,6 +206,8 @@ enum ltp_stat {
     LTP_S_BAD_MAC, LTP_S_BAD_SHAPE, LTP_S_OUT_OF_WINDOW, LTP_S_RX_EVICTED, LTP_S_DUP_CONFLICT,
     LTP_S_BAD_ECHO, LTP_S_BAD_CLOSE, LTP_S_HINTS_CLAMPED, LTP_S_SENDS_STALE, LTP_S_CLOSE_RING_FULL,
     LTP_S_TX_REFUSED, LTP_S_ICMP_ERRORS,
+    LTP_S_SENDS_SUSPENDED, LTP_S_SENDS_RESUMED,   /* unfinished sends kept at a deadline, resumed */
+    LTP_S_REPLAYED,                         /* auth on: a datagram number seen, or too old */
     LTP_S__COUNT
 };
 
@@ -255,8 +263,10 @@ const char *ltp_enum_name(int enum_id, int value);    /* lowercase name, NULL if
 ltp_core_t *ltp_core_new(const ltp_config_t *cfg, uint16_t self_rank);
 void ltp_core_free(ltp_core_t *core);
 int ltp_core_add_peer(ltp_core_t *core, uint16_t rank);          /* returns the peer slot */
+/* Per-segment thresholds. Every segment of this table (and segment 0) also keeps its own loss
+ * window per peer (docs/ltp-protocol.md §4): LTP_ENOMEM if a peer's cannot grow. */
 int ltp_core_set_policy(ltp_core_t *core, uint16_t segment, double threshold_min,
-                        double threshold_max);                     /* per-segment thresholds */
+                        double threshold_max);
 /* The endpoint's datagram size incl. the LTP header (max_udp_payload_bytes; a configured 0 is
  * LTP_ETH_DATAGRAM until set). A driver sets it from the path MTU toward its peers before it
  * sends: LTP_EBUSY while a send is in progress, LTP_EINVAL outside 56..LTP_MAX_DATAGRAM. */
@@ -268,9 +278,13 @@ uint32_t ltp_core_datagram(const ltp_core_t *core);
  * with none, any shape the parser accepts opens a context. Each expected segment also reserves
  * room in every peer's ring of closed keys (at least 4 per segment). */
 int ltp_core_expect(ltp_core_t *core, uint16_t segment, uint32_t total_bytes, uint32_t critical_bytes);
-/* The run's MAC key (LTP_KEY_BYTES); required before anything is sent or accepted with auth on.
- * Each direction uses a key derived from it and the receiver's rank. */
-int ltp_core_set_key(ltp_core_t *core, const uint8_t *key, size_t len);
+/* The MAC key of the pair this endpoint and `peer` form (LTP_KEY_BYTES): both ends of a pair hold
+ * the same one, and nobody else does. Each direction seals under its own key, derived from it and
+ * the receiver's rank. With auth on nothing is sent to a peer or accepted from it before its key
+ * is set (ltp_core_send and ltp_core_hello say LTP_EAUTH), and a datagram from no peer slot
+ * cannot be checked (unknown_peer). A key other than the peer's current one starts a new replay
+ * window (docs/ltp-protocol.md §11); the same key again changes nothing. */
+int ltp_core_set_peer_key(ltp_core_t *core, int peer, const uint8_t *key, size_t len);
 /* SipHash-2-4 of msg under a 16-byte key (the construction of the MAC; exported for tests). */
 uint64_t ltp_siphash24(const uint8_t key[16], const uint8_t *msg, size_t len);
 
@@ -296,10 +310,10 @@ int ltp_core_input_split(ltp_core_t *core, int peer, const uint8_t *head, size_t
 int ltp_core_poll_tx(ltp_core_t *core, uint64_t now_us, uint8_t *buf, size_t cap, int *peer);
 /* ltp_core_poll_tx without copying a DATA's payload: buf gets the datagram's first n bytes (the
  * return value: a DATA's header, or any other packet whole) and *payload, *payload_len the rest,
- * a span of the message being sent that stays valid until its send is released (NULL and 0 for
- * packets other than DATA). The datagram is buf[0..n) followed by the payload, for a gather
- * write (sendmsg with two iovecs); with auth on a DATA's MAC tag is written to buf[n..n + 8)
- * and goes on the wire after the payload (a third iovec). */
+ * a span of the message being sent that stays valid until its send is released or suspended
+ * (NULL and 0 for packets other than DATA). The datagram is buf[0..n) followed by the payload,
+ * for a gather write (sendmsg with two iovecs); with auth on a DATA's MAC tag is written to
+ * buf[n..n + 8) and goes on the wire after the payload (a third iovec). */
 int ltp_core_poll_tx_ref(ltp_core_t *core, uint64_t now_us, uint8_t *buf, size_t cap,
                          const uint8_t **payload, uint32_t *payload_len, int *peer);
 /* Absolute time at which the core next needs attention (UINT64_MAX: only input can wake it). */
@@ -310,12 +324,23 @@ int ltp_core_peer_joined(const ltp_core_t *core, int peer);        /* HELLO_ACK 
 int ltp_core_peer_greeted(const ltp_core_t *core, int peer);       /* HELLO received */
 
 /* Start sending; data is referenced, not copied, and must stay valid until the send is
- * released. The first ceil(critical_bytes / chunk) packets are critical. */
+ * released or suspended. The first ceil(critical_bytes / chunk) packets are critical. If a
+ * suspended send of this (peer, msg_id, segment) holds the same bytes (length, critical span and
+ * a digest of the payload), it resumes instead: where it stopped, with its counters, its packets
+ * in flight and the receiver's view of it; done meanwhile, it is done at once. A suspended send
+ * of other bytes under the key is released first. LTP_EBUSY while a send of the key is held
+ * and not suspended. */
 int ltp_core_send(ltp_core_t *core, int peer, uint32_t msg_id, uint16_t segment,
                   const void *data, uint32_t len_bytes, uint32_t critical_bytes, uint64_t now_us);
 /* 1 when done (CLOSE or all acked), 0 while in progress; fills *stats if non-NULL. */
 int ltp_core_send_status(ltp_core_t *core, int peer, uint32_t msg_id, uint16_t segment,
                          ltp_send_stats_t *stats, uint64_t now_us);
+/* The caller stops waiting for a send but may send the same message again (a deadline in a loop
+ * of retries): the send is kept, paused (no DATA; ACKs and CLOSEs are still taken in, so it may
+ * finish meanwhile), and data is no longer referenced. ltp_core_send of the same message resumes
+ * it. A suspended send is released when a send of a newer id of its segment to its peer starts,
+ * when a new send needs its slot (the one queued first goes), or by ltp_core_send_release. */
+int ltp_core_send_suspend(ltp_core_t *core, int peer, uint32_t msg_id, uint16_t segment);
 /* Forget a send (cancelling it if still in progress). */
 int ltp_core_send_release(ltp_core_t *core, int peer, uint32_t msg_id, uint16_t segment);
 
@@ -357,6 +382,7 @@ int ltp_core_rx_guess(ltp_core_t *core, int peer, ltp_rx_guess_t *guesses, int n
 int ltp_core_rx_guess_holds(const ltp_core_t *core, int peer, const ltp_rx_guess_t *guess);
 /* Received fraction of an open or closed message (for tests), < 0 if unknown. */
 double ltp_core_rx_frac(const ltp_core_t *core, int peer, uint32_t msg_id, uint16_t segment);
+/* The early-close threshold in force for peer's messages of segment (< 0: no such peer). */
 double ltp_core_threshold(const ltp_core_t *core, int peer, uint16_t segment);
 void ltp_core_stats(const ltp_core_t *core, uint64_t *out, int n);
 /* The rate hint's view of the path toward this endpoint: capacity estimate in Mbit/s of
@@ -371,6 +397,11 @@ int ltp_core_linger(ltp_core_t *core, uint64_t now_us);
 uint64_t ltp_core_linger_until(const ltp_core_t *core, uint64_t now_us);
 
 /* ---- UDP driver ---- */
+/* The IP TOS byte of a message's DATA datagrams (ltp_send_req_t.tos): 0 leaves them the socket's
+ * (ltp_udp_set_tos), LTP_TOS_MARK | byte gives them that byte, set per datagram (an IP_TOS control
+ * message; a GSO run carries one mark). The driver keeps one mark per segment: the latest send of
+ * a segment marks every DATA of that segment it sends from then on, retransmissions included. */
+#define LTP_TOS_MARK 0x100u
 typedef struct ltp_send_req {
     int32_t peer;
     uint32_t msg_id;
@@ -378,6 +409,7 @@ typedef struct ltp_send_req {
     uint32_t len_bytes;
     const void *data;
     uint32_t critical_bytes;
+    uint32_t tos;              /* 0, or LTP_TOS_MARK | the TOS byte of this message's DATA */
     int32_t status;            /* out: 0 or LTP_E* */
     ltp_send_stats_t stats;    /* out */
 } ltp_send_req_t;
@@ -411,9 +443,11 @@ int ltp_udp_datagram(ltp_udp_t *udp);
 int ltp_udp_offload(ltp_udp_t *udp);
 int ltp_udp_join(ltp_udp_t *udp, int peer, uint64_t timeout_us);
 int ltp_udp_wait_greeted(ltp_udp_t *udp, uint64_t timeout_us);  /* every peer said HELLO */
-/* Send n messages concurrently; returns when all are done or the deadline passed (then the
- * unfinished ones are cancelled and have status LTP_ETIMEDOUT). A send the receiver refused as
- * stale has status LTP_ESTALE. */
+/* Send n messages concurrently; returns when all are done or the deadline passed. A send the
+ * receiver refused as stale has status LTP_ESTALE; an unfinished one has status LTP_ETIMEDOUT.
+ * When any is unfinished, every send of the call is suspended (ltp_core_send_suspend) rather
+ * than released: calling again with the same messages resumes the unfinished ones where they
+ * stopped and finds the finished ones done. The caller may free the messages once it returns. */
 int ltp_udp_send(ltp_udp_t *udp, ltp_send_req_t *reqs, int n, uint64_t timeout_us);
 /* Wait for n messages to close and take them. */
 int ltp_udp_recv(ltp_udp_t *udp, ltp_recv_req_t *reqs, int n, uint64_t timeout_us);
@@ -436,7 +470,12 @@ double ltp_udp_threshold(ltp_udp_t *udp, int peer, uint16_t segment);
 int ltp_udp_set_policy(ltp_udp_t *udp, uint16_t segment, double threshold_min,
                        double threshold_max);
 int ltp_udp_expect(ltp_udp_t *udp, uint16_t segment, uint32_t total_bytes, uint32_t critical_bytes);
-int ltp_udp_set_key(ltp_udp_t *udp, const uint8_t *key, size_t len);
+/* ltp_core_set_peer_key of the endpoint's core. */
+int ltp_udp_set_peer_key(ltp_udp_t *udp, int peer, const uint8_t *key, size_t len);
+/* The IP TOS byte (0..255) of every datagram the endpoint sends that no send request marks
+ * (control packets, unmarked DATA): the socket's IP_TOS. LTP_EINVAL out of range, LTP_ESYS if the
+ * kernel refuses it. */
+int ltp_udp_set_tos(ltp_udp_t *udp, int tos);
 
 #ifdef __cplusplus
 }

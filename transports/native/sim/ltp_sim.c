@@ -30,14 +30,48 @@
 #include <string.h>
 #include <time.h>
 
+static int trace_rank = -2;
+
 static int ops_input(void *ep, int slot, const uint8_t *b, size_t len, uint64_t now)
 {
+    ltp_core_t *c = ep;
+    if (trace_rank > -2 && c->self_rank == LTP_RANK_SERVER && len >= LTP_HDR_BYTES
+        && b[WIRE_TYPE] == LTP_T_DATA)
+        fprintf(stderr, "psin t=%llu len=%zu\n", (unsigned long long)now, len);
     return ltp_core_input(ep, slot, b, len, now);
+}
+
+/* LTP_SIM_TRACE=RANK: one line on stderr per DATA that worker RANK sends (-1: every worker), with
+ * its rate model's state (a diagnostic of the rate control; docs/simulation.md, "Tracing the rate control"). */
+
+static void trace_send(ltp_core_t *c, int slot, const uint8_t *b, uint64_t now)
+{
+    peer_t *p = &c->peers[slot];
+    const bbr_t *m = &p->fl->bbr;
+    fprintf(stderr, "trace r=%d t=%llu rtx=%d inflight=%llu cwnd=%.0f pace_mbps=%.1f hint=%d hint_mbps=%.1f "
+            "btl_mbps=%.1f mode=%d gain=%.2f min_rtt=%.1f srtt=%.1f tokens=%.0f\n",
+            c->self_rank, (unsigned long long)now, (b[WIRE_FLAGS] & LTP_F_RETRANSMIT) != 0,
+            (unsigned long long)p->fl->inflight_bytes, cwnd_bytes(c, p, now), pacing_rate(c, p, now) * 8,
+            p->hint_until_us > now, p->hint_rate * 8, m->btl_bw * 8, m->mode, m->pacing_gain,
+            p->fl->min_rtt_us, p->srtt_us, p->fl->tokens);
 }
 
 static int ops_poll(void *ep, uint64_t now, uint8_t *b, size_t cap, int *slot)
 {
-    return ltp_core_poll_tx(ep, now, b, cap, slot);
+    int n = ltp_core_poll_tx(ep, now, b, cap, slot);
+    if (trace_rank == -2) trace_rank = getenv("LTP_SIM_TRACE") ? atoi(getenv("LTP_SIM_TRACE")) : -3;
+    ltp_core_t *c = ep;
+    static uint64_t ps_traced;
+    if (trace_rank > -2 && c->self_rank == LTP_RANK_SERVER && now >= ps_traced + 200) {
+        ps_traced = now;
+        fprintf(stderr, "pstrace t=%llu cap_mbps=%.1f q_standing=%.1f open=%u hint_mbps=%.1f qw=%llu\n",
+                (unsigned long long)now, c->cap_bw * 8, c->q_standing_us, c->n_open_peers,
+                hint_kbps(c, now) / 1000.0, (unsigned long long)c->qw_len_us);
+    }
+    if (n > 0 && trace_rank > -2 && c->self_rank != LTP_RANK_SERVER && b[WIRE_TYPE] == LTP_T_DATA &&
+        (trace_rank < 0 || c->self_rank == trace_rank))
+        trace_send(c, *slot, b, now);
+    return n;
 }
 
 static uint64_t ops_timeout(void *ep, uint64_t now) { return ltp_core_next_timeout(ep, now); }
@@ -179,9 +213,12 @@ static int make_cores(const app_args_t *a, ltp_core_t **cores, char *err, size_t
             return -1;
         }
         ltp_core_set_policy(cores[r + 1], 0, 1.0, 1.0);   /* parameters arrive whole */
-        if (a->auth) ltp_core_set_key(cores[r + 1], key, sizeof key);
+        if (a->auth) {   /* one key per pair, as the harness hands them over */
+            key[0] = (uint8_t)r; key[1] = (uint8_t)(r >> 8);
+            ltp_core_set_peer_key(cores[r + 1], 0, key, sizeof key);
+            ltp_core_set_peer_key(cores[0], r, key, sizeof key);
+        }
     }
-    if (a->auth) ltp_core_set_key(cores[0], key, sizeof key);
     for (int s = 0; s < a->n_segs && a->n_segs > 1; s++)   /* PLOT: each layer at its bound */
         ltp_core_set_policy(cores[0], (uint16_t)(s + 1), a->seg_bound[s], a->seg_bound[s]);
     return 0;

@@ -142,7 +142,7 @@ void admit_evict_idle(ltp_core_t *c, peer_t *p, uint64_t now)
     for (uint32_t j = 0; j < c->cfg.max_open_per_peer; j++) {
         rxmsg_t *m = &p->rx[j];
         if (m->used && !m->closed && now >= admit_evict_deadline(c, m)) {
-            rx_free(m);
+            rx_release(c, p, m);
             c->st[LTP_S_RX_EVICTED]++;
         }
     }
@@ -160,7 +160,7 @@ rxmsg_t *admit_make_room(ltp_core_t *c, peer_t *p, uint32_t msg_id)
         if (m->used && (!top || seq_lt(top->msg_id, m->msg_id))) top = m;
     }
     if (!top || !seq_lt(msg_id, top->msg_id)) return NULL;
-    rx_free(top);
+    rx_release(c, p, top);
     c->st[LTP_S_RX_EVICTED]++;
     return top;
 }

@@ -1,14 +1,23 @@
-/* ltp_auth.c: the per-datagram MAC. SipHash-2-4 (Aumasson and Bernstein, "SipHash: a fast
- * short-input PRF", 2012), written from the paper: a 128-bit key, 2 compression rounds per 8-byte
- * word, 4 finalization rounds, a 64-bit tag. It is a PRF built for short inputs, which is what a
- * datagram is, and costs about 1.5 cycles per byte here with no SIMD, tables or library; its
- * 64-bit tag leaves a forger one chance in 2^64 per try under a key that lives for one run.
+/* ltp_auth.c: the per-datagram MAC and the replay window. SipHash-2-4 (Aumasson and Bernstein,
+ * "SipHash: a fast short-input PRF", 2012), written from the paper: a 128-bit key, 2 compression
+ * rounds per 8-byte word, 4 finalization rounds, a 64-bit tag. It is a PRF built for short
+ * inputs, which is what a datagram is, and costs about 1.5 cycles per byte here with no SIMD,
+ * tables or library; its 64-bit tag leaves a forger one chance in 2^64 per try under a key that
+ * lives for one run.
  *
- * Every datagram of an endpoint with auth on ends in an 8-byte tag over all the bytes before it,
- * and its WIRE_MAC byte says LTP_MAC_SIPHASH24. Each direction has its own key: the run's key
- * derived with the receiver's rank (two SipHash outputs of "ltp-dst" and the rank), so a
- * datagram meant for one host is refused by every other even though all share the run's key.
- * The sender's rank is inside the tagged header. docs/ltp-protocol.md §11.
+ * Keys are per pair: the two ends of a pair (the PS and one worker, two members of a collective)
+ * hold the same 16-byte key, set per peer slot (ltp_core_set_peer_key), and no other host has it.
+ * Each direction seals under its own key, derived from the pair's and the receiver's rank (two
+ * SipHash outputs of "ltp-dst" and the rank), so a datagram cannot be reflected back to its
+ * sender either. The sender's rank is inside the tagged header and must be the slot's.
+ *
+ * Every datagram of an endpoint with auth on ends in a 16-byte trailer: its number (u64, one
+ * sequence per direction of a pair, starting at the sender's clock when it first seals for that
+ * peer) and then an 8-byte tag over every byte before it; its WIRE_MAC byte says
+ * LTP_MAC_SIPHASH24. A receiver keeps per peer the newest number it accepted and a bitmap of the
+ * replay_window numbers up to it, and refuses a number seen before or one too old (replayed):
+ * a datagram accepted once is never accepted again, whatever its type. The window moves only for
+ * a datagram whose tag checked out. docs/ltp-protocol.md §11.
  */
 #include "ltp_internal.h"
 
@@ -107,18 +116,20 @@ uint64_t ltp_siphash24(const uint8_t key[16], const uint8_t *msg, size_t len)
     return sip_final(&s);
 }
 
-/* The tag of head[0..head_len) followed by payload[0..payload_len). */
-static uint64_t sip_two(const uint8_t key[16], const uint8_t *head, size_t head_len, const uint8_t *payload,
-                        size_t payload_len)
+/* The tag of head[0..head_len), then payload[0..payload_len), then tail[0..tail_len). */
+static uint64_t sip_parts(const uint8_t key[16], const uint8_t *head, size_t head_len,
+                          const uint8_t *payload, size_t payload_len, const uint8_t *tail,
+                          size_t tail_len)
 {
     sip_t s;
     sip_init(&s, key);
     sip_update(&s, head, head_len);
     if (payload_len) sip_update(&s, payload, payload_len);
+    if (tail_len) sip_update(&s, tail, tail_len);
     return sip_final(&s);
 }
 
-size_t auth_trailer(const ltp_config_t *cfg) { return cfg->auth ? LTP_MAC_BYTES : 0; }
+size_t auth_trailer(const ltp_config_t *cfg) { return cfg->auth ? LTP_TRAILER_BYTES : 0; }
 
 void auth_derive(const uint8_t key[LTP_KEY_BYTES], uint16_t rank, uint8_t out[LTP_KEY_BYTES])
 {
@@ -128,46 +139,112 @@ void auth_derive(const uint8_t key[LTP_KEY_BYTES], uint16_t rank, uint8_t out[LT
     wr64(out + 8, ltp_siphash24(key, label, sizeof label));
 }
 
-int ltp_core_set_key(ltp_core_t *c, const uint8_t *key, size_t len)
+static uint32_t window_words(const ltp_config_t *cfg) { return (cfg->replay_window + 63) / 64; }
+
+int ltp_core_set_peer_key(ltp_core_t *c, int peer, const uint8_t *key, size_t len)
 {
-    if (!c || !key || len != LTP_KEY_BYTES) return LTP_EINVAL;
-    auth_derive(key, c->self_rank, c->rx_key);
-    for (int i = 0; i < c->n_peers; i++) auth_derive(key, c->peers[i].rank, c->peers[i].tx_key);
-    memcpy(c->run_key, key, LTP_KEY_BYTES);   /* for peers added later */
-    c->has_key = 1;
+    peer_t *p = core_peer(c, peer);
+    if (!p || !key || len != LTP_KEY_BYTES) return LTP_EINVAL;
+    if (p->has_key && memcmp(p->pair_key, key, LTP_KEY_BYTES) == 0) return LTP_OK;
+    if (!p->rx_seen && !(p->rx_seen = calloc(window_words(&c->cfg), sizeof *p->rx_seen)))
+        return LTP_ENOMEM;
+    memcpy(p->pair_key, key, LTP_KEY_BYTES);
+    auth_derive(key, c->self_rank, p->rx_key);
+    auth_derive(key, p->rank, p->tx_key);
+    p->has_key = 1;
+    p->rx_any = 0;   /* numbers under another key say nothing about this one's */
     return LTP_OK;
 }
 
-int auth_check(const ltp_core_t *c, const uint8_t *b, size_t len, const uint8_t *payload)
+int auth_ready(const ltp_core_t *c, const peer_t *p)
+{
+    return c->cfg.auth && !p->has_key ? LTP_EAUTH : LTP_OK;
+}
+
+void auth_free(peer_t *p)
+{
+    free(p->rx_seen);
+    p->rx_seen = NULL;
+}
+
+int auth_check(const ltp_core_t *c, const peer_t *p, const uint8_t *b, size_t len,
+               const uint8_t *payload, uint64_t *pseq)
 {
     if (!b || len < LTP_HDR_BYTES || b[WIRE_MAC] > LTP_MAC_SIPHASH24) return LTP_EMALFORMED;
     if (!c->cfg.auth) return b[WIRE_MAC] == LTP_MAC_NONE ? (int)len : LTP_EAUTH;
-    if (!c->has_key || b[WIRE_MAC] != LTP_MAC_SIPHASH24 || len < LTP_HDR_BYTES + LTP_MAC_BYTES)
+    if (!p) return LTP_EPEER;   /* no slot, no key to check it with */
+    if (!p->has_key || b[WIRE_MAC] != LTP_MAC_SIPHASH24 || len < LTP_HDR_BYTES + LTP_TRAILER_BYTES)
         return LTP_EAUTH;
-    size_t n = len - LTP_MAC_BYTES;
+    size_t n = len - LTP_TRAILER_BYTES;
     uint8_t want[LTP_MAC_BYTES];
-    const uint8_t *tag = b + n;
-    if (payload) {   /* a DATA read apart: header and tag at b, the payload in its place */
+    const uint8_t *trailer = b + n;
+    if (payload) {   /* a DATA read apart: header and trailer at b, the payload in its place */
         if (n < LTP_DATA_HDR_BYTES) return LTP_EMALFORMED;
-        wr64(want, sip_two(c->rx_key, b, LTP_DATA_HDR_BYTES, payload, n - LTP_DATA_HDR_BYTES));
-        tag = b + LTP_DATA_HDR_BYTES;
+        trailer = b + LTP_DATA_HDR_BYTES;
+        wr64(want, sip_parts(p->rx_key, b, LTP_DATA_HDR_BYTES, payload, n - LTP_DATA_HDR_BYTES,
+                             trailer, LTP_PSEQ_BYTES));
     } else {
-        wr64(want, ltp_siphash24(c->rx_key, b, n));
+        wr64(want, ltp_siphash24(p->rx_key, b, n + LTP_PSEQ_BYTES));
     }
     /* Constant time: how much of a guessed tag was right must not show in the timing. */
+    const uint8_t *tag = trailer + LTP_PSEQ_BYTES;
     uint8_t diff = 0;
     for (size_t i = 0; i < LTP_MAC_BYTES; i++) diff |= (uint8_t)(want[i] ^ tag[i]);
-    return diff ? LTP_EAUTH : (int)n;
+    if (diff) return LTP_EAUTH;
+    *pseq = rd64(trailer);
+    return (int)n;
 }
 
-int auth_seal(const ltp_core_t *c, const peer_t *p, uint8_t *b, int n, const uint8_t *payload)
+/* The ring bitmap holds number s at bit s mod W (W: whole words of replay_window). */
+static int seen(const peer_t *p, uint64_t s, uint64_t w)
+{
+    uint64_t i = s % w;
+    return (int)(p->rx_seen[i / 64] >> (i % 64) & 1);
+}
+
+static void mark(peer_t *p, uint64_t s, uint64_t w, int on)
+{
+    uint64_t i = s % w;
+    if (on) p->rx_seen[i / 64] |= 1ull << (i % 64);
+    else p->rx_seen[i / 64] &= ~(1ull << (i % 64));
+}
+
+int auth_window(ltp_core_t *c, peer_t *p, uint64_t s)
+{
+    if (!c->cfg.auth) return LTP_OK;
+    uint64_t words = window_words(&c->cfg), w = 64 * words;
+    if (p->rx_any && s <= p->rx_top) {
+        if (p->rx_top - s >= w || seen(p, s, w)) {
+            c->st[LTP_S_REPLAYED]++;
+            return LTP_EREJECTED;
+        }
+    } else {   /* a new newest: the numbers between the last newest and it were not seen */
+        if (!p->rx_any || s - p->rx_top >= w) memset(p->rx_seen, 0, words * sizeof *p->rx_seen);
+        else for (uint64_t k = p->rx_top + 1; k < s; k++) mark(p, k, w, 0);
+        p->rx_top = s;
+        p->rx_any = 1;
+    }
+    mark(p, s, w, 1);
+    return LTP_OK;
+}
+
+int auth_seal(const ltp_core_t *c, peer_t *p, uint8_t *b, int n, const uint8_t *payload,
+              uint64_t now)
 {
     if (n <= 0 || !c->cfg.auth) return n;
+    /* Numbers start at the sender's clock, so an end restarted in the same run (same pair key)
+     * starts above every number its earlier incarnation used, as long as that one sent fewer
+     * than one datagram per microsecond on average. */
+    if (!p->tx_pseq) p->tx_pseq = MAX(now, 1);
+    uint64_t s = p->tx_pseq++;
     b[WIRE_MAC] = LTP_MAC_SIPHASH24;
-    if (payload)   /* a DATA sent by reference: the tag goes after its header, sent after the payload */
-        wr64(b + LTP_DATA_HDR_BYTES,
-             sip_two(p->tx_key, b, LTP_DATA_HDR_BYTES, payload, (size_t)n - LTP_DATA_HDR_BYTES));
+    uint8_t *trailer = payload ? b + LTP_DATA_HDR_BYTES : b + n;
+    wr64(trailer, s);
+    if (payload)   /* a DATA by reference: the trailer behind its header, sent after the payload */
+        wr64(trailer + LTP_PSEQ_BYTES,
+             sip_parts(p->tx_key, b, LTP_DATA_HDR_BYTES, payload, (size_t)n - LTP_DATA_HDR_BYTES,
+                       trailer, LTP_PSEQ_BYTES));
     else
-        wr64(b + n, ltp_siphash24(p->tx_key, b, (size_t)n));
-    return n + (int)LTP_MAC_BYTES;
+        wr64(trailer + LTP_PSEQ_BYTES, ltp_siphash24(p->tx_key, b, (size_t)n + LTP_PSEQ_BYTES));
+    return n + (int)LTP_TRAILER_BYTES;
 }

@@ -42,7 +42,11 @@ static const optdef_t OPTS[] = {
     DBL(threshold_max, 0, 1, 0.99, "fraction", "highest early-close threshold; equal to threshold_min for a fixed one"),
     DBL(loss_weight, 0, 100, 1.0, "", "weight of the first-pass loss estimate p_hat in the threshold"),
     DBL(rtt_weight, 0, 1, 0.0, "", "weight of srtt / T_pass in the threshold"),
-    U32(loss_window, 1, LTP_LOSS_WINDOW_MAX, 8, "messages", "p_hat is the least first-pass loss of this many recent messages of a peer"),
+    U32(loss_window, 1, LTP_LOSS_WINDOW_MAX, 8, "messages",
+        "p_hat is the least first-pass loss of this many recent messages of a segment from a peer "
+        "(until there are that many: of the peer's messages, any segment)"),
+    U32(loss_min_packets, 1, 4294967295.0, 2, "packets",
+        "a message of fewer packets counts toward its own segment's p_hat only (one packet loses all or nothing)"),
     U32(close_grace_min_us, 0, 60e6, 1000, "us", "least wait after the sender's first pass before an early close"),
     DBL(grace_rtt_mult, 0, 1000, 2.0, "RTTs", "wait after the first pass in sender srtt (at least close_grace_min_us)"),
     U32(max_wait_us, 1, 3600e6, 1000000, "us", "hard cap after the first packet; closes only at threshold_min or above"),
@@ -50,7 +54,7 @@ static const optdef_t OPTS[] = {
     U32(linger_rtts, 0, 1000, 8, "RTTs", "a closing end leaves once no peer sent anything for this many round trips"),
     U32(linger_min_us, 0, 60e6, 100000, "us", "a closing end stays quiet at least this long (see linger_rtts)"),
     U32(ack_every, 1, 1024, 8, "packets", "an ACK at least every this many DATA packets"),
-    U32(ack_delay_us, 0, 1e6, 200, "us", "longest an ACK waits for more DATA"),
+    U32(ack_delay_us, 0, 1e6, 200, "us", "longest an ACK waits for more DATA (a sender believes an ACK's ack_delay up to this)"),
     U32(reorder_window_min_us, 0, 1e6, 100, "us", "least reordering window of RACK (else min RTT / 4)"),
     U32(pto_min_us, 10, 10e6, 500, "us", "least probe timeout"),
     U32(pto_max_backoff, 0, 16, 6, "doublings", "the probe timeout doubles at most this many times"),
@@ -69,14 +73,14 @@ static const optdef_t OPTS[] = {
     U32(min_rtt_window_us, 1000, 3600e6, 10000000, "us", "min RTT is the least sample over this long"),
     BOOL(rate_hint, 1, "receiver-driven fair share on incast: send hints in ACKs and obey received ones"),
     DBL(hint_gain, 0.5, 4, 1.10, "", "a hinted share is capacity x hint_gain / active senders"),
-    U32(hint_window_min_us, 100, 1e6, 1000, "us", "capacity sample window: at least this and the largest peer srtt"),
+    U32(hint_window_min_us, 100, 1e6, 100, "us", "capacity sample window: at least this and the largest peer srtt"),
     U32(hint_bw_window_us, 1000, 3600e6, 10000000, "us", "capacity is the largest sample over this long"),
     U32(hint_ttl_rtts, 1, 1000, 4, "RTTs", "a received hint is obeyed this many srtt (see hint_ttl_min_us)"),
     U32(hint_ttl_min_us, 0, 10e6, 2000, "us", "a received hint is obeyed at least this long (and 8 packets' time)"),
     U32(hint_drain_us, 100, 10e6, 10000, "us", "a standing queue of q us lowers the gain by q / this"),
     U32(hint_sample_pkts, 1, 1e6, 256, "packets", "a capacity sample spans at least this many packets"),
     U32(hint_catchup_us, 0, 1e6, 4000, "us", "a hinted sender's token bucket holds this long at the hint"),
-    BOOL(auth, 1, "authenticate every datagram with a SipHash-2-4 tag under the run's key"),
+    BOOL(auth, 1, "number every datagram and tag it with SipHash-2-4 under its pair's key"),
     U32(rx_msg_window, 1, 2147483648.0, 64, "messages",
         "new message ids are accepted at most this far past the last one taken"),
     U32(rx_first_msg_id, 0, 4294967295.0, 0, "", "first message id accepted before any message was taken"),
@@ -84,6 +88,9 @@ static const optdef_t OPTS[] = {
     DBL(hint_min_mbps, 0, 1e6, 0.1, "Mbit/s", "a received rate hint below this is raised to it"),
     DBL(hint_max_mbps, 0.001, 1e9, 10000, "Mbit/s", "a received rate hint above this is lowered to it"),
     U32(hint_ttl_max_us, 1000, 60e6, 200000, "us", "a received rate hint is obeyed at most this long"),
+    U32(replay_window, 64, 65536, 4096, "datagrams",
+        "auth on: a datagram whose number this peer sent before, or sent this many numbers before its "
+        "newest, is refused as a replay"),
 };
 #define N_OPTS ((int)(sizeof OPTS / sizeof OPTS[0]))
 
@@ -156,8 +163,8 @@ static const char *problem(const ltp_config_t *c, char *scratch, size_t n)
     if (c->pacing_quantum_min_pkts > c->pacing_quantum_max_pkts)
         return "pacing_quantum_min_pkts must not exceed pacing_quantum_max_pkts";
     if (c->max_msg_bytes % 4) return "max_msg_bytes must be a multiple of 4";
-    if (c->auth && c->max_udp_payload_bytes && c->max_udp_payload_bytes < LTP_DATA_HDR_BYTES + 4 + LTP_MAC_BYTES)
-        return "max_udp_payload_bytes must be 0 (the path MTU) or leave room for the MAC with auth on (at least 64)";
+    if (c->auth && c->max_udp_payload_bytes && c->max_udp_payload_bytes < LTP_DATA_HDR_BYTES + 4 + LTP_TRAILER_BYTES)
+        return "max_udp_payload_bytes must be 0 (the path MTU) or leave room for the trailer with auth on (at least 72)";
     if (c->hint_min_mbps > c->hint_max_mbps) return "hint_min_mbps must not exceed hint_max_mbps";
     return NULL;
 }
@@ -206,7 +213,7 @@ static const char *const STAT_NAMES[] = {
     "rx_placed", "rx_place_lost",
     "bad_mac", "bad_shape", "out_of_window", "rx_evicted", "dup_conflict",
     "bad_echo", "bad_close", "hints_clamped", "sends_stale", "close_ring_full",
-    "tx_refused", "icmp_errors",
+    "tx_refused", "icmp_errors", "sends_suspended", "sends_resumed", "replayed",
 };
 _Static_assert(sizeof STAT_NAMES / sizeof STAT_NAMES[0] == LTP_S__COUNT, "one name per counter");
 const char *ltp_stat_name(int i) { return (i >= 0 && i < LTP_S__COUNT) ? STAT_NAMES[i] : NULL; }
@@ -217,7 +224,7 @@ int ltp_stat_kind(int i)
     switch (i) {
     case LTP_S_MALFORMED: case LTP_S_UNKNOWN_PEER: case LTP_S_WRONG_SESSION: case LTP_S_BAD_MAC:
     case LTP_S_BAD_SHAPE: case LTP_S_OUT_OF_WINDOW: case LTP_S_RX_EVICTED: case LTP_S_DUP_CONFLICT:
-    case LTP_S_BAD_ECHO: case LTP_S_BAD_CLOSE: case LTP_S_HINTS_CLAMPED:
+    case LTP_S_BAD_ECHO: case LTP_S_BAD_CLOSE: case LTP_S_HINTS_CLAMPED: case LTP_S_REPLAYED:
         return LTP_STAT_REJECT;
     default:
         return (i >= 0 && i < LTP_S__COUNT) ? LTP_STAT_TRAFFIC : -1;

@@ -4,7 +4,8 @@
  * max_tx_per_peer messages being sent and max_open_per_peer messages being received, and a ring
  * of recently closed receive keys. This file owns the endpoint's lifecycle, the join handshake,
  * the dispatch of incoming datagrams, the timers, and the two calls a driver loops on:
- * ltp_core_poll_tx (the next datagram due) and ltp_core_next_timeout (when to call again).
+ * ltp_core_poll_tx (the next datagram due) and ltp_core_next_timeout (when to call again); the
+ * peer index (ltp_index.c) says which peers they need to look at, so neither walks them all.
  * The mechanisms live in their own files (ltp_internal.h lists them); docs/ltp-protocol.md
  * describes the protocol.
  */
@@ -24,9 +25,10 @@ ltp_core_t *ltp_core_new(const ltp_config_t *cfg, uint16_t self_rank)
     c->self_rank = self_rank;
     c->chunk = ltp_chunk_bytes(&c->cfg);
     c->ring_cap = cfg->closed_ring;
+    c->released_cap = MAX(LTP_RELEASED_MIN, cfg->max_tx_per_peer);
     c->peers = calloc(cfg->max_peers, sizeof *c->peers);
     c->rng = cfg->seed ^ ((uint64_t)self_rank << 48);
-    if (!c->peers) { free(c); return NULL; }
+    if (!c->peers || index_init(c) || hint_init(c)) { ltp_core_free(c); return NULL; }
     rate_init_flow(c, &c->shared);
     return c;
 }
@@ -38,9 +40,13 @@ void ltp_core_free(ltp_core_t *c)
         peer_t *p = &c->peers[i];
         for (uint32_t j = 0; p->tx && j < c->cfg.max_tx_per_peer; j++) tx_free(&p->tx[j]);
         for (uint32_t j = 0; p->rx && j < c->cfg.max_open_per_peer; j++) rx_free(&p->rx[j]);
-        free(p->tx); free(p->rx); free(p->ring); free(p->floor_segs);
+        free(p->tx); free(p->rx); free(p->ring); free(p->floor_segs); free(p->released);
+        free(p->seg_n_loss); free(p->seg_loss); free(p->posts);
+        auth_free(p);
     }
-    free(c->peers); free(c->policy); free(c->posts); free(c->expect); free(c);
+    index_free(c);
+    hint_free(c);
+    free(c->peers); free(c->policy); free(c->expect); free(c);
 }
 
 int ltp_core_add_peer(ltp_core_t *c, uint16_t rank)
@@ -53,15 +59,18 @@ int ltp_core_add_peer(ltp_core_t *c, uint16_t rank)
     p->tx = calloc(c->cfg.max_tx_per_peer, sizeof *p->tx);
     p->rx = calloc(c->cfg.max_open_per_peer, sizeof *p->rx);
     p->ring = calloc(c->ring_cap, sizeof *p->ring);
-    if (!p->tx || !p->rx || !p->ring) {
-        free(p->tx); free(p->rx); free(p->ring); memset(p, 0, sizeof *p);
+    p->released = calloc(c->released_cap, sizeof *p->released);
+    if (!p->tx || !p->rx || !p->ring || !p->released || rx_loss_fit(c, p)) {
+        free(p->tx); free(p->rx); free(p->ring); free(p->released);
+        free(p->seg_n_loss); free(p->seg_loss); memset(p, 0, sizeof *p);
         return LTP_ENOMEM;
     }
     p->rank = rank;
-    if (c->has_key) auth_derive(c->run_key, rank, p->tx_key);
     rate_init_flow(c, &p->own);
     p->fl = rate_shared(c) ? &c->shared : &p->own;
-    return c->n_peers++;
+    c->n_peers++;
+    index_touch(c, p);
+    return c->n_peers - 1;
 }
 
 int ltp_core_set_datagram(ltp_core_t *c, uint32_t bytes)
@@ -77,6 +86,7 @@ int ltp_core_set_datagram(ltp_core_t *c, uint32_t bytes)
      * from the initial rate of the new size. */
     for (int i = 0; i < c->n_peers; i++) if (!c->peers[i].own.bbr.has_bw) rate_init_flow(c, &c->peers[i].own);
     if (!c->shared.bbr.has_bw) rate_init_flow(c, &c->shared);
+    index_touch_all(c);
     return LTP_OK;
 }
 
@@ -103,12 +113,14 @@ int ltp_core_hello(ltp_core_t *c, int peer, uint64_t now)
 {
     peer_t *p = core_peer(c, peer);
     if (!p) return LTP_EINVAL;
+    if (auth_ready(c, p)) return LTP_EAUTH;
     p->hello_active = 1;
     p->joined = 0;
     p->hello_next_us = now;
     /* The PS echoes this in HELLO_ACK: an answer to a HELLO we never sent joins nothing. The
      * clock is mixed in so that the seed alone does not give it away. */
     p->hello_nonce = (uint32_t)(ltp_splitmix64(&c->rng) ^ now ^ (now >> 32)) | 1u;
+    index_touch(c, p);
     return LTP_OK;
 }
 
@@ -147,17 +159,24 @@ static int input(ltp_core_t *c, int peer, const uint8_t *buf, size_t len, const 
     hdr_t h;
     c->st[LTP_S_RX_DATAGRAMS]++;
     c->st[LTP_S_RX_BYTES] += len;
-    /* Every check before any state changes, cheapest first; each refusal is counted once. */
+    /* Every check before any state changes, cheapest first; each refusal is counted once. The
+     * tag is checked under the key of the slot the source address maps to (auth on). */
     if (!wire_plausible(buf, len)) { c->st[LTP_S_MALFORMED]++; return LTP_EMALFORMED; }
-    int n = auth_check(c, buf, len, payload);
-    if (n < 0) { c->st[n == LTP_EAUTH ? LTP_S_BAD_MAC : LTP_S_MALFORMED]++; return n; }
+    peer_t *p = core_peer(c, peer);
+    uint64_t pseq = 0;
+    int n = auth_check(c, p, buf, len, payload, &pseq);
+    if (n < 0) {
+        c->st[n == LTP_EAUTH ? LTP_S_BAD_MAC : n == LTP_EPEER ? LTP_S_UNKNOWN_PEER : LTP_S_MALFORMED]++;
+        return n;
+    }
     int rc = wire_parse(&c->cfg, buf, (size_t)n, &h);
     if (rc) { c->st[LTP_S_MALFORMED]++; return rc; }
     if (payload) h.payload = payload;
-    peer_t *p = core_peer(c, peer);
     if (!p || p->rank != h.sender) { c->st[LTP_S_UNKNOWN_PEER]++; return LTP_EPEER; }
     if (h.session != c->cfg.session_id) { c->st[LTP_S_WRONG_SESSION]++; return LTP_ESESSION; }
+    if ((rc = auth_window(c, p, pseq)) != LTP_OK) return rc;   /* accepted once, never again */
     c->last_rx_us = MAX(c->last_rx_us, now);
+    index_touch(c, p);
     switch (h.type) {
     case LTP_T_DATA:
         if ((rc = admit_data(c, p, &h)) != LTP_OK) return rc;
@@ -190,36 +209,31 @@ int ltp_core_input_split(ltp_core_t *c, int peer, const uint8_t *head, size_t he
 }
 
 /* ---------------------------------------------------------------- output */
-/* Timers that change state: close deadlines, RACK, PTO. */
-static void tick(ltp_core_t *c, uint64_t now)
+/* Peer p's control datagram due now, if any: HELLO_ACK, HELLO, CLOSE copies, due ACKs. */
+static int peer_control(ltp_core_t *c, peer_t *p, uint64_t now, uint8_t *b, size_t cap)
 {
-    for (int pi = 0; pi < c->n_peers; pi++) {
-        peer_t *p = &c->peers[pi];
-        for (uint32_t j = 0; j < c->cfg.max_open_per_peer; j++)
-            if (p->rx[j].used && !p->rx[j].closed) rx_check_close(c, p, &p->rx[j], now);
-        for (uint32_t j = 0; j < c->cfg.max_tx_per_peer; j++) tx_on_timers(c, p, &p->tx[j], now);
+    if (p->hello_ack_pending) {
+        p->hello_ack_pending = 0;
+        hdr_t h = core_header(c, LTP_T_HELLO_ACK, p->hello_echo, 0);
+        return wire_put_hello(b, &h);
     }
+    if (p->hello_active && now >= p->hello_next_us) {
+        p->hello_next_us = now + c->cfg.hello_interval_us;
+        hdr_t h = core_header(c, LTP_T_HELLO, p->hello_nonce, 0);
+        return wire_put_hello(b, &h);
+    }
+    return rx_poll_control(c, p, now, b, cap);
 }
 
-/* Control datagrams go before DATA: per peer, HELLO_ACK, HELLO, CLOSE copies, due ACKs. */
+/* Control datagrams go before DATA, the lowest slot's first (ltp_index.c finds them). */
 static int poll_control(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, int *peer)
 {
     if (cap < LTP_CLOSE_BYTES) return 0;
-    for (int pi = 0; pi < c->n_peers; pi++) {
+    for (int pi; (pi = index_ready(c, now)) >= 0;) {
         peer_t *p = &c->peers[pi];
-        *peer = pi;
-        if (p->hello_ack_pending) {
-            p->hello_ack_pending = 0;
-            hdr_t h = core_header(c, LTP_T_HELLO_ACK, p->hello_echo, 0);
-            return wire_put_hello(b, &h);
-        }
-        if (p->hello_active && now >= p->hello_next_us) {
-            p->hello_next_us = now + c->cfg.hello_interval_us;
-            hdr_t h = core_header(c, LTP_T_HELLO, p->hello_nonce, 0);
-            return wire_put_hello(b, &h);
-        }
-        int n = rx_poll_control(c, p, now, b, cap);
-        if (n) return n;
+        int n = peer_control(c, p, now, b, cap);
+        index_touch(c, p);   /* re-keyed: it has another one due, or none after all */
+        if (n) { *peer = pi; return n; }
     }
     return 0;
 }
@@ -228,28 +242,29 @@ static int poll_control(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, int
  * datagram's whole length. */
 static int poll_tx(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, int *peer, const uint8_t **payload)
 {
-    tick(c, now);
-    /* With auth on nothing leaves before the key is set, and every datagram has room for its tag. */
+    index_tick(c, now);   /* timers that change state: close deadlines, RACK, PTO */
+    /* With auth on every datagram has room for its trailer; nothing is due for a peer without
+     * its key (ltp_core_send and ltp_core_hello refuse it, and nothing from it is accepted). */
     size_t room = auth_trailer(&c->cfg);
-    if ((room && !c->has_key) || cap < room + LTP_HDR_BYTES) return 0;
+    if (cap < room + LTP_HDR_BYTES) return 0;
     cap -= room;
     int n = poll_control(c, now, b, cap, peer);
     if (n) {
-        n = auth_seal(c, &c->peers[*peer], b, n, NULL);
+        n = auth_seal(c, &c->peers[*peer], b, n, NULL, now);
         if (n > 0) { c->st[LTP_S_TX_DATAGRAMS]++; c->st[LTP_S_TX_BYTES] += (uint64_t)n; }
         return n;
     }
     if (c->n_peers == 0) return 0;
     sched_t s;
     sched_begin(&s);
-    for (int k = 0; k < c->n_peers && s.due > now; k++)
-        sched_consider(c, &s, (c->rr + k) % c->n_peers, now, 1);
+    sched_scan(c, &s, now, 1, -1);
     if (s.peer < 0 && rate_shared(c)) sched_mark_idle(&c->shared);
     if (sched_decide(c, &s, now) > now || s.peer < 0) return 0;
     c->rr = (s.peer + 1) % c->n_peers;
     n = sched_emit(c, &s, now, b, cap, peer, payload);
+    index_touch(c, &c->peers[s.peer]);
     if (n > 0 && room) {
-        n = auth_seal(c, &c->peers[*peer], b, n, payload ? *payload : NULL);
+        n = auth_seal(c, &c->peers[*peer], b, n, payload ? *payload : NULL, now);
         c->st[LTP_S_TX_BYTES] += room;
     }
     return n;
@@ -275,21 +290,21 @@ int ltp_core_poll_tx_ref(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, co
     return n;
 }
 
+/* The earliest of every peer's timers and control datagrams (HELLO_ACK and CLOSE copies: now)
+ * and of when the scheduler's choice may send. */
 uint64_t ltp_core_next_timeout(ltp_core_t *c, uint64_t now)
 {
     if (!c) return NEVER;
-    uint64_t t = NEVER;
+    index_refresh(c, now);
     sched_t s;
     sched_begin(&s);
-    for (int pi = 0; pi < c->n_peers; pi++) {
-        peer_t *p = &c->peers[pi];
-        if (p->hello_ack_pending) return now;
-        if (p->hello_active) t = MIN(t, p->hello_next_us);
-        if (p->n_close_pending) return now;
-        for (uint32_t j = 0; j < c->cfg.max_open_per_peer; j++) t = MIN(t, rx_deadline(c, p, &p->rx[j]));
-        for (uint32_t j = 0; j < c->cfg.max_tx_per_peer; j++) t = MIN(t, tx_deadline(c, p, &p->tx[j]));
-        sched_consider(c, &s, pi, now, 0);
+    int urgent = index_urgent(c);
+    if (urgent >= 0) {   /* the peers before it were considered (fair: their tokens refilled) */
+        sched_scan(c, &s, now, 0, urgent);
+        return now;
     }
+    uint64_t t = index_due(c);
+    sched_scan(c, &s, now, 0, -1);
     t = MIN(t, sched_decide(c, &s, now));
     return t < now ? now : t;
 }
@@ -300,6 +315,7 @@ int ltp_core_linger(ltp_core_t *c, uint64_t now)
     if (!c) return LTP_EINVAL;
     c->linger_from_us = MAX(now, 1);
     for (int pi = 0; pi < c->n_peers; pi++) rx_farewell(c, &c->peers[pi]);
+    index_touch_all(c);
     return LTP_OK;
 }
 

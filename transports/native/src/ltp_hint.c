@@ -8,15 +8,120 @@
  * long one whose byte count over its duration is one capacity sample. Every valid DATA counts
  * (duplicates and late ones used the link too). A gap between arrivals longer than the short
  * window drops both: the link was not kept busy.
+ *
+ * Both the hint and the windows depend on the peers with a message still being received (open
+ * peers): how many, the largest srtt among them, how many sent within an idle horizon. These are
+ * kept as the peers open and close, not counted over every peer per ACK: the count, a heap of
+ * srtts, and a list in order of each open peer's last DATA with a cursor at the horizon.
  */
 #include "ltp_internal.h"
 
-/* p has a message that is still being received. */
-static int has_open_rx(const ltp_core_t *c, const peer_t *p)
+#include <string.h>
+
+int hint_init(ltp_core_t *c)
 {
-    for (uint32_t j = 0; j < c->cfg.max_open_per_peer; j++)
-        if (p->rx[j].used && !p->rx[j].closed) return 1;
-    return 0;
+    c->act_head = c->act_tail = c->act_cur = -1;
+    return ph_init(&c->srtt, c->cfg.max_peers);
+}
+
+void hint_free(ltp_core_t *c) { ph_free(&c->srtt); }
+
+/* ---------------------------------------------------------------- the open peers */
+/* A heap key that puts the largest srtt first (a non-negative double's bits order as it does). */
+static uint64_t srtt_key(const peer_t *p)
+{
+    double v = MIN(p->peer_srtt_us, 1e6);
+    uint64_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    return ~bits - 1;   /* never NEVER */
+}
+
+/* Insert open peer pi into the list after the last one whose last DATA is no later than its. */
+static void act_insert(ltp_core_t *c, int pi)
+{
+    peer_t *P = c->peers;
+    uint64_t k = P[pi].last_data_us;
+    int t = c->act_tail, passed = 0;
+    for (; t >= 0 && P[t].last_data_us > k; t = P[t].act_prev) passed |= t == c->act_cur;
+    P[pi].act_prev = t;
+    P[pi].act_next = t >= 0 ? P[t].act_next : c->act_head;
+    if (P[pi].act_next >= 0) P[P[pi].act_next].act_prev = pi;
+    else c->act_tail = pi;
+    if (t >= 0) P[t].act_next = pi;
+    else c->act_head = pi;
+    if (k >= c->act_thr) {   /* at or after the cursor's threshold: counted, maybe its new first */
+        c->act_ge++;
+        if (c->act_cur < 0 || passed) c->act_cur = pi;
+    }
+}
+
+static void act_remove(ltp_core_t *c, int pi)
+{
+    peer_t *P = c->peers;
+    if (P[pi].last_data_us >= c->act_thr) c->act_ge--;
+    if (c->act_cur == pi) c->act_cur = P[pi].act_next;
+    if (P[pi].act_prev >= 0) P[P[pi].act_prev].act_next = P[pi].act_next;
+    else c->act_head = P[pi].act_next;
+    if (P[pi].act_next >= 0) P[P[pi].act_next].act_prev = P[pi].act_prev;
+    else c->act_tail = P[pi].act_prev;
+}
+
+/* Move the cursor to the first open peer whose last DATA is at or after x. */
+static void act_seek(ltp_core_t *c, uint64_t x)
+{
+    const peer_t *P = c->peers;
+    if (x > c->act_thr) {
+        for (int t = c->act_cur; t >= 0 && P[t].last_data_us < x; t = P[t].act_next) {
+            c->act_ge--;
+            c->act_cur = P[t].act_next;
+        }
+    } else {
+        int t = c->act_cur >= 0 ? P[c->act_cur].act_prev : c->act_tail;
+        for (; t >= 0 && P[t].last_data_us >= x; t = P[t].act_prev) {
+            c->act_ge++;
+            c->act_cur = t;
+        }
+    }
+    c->act_thr = x;
+}
+
+void hint_open(ltp_core_t *c, peer_t *p, int open)
+{
+    int pi = core_peer_slot(c, p);
+    if (open) {
+        c->n_open_peers++;
+        ph_put(&c->srtt, pi, srtt_key(p));
+        act_insert(c, pi);
+    } else {
+        c->n_open_peers--;
+        ph_put(&c->srtt, pi, NEVER);
+        act_remove(c, pi);
+    }
+}
+
+void hint_srtt(ltp_core_t *c, peer_t *p)
+{
+    if (p->n_rx_open) ph_put(&c->srtt, core_peer_slot(c, p), srtt_key(p));
+}
+
+/* Open peers with a DATA no longer than `idle` ago (as the difference in doubles says). */
+static uint32_t n_active(ltp_core_t *c, uint64_t now, double idle)
+{
+    const peer_t *P = c->peers;
+    uint32_t n = 0;
+    if (!(idle < 9007199254740992.0)) {   /* 2^53 us: no integer horizon; count them one by one */
+        for (int t = c->act_head; t >= 0; t = P[t].act_next)
+            n += !((double)(now - P[t].last_data_us) > idle);
+        return n;
+    }
+    /* For a last DATA no later than now, now - last is within idle exactly when it is at most
+     * floor(idle); a later one (the clock went back) is judged by the walk's own test. */
+    uint64_t d = (uint64_t)idle;
+    act_seek(c, d >= now ? 0 : now - d);
+    n = c->act_ge;
+    for (int t = c->act_tail; t >= 0 && P[t].last_data_us > now; t = P[t].act_prev)
+        n -= (double)(now - P[t].last_data_us) > idle;
+    return n;
 }
 
 static double queue_window_us(const ltp_core_t *c)
@@ -24,10 +129,8 @@ static double queue_window_us(const ltp_core_t *c)
     /* At least one round trip of the slowest open path, so a window spans a flight of every
      * sender, and several reads, so its least delay is the queue's, not the reader's lateness. */
     double w = MAX((double)c->cfg.hint_window_min_us, 4 * c->read_gap_us);
-    for (int pi = 0; pi < c->n_peers; pi++) {
-        const peer_t *p = &c->peers[pi];
-        if (has_open_rx(c, p)) w = MAX(w, MIN(p->peer_srtt_us, 1e6));
-    }
+    int top = ph_top(&c->srtt);
+    if (top >= 0) w = MAX(w, MIN(c->peers[top].peer_srtt_us, 1e6));
     return w;
 }
 
@@ -97,6 +200,11 @@ static void open_windows(ltp_core_t *c, uint64_t at, double q)
 void hint_on_data(ltp_core_t *c, peer_t *p, const hdr_t *h, size_t len, uint64_t now, uint64_t at)
 {
     if (!c->cfg.rate_hint) return;
+    if (p->n_rx_open && p->last_data_us != now) {   /* it moves to its place in the list */
+        act_remove(c, core_peer_slot(c, p));
+        p->last_data_us = now;
+        act_insert(c, core_peer_slot(c, p));
+    }
     p->last_data_us = now;
     if (c->est_open && at < c->last_arrival_us) at = c->last_arrival_us;
     double q = queue_delay_us(c, p, h->ts, at);
@@ -124,21 +232,16 @@ void hint_on_data(ltp_core_t *c, peer_t *p, const hdr_t *h, size_t len, uint64_t
 uint32_t hint_kbps(ltp_core_t *c, uint64_t now)
 {
     if (!c->cfg.rate_hint || c->cap_bw <= 0) return 0;
-    int n_open = 0, n_active = 0;
-    for (int pi = 0; pi < c->n_peers; pi++) n_open += has_open_rx(c, &c->peers[pi]);
+    int n_open = (int)c->n_open_peers;
     if (n_open < 2) return 0;
     /* Active: an open message and data within 4 queue windows or 8 packets at the fair share. */
     double idle = MAX(4.0 * (double)c->qw_len_us, 8.0 * pkt_wire(c) * n_open / c->cap_bw);
-    for (int pi = 0; pi < c->n_peers; pi++) {
-        const peer_t *p = &c->peers[pi];
-        if ((double)(now - p->last_data_us) > idle) continue;
-        n_active += has_open_rx(c, p);
-    }
-    if (n_active < 2) return 0;
+    int n_act = (int)n_active(c, now, idle);
+    if (n_act < 2) return 0;
     /* Slightly more than the capacity finds any the estimate missed; a standing queue takes
      * rate off until it drains, so the queue stays short whatever the estimate's error. */
     double gain = MAX(c->cfg.hint_gain - c->q_standing_us / c->cfg.hint_drain_us, 0.5);
-    double kbps = c->cap_bw * gain / n_active * 8000.0;
+    double kbps = c->cap_bw * gain / n_act * 8000.0;
     return (uint32_t)MIN(MAX(kbps, 1.0), 4294967295.0);
 }
 

@@ -10,10 +10,12 @@
  *   ltp_place.c   where received payloads land: posted application buffers, guessed places
  *   ltp_admit.c   what the receive side lets in: the expected layout, the message-id window,
  *                 duplicates that disagree, evicting idle contexts
- *   ltp_auth.c    SipHash-2-4, the per-direction keys and the MAC trailer of every datagram
+ *   ltp_auth.c    SipHash-2-4, the per-pair keys, the trailer of every datagram (its number and
+ *                 tag) and the replay window
  *   ltp_send.c    send contexts: transmission order, RACK and PTO loss recovery, ACK and CLOSE
  *   ltp_sched.c   which peer's message sends the next DATA packet, and when
  *   ltp_core.c    the endpoint: peers, datagram dispatch, timers, poll_tx and next_timeout
+ *   ltp_index.c   which peers have work due and when (poll_tx and next_timeout look at those only)
  *   ltp_udp.c     the UDP driver around one core: socket, event loop, blocking API; its batched
  *   ltp_udp_io.c  datagram I/O; ltp_udp_internal.h (not part of the sans-IO core)
  * Nothing here is public API: bindings read ltp.h only. The C tests include this header for the
@@ -132,9 +134,11 @@ typedef struct {
 enum { PK_UNSENT = 0, PK_INFLIGHT = 1, PK_LOST = 2, PK_ACKED = 3 };
 enum { BBR_STARTUP = 0, BBR_DRAIN = 1, BBR_PROBE_BW = 2 };
 
-/* Windowed max (Linux's minmax): the best of three samples over a window. */
-#define LTP_CANCELLED_KEPT 8   /* cancelled sends remembered per peer (peer_t.cancelled) */
+/* Released sends remembered per peer (peer_t.released): at least this many, and one per send slot
+ * (max_tx_per_peer), so every send of one call fits. */
+#define LTP_RELEASED_MIN 8
 
+/* Windowed max (Linux's minmax): the best of three samples over a window. */
 typedef struct { uint64_t t; double v; } mm_sample_t;
 typedef struct { mm_sample_t s[3]; } minmax_t;
 
@@ -156,6 +160,7 @@ typedef struct {
     uint32_t n_lost, lost_cursor, ack_floor;
     uint32_t *seq_idx, seq_cap;      /* packet index of every transmission, by tx_seq */
     uint32_t *seq_ts;                /* its timestamp on the wire: what a genuine echo carries */
+    uint64_t *seq_rtt;               /* bitmap by tx_seq: its echo gave an RTT sample already */
     uint32_t tx_seq_next, scan_seq;
     int rack_valid;
     uint32_t rack_seq;
@@ -165,7 +170,9 @@ typedef struct {
     uint32_t pto_count, n_acked, inflight_pkts;
     uint64_t packets, retransmits, wire_bytes, peer_received;
     int done_reason;
-    uint32_t sent_before;            /* distinct packets cancelled sends of this key sent */
+    uint32_t sent_before;            /* distinct packets released sends of this key sent */
+    int suspended;                   /* the caller stopped waiting: paused, data not referenced */
+    uint64_t digest;                 /* of the payload, taken when suspended: a retry's must match */
     uint64_t first_tx_us, last_tx_us, first_pass_us, max_gap_us;   /* ltp_send_stats_t */
     uint32_t probes;
 } txmsg_t;
@@ -182,7 +189,8 @@ typedef struct {
     uint32_t received, crit_rcvd, first_rcvd, base, max_idx, max_first_seq;
     uint64_t received_bytes, duplicates, retransmits;
     uint64_t first_us, pass_end_us, close_us;
-    uint64_t checked_us;             /* the close rule was last evaluated then (rx_check_close) */
+    uint64_t checked_us;             /* the close rule was last evaluated then (rx_check_close), */
+    uint64_t checked_seq;            /* as the eval_seq'th evaluation (index_checked_us) */
     uint32_t ack_pending, echo_ts, echo_seq;
     uint64_t ack_due_us, echo_arrival_us;
     uint64_t last_us;                /* last DATA that changed it (idle contexts are evicted) */
@@ -218,11 +226,24 @@ typedef struct {
     uint64_t tokens_us, inflight_bytes, min_rtt_stamp_us;
 } flow_t;
 
+typedef struct { uint32_t msg_id, packets; uint16_t segment; uint8_t used; } released_t;
+
+/* A buffer the application posted for a message (ltp_core_rx_post). */
+typedef struct { int peer; uint32_t msg_id, cap; uint16_t segment; uint8_t *buf; } post_t;
+
 typedef struct {
     uint16_t rank;
     int greeted, joined, hello_active, hello_ack_pending;
     uint32_t hello_nonce, hello_echo;      /* ours in HELLO; the peer's, echoed in HELLO_ACK */
+    /* Authentication (ltp_auth.c): the pair's keys, one per direction, and the numbers. */
+    int has_key;
+    uint8_t pair_key[LTP_KEY_BYTES];       /* as set (ltp_core_set_peer_key) */
     uint8_t tx_key[LTP_KEY_BYTES];         /* MAC key of datagrams to this peer */
+    uint8_t rx_key[LTP_KEY_BYTES];         /* MAC key of datagrams from it */
+    uint64_t tx_pseq;                      /* number of the next datagram to it; 0: none sent yet */
+    int rx_any;                            /* a datagram from it was accepted: rx_top is its newest */
+    uint64_t rx_top;
+    uint64_t *rx_seen;                     /* ring bitmap of the replay_window numbers up to rx_top */
     uint64_t hello_next_us;
     int has_rtt;
     double srtt_us, rttvar_us, min_rtt_us, peer_srtt_us;
@@ -244,25 +265,61 @@ typedef struct {
     uint32_t last_msg_id, last_idx;        /* (where the next one probably goes, ltp_place.c) */
     uint16_t last_seg;
     int has_tpass, floor_valid;
-    uint32_t n_loss;                       /* first-pass loss samples taken (ring below) */
+    /* First-pass loss, two kinds of window (ltp_recv.c, p_hat): the peer's, of its messages of
+     * any segment with at least loss_min_packets packets, and one per segment with every message
+     * of that segment, for segment 0 and each segment of the policy table (n_seg_loss of them). */
+    uint32_t n_loss;                       /* samples the peer's window took (ring below) */
     float loss_ring[LTP_LOSS_WINDOW_MAX];
+    uint32_t *seg_n_loss;                  /* samples each segment's window took */
+    float *seg_loss;                       /* n_seg_loss rings of loss_window samples */
+    uint32_t n_seg_loss;
     double t_pass_us;
     uint32_t floor;                        /* the newest id the application took */
     uint16_t *floor_segs;                  /* the segments of id floor it took (PLOT: layers) */
     uint32_t n_floor_segs, cap_floor_segs;
     uint8_t floor_whole;                   /* no room to list them: every segment of floor is taken */
-    /* Sends the application cancelled unfinished (a deadline), newest last: their receiver may
-     * hold those packets, so a later send of the same key may be closed with more than it sent. */
-    struct { uint32_t msg_id, packets; uint16_t segment; uint8_t used; } cancelled[LTP_CANCELLED_KEPT];
-    uint32_t cancelled_head;
+    /* Sends released (finished, or cancelled unfinished), newest last: their receiver may hold
+     * those packets, so a later send of the same key may be closed with more than it sent. */
+    released_t *released;                  /* core.released_cap of them */
+    uint32_t released_head;
+    post_t *posts;                         /* buffers posted for its messages (ltp_place.c) */
+    uint32_t n_posts, cap_posts;
+    /* The index (ltp_index.c) and the rate hint's view of it (ltp_hint.c). */
+    uint8_t dirty;                         /* touched since the last poll_tx (pindex_t.dirty) */
+    uint32_t n_rx_open;                    /* receive contexts used and not closed */
+    int32_t act_prev, act_next;            /* in the hint's list of open peers (n_rx_open > 0) */
 } peer_t;
 
 typedef struct { float lo, hi; uint8_t set; } policy_t;
+
+/* ---------------------------------------------------------------- the peer index (ltp_index.c) */
+/* A binary min-heap of peer slots ordered by (key, slot), each slot at most once. */
+typedef struct { int32_t *at, *pos; uint64_t *key; int32_t n; } pheap_t;
+/* A set of peer slots that finds its next member from any slot: three levels of bitmaps. */
+typedef struct { uint64_t *w[3]; uint32_t words[3]; } pset_t;
+
+/* Which peers have work due and when, so that poll_tx and next_timeout look at those only. Every
+ * peer's keys are what its state says (index_rekey); a call that changes a peer's state touches
+ * it (index_touch), which re-keys it before the index is next read and has poll_tx look at it
+ * once more. */
+typedef struct {
+    pheap_t timer;            /* peers with a timer: a close deadline, RACK, PTO; by its time */
+    pheap_t ctl;              /* peers with a control datagram to come (HELLO, ACK), by its time */
+    pheap_t ready;            /* peers with a control datagram due: the lowest slot goes first */
+    pheap_t urgent;           /* peers with a HELLO_ACK or CLOSE copies pending */
+    pheap_t head;             /* serial: peers with a packet to send, by (silent, queueing order) */
+    pset_t cand;              /* fair: peers with a packet to send */
+    pset_t unmarked;          /* own flows changed since the scheduler last looked at them */
+    int marks;                /* the scheduler marks idle own flows (unmarked is kept) */
+    int32_t *dirty, n_dirty;  /* peers touched since the last poll_tx */
+    uint64_t ready_us;        /* ready was last filled then (an earlier call empties it) */
+    /* poll_tx evaluates every open message's close rule (rx_check_close); the index does it for
+     * the peers it ticks and records the call for the others (index_checked_us). */
+    uint64_t tick_us, tick_seq, eval_seq;
+} pindex_t;
 /* One expected segment: the exact shape its DATA must have (ltp_core_expect). */
 typedef struct { uint32_t total, critical_bytes, count, critical; uint8_t set; } expect_t;
 
-/* A buffer the application posted for a message (ltp_core_rx_post). */
-typedef struct { int peer; uint32_t msg_id, cap; uint16_t segment; uint8_t *buf; } post_t;
 
 struct ltp_core {
     ltp_config_t cfg;
@@ -278,9 +335,7 @@ struct ltp_core {
     expect_t *expect;                      /* by segment; none set: any parsable shape */
     uint32_t n_expect_slots, n_expected;
     uint32_t ring_cap;                     /* closed keys per peer: closed_ring, more per segment */
-    int has_key;
-    uint8_t run_key[LTP_KEY_BYTES];        /* the run's key, for peers added after it was set */
-    uint8_t rx_key[LTP_KEY_BYTES];         /* MAC key of datagrams to this endpoint */
+    uint32_t released_cap;                 /* released sends remembered per peer */
     uint64_t last_rx_us;                   /* last valid datagram from any peer (linger) */
     uint64_t linger_from_us;               /* ltp_core_linger was called then (0: not closing) */
     uint64_t rng;
@@ -295,8 +350,15 @@ struct ltp_core {
     uint64_t cw_start_us, cw_len_us, cw_bytes, cw_first_len;   /* capacity window */
     minmax_t cap_filter;
     double cap_bw;                         /* capacity toward this endpoint, bytes/us */
-    post_t *posts;                         /* posted receive buffers (ltp_place.c) */
-    uint32_t n_posts, cap_posts;
+    /* The rate hint's view of the open peers (peer_t.n_rx_open > 0): how many, the largest srtt,
+     * and a list in order of their last DATA with a cursor at the first at or after act_thr
+     * (act_ge: members from it on), which moves as little as the hint's idle horizon does. */
+    uint32_t n_open_peers;
+    pheap_t srtt;                          /* open peers, largest MIN(peer_srtt_us, 1e6) first */
+    int32_t act_head, act_tail, act_cur;
+    uint32_t act_ge;
+    uint64_t act_thr;
+    pindex_t ix;
     uint64_t st[LTP_S__COUNT];
 };
 
@@ -308,18 +370,48 @@ hdr_t core_header(const ltp_core_t *c, uint8_t type, uint32_t msg_id, uint16_t s
 /* Driver hook: the driver counts its own events in the core's table so stats stay in one place. */
 void ltp_core__count(ltp_core_t *c, int stat, uint64_t n);
 
+/* ltp_index.c */
+int ph_init(pheap_t *h, uint32_t cap);
+void ph_free(pheap_t *h);
+void ph_put(pheap_t *h, int slot, uint64_t key);   /* key NEVER: slot leaves the heap */
+int ph_top(const pheap_t *h);                      /* the least (key, slot); -1 if empty */
+int pset_next(const pset_t *s, int from);          /* the least member >= from; -1 if none */
+void pset_put(pset_t *s, int slot, int in);
+int index_init(ltp_core_t *c);
+void index_free(ltp_core_t *c);
+void index_touch(ltp_core_t *c, peer_t *p);        /* p's state changed (any call on it does) */
+void index_touch_all(ltp_core_t *c);
+/* When the close rule of open message m was last evaluated; index_eval records one. */
+uint64_t index_checked_us(const ltp_core_t *c, const rxmsg_t *m);
+void index_eval(ltp_core_t *c, rxmsg_t *m, uint64_t now);
+/* poll_tx's timers: every peer whose timer is due or that was touched has its close rules and
+ * send timers run; the close rules of the others count as evaluated now. */
+void index_tick(ltp_core_t *c, uint64_t now);
+int index_ready(ltp_core_t *c, uint64_t now);      /* lowest slot with a control datagram due */
+void index_refresh(ltp_core_t *c, uint64_t now);   /* keys up to date (next_timeout) */
+int index_urgent(const ltp_core_t *c);             /* lowest slot with HELLO_ACK/CLOSE; -1 */
+uint64_t index_due(const ltp_core_t *c);           /* earliest timer or control datagram */
+
 /* ltp_auth.c */
-/* Bytes a datagram of this endpoint gives to its trailer (LTP_MAC_BYTES with auth on, else 0). */
+/* Bytes a datagram of this endpoint gives to its trailer (LTP_TRAILER_BYTES with auth on, else 0). */
 size_t auth_trailer(const ltp_config_t *cfg);
 void auth_derive(const uint8_t key[LTP_KEY_BYTES], uint16_t rank, uint8_t out[LTP_KEY_BYTES]);
-/* Check and strip the trailer of an incoming datagram of len bytes: its length without it, or
- * LTP_EAUTH. With payload != NULL a DATA read apart (ltp_core_input_split): b holds its header
- * and then its tag, payload the len - 60 bytes between them. */
-int auth_check(const ltp_core_t *c, const uint8_t *b, size_t len, const uint8_t *payload);
-/* Mark an outgoing datagram of n bytes and append its tag (cap has room); returns the new length.
- * With payload != NULL a DATA sent by reference: b holds its header, payload the n - 52 bytes
- * after it, and the tag goes to b + LTP_DATA_HDR_BYTES (it is sent after the payload). */
-int auth_seal(const ltp_core_t *c, const peer_t *p, uint8_t *b, int n, const uint8_t *payload);
+/* Check and strip the trailer of an incoming datagram of len bytes from peer p (NULL: no slot):
+ * its length without it, or LTP_EAUTH (LTP_EPEER with auth on and no slot to take a key from);
+ * *pseq gets its number. With payload != NULL a DATA read apart (ltp_core_input_split): b holds
+ * its header and then its trailer, payload the len - 68 bytes between them. */
+int auth_check(const ltp_core_t *c, const peer_t *p, const uint8_t *b, size_t len, const uint8_t *payload,
+               uint64_t *pseq);
+/* The replay window (auth on): 0 if p never sent number pseq (now recorded as seen), else
+ * LTP_EREJECTED (counted replayed). Called once the datagram passed every check before dispatch. */
+int auth_window(ltp_core_t *c, peer_t *p, uint64_t pseq);
+/* Number an outgoing datagram of n bytes and append its trailer (cap has room); returns the new
+ * length. With payload != NULL a DATA sent by reference: b holds its header, payload the n - 52
+ * bytes after it, and the trailer goes to b + LTP_DATA_HDR_BYTES (sent after the payload). */
+int auth_seal(const ltp_core_t *c, peer_t *p, uint8_t *b, int n, const uint8_t *payload, uint64_t now);
+/* With auth on, a peer without its key can neither be sent to nor heard: LTP_EAUTH, else 0. */
+int auth_ready(const ltp_core_t *c, const peer_t *p);
+void auth_free(peer_t *p);
 
 /* ltp_wire.c */
 int wire_plausible(const uint8_t *b, size_t len);
@@ -347,6 +439,10 @@ uint64_t pacing_due(const ltp_core_t *c, peer_t *p, uint64_t now);
 /* ltp_hint.c */
 void hint_on_data(ltp_core_t *c, peer_t *p, const hdr_t *h, size_t len, uint64_t now, uint64_t at);
 uint32_t hint_kbps(ltp_core_t *c, uint64_t now);
+int hint_init(ltp_core_t *c);
+void hint_free(ltp_core_t *c);
+void hint_open(ltp_core_t *c, peer_t *p, int open);   /* p's first context opened / last closed */
+void hint_srtt(ltp_core_t *c, peer_t *p);             /* p's peer_srtt_us changed */
 
 /* ltp_admit.c */
 /* DATA this endpoint can take at all: its segment and shape are expected (counted if not). */
@@ -376,10 +472,15 @@ void admit_reshape(ltp_core_t *c);
 
 /* ltp_recv.c */
 void rx_free(rxmsg_t *m);
+/* Grow p's per-segment loss windows to cover segment 0 and the policy table: LTP_OK or LTP_ENOMEM
+ * (p keeps the windows it had). */
+int rx_loss_fit(const ltp_core_t *c, peer_t *p);
 rxmsg_t *rx_lookup(const ltp_core_t *c, const peer_t *p, uint32_t msg_id, uint16_t segment);
 closed_t *ring_lookup(const ltp_core_t *c, const peer_t *p, uint32_t msg_id, uint16_t segment);
 void rx_check_close(ltp_core_t *c, peer_t *p, rxmsg_t *m, uint64_t now);
-uint64_t rx_deadline(const ltp_core_t *c, const peer_t *p, const rxmsg_t *m);
+/* When open message m's close rule next needs evaluating by time alone; NEVER if closed. */
+uint64_t rx_close_deadline(const ltp_core_t *c, const peer_t *p, const rxmsg_t *m);
+void rx_release(ltp_core_t *c, peer_t *p, rxmsg_t *m);   /* rx_free, keeping the open count */
 int rx_on_data(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now);
 int rx_poll_control(ltp_core_t *c, peer_t *p, uint64_t now, uint8_t *b, size_t cap);
 void rx_farewell(ltp_core_t *c, peer_t *p);   /* one more CLOSE for p's newest closed message */
@@ -413,6 +514,13 @@ typedef struct {
 } sched_t;
 
 void sched_begin(sched_t *s);
+/* The message of peer p with a packet to send (and the packet), or NULL. */
+txmsg_t *sched_pick(const ltp_core_t *c, peer_t *p, uint32_t *idx, int *retrans);
+/* The serial schedule's order of p's message m: unanswered probes (silent) last, then queueing. */
+uint64_t sched_rank(const peer_t *p, const txmsg_t *m);
+/* Consider every peer the choice depends on: poll (poll_tx) also marks idle flows; stop >= 0
+ * (next_timeout, an urgent peer there) only the slots below it. */
+void sched_scan(ltp_core_t *c, sched_t *s, uint64_t now, int poll, int stop);
 void sched_mark_idle(flow_t *f);   /* nothing to send: rate samples until delivered are app-limited */
 void sched_consider(ltp_core_t *c, sched_t *s, int pi, uint64_t now, int mark_idle);
 uint64_t sched_decide(ltp_core_t *c, sched_t *s, uint64_t now);

@@ -19,11 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-static post_t *post_find(const ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg)
+/* Each peer keeps its own posts, so finding one costs what that peer posted, whatever N is. */
+static post_t *post_find(const peer_t *p, uint32_t msg_id, uint16_t seg)
 {
-    for (uint32_t i = 0; i < c->n_posts; i++) {
-        post_t *q = &c->posts[i];
-        if (q->peer == peer && q->msg_id == msg_id && q->segment == seg) return q;
+    for (uint32_t i = 0; i < p->n_posts; i++) {
+        post_t *q = &p->posts[i];
+        if (q->msg_id == msg_id && q->segment == seg) return q;
     }
     return NULL;
 }
@@ -31,17 +32,18 @@ static post_t *post_find(const ltp_core_t *c, int peer, uint32_t msg_id, uint16_
 /* The application's buffer for a message about to open, or NULL (none, or too small). */
 uint8_t *rx_posted(const ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg, uint32_t total)
 {
-    const post_t *q = post_find(c, peer, msg_id, seg);
+    const post_t *q = post_find(&c->peers[peer], msg_id, seg);
     return q && q->cap >= total ? q->buf : NULL;
 }
 
 /* Move an open message out of a posted buffer into one of the core's. */
-static int own_buffer(rxmsg_t *m)
+static int own_buffer(ltp_core_t *c, peer_t *p, rxmsg_t *m)
 {
     if (!m->posted) return LTP_OK;
     uint8_t *own = malloc(m->total);
     if (!own) {
-        rx_free(m);   /* never write to the application's buffer again; the sender resends */
+        rx_release(c, p, m);   /* never write to the application's buffer again: it resends */
+        index_touch(c, p);
         return LTP_ENOMEM;
     }
     memcpy(own, m->buf, m->total);
@@ -54,21 +56,21 @@ int ltp_core_rx_post(ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg, voi
 {
     peer_t *p = core_peer(c, peer);
     if (!p || !buf) return LTP_EINVAL;
-    post_t *q = post_find(c, peer, msg_id, seg);
+    post_t *q = post_find(p, msg_id, seg);
     if (!q) {
-        if (c->n_posts == c->cap_posts) {
-            uint32_t n = c->cap_posts ? 2 * c->cap_posts : 16;
-            post_t *np = realloc(c->posts, n * sizeof *np);
+        if (p->n_posts == p->cap_posts) {
+            uint32_t n = p->cap_posts ? 2 * p->cap_posts : 4;
+            post_t *np = realloc(p->posts, n * sizeof *np);
             if (!np) return LTP_ENOMEM;
-            c->posts = np;
-            c->cap_posts = n;
+            p->posts = np;
+            p->cap_posts = n;
         }
-        q = &c->posts[c->n_posts++];
+        q = &p->posts[p->n_posts++];
     }
     *q = (post_t){peer, msg_id, cap, seg, buf};
     rxmsg_t *m = rx_lookup(c, p, msg_id, seg);
     if (m && m->buf != buf) {   /* already open: what arrived moves over */
-        if (cap < m->total) return own_buffer(m);
+        if (cap < m->total) return own_buffer(c, p, m);
         memcpy(buf, m->buf, m->total);
         if (!m->posted) free(m->buf);
         m->buf = buf;
@@ -81,11 +83,11 @@ int ltp_core_rx_unpost(ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg)
 {
     peer_t *p = core_peer(c, peer);
     if (!p) return LTP_EINVAL;
-    post_t *q = post_find(c, peer, msg_id, seg);
+    post_t *q = post_find(p, msg_id, seg);
     if (!q) return LTP_ENOTFOUND;
-    *q = c->posts[--c->n_posts];
+    *q = p->posts[--p->n_posts];
     rxmsg_t *m = rx_lookup(c, p, msg_id, seg);
-    return m ? own_buffer(m) : LTP_OK;
+    return m ? own_buffer(c, p, m) : LTP_OK;
 }
 
 void rx_note_stored(peer_t *p, const rxmsg_t *m, uint32_t index)

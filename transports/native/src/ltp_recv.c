@@ -16,21 +16,76 @@ void rx_free(rxmsg_t *m)
     memset(m, 0, sizeof *m);
 }
 
+/* p has one open context more (+1) or less (-1): the rate hint counts the peers that have any. */
+static void rx_count_open(ltp_core_t *c, peer_t *p, int delta)
+{
+    p->n_rx_open = (uint32_t)((int)p->n_rx_open + delta);
+    if (p->n_rx_open == (delta > 0)) hint_open(c, p, delta > 0);
+}
+
+void rx_release(ltp_core_t *c, peer_t *p, rxmsg_t *m)
+{
+    if (m->used && !m->closed) rx_count_open(c, p, -1);
+    rx_free(m);
+}
+
 /* ---------------------------------------------------------------- thresholds */
-/* The first-pass loss estimate of peer p: the least loss of its last loss_window messages (0
- * until there are that many). Random loss is in every message; congestion drops come in bursts
- * that hit some messages and not others (the first iterations' slow start, an incast
+/* The first-pass loss estimate p_hat of peer p's messages of segment seg: the least loss of
+ * their last loss_window messages. Random loss is in every message; congestion drops come in
+ * bursts that hit some messages and not others (the first iterations' slow start, an incast
  * overshoot, a retransmission round colliding with the next sender), so the least of several is
  * the random part. A mean (what this was) counts the bursts as loss to expect and lowers the
  * threshold below what the random loss leaves: at 25 ms one way and 2 % loss, messages closed
- * at the 0.80 floor. */
-static double p_hat(const ltp_core_t *c, const peer_t *p)
+ * at the 0.80 floor.
+ *
+ * The window is the segment's own: PLOT sends one message per layer, and a layer of one packet
+ * loses all of it or nothing, mostly nothing; in a window shared by every segment one such
+ * message held p_hat at 0 and every layer at the top of its range. Until the segment has
+ * loss_window messages (or for a segment without a window) the peer's window stands in, which
+ * takes only messages of at least loss_min_packets packets (they can measure a fraction of loss),
+ * and 0 until it has that many.
+ * For a peer that sends one segment (LTP) the segment's window takes every message the peer's
+ * did before, and the peer's takes a subset of them, so p_hat is what it was, to the bit. */
+static int least_loss(const float *ring, uint32_t n, uint32_t cap, uint32_t w, double *out)
 {
-    uint32_t n = c->cfg.loss_window;
-    if (p->n_loss < n) return 0;
+    if (n < w) return 0;
     double lo = 1.0;
-    for (uint32_t i = 0; i < n; i++) lo = MIN(lo, (double)p->loss_ring[(p->n_loss - 1 - i) % LTP_LOSS_WINDOW_MAX]);
-    return lo;
+    for (uint32_t i = 0; i < w; i++) lo = MIN(lo, (double)ring[(n - 1 - i) % cap]);
+    *out = lo;
+    return 1;
+}
+
+static double p_hat(const ltp_core_t *c, const peer_t *p, uint16_t seg)
+{
+    uint32_t w = c->cfg.loss_window;
+    double lo = 0;
+    if (seg < p->n_seg_loss && least_loss(p->seg_loss + (size_t)seg * w, p->seg_n_loss[seg], w, w, &lo)) return lo;
+    return least_loss(p->loss_ring, p->n_loss, LTP_LOSS_WINDOW_MAX, w, &lo) ? lo : 0;
+}
+
+static void loss_note(const ltp_core_t *c, peer_t *p, uint16_t seg, uint32_t count, double sample)
+{
+    uint32_t w = c->cfg.loss_window;
+    if (seg < p->n_seg_loss) p->seg_loss[(size_t)seg * w + p->seg_n_loss[seg]++ % w] = (float)sample;
+    if (count >= c->cfg.loss_min_packets) p->loss_ring[p->n_loss++ % LTP_LOSS_WINDOW_MAX] = (float)sample;
+}
+
+/* Windows for segment 0 (LTP's, the default policy's) and each segment of the policy table: the
+ * application sets that table from its layout, so a peer's windows are bounded by it, whatever
+ * segments arrive. */
+int rx_loss_fit(const ltp_core_t *c, peer_t *p)
+{
+    uint32_t want = MAX(1u, c->n_policy), w = c->cfg.loss_window;
+    if (want <= p->n_seg_loss) return LTP_OK;
+    uint32_t *n = realloc(p->seg_n_loss, want * sizeof *n);
+    if (!n) return LTP_ENOMEM;
+    p->seg_n_loss = n;
+    float *ring = realloc(p->seg_loss, (size_t)want * w * sizeof *ring);
+    if (!ring) return LTP_ENOMEM;   /* the counts grew alone: n_seg_loss still says how many */
+    p->seg_loss = ring;
+    memset(n + p->n_seg_loss, 0, (want - p->n_seg_loss) * sizeof *n);
+    p->n_seg_loss = want;
+    return LTP_OK;
 }
 
 /* One core, several policies: a segment's bounds are a table lookup, the config is the default. */
@@ -56,7 +111,7 @@ static double policy_threshold(const ltp_core_t *c, const peer_t *p, uint16_t se
     double rtt_term = 0;
     if (p->has_tpass && p->t_pass_us > 0) rtt_term = MIN(1.0, p->peer_srtt_us / p->t_pass_us);
     /* Close at what the random loss leaves of a message, 1 - p_hat, never above hi. */
-    double th = MIN(hi, 1.0 - c->cfg.loss_weight * p_hat(c, p)) - c->cfg.rtt_weight * rtt_term;
+    double th = MIN(hi, 1.0 - c->cfg.loss_weight * p_hat(c, p, seg)) - c->cfg.rtt_weight * rtt_term;
     return th < lo ? lo : th > hi ? hi : th;
 }
 
@@ -64,7 +119,11 @@ int ltp_core_set_policy(ltp_core_t *c, uint16_t seg, double lo, double hi)
 {
     if (!c || !(lo >= 0 && lo <= hi && hi <= 1)) return LTP_EINVAL;
     if (grow_zeroed((void **)&c->policy, &c->n_policy, seg, sizeof *c->policy)) return LTP_ENOMEM;
+    for (int i = 0; i < c->n_peers; i++)
+        if (rx_loss_fit(c, &c->peers[i])) return LTP_ENOMEM;   /* its policy stays what it was */
     c->policy[seg] = (policy_t){(float)lo, (float)hi, 1};
+    /* Open messages may close at the new threshold: poll_tx evaluates them again. */
+    for (int pi = c->act_head; pi >= 0; pi = c->peers[pi].act_next) index_touch(c, &c->peers[pi]);
     return LTP_OK;
 }
 
@@ -132,16 +191,16 @@ static void late_data(ltp_core_t *c, peer_t *p, closed_t *e, const hdr_t *h)
 static void rx_close(ltp_core_t *c, peer_t *p, rxmsg_t *m, int reason, uint64_t now)
 {
     m->closed = 1;
+    rx_count_open(c, p, -1);
     m->reason = reason;
     m->close_us = now;
     m->threshold = policy_threshold(c, p, m->segment);
     m->ack_pending = 0;
-    /* Learn this peer's first-pass loss and pass duration for the next threshold. */
-    uint32_t n_first = m->pass_end_us ? m->count : MIN(m->count, m->max_first_seq + 1);
-    if (n_first > 0) {
-        double sample = 1.0 - (double)MIN(m->first_rcvd, n_first) / n_first;
-        p->loss_ring[p->n_loss++ % LTP_LOSS_WINDOW_MAX] = (float)sample;
-    }
+    /* Learn this peer's first-pass loss and pass duration for the next threshold. (In 64 bits: a
+     * forged tx_seq of 2^32 - 1 wrapped to no first pass at all, so the close gave no sample.) */
+    uint64_t first_seen = (uint64_t)m->max_first_seq + 1;
+    uint32_t n_first = m->pass_end_us ? m->count : (uint32_t)MIN((uint64_t)m->count, first_seen);
+    if (n_first > 0) loss_note(c, p, m->segment, m->count, 1.0 - (double)MIN(m->first_rcvd, n_first) / n_first);
     if (m->pass_end_us > m->first_us) {
         double t = (double)(m->pass_end_us - m->first_us);
         p->t_pass_us = p->has_tpass ? 0.75 * p->t_pass_us + 0.25 * t : t;
@@ -160,7 +219,7 @@ static void rx_close(ltp_core_t *c, peer_t *p, rxmsg_t *m, int reason, uint64_t 
 void rx_check_close(ltp_core_t *c, peer_t *p, rxmsg_t *m, uint64_t now)
 {
     if (m->closed) return;
-    m->checked_us = now;
+    index_eval(c, m, now);
     if (m->received == m->count) { rx_close(c, p, m, LTP_CLOSE_COMPLETE, now); return; }
     if (m->crit_rcvd < m->critical) return;
     double frac = (double)m->received_bytes / m->total;
@@ -170,19 +229,18 @@ void rx_check_close(ltp_core_t *c, peer_t *p, rxmsg_t *m, uint64_t now)
         rx_close(c, p, m, LTP_CLOSE_MAX_WAIT, now);
 }
 
-/* When open message m next needs attention (ACK delay, close deadlines); NEVER if closed.
- * A close deadline the rule was already evaluated at or after is no timer any more: the message
- * stayed open below its threshold, and only an event can close it now (a DATA, or a new
- * threshold, which every loop turn re-checks), so returning it would have the caller wake
- * over and over for nothing. */
-uint64_t rx_deadline(const ltp_core_t *c, const peer_t *p, const rxmsg_t *m)
+/* When open message m's close deadlines come (its ACK's is the index's, ltp_index.c); NEVER if
+ * closed. A close deadline the rule was already evaluated at or after is no timer any more: the
+ * message stayed open below its threshold, and only an event can close it now (a DATA, or a new
+ * threshold: either touches its peer, which poll_tx then evaluates again), so returning it would
+ * have the caller wake over and over for nothing. */
+uint64_t rx_close_deadline(const ltp_core_t *c, const peer_t *p, const rxmsg_t *m)
 {
     if (!m->used || m->closed) return NEVER;
-    uint64_t t = NEVER, cap = m->first_us + c->cfg.max_wait_us;
-    if (cap > m->checked_us) t = cap;
-    if (m->pass_end_us && m->pass_end_us + grace_us(c, p) > m->checked_us)
+    uint64_t t = NEVER, cap = m->first_us + c->cfg.max_wait_us, checked = index_checked_us(c, m);
+    if (cap > checked) t = cap;
+    if (m->pass_end_us && m->pass_end_us + grace_us(c, p) > checked)
         t = MIN(t, m->pass_end_us + grace_us(c, p));
-    if (m->ack_pending) t = MIN(t, m->ack_due_us);
     return t;   /* idle eviction is no timer: it happens when a new key needs the place */
 }
 
@@ -230,6 +288,7 @@ static int rx_open(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now, rxmsg
     m->bits = calloc((h->count + 63) / 64, sizeof *m->bits);
     if (!m->buf || !m->bits) { rx_free(m); return LTP_ENOMEM; }
     m->used = 1; m->msg_id = h->msg_id; m->segment = h->segment; m->total = h->total;
+    rx_count_open(c, p, +1);
     m->context = ++c->n_opened;
     m->count = h->count; m->chunk = data_chunk(h); m->critical = h->critical;
     m->first_us = m->last_us = now;
@@ -269,7 +328,10 @@ static void rx_store(ltp_core_t *c, rxmsg_t *m, const hdr_t *h, uint64_t now)
 
 int rx_on_data(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now)
 {
-    if (h->srtt) p->peer_srtt_us = admit_peer_srtt(c, h->srtt);
+    if (h->srtt) {
+        p->peer_srtt_us = admit_peer_srtt(c, h->srtt);
+        hint_srtt(c, p);
+    }
     rxmsg_t *m = rx_lookup(c, p, h->msg_id, h->segment);
     if (!m) {
         rxmsg_t *opened = NULL;
@@ -396,9 +458,10 @@ int ltp_core_rx_take(ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg, voi
         rxmsg_t *o = &p->rx[j];
         if (o->used && seq_lt(o->msg_id, p->floor)) {
             if (!o->closed) c->st[LTP_S_STALE]++;
-            rx_free(o);
+            rx_release(c, p, o);
         }
     }
-    rx_free(m);
+    rx_release(c, p, m);
+    index_touch(c, p);
     return LTP_OK;
 }

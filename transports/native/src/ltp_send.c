@@ -1,6 +1,7 @@
 /* ltp_send.c: the send side. Send contexts (a message referenced, not copied), the order of the
  * first pass, per-packet state, ACK and CLOSE processing, loss detection by RACK (time-based,
- * per message) and probe timeouts, and writing DATA. docs/ltp-protocol.md §3.
+ * per message) and probe timeouts, suspending a send its caller stopped waiting for and resuming
+ * it when the caller sends the same message again, and writing DATA. docs/ltp-protocol.md §3.
  */
 #include "ltp_internal.h"
 
@@ -9,7 +10,7 @@
 
 void tx_free(txmsg_t *m)
 {
-    free(m->order); free(m->pk); free(m->lost); free(m->seq_idx); free(m->seq_ts);
+    free(m->order); free(m->pk); free(m->lost); free(m->seq_idx); free(m->seq_ts); free(m->seq_rtt);
     memset(m, 0, sizeof *m);
 }
 
@@ -95,13 +96,23 @@ static uint64_t pto_us(const ltp_core_t *c, const peer_t *p, const txmsg_t *m)
     double base = srtt_or_initial(c, p) + 4 * (p->has_rtt ? p->rttvar_us : c->cfg.initial_rtt_us / 2.0) +
                   c->cfg.ack_delay_us;
     base = MAX(base, (double)c->cfg.pto_min_us);
-    return (uint64_t)base << MIN(m->pto_count, c->cfg.pto_max_backoff);
+    /* A suspended send sends no probe, so nothing backs off: it lets go of the window on time. */
+    return (uint64_t)base << (m->suspended ? 0 : MIN(m->pto_count, c->cfg.pto_max_backoff));
 }
 
 static uint64_t pto_deadline(const ltp_core_t *c, const peer_t *p, const txmsg_t *m)
 {
     if (m->done || m->inflight_pkts == 0) return NEVER;
     return m->last_sent_us + pto_us(c, p, m);
+}
+
+/* Suspended send m marks what it has in flight lost: it leaves the window (a peer that is gone
+ * would hold it for the other sends, the whole link's under shared_link), and is sent again if the
+ * send resumes. */
+static void tx_let_go(ltp_core_t *c, peer_t *p, txmsg_t *m)
+{
+    for (uint32_t s = m->scan_seq; s < m->tx_seq_next; s++)
+        if (m->pk[m->seq_idx[s]].tx_seq == s) mark_lost(c, p, m, m->seq_idx[s]);
 }
 
 /* When send m next needs a timer (RACK or PTO); NEVER if none. */
@@ -118,6 +129,7 @@ void tx_on_timers(ltp_core_t *c, peer_t *p, txmsg_t *m, uint64_t now)
     if (!m->used || m->done) return;
     if (m->rack_timer_us <= now) rack_detect(c, p, m, now);
     if (pto_deadline(c, p, m) > now) return;
+    if (m->suspended) { tx_let_go(c, p, m); return; }   /* nobody waits for it: no probe */
     for (uint32_t s = m->scan_seq; s < m->tx_seq_next; s++) {
         uint32_t i = m->seq_idx[s];
         if (m->pk[i].tx_seq == s && m->pk[i].state == PK_INFLIGHT) {
@@ -152,13 +164,23 @@ static void ack_pkt(peer_t *p, txmsg_t *m, uint32_t i, const txpkt_t **newest)
         *newest = k;
 }
 
-/* The echoed timestamp is our own clock's low 32 bits, so RTT needs no clock sync. */
+/* The echoed timestamp is our own clock's low 32 bits, so RTT needs no clock sync. Each
+ * transmission's echo gives one sample (and one RACK update) at most: a genuine receiver echoes
+ * each in one ACK (the next ACK waits for new DATA), so a second ACK echoing it (replayed, or
+ * duplicated by the network) would only count its ever older age again. The receiver's ack_delay
+ * is believed up to ack_delay_us, the longest its ACK timer holds an ACK (both ends of a run share
+ * the option): a larger one, forged or a receiver late to send, leaves the rest in the sample,
+ * which can be too large but never smaller than the echo's age minus ack_delay_us. */
 static void ack_rtt(ltp_core_t *c, peer_t *p, txmsg_t *m, const hdr_t *h, uint64_t now)
 {
     uint32_t age = (uint32_t)now - h->echo_ts;
     txpkt_t *echo = &m->pk[m->seq_idx[h->echo_seq]];
     if (echo->tx_seq != h->echo_seq || (uint64_t)age > now || age >= 60000000u) return;
-    double rtt = (double)age - (double)MIN(h->ack_delay, age);
+    uint64_t bit = 1ull << (h->echo_seq % 64), *w = &m->seq_rtt[h->echo_seq / 64];
+    if (*w & bit) return;
+    *w |= bit;
+    uint32_t delay = MIN(h->ack_delay, c->cfg.ack_delay_us);
+    double rtt = (double)age - (double)MIN(delay, age);
     rtt_sample(c, p, rtt, now);
     if (!m->rack_valid || h->echo_seq >= m->rack_seq) {
         m->rack_valid = 1;
@@ -205,7 +227,7 @@ int tx_on_close(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now)
     if (!m || m->done) { c->st[LTP_S_STRAY_CONTROL]++; return LTP_OK; }
     if (!echo_sent(m, h)) { c->st[LTP_S_BAD_ECHO]++; return LTP_EREJECTED; }
     /* The receiver cannot hold more distinct packets than we sent (m->packets: the first pass
-     * sends each index once; sent_before: what cancelled sends of this key sent), nor count the
+     * sends each index once; sent_before: what released sends of this key sent), nor count the
      * message differently. */
     if (h->close_count != m->count || h->received > m->packets + m->sent_before) {
         c->st[LTP_S_BAD_CLOSE]++;
@@ -233,34 +255,90 @@ static int build_order(ltp_core_t *c, peer_t *p, txmsg_t *m)
     return LTP_OK;
 }
 
+/* A digest of a message's bytes: a retry resumes a suspended send only if it carries the same
+ * message (the PS may send other parameters under an id whose send timed out). The key is fixed:
+ * it tells an application's messages apart and authenticates nothing. */
+static uint64_t payload_digest(const void *data, uint32_t len)
+{
+    static const uint8_t key[LTP_KEY_BYTES] = {0};
+    return ltp_siphash24(key, data, len);
+}
+
+/* Forget send m, cancelling it if unfinished. Its receiver may hold what it sent, so a later
+ * send of the key may be closed with that many packets: remember them (sent_before). */
+static void tx_drop(ltp_core_t *c, peer_t *p, txmsg_t *m)
+{
+    if (!m->done) {
+        tx_finish(c, p, m, LTP_SEND_PENDING, 0);
+        c->st[LTP_S_SENDS_CANCELLED]++;
+    }
+    released_t *r = &p->released[p->released_head++ % c->released_cap];
+    *r = (released_t){m->msg_id, (uint32_t)MIN((uint64_t)m->count, m->packets + m->sent_before), m->segment, 1};
+    tx_free(m);
+}
+
+/* The caller sends suspended send m again (the same message, now at data): it goes on where it
+ * stopped, or, done meanwhile, is done at once. */
+static void tx_resume(ltp_core_t *c, txmsg_t *m, const void *data, uint64_t now)
+{
+    m->data = data;
+    m->suspended = 0;
+    m->pto_count = 0;
+    m->last_sent_us = now;   /* its probe timeout runs from the retry */
+    if (!m->done) c->st[LTP_S_SENDS_RESUMED]++;
+}
+
+/* A slot for a new send to p: a free one, else that of the suspended send queued first. A
+ * suspended send of an older id of the segment is dropped first: its caller moved on. */
+static txmsg_t *tx_slot(ltp_core_t *c, peer_t *p, uint32_t msg_id, uint16_t seg)
+{
+    txmsg_t *m = NULL, *oldest = NULL;
+    for (uint32_t i = 0; i < c->cfg.max_tx_per_peer; i++) {
+        txmsg_t *o = &p->tx[i];
+        if (o->used && o->suspended && o->segment == seg && seq_lt(o->msg_id, msg_id)) tx_drop(c, p, o);
+        if (!o->used) { if (!m) m = o; }
+        else if (o->suspended && (!oldest || o->enq_seq < oldest->enq_seq)) oldest = o;
+    }
+    if (!m && oldest) { tx_drop(c, p, oldest); m = oldest; }
+    return m;
+}
+
 int ltp_core_send(ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg, const void *data,
                   uint32_t len, uint32_t critical_bytes, uint64_t now)
 {
     peer_t *p = core_peer(c, peer);
     if (!p || !data || len == 0 || len % 4 || len > c->cfg.max_msg_bytes || critical_bytes > len)
         return LTP_EINVAL;
-    if (tx_find(c, p, msg_id, seg)) return LTP_EBUSY;
-    txmsg_t *m = NULL;
-    for (uint32_t i = 0; i < c->cfg.max_tx_per_peer && !m; i++) if (!p->tx[i].used) m = &p->tx[i];
-    if (!m) return LTP_EFULL;
+    if (auth_ready(c, p)) return LTP_EAUTH;
+    index_touch(c, p);   /* whatever follows changes p's sends (ltp_index.c) */
     uint32_t count = (uint32_t)(((uint64_t)len + c->chunk - 1) / c->chunk);
     uint32_t critical = (uint32_t)(((uint64_t)critical_bytes + c->chunk - 1) / c->chunk);
     if (critical > 0xFFFF) return LTP_EINVAL;
+    txmsg_t *m = tx_find(c, p, msg_id, seg);
+    if (m && !m->suspended) return LTP_EBUSY;
+    if (m && m->total == len && m->critical == critical && m->digest == payload_digest(data, len)) {
+        tx_resume(c, m, data, now);
+        return LTP_OK;
+    }
+    if (m) tx_drop(c, p, m);   /* another message under the key: a new send */
+    m = tx_slot(c, p, msg_id, seg);
+    if (!m) return LTP_EFULL;
     memset(m, 0, sizeof *m);
     m->msg_id = msg_id; m->segment = seg; m->data = data; m->total = len; m->count = count;
     m->chunk = c->chunk; m->critical = critical; m->start_us = now; m->last_sent_us = now;
-    for (uint32_t i = 0; i < LTP_CANCELLED_KEPT; i++)   /* sent before, then cancelled */
-        if (p->cancelled[i].used && p->cancelled[i].msg_id == msg_id && p->cancelled[i].segment == seg)
-            m->sent_before = MAX(m->sent_before, p->cancelled[i].packets);
+    for (uint32_t i = 0; i < c->released_cap; i++)   /* sent before, then released */
+        if (p->released[i].used && p->released[i].msg_id == msg_id && p->released[i].segment == seg)
+            m->sent_before = MAX(m->sent_before, p->released[i].packets);
     m->pk = calloc(count, sizeof *m->pk);
     m->lost = calloc((count + 63) / 64, sizeof *m->lost);
     m->seq_cap = count + count / 4 + 16;
     m->seq_idx = malloc((size_t)m->seq_cap * sizeof *m->seq_idx);
     m->seq_ts = malloc((size_t)m->seq_cap * sizeof *m->seq_ts);
+    m->seq_rtt = calloc((m->seq_cap + 63) / 64, sizeof *m->seq_rtt);
     m->lost_cursor = count;
     m->rack_timer_us = NEVER;
     m->enq_seq = c->n_enqueued++;
-    if (!m->pk || !m->lost || !m->seq_idx || !m->seq_ts || build_order(c, p, m) != LTP_OK) {
+    if (!m->pk || !m->lost || !m->seq_idx || !m->seq_ts || !m->seq_rtt || build_order(c, p, m) != LTP_OK) {
         tx_free(m);
         return LTP_ENOMEM;
     }
@@ -291,21 +369,34 @@ int ltp_core_send_status(ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg,
     return m->done ? 1 : 0;
 }
 
+int ltp_core_send_suspend(ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg)
+{
+    peer_t *p = core_peer(c, peer);
+    if (!p) return LTP_EINVAL;
+    txmsg_t *m = tx_find(c, p, msg_id, seg);
+    if (!m) return LTP_ENOTFOUND;
+    if (m->suspended) return LTP_OK;
+    index_touch(c, p);
+    /* The caller may free its message now: a suspended send sends no DATA (tx_pick), so nothing
+     * points into it, and the digest is all a retry is checked against. */
+    m->digest = payload_digest(m->data, m->total);
+    m->data = NULL;
+    m->suspended = 1;
+    if (!m->done) c->st[LTP_S_SENDS_SUSPENDED]++;
+    /* Probed without an answer: its peer is silent (gone, cut off), so no ACK will free the
+     * window. Otherwise its packets in flight stay there, and their ACKs still count. */
+    if (!m->done && m->pto_count) tx_let_go(c, p, m);
+    return LTP_OK;
+}
+
 int ltp_core_send_release(ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg)
 {
     peer_t *p = core_peer(c, peer);
     if (!p) return LTP_EINVAL;
     txmsg_t *m = tx_find(c, p, msg_id, seg);
     if (!m) return LTP_ENOTFOUND;
-    if (!m->done) {
-        tx_finish(c, p, m, LTP_SEND_PENDING, 0);
-        c->st[LTP_S_SENDS_CANCELLED]++;
-        uint32_t i = p->cancelled_head++ % LTP_CANCELLED_KEPT;
-        p->cancelled[i].msg_id = msg_id; p->cancelled[i].segment = seg;
-        p->cancelled[i].packets = MIN(m->count, m->packets + m->sent_before);
-        p->cancelled[i].used = 1;
-    }
-    tx_free(m);
+    tx_drop(c, p, m);
+    index_touch(c, p);
     return LTP_OK;
 }
 
@@ -330,7 +421,7 @@ static uint32_t lowest_lost(txmsg_t *m)
 /* Which packet of m goes next, or count if none. Sets *retrans. */
 uint32_t tx_pick(const ltp_core_t *c, txmsg_t *m, int *retrans)
 {
-    if (m->done) return m->count;
+    if (m->done || m->suspended) return m->count;
     uint32_t lost = lowest_lost(m);
     int first_left = m->next_first < m->count;
     /* sequential: retransmissions before new data (TCP-like); priority/random: only critical
@@ -386,6 +477,11 @@ int tx_build_data(ltp_core_t *c, peer_t *p, txmsg_t *m, uint32_t i, int retrans,
         uint32_t *ts = realloc(m->seq_ts, (size_t)ncap * sizeof *ts);
         if (!ts) return LTP_ENOMEM;
         m->seq_ts = ts;
+        size_t words = (m->seq_cap + 63) / 64, nwords = (ncap + 63) / 64;
+        uint64_t *rtt = realloc(m->seq_rtt, nwords * sizeof *rtt);
+        if (!rtt) return LTP_ENOMEM;
+        memset(rtt + words, 0, (nwords - words) * sizeof *rtt);
+        m->seq_rtt = rtt;
         m->seq_cap = ncap;
     }
     tx_account(c, p, m, i, retrans, now);

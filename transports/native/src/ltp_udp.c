@@ -146,7 +146,7 @@ void ltp_udp_close(ltp_udp_t *u)
     if (u->efd >= 0) close(u->efd);
     if (u->fd >= 0) close(u->fd);
     ltp_core_free(u->core);
-    free(u->addrs); free(u->rxbuf); free(u->txbuf); free(u);
+    free(u->addrs); free(u->rxbuf); free(u->txbuf); free(u->seg_tos); free(u);
 }
 
 /* The largest UDP payload the route toward a reaches without fragmenting: its MTU (the kernel's
@@ -278,12 +278,14 @@ static void *progress(void *arg)
 }
 
 /* Wait, with u->mu held, until done() says so (0), the deadline passes (LTP_ETIMEDOUT), or the
- * thread met a socket error (LTP_ESYS, errno restored). done == NULL waits the whole time. */
+ * thread met a socket error (LTP_ESYS, errno restored). done == NULL waits the whole time. A call
+ * that gave the core something to send kicks the thread first; one that only waits (a receive, a
+ * service, waiting for HELLOs) does not: posting buffers or taking messages moves no timer
+ * earlier, and a kick would cost the thread a wake-up for nothing (on loopback, one per gather). */
 static int wait_for(ltp_udp_t *u, uint64_t timeout_us, done_fn done, void *arg)
 {
     uint64_t deadline = now_us() + timeout_us;
     struct timespec abs = {(time_t)(deadline / 1000000u), (long)(deadline % 1000000u) * 1000};
-    kick(u);   /* new requests: let the thread send now instead of at its next timer */
     for (;;) {
         if (done && done(u, arg)) return LTP_OK;
         if (u->error) {
@@ -306,7 +308,10 @@ int ltp_udp_join(ltp_udp_t *u, int peer, uint64_t timeout_us)
     if (!u) return LTP_EINVAL;
     pthread_mutex_lock(&u->mu);
     int rc = ltp_core_hello(u->core, peer, now_us());
-    if (!rc) rc = wait_for(u, timeout_us, joined_done, &peer);
+    if (!rc) {
+        kick(u);   /* the HELLO goes out now */
+        rc = wait_for(u, timeout_us, joined_done, &peer);
+    }
     pthread_mutex_unlock(&u->mu);
     return rc;
 }
@@ -337,6 +342,18 @@ static int sends_done(ltp_udp_t *u, void *arg)
     return 1;
 }
 
+/* Keep request r's mark as its segment's (ltp_send_req_t.tos); the table exists once a send
+ * marks something. LTP_OK, LTP_EINVAL for a mark that is neither 0 nor LTP_TOS_MARK | byte. */
+static int mark_segment(ltp_udp_t *u, const ltp_send_req_t *r)
+{
+    if (r->tos && (r->tos & ~0xFFu) != LTP_TOS_MARK) return LTP_EINVAL;
+    if (!r->tos && r->segment >= u->n_seg_tos) return LTP_OK;   /* unmarked and never marked */
+    if (grow_zeroed((void **)&u->seg_tos, &u->n_seg_tos, (uint16_t)r->segment, sizeof *u->seg_tos))
+        return LTP_ENOMEM;
+    u->seg_tos[r->segment] = (uint16_t)r->tos;
+    return LTP_OK;
+}
+
 int ltp_udp_send(ltp_udp_t *u, ltp_send_req_t *reqs, int n, uint64_t timeout_us)
 {
     if (!u || !reqs || n < 0) return LTP_EINVAL;
@@ -345,15 +362,23 @@ int ltp_udp_send(ltp_udp_t *u, ltp_send_req_t *reqs, int n, uint64_t timeout_us)
     for (int i = 0; i < n; i++) {
         ltp_send_req_t *r = &reqs[i];
         memset(&r->stats, 0, sizeof r->stats);
-        r->status = r->segment > 0xFFFF ? LTP_EINVAL
-                    : ltp_core_send(u->core, r->peer, r->msg_id, (uint16_t)r->segment, r->data, r->len_bytes,
-                                    r->critical_bytes, now);
+        r->status = r->segment > 0xFFFF ? LTP_EINVAL : mark_segment(u, r);
+        if (r->status == LTP_OK)
+            r->status = ltp_core_send(u->core, r->peer, r->msg_id, (uint16_t)r->segment, r->data,
+                                      r->len_bytes, r->critical_bytes, now);
         if (r->status == LTP_OK) r->status = 1;
     }
     send_set_t set = {reqs, n};
+    kick(u);   /* the new sends go out now, not at the thread's next timer */
     int rc = wait_for(u, timeout_us, sends_done, &set);
     int first_err = rc < 0 && rc != LTP_ETIMEDOUT ? rc : LTP_OK;
     now = now_us();
+    /* A caller whose deadline passed sends the same messages again (a worker's push is retried in
+     * slices): every send of the call is kept, the unfinished ones paused, so the retry goes on
+     * where they stopped and finds the others done. Released and sent again, each started over,
+     * and a message the receiver already closed was refused its CLOSE until it had been sent
+     * whole again (docs/plot-protocol.md, the stall of the early iterations). */
+    int keep = !sends_done(u, &set);
     for (int i = 0; i < n; i++) {
         ltp_send_req_t *r = &reqs[i];
         if (r->status != 1) { if (!first_err) first_err = r->status; continue; }
@@ -361,7 +386,8 @@ int ltp_udp_send(ltp_udp_t *u, ltp_send_req_t *reqs, int n, uint64_t timeout_us)
         r->status = st != 1 ? (rc < 0 ? rc : LTP_ETIMEDOUT) : r->stats.done == LTP_SEND_STALE ? LTP_ESTALE : LTP_OK;
         if (r->status && !first_err) first_err = r->status;
         forget_payload(u, r->data, r->len_bytes);   /* the caller may free it once we return */
-        ltp_core_send_release(u->core, r->peer, r->msg_id, (uint16_t)r->segment);
+        if (keep) ltp_core_send_suspend(u->core, r->peer, r->msg_id, (uint16_t)r->segment);
+        else ltp_core_send_release(u->core, r->peer, r->msg_id, (uint16_t)r->segment);
     }
     pthread_mutex_unlock(&u->mu);
     return first_err;
@@ -472,7 +498,12 @@ double ltp_udp_threshold(ltp_udp_t *u, int peer, uint16_t segment)
 
 int ltp_udp_set_policy(ltp_udp_t *u, uint16_t segment, double lo, double hi)
 {
-    LOCKED(u, LTP_EINVAL, int, ltp_core_set_policy(u->core, segment, lo, hi));
+    if (!u) return LTP_EINVAL;
+    pthread_mutex_lock(&u->mu);
+    int rc = ltp_core_set_policy(u->core, segment, lo, hi);
+    pthread_mutex_unlock(&u->mu);
+    kick(u);   /* new thresholds may close open messages now: the thread's next turn does */
+    return rc;
 }
 
 int ltp_udp_expect(ltp_udp_t *u, uint16_t segment, uint32_t total_bytes, uint32_t critical_bytes)
@@ -480,12 +511,16 @@ int ltp_udp_expect(ltp_udp_t *u, uint16_t segment, uint32_t total_bytes, uint32_
     LOCKED(u, LTP_EINVAL, int, ltp_core_expect(u->core, segment, total_bytes, critical_bytes));
 }
 
-int ltp_udp_set_key(ltp_udp_t *u, const uint8_t *key, size_t len)
+int ltp_udp_set_tos(ltp_udp_t *u, int tos)
 {
-    if (!u) return LTP_EINVAL;
+    if (!u || tos < 0 || tos > 0xFF) return LTP_EINVAL;
     pthread_mutex_lock(&u->mu);
-    int rc = ltp_core_set_key(u->core, key, len);
+    int rc = setsockopt(u->fd, IPPROTO_IP, IP_TOS, &tos, sizeof tos) == 0 ? LTP_OK : LTP_ESYS;
     pthread_mutex_unlock(&u->mu);
-    kick(u);   /* anything held back for want of the key can go now */
     return rc;
+}
+
+int ltp_udp_set_peer_key(ltp_udp_t *u, int peer, const uint8_t *key, size_t len)
+{
+    LOCKED(u, LTP_EINVAL, int, ltp_core_set_peer_key(u->core, peer, key, len));
 }

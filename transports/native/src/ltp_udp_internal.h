@@ -18,7 +18,12 @@
 #define BATCH 64              /* datagrams (or GRO runs of them) per recvmmsg */
 #define RX_SLOT_BYTES 65536u  /* a datagram or a GRO run of them: at most 64 KiB */
 #define TX_SLOTS 512          /* datagrams in one send batch */
-#define TX_BATCH_BYTES (1u << 20)   /* ... and at most this many bytes */
+#define TX_BATCH_BYTES (4u << 20)   /* ... and at most this many bytes */
+/* ... with auth on: every datagram of a batch is sealed (its tag computed over all its bytes)
+ * before the first one leaves, so a large batch keeps the receiver idle at the start and leaves
+ * it a backlog at the end. 64 KiB: a loopback datagram leaves as soon as it is sealed (a
+ * syscall costs far less than sealing 64 KB); Ethernet-sized ones still fill a GSO run. */
+#define TX_SEAL_BATCH_BYTES (64u << 10)
 #define GSO_MAX_SEGS 64       /* UDP_MAX_SEGMENTS of kernels before 6.10 */
 #define RX_GUESS_MIN_BYTES 4096u   /* payloads this large are read straight into their place */
 #define TX_SLOT_BYTES LTP_ETH_DATAGRAM   /* a DATA header or a control packet (ACK bitmaps fit) */
@@ -33,8 +38,14 @@
 
 /* One datagram of the send batch: its first hlen bytes in its txbuf slot (a DATA's header, or a
  * control packet whole), then plen payload bytes referenced in the message being sent, then a
- * DATA's tlen-byte MAC tag (auth on), which the slot holds right after the header. */
-typedef struct { const uint8_t *payload; uint32_t hlen, plen, tlen; int peer; } txdg_t;
+ * DATA's tlen-byte MAC tag (auth on), which the slot holds right after the header; tos is its
+ * segment's mark (LTP_TOS_MARK | byte), 0 for the socket's TOS. */
+typedef struct {
+    const uint8_t *payload;
+    uint32_t hlen, plen, tlen;
+    int peer;
+    uint32_t tos;
+} txdg_t;
 
 struct ltp_udp {
     ltp_core_t *core;
@@ -46,6 +57,8 @@ struct ltp_udp {
     int n_peers, max_peers;
     double drop_frac;
     uint64_t drop_rng;
+    uint16_t *seg_tos;        /* per segment: the mark of its DATA (ltp_send_req_t.tos), 0 none */
+    uint32_t n_seg_tos;
     uint8_t *rxbuf, *txbuf;
     struct mmsghdr rxm[BATCH];
     struct iovec rxiov[BATCH];
@@ -67,7 +80,9 @@ struct ltp_udp {
     struct mmsghdr txm[TX_SLOTS];
     struct iovec txiov[3 * TX_SLOTS];   /* datagram i: header 3i, payload 3i+1, tag 3i+2 */
     struct sockaddr_in txaddr[TX_SLOTS];
-    union { struct cmsghdr align; char buf[CMSG_SPACE(sizeof(uint16_t))]; } txctl[TX_SLOTS];
+    /* per message: UDP_SEGMENT (a GSO run) and IP_TOS (a marked segment's DATA) */
+    union { struct cmsghdr align;
+            char buf[CMSG_SPACE(sizeof(uint16_t)) + CMSG_SPACE(sizeof(int))]; } txctl[TX_SLOTS];
     /* progress thread */
     pthread_t thread;
     pthread_mutex_t mu;

@@ -260,9 +260,43 @@ int do_rx(ltp_udp_t *u)
     return total;
 }
 
+/* The control messages of sendmmsg message m: UDP_SEGMENT for a GSO run of seg-byte datagrams
+ * (run > 1), IP_TOS for a marked segment's DATA (tos != 0); none for a lone unmarked datagram. */
+static void set_control(ltp_udp_t *u, int m, int run, uint32_t seg, uint32_t tos)
+{
+    struct msghdr *mh = &u->txm[m].msg_hdr;
+    size_t len = (run > 1 ? CMSG_SPACE(sizeof(uint16_t)) : 0) + (tos ? CMSG_SPACE(sizeof(int)) : 0);
+    if (!len) return;
+    memset(u->txctl[m].buf, 0, sizeof u->txctl[m].buf);   /* CMSG_NXTHDR reads the next length */
+    mh->msg_control = u->txctl[m].buf;
+    mh->msg_controllen = len;
+    struct cmsghdr *cm = CMSG_FIRSTHDR(mh);
+    if (run > 1) {
+        cm->cmsg_level = SOL_UDP;
+        cm->cmsg_type = UDP_SEGMENT;
+        cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+        uint16_t gso_size = (uint16_t)seg;
+        memcpy(CMSG_DATA(cm), &gso_size, sizeof gso_size);
+        cm = CMSG_NXTHDR(mh, cm);
+    }
+    if (tos) {
+        cm->cmsg_level = IPPROTO_IP;
+        cm->cmsg_type = IP_TOS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int));
+        int byte = (int)(tos & 0xFFu);
+        memcpy(CMSG_DATA(cm), &byte, sizeof byte);
+    }
+}
+
+/* How many datagrams message m carries (more than one: a GSO run). */
+static int msg_datagrams(const ltp_udp_t *u, int m)
+{
+    return (m + 1 < u->m_n ? u->m_first[m + 1] : u->dg_n) - u->m_first[m];
+}
+
 /* Group the batch's unsent datagrams into messages: each datagram alone, or, with GSO, a run of
- * DATA of one size to one peer (the last may be shorter) as one write that the kernel cuts into
- * those datagrams, each on the wire exactly as if sent alone. */
+ * DATA of one size and one mark to one peer (the last may be shorter) as one write that the
+ * kernel cuts into those datagrams, each on the wire exactly as if sent alone. */
 static void build_msgs(ltp_udp_t *u)
 {
     u->m_n = u->m_off = 0;
@@ -275,7 +309,7 @@ static void build_msgs(ltp_udp_t *u)
             while (j < u->dg_n && j - i < most) {
                 const txdg_t *e = &u->txdg[j];
                 uint32_t len = e->hlen + e->plen + e->tlen;
-                if (!e->plen || e->peer != d->peer || len > seg) break;
+                if (!e->plen || e->peer != d->peer || e->tos != d->tos || len > seg) break;
                 j++;
                 if (len < seg) break;   /* only the last segment may be shorter */
             }
@@ -288,29 +322,21 @@ static void build_msgs(ltp_udp_t *u)
         mh->msg_namelen = sizeof u->txaddr[m];
         mh->msg_iov = &u->txiov[3 * i];
         mh->msg_iovlen = d->plen ? (size_t)(3 * (j - i)) : 1;
-        if (j - i > 1) {
-            mh->msg_control = u->txctl[m].buf;
-            mh->msg_controllen = sizeof u->txctl[m].buf;
-            struct cmsghdr *cm = CMSG_FIRSTHDR(mh);
-            cm->cmsg_level = SOL_UDP;
-            cm->cmsg_type = UDP_SEGMENT;
-            cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
-            uint16_t gso_size = (uint16_t)seg;
-            memcpy(CMSG_DATA(cm), &gso_size, sizeof gso_size);
-        }
+        set_control(u, m, j - i, seg, d->tos);
         u->m_first[m] = i;
         i = j;
     }
 }
 
 /* Refill the empty batch from the core: every datagram due now, up to TX_SLOTS datagrams and
- * TX_BATCH_BYTES. Payloads stay in the messages being sent (ltp_core_poll_tx_ref); with auth on a
- * DATA's tag, which the core writes behind its header, is sent after the payload. */
+ * TX_BATCH_BYTES (TX_SEAL_BATCH_BYTES with auth on, where polling a datagram costs its tag).
+ * Payloads stay in the messages being sent (ltp_core_poll_tx_ref); with auth on a DATA's tag,
+ * which the core writes behind its header, is sent after the payload. */
 static void fill_batch(ltp_udp_t *u)
 {
     u->dg_n = u->dg_off = 0;
-    uint64_t now = now_us(), bytes = 0;
-    while (u->dg_n < TX_SLOTS && bytes < TX_BATCH_BYTES) {
+    uint64_t now = now_us(), bytes = 0, most = u->tag_bytes ? TX_SEAL_BATCH_BYTES : TX_BATCH_BYTES;
+    while (u->dg_n < TX_SLOTS && bytes < most) {
         int i = u->dg_n, peer = -1;
         uint8_t *b = u->txbuf + (size_t)i * TX_SLOT_BYTES;
         const uint8_t *payload;
@@ -318,7 +344,13 @@ static void fill_batch(ltp_udp_t *u)
         int n = ltp_core_poll_tx_ref(u->core, now, b, TX_SLOT_BYTES, &payload, &plen, &peer);
         if (n <= 0) break;
         uint32_t tlen = payload ? u->tag_bytes : 0;
-        u->txdg[i] = (txdg_t){payload, (uint32_t)n, plen, tlen, peer};
+        /* a DATA takes its segment's mark; control packets keep the socket's TOS */
+        uint32_t tos = 0;
+        if (n >= (int)LTP_DATA_HDR_BYTES && b[WIRE_TYPE] == LTP_T_DATA) {
+            uint16_t seg = rd16le(b + WIRE_SEGMENT);
+            tos = seg < u->n_seg_tos ? u->seg_tos[seg] : 0;
+        }
+        u->txdg[i] = (txdg_t){payload, (uint32_t)n, plen, tlen, peer, tos};
         u->txiov[3 * i] = (struct iovec){b, (size_t)n};
         u->txiov[3 * i + 1] = (struct iovec){(void *)(uintptr_t)payload, plen};
         u->txiov[3 * i + 2] = (struct iovec){b + n, tlen};
@@ -385,7 +417,7 @@ int do_tx(ltp_udp_t *u)
                 return TX_REFUSED;
             }
             if (errno == EINTR) continue;
-            if (u->gso && u->txm[u->m_off].msg_hdr.msg_controllen &&
+            if (u->gso && msg_datagrams(u, u->m_off) > 1 &&
                 (errno == EIO || errno == EINVAL || errno == EMSGSIZE)) {
                 /* The kernel or the device refuses GSO here (or a configured size beyond the path
                  * MTU, which only a lone datagram may exceed, fragmented): datagram by datagram. */
@@ -407,7 +439,7 @@ int do_tx(ltp_udp_t *u)
         }
         u->refused_us = 0;
         for (int k = u->m_off; k < u->m_off + n; k++)
-            if (u->txm[k].msg_hdr.msg_controllen) ltp_core__count(u->core, LTP_S_TX_GSO_RUNS, 1);
+            if (msg_datagrams(u, k) > 1) ltp_core__count(u->core, LTP_S_TX_GSO_RUNS, 1);
         u->m_off += n;
         msgs_sent(u);
         sent += u->dg_off - before;

@@ -696,34 +696,34 @@ static void test_copy_free_paths(void)
     ltp_core_free(a); ltp_core_free(b); ltp_core_free(rx);
 }
 
-/* The copy-free paths with auth on: a DATA sent by reference carries the same tag as the one
- * poll_tx writes (the tag over header and payload, behind the header in buf, sent after the
- * payload); on the split receive path the MAC covers the payload read into its guessed place, so
- * one flipped payload byte there, or in the tag, or in the header, is refused as bad_mac before
+/* The copy-free paths with auth on: a DATA sent by reference carries the same trailer as the one
+ * poll_tx writes (its number and the tag over header, payload and number, behind the header in
+ * buf, sent after the payload); on the split receive path the MAC covers the payload read into its
+ * guessed place, so one flipped payload byte there, or in the tag, or in the header, is refused as bad_mac before
  * anything is stored, and the genuine datagram read into the same place afterwards is taken. */
 static void test_copy_free_auth(void)
 {
     ltp_config_t c = base_cfg();
     c.auth = 1;
     c.max_udp_payload_bytes = 16384;
-    const uint32_t n_floats = 40000;   /* 160,000 bytes: 10 packets of 16,324 */
-    const uint32_t chunk = 16384 - LTP_DATA_HDR_BYTES - LTP_MAC_BYTES;
+    const uint32_t n_floats = 40000;   /* 160,000 bytes: 10 packets of 16,316 */
+    const uint32_t chunk = 16384 - LTP_DATA_HDR_BYTES - LTP_TRAILER_BYTES;
     float *v = make_vec(n_floats, 12);
     uint8_t key[LTP_KEY_BYTES] = {7, 1, 2};
     ltp_core_t *a = ltp_core_new(&c, 0), *b = ltp_core_new(&c, 0), *rx = ltp_core_new(&c, LTP_RANK_SERVER);
     ltp_core_add_peer(a, LTP_RANK_SERVER);
     ltp_core_add_peer(b, LTP_RANK_SERVER);
     ltp_core_add_peer(rx, 0);
-    ltp_core_set_key(a, key, sizeof key);
-    ltp_core_set_key(b, key, sizeof key);
-    ltp_core_set_key(rx, key, sizeof key);
+    ltp_core_set_peer_key(a, 0, key, sizeof key);
+    ltp_core_set_peer_key(b, 0, key, sizeof key);
+    ltp_core_set_peer_key(rx, 0, key, sizeof key);
     CHECK(ltp_core_expect(rx, 0, n_floats * 4, 0) == 0, "expect");
     CHECK(ltp_core_send(a, 0, 3, 0, v, n_floats * 4, 0, 0) == 0 && ltp_core_send(b, 0, 3, 0, v, n_floats * 4, 0, 0) == 0,
           "send");
     static uint8_t dg[10][LTP_MAX_DATAGRAM];
     int lens[10];
     uint64_t t = 0;
-    CHECK(data_by_ref_as_copied(a, b, LTP_ETH_DATAGRAM, LTP_MAC_BYTES, 10, dg, lens, &t),
+    CHECK(data_by_ref_as_copied(a, b, LTP_ETH_DATAGRAM, LTP_TRAILER_BYTES, 10, dg, lens, &t),
           "sealed DATA by reference differ from sealed DATA copied");
 
     float *posted = malloc(n_floats * 4);
@@ -732,26 +732,26 @@ static void test_copy_free_auth(void)
     ltp_rx_guess_t g[16];
     int ng = ltp_core_rx_guess(rx, 0, g, 16);
     CHECK(ng == 9 && g[0].index == 1 && g[0].len == chunk, "guesses %d (len %u)", ng, ng ? g[0].len : 0);
-    /* The driver's scatter read of packet 1 into guess 0: header, then the tag behind it. */
-    uint8_t head[LTP_DATA_HDR_BYTES + LTP_MAC_BYTES];
+    /* The driver's scatter read of packet 1 into guess 0: header, then the trailer behind it. */
+    uint8_t head[LTP_DATA_HDR_BYTES + LTP_TRAILER_BYTES];
     const uint8_t *d1 = dg[1];
-    size_t plen1 = (size_t)lens[1] - LTP_DATA_HDR_BYTES - LTP_MAC_BYTES;
+    size_t plen1 = (size_t)lens[1] - LTP_DATA_HDR_BYTES - LTP_TRAILER_BYTES;
     uint64_t st[LTP_S__COUNT];
     const size_t flips[] = {0, 1, 4093, plen1 - 1};   /* payload bytes, in place */
     int refused = 0;
     for (size_t k = 0; k < sizeof flips / sizeof flips[0]; k++) {
         memcpy(head, d1, LTP_DATA_HDR_BYTES);
-        memcpy(head + LTP_DATA_HDR_BYTES, d1 + LTP_DATA_HDR_BYTES + plen1, LTP_MAC_BYTES);
+        memcpy(head + LTP_DATA_HDR_BYTES, d1 + LTP_DATA_HDR_BYTES + plen1, LTP_TRAILER_BYTES);
         memcpy(g[0].dst, d1 + LTP_DATA_HDR_BYTES, plen1);
         g[0].dst[flips[k]] ^= 0x01;
         refused += ltp_core_input_split(rx, 0, head, sizeof head, g[0].dst, plen1, t, t) == LTP_EAUTH;
     }
-    memcpy(head, d1, sizeof head - LTP_MAC_BYTES);
+    memcpy(head, d1, sizeof head - LTP_TRAILER_BYTES);
     memcpy(g[0].dst, d1 + LTP_DATA_HDR_BYTES, plen1);
-    memcpy(head + LTP_DATA_HDR_BYTES, d1 + LTP_DATA_HDR_BYTES + plen1, LTP_MAC_BYTES);
-    head[LTP_DATA_HDR_BYTES + 3] ^= 0x80;   /* the tag */
+    memcpy(head + LTP_DATA_HDR_BYTES, d1 + LTP_DATA_HDR_BYTES + plen1, LTP_TRAILER_BYTES);
+    head[LTP_DATA_HDR_BYTES + LTP_PSEQ_BYTES + 3] ^= 0x80;   /* the tag */
     refused += ltp_core_input_split(rx, 0, head, sizeof head, g[0].dst, plen1, t, t) == LTP_EAUTH;
-    head[LTP_DATA_HDR_BYTES + 3] ^= 0x80;
+    head[LTP_DATA_HDR_BYTES + LTP_PSEQ_BYTES + 3] ^= 0x80;
     head[WIRE_DATA_TOTAL] ^= 0x04;   /* the header */
     refused += ltp_core_input_split(rx, 0, head, sizeof head, g[0].dst, plen1, t, t) == LTP_EAUTH;
     head[WIRE_DATA_TOTAL] ^= 0x04;
@@ -759,7 +759,7 @@ static void test_copy_free_auth(void)
     CHECK(refused == 6 && st[LTP_S_BAD_MAC] == 6, "altered split datagrams: %d refused, bad_mac %llu", refused,
           (unsigned long long)st[LTP_S_BAD_MAC]);
     CHECK(ltp_core_rx_frac(rx, 0, 3, 0) < 0.15, "a refused datagram was stored (%.3f)", ltp_core_rx_frac(rx, 0, 3, 0));
-    CHECK(ltp_core_input_split(rx, 0, head, LTP_DATA_HDR_BYTES, g[0].dst, plen1 + LTP_MAC_BYTES, t, t) == LTP_EINVAL,
+    CHECK(ltp_core_input_split(rx, 0, head, LTP_DATA_HDR_BYTES, g[0].dst, plen1 + LTP_TRAILER_BYTES, t, t) == LTP_EINVAL,
           "a split without its tag accepted");
     CHECK(ltp_core_input_split(rx, 0, head, sizeof head, g[0].dst, plen1, t, t) == 0, "genuine split datagram refused");
     for (int k = 2; k < 10; k++) CHECK(ltp_core_input(rx, 0, dg[k], (size_t)lens[k], t) == 0, "packet %d", k);
@@ -1215,8 +1215,9 @@ static void test_rate_hint_sender(void)
 static void test_rate_hint_receiver(void)
 {
     double mbps = 100, rate = mbps / 8;
-    /* datagram bytes per microsecond the simulated link carries (a frame is the datagram + 42) */
-    double link_dgram = 1472.0 / ceil((1472 + 42) / rate);
+    /* datagram bytes per microsecond the simulated link carries (a frame is the datagram + 42;
+     * the link keeps fractions of a microsecond, sim/sim_link.h) */
+    double link_dgram = 1472.0 / ((1472 + 42) / rate);
     for (int n_workers = 1; n_workers <= 2; n_workers++) {
         for (int on = 0; on <= 1; on++) {
             ltp_config_t c = base_cfg();
@@ -1373,6 +1374,8 @@ static void test_incast_push_time(void)
 }
 
 #include "test_edge.c"   /* training iterations at edge RTTs, closing: the scenarios of issue 10 */
+#include "test_resume.c" /* sends that outlast their caller's deadline: suspended, resumed */
+#include "test_loss.c"   /* the loss estimate behind the adaptive threshold: per segment */
 
 int main(void)
 {
@@ -1407,5 +1410,7 @@ int main(void)
     test_edge_bsp();
     test_busy_broadcast();
     test_linger();
+    test_resume();
+    test_loss();
     return check_summary();
 }

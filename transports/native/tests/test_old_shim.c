@@ -5,7 +5,7 @@
 #include <stddef.h>
 
 int ltp_core_expect(ltp_core_t *core, uint16_t segment, uint32_t total_bytes, uint32_t critical_bytes);
-int ltp_core_set_key(ltp_core_t *core, const uint8_t *key, size_t len);
+int ltp_core_set_peer_key(ltp_core_t *core, int peer, const uint8_t *key, size_t len);
 uint64_t ltp_siphash24(const uint8_t key[16], const uint8_t *msg, size_t len);
 
 int ltp_core_expect(ltp_core_t *core, uint16_t segment, uint32_t total_bytes, uint32_t critical_bytes)
@@ -14,9 +14,9 @@ int ltp_core_expect(ltp_core_t *core, uint16_t segment, uint32_t total_bytes, ui
     return 0;
 }
 
-int ltp_core_set_key(ltp_core_t *core, const uint8_t *key, size_t len)
+int ltp_core_set_peer_key(ltp_core_t *core, int peer, const uint8_t *key, size_t len)
 {
-    (void)core; (void)key; (void)len;
+    (void)core; (void)peer; (void)key; (void)len;
     return 0;
 }
 

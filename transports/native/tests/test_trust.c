@@ -11,7 +11,6 @@
 #include "ltp.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,179 +18,11 @@
 #define LTP_KEY_BYTES 16u
 #define WIRE_MAC_BYTE 5
 int ltp_core_expect(ltp_core_t *core, uint16_t segment, uint32_t total_bytes, uint32_t critical_bytes);
-int ltp_core_set_key(ltp_core_t *core, const uint8_t *key, size_t len);
+int ltp_core_set_peer_key(ltp_core_t *core, int peer, const uint8_t *key, size_t len);
 uint64_t ltp_siphash24(const uint8_t key[16], const uint8_t *msg, size_t len);
 #endif
 
-/* Offsets shared by the old and the new wire format (docs/ltp-protocol.md §2). */
-enum { O_TYPE = 3, O_MSG = 12, O_SEG = 16, O_INDEX = 20, O_COUNT = 24, O_OFFSET = 28, O_TOTAL = 32, O_LEN = 36,
-       O_TX_SEQ = 40, O_TS = 44, O_ACK_ECHO_TS = 28, O_ACK_HINT = 44, O_CLOSE_COUNT = 24,
-       O_CLOSE_REASON = 28, DATA_HDR = 52 };
-
-#include "check.h"
-
-static uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
-static void wr32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
-
-/* A counter by name; -1 if this core has no such counter (the old one lacks the new names). */
-static double stat(ltp_core_t *c, const char *name)
-{
-    uint64_t st[256] = {0};
-    int n = ltp_stat_count();
-    ltp_core_stats(c, st, n < 256 ? n : 256);
-    for (int i = 0; i < n; i++) if (strcmp(ltp_stat_name(i), name) == 0) return (double)st[i];
-    return -1;
-}
-
-/* ------------------------------------------------------------------ a worker and a PS */
-enum { PS = 0, WK = 1, DELAY_US = 100, QCAP = 8192 };
-
-typedef struct { uint64_t at; int to, len; uint8_t b[1600]; } ev_t;
-typedef struct pair pair_t;
-/* Sees every datagram before it is queued: 0 deliver (possibly changed), 1 drop. */
-typedef int (*tap_fn)(pair_t *P, int from, uint8_t *b, int *len);
-
-struct pair {
-    ltp_config_t cfg;        /* both cores' */
-    ltp_core_t *c[2];
-    uint64_t now;
-    ev_t *q;
-    int qh, qn;
-    tap_fn tap;
-    uint8_t kept[4][1600];   /* datagrams a tap put aside, for forging */
-    int kept_len[4];
-    int closes_seen, data_seen;
-    uint8_t closed_seg[256];  /* CLOSE datagrams seen per segment */
-    uint8_t (*held)[600];     /* DATA a tap holds back, to deliver in one batch */
-    int held_len[256], n_held;
-};
-
-static ltp_config_t cfg_with(const char *const *names, const double *values, int n)
-{
-    ltp_config_t c;
-    ltp_config_default(&c);
-    ltp_config_set(&c, "auth", 0);   /* the tests turn it on where they test it */
-    ltp_config_set(&c, "max_udp_payload_bytes", 472);   /* 420-byte chunks: small messages, many packets */
-    for (int i = 0; i < n; i++) ltp_config_set(&c, names[i], values[i]);
-    return c;
-}
-
-/* A PS and a worker on cfg_with(names, values, n). */
-static void pair_init(pair_t *P, const char *const *names, const double *values, int n)
-{
-    memset(P, 0, sizeof *P);
-    P->cfg = cfg_with(names, values, n);
-    P->c[PS] = ltp_core_new(&P->cfg, 0xFFFF);
-    P->c[WK] = ltp_core_new(&P->cfg, 0);
-    ltp_core_add_peer(P->c[PS], 0);
-    ltp_core_add_peer(P->c[WK], 0xFFFF);
-    P->q = calloc(QCAP, sizeof *P->q);
-    P->now = 100000000;   /* 100 s: a clock that has run long enough for any echo to look plausible */
-}
-
-static void pair_free(pair_t *P)
-{
-    ltp_core_free(P->c[0]);
-    ltp_core_free(P->c[1]);
-    free(P->q);
-    free(P->held);
-}
-
-/* Hand a datagram to core `to` now, as if it came from its one peer. */
-static int inject(pair_t *P, int to, const uint8_t *b, int len)
-{
-    return ltp_core_input(P->c[to], 0, b, (size_t)len, P->now);
-}
-
-typedef int (*done_fn)(pair_t *P, void *arg);
-
-/* Run both cores until done() or limit_us of virtual time; all datagrams due at one instant are
- * delivered before either core is polled again (a batch, as recvmmsg reads one). */
-static int pair_run(pair_t *P, uint64_t limit_us, done_fn done, void *arg)
-{
-    uint64_t end = P->now + limit_us;
-    uint8_t b[1600];
-    for (;;) {
-        for (int k = 0; k < 2; k++) {
-            int slot, len;
-            while ((len = ltp_core_poll_tx(P->c[k], P->now, b, sizeof b, &slot)) > 0) {
-                if (b[O_TYPE] == 1) P->data_seen++;
-                if (b[O_TYPE] == 3) { P->closes_seen++; P->closed_seg[b[O_SEG]]++; }
-                if (P->tap && P->tap(P, k, b, &len)) continue;
-                if (P->qn == QCAP) continue;   /* the link's queue is full */
-                ev_t *e = &P->q[(P->qh + P->qn++) % QCAP];
-                e->at = P->now + DELAY_US; e->to = 1 - k; e->len = len;
-                memcpy(e->b, b, (size_t)len);
-            }
-        }
-        if (done && done(P, arg)) return 1;
-        uint64_t next = P->qn ? P->q[P->qh].at : UINT64_MAX;
-        for (int k = 0; k < 2; k++) {
-            uint64_t t = ltp_core_next_timeout(P->c[k], P->now);
-            if (t < next) next = t;
-        }
-        if (next == UINT64_MAX || next > end) { P->now = end; return done ? done(P, arg) : 1; }
-        P->now = next > P->now ? next : P->now + 1;
-        while (P->qn && P->q[P->qh].at <= P->now) {
-            ev_t *e = &P->q[P->qh];
-            P->qh = (P->qh + 1) % QCAP;
-            P->qn--;
-            ltp_core_input(P->c[e->to], 0, e->b, (size_t)e->len, P->now);
-        }
-    }
-}
-
-typedef struct { uint32_t msg; uint16_t seg; } key_t_;
-
-static int rx_ready(pair_t *P, void *arg)
-{
-    key_t_ *k = arg;
-    return ltp_core_rx_ready(P->c[PS], 0, k->msg, k->seg) == 1;
-}
-
-static int tx_done(pair_t *P, void *arg)
-{
-    key_t_ *k = arg;
-    return ltp_core_send_status(P->c[WK], 0, k->msg, k->seg, NULL, P->now) == 1;
-}
-
-/* Keep the first DATA the worker sends (and let it through). */
-static int tap_keep_data(pair_t *P, int from, uint8_t *b, int *len)
-{
-    if (from == WK && b[O_TYPE] == 1 && !P->kept_len[0]) { memcpy(P->kept[0], b, (size_t)*len); P->kept_len[0] = *len; }
-    return 0;
-}
-
-/* Keep the first DATA and the first ACK, and drop every DATA after the first (so ACKs keep
- * echoing that one and the send stays open). */
-static int tap_first_data_and_ack(pair_t *P, int from, uint8_t *b, int *len)
-{
-    int t = b[O_TYPE];
-    if (from == WK && t == 1) {
-        if (P->kept_len[0]) return 1;
-        memcpy(P->kept[0], b, (size_t)*len); P->kept_len[0] = *len;
-    }
-    if (from == PS && t == 2 && !P->kept_len[1]) { memcpy(P->kept[1], b, (size_t)*len); P->kept_len[1] = *len; }
-    return 0;
-}
-
-static float *vec(uint32_t n, float base)
-{
-    float *v = malloc(n * sizeof *v);
-    for (uint32_t i = 0; i < n; i++) v[i] = base + (float)i * 0.001f;
-    return v;
-}
-
-#define N 4000u   /* floats per message: 16,000 bytes, 39 packets of 420 bytes */
-
-/* The worker sends message msg (N floats of v, segment 0); the pair runs until the PS can take
- * it, for 2 s of virtual time at most. 1 if it can. */
-static int deliver(pair_t *P, uint32_t msg, const float *v)
-{
-    key_t_ k = {msg, 0};
-    ltp_core_send(P->c[WK], 0, msg, 0, v, N * 4, 0, P->now);
-    return pair_run(P, 2000000, rx_ready, &k);
-}
+#include "pair.h"
 
 /* ------------------------------------------------------------------ 1. a forged one-packet DATA */
 static void test_forged_short_message(void)
@@ -246,9 +77,9 @@ static void first_copy(int auth)
 {
     pair_t P;
     pair_init(&P, (const char *[]){"auth"}, (double[]){auth}, 1);
-    uint8_t key[16] = {0x6b, 0x65, 0x79};
-    ltp_core_set_key(P.c[PS], key, sizeof key);
-    ltp_core_set_key(P.c[WK], key, sizeof key);
+    uint8_t key[16] = {0x6b, 0x65, 0x79};   /* the pair's */
+    ltp_core_set_peer_key(P.c[PS], 0, key, sizeof key);
+    ltp_core_set_peer_key(P.c[WK], 0, key, sizeof key);
     ltp_core_expect(P.c[PS], 0, N * 4, 0);
     float *v = vec(N, 1.0f), *got = calloc(N, sizeof *got);
     uint8_t *mask = calloc(N, 1);
@@ -550,8 +381,8 @@ static void test_siphash_vectors(void)
     CHECK(bad == 0, "%d SipHash-2-4 test vectors wrong", bad);
 }
 
-/* With auth on: everything genuine arrives; without the key nothing leaves; a datagram sealed
- * for one receiver is refused by another; any changed byte is refused. */
+/* With auth on: everything genuine arrives; without the pair's key nothing leaves; a datagram
+ * sealed for one receiver is refused by another; any changed byte is refused. */
 static void test_auth(void)
 {
     pair_t P;
@@ -562,8 +393,9 @@ static void test_auth(void)
     int slot;
     CHECK(ltp_core_poll_tx(P.c[WK], P.now, b, sizeof b, &slot) == 0, "sent without a key");
     uint8_t key[16] = {1, 2, 3}, other[16] = {9};
-    ltp_core_set_key(P.c[WK], key, 16);
-    ltp_core_set_key(P.c[PS], key, 16);
+    ltp_core_set_peer_key(P.c[WK], 0, key, 16);
+    ltp_core_set_peer_key(P.c[PS], 0, key, 16);
+    ltp_core_send(P.c[WK], 0, 1, 0, v, N * 4, 0, P.now);   /* refused without the key: again */
     P.tap = tap_keep_data;
     key_t_ k1 = {1, 0};
     int ok = pair_run(&P, 2000000, rx_ready, &k1);
@@ -580,11 +412,11 @@ static void test_auth(void)
     /* The worker's datagram, shown to a second PS-side core of another rank: its key differs. */
     ltp_core_t *third = ltp_core_new(&P.cfg, 7);
     ltp_core_add_peer(third, 0);
-    ltp_core_set_key(third, key, 16);
+    ltp_core_set_peer_key(third, 0, key, 16);
     CHECK(ltp_core_input(third, 0, P.kept[0], (size_t)len, P.now) != 0, "a datagram for one receiver accepted by another");
     ltp_core_t *stranger = ltp_core_new(&P.cfg, 0xFFFF);
     ltp_core_add_peer(stranger, 0);
-    ltp_core_set_key(stranger, other, 16);
+    ltp_core_set_peer_key(stranger, 0, other, 16);
     CHECK(ltp_core_input(stranger, 0, P.kept[0], (size_t)len, P.now) != 0, "a datagram accepted under another key");
     CHECK(stat(stranger, "bad_mac") == 1 && stat(third, "bad_mac") == 1, "bad_mac not counted");
     ltp_core_free(third);

@@ -6,15 +6,20 @@
  * takes every closed one, leaves the others with the core (a later call takes them), and at the
  * deadline returns what it has instead of failing the whole set; ltp_udp_linger returns after the
  * quiet period once the farewell CLOSEs are out, not at its bound; the segments of one message id
- * can be taken one by one. Exit status is non-zero if any check fails.
+ * can be taken one by one; a send cut short by its deadline resumes when called again. Exit status
+ * is non-zero if any check fails.
  */
 #define _POSIX_C_SOURCE 200809L   /* clock_gettime under -std=c11 */
 #include "ltp.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "check.h"
 
@@ -36,8 +41,16 @@ typedef struct {
     ltp_recv_req_t q[N_WORKERS];      /* the server's requests, one a worker */
 } job_t;
 
-/* Every end of a job shares the run's key (auth is on by default). */
+/* Auth is on by default: the PS and worker r share pair key KEY with its last byte r. */
 static const uint8_t KEY[LTP_KEY_BYTES] = "test_udp: a key";
+
+static const uint8_t *pair_key(int r)
+{
+    static uint8_t k[LTP_KEY_BYTES];
+    memcpy(k, KEY, sizeof k);
+    k[LTP_KEY_BYTES - 1] = (uint8_t)r;
+    return k;
+}
 
 static int open_job(job_t *j)
 {
@@ -49,16 +62,16 @@ static int open_job(job_t *j)
     int err = 0;
     j->ps = ltp_udp_open(&cfg, LTP_RANK_SERVER, "127.0.0.1", 0, 0.0, &err);
     if (!j->ps) return err ? err : -1;
-    if (ltp_udp_set_key(j->ps, KEY, sizeof KEY) < 0) return -1;
     int ps_port = ltp_udp_local_port(j->ps);
     for (int r = 0; r < N_WORKERS; r++) {
         j->w[r] = ltp_udp_open(&cfg, (uint16_t)r, "127.0.0.1", 0, 0.0, &err);
         if (!j->w[r]) return err ? err : -1;
-        if (ltp_udp_set_key(j->w[r], KEY, sizeof KEY) < 0) return -1;
         int rc = ltp_udp_add_peer(j->ps, (uint16_t)r, "127.0.0.1", (uint16_t)ltp_udp_local_port(j->w[r]));
         if (rc != r) return rc < 0 ? rc : -1;
+        if (ltp_udp_set_peer_key(j->ps, r, pair_key(r), LTP_KEY_BYTES) < 0) return -1;
         rc = ltp_udp_add_peer(j->w[r], LTP_RANK_SERVER, "127.0.0.1", (uint16_t)ps_port);
         if (rc < 0) return rc;
+        if (ltp_udp_set_peer_key(j->w[r], rc, pair_key(r), LTP_KEY_BYTES) < 0) return -1;
         rc = ltp_udp_join(j->w[r], rc, 2000000);
         if (rc < 0) return rc;
         for (int i = 0; i < N_FLOATS; i++) j->data[r][i] = (float)(r * 1000 + i % 997);
@@ -208,8 +221,66 @@ static void test_segments_taken_one_by_one(void)
     close_job(j);
 }
 
+static uint64_t stat_named(ltp_udp_t *u, const char *name)
+{
+    uint64_t st[256] = {0};
+    ltp_udp_stats(u, st, ltp_stat_count());
+    for (int i = 0; i < ltp_stat_count(); i++) if (strcmp(ltp_stat_name(i), name) == 0) return st[i];
+    return UINT64_MAX;
+}
+
+/* A send cut short by the caller's deadline is kept: calling again with the same message (from
+ * another buffer) resumes it, and the message arrives whole. The PS is not there yet when the
+ * worker first sends, so the first call cannot finish. */
+static void test_send_resumes_after_deadline(void)
+{
+    ltp_config_t cfg;
+    ltp_config_default(&cfg);
+    ltp_config_set(&cfg, "max_msg_bytes", N_FLOATS * 4.0);
+    int err = 0, fd = socket(AF_INET, SOCK_DGRAM, 0);   /* a port nobody listens on, yet */
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t n = sizeof sa;
+    CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 && getsockname(fd, (struct sockaddr *)&sa, &n) == 0,
+          "no free port");
+    close(fd);
+    uint16_t port = ntohs(sa.sin_port);
+    ltp_udp_t *w = ltp_udp_open(&cfg, 0, "127.0.0.1", 0, 0.0, &err);
+    CHECK(w && ltp_udp_add_peer(w, LTP_RANK_SERVER, "127.0.0.1", port) == 0 &&
+          ltp_udp_set_peer_key(w, 0, KEY, sizeof KEY) == 0, "opening the worker: %d", err);
+    static float data[2][N_FLOATS], again[2][N_FLOATS], out[2][N_FLOATS];
+    ltp_send_req_t s[2];
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < N_FLOATS; i++) data[k][i] = (float)(k * 1000 + i % 991);
+        s[k] = (ltp_send_req_t){.peer = 0, .msg_id = 1, .segment = (uint32_t)(1 + k), .len_bytes = N_FLOATS * 4,
+                                .data = data[k]};
+    }
+    CHECK(ltp_udp_send(w, s, 2, 50000) == LTP_ETIMEDOUT, "a send to nobody finished");
+    CHECK(s[0].status == LTP_ETIMEDOUT && s[1].status == LTP_ETIMEDOUT, "statuses %d %d", s[0].status, s[1].status);
+    CHECK(stat_named(w, "sends_suspended") == 2 && stat_named(w, "sends_cancelled") == 0, "suspended %llu cancelled %llu",
+          (unsigned long long)stat_named(w, "sends_suspended"), (unsigned long long)stat_named(w, "sends_cancelled"));
+    ltp_udp_t *ps = ltp_udp_open(&cfg, LTP_RANK_SERVER, "127.0.0.1", port, 0.0, &err);
+    CHECK(ps && ltp_udp_add_peer(ps, 0, "127.0.0.1", (uint16_t)ltp_udp_local_port(w)) == 0 &&
+          ltp_udp_set_peer_key(ps, 0, KEY, sizeof KEY) == 0, "opening the PS: %d", err);
+    memcpy(again, data, sizeof data);   /* the caller's retry sends from elsewhere */
+    memset(data, 0, sizeof data);
+    s[0].data = again[0];
+    s[1].data = again[1];
+    CHECK(ltp_udp_send(w, s, 2, 2000000) == 0, "the retry failed: %d %d", s[0].status, s[1].status);
+    CHECK(stat_named(w, "sends_resumed") == 2 && stat_named(w, "bad_close") == 0, "resumed %llu bad_close %llu",
+          (unsigned long long)stat_named(w, "sends_resumed"), (unsigned long long)stat_named(w, "bad_close"));
+    ltp_recv_req_t q[2];
+    for (int k = 0; k < 2; k++)
+        q[k] = (ltp_recv_req_t){.peer = 0, .msg_id = 1, .segment = (uint32_t)(1 + k), .cap_bytes = N_FLOATS * 4,
+                                .data = out[k]};
+    CHECK(ltp_udp_recv(ps, q, 2, 2000000) == 0, "the server did not get both segments");
+    CHECK(memcmp(out, again, sizeof out) == 0, "values differ");
+    ltp_udp_close(w);
+    ltp_udp_close(ps);
+}
+
 int main(void)
 {
+    test_send_resumes_after_deadline();
     test_segments_taken_one_by_one();
     test_linger_leaves_when_quiet();
     test_recv_any();

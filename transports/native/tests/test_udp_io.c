@@ -69,7 +69,7 @@ static ltp_udp_t *end_new(const ltp_config_t *cfg, uint16_t rank, uint16_t peer_
     u->addrs[0] = addr;
     u->n_peers = 1;
     ltp_core_add_peer(u->core, peer_rank);
-    if (cfg->auth) ltp_core_set_key(u->core, KEY, sizeof KEY);
+    if (cfg->auth) ltp_core_set_peer_key(u->core, 0, KEY, sizeof KEY);
     return u;
 }
 
@@ -129,16 +129,19 @@ static uint64_t stat_of(ltp_udp_t *u, int i)
 /* The DATA datagrams of one message, in index order. */
 typedef struct { uint8_t dg[10][DG]; int len[10]; } burst_t;
 
-/* Message msg_id (worker rank 0 to the PS) cut into m; how many DATA it took. */
+/* Message msg_id (worker rank 0 to the PS) cut into m; how many DATA it took. Each message's core
+ * runs at a clock of its own, 16 us per id apart, so the numbers of its datagrams (auth on) are
+ * those of no other message's, within one replay window. */
 static int message(const ltp_config_t *cfg, uint32_t msg_id, const float *v, burst_t *m)
 {
     ltp_core_t *tx = ltp_core_new(cfg, 0);
     ltp_core_add_peer(tx, LTP_RANK_SERVER);
-    if (cfg->auth) ltp_core_set_key(tx, KEY, sizeof KEY);
-    ltp_core_send(tx, 0, msg_id, 0, v, N_FLOATS * 4, 0, 1);
+    if (cfg->auth) ltp_core_set_peer_key(tx, 0, KEY, sizeof KEY);
+    uint64_t t = 1 + 16 * (uint64_t)msg_id;
+    ltp_core_send(tx, 0, msg_id, 0, v, N_FLOATS * 4, 0, t);
     int n = 0, len, slot;
     static uint8_t b[LTP_MAX_DATAGRAM];
-    while (n < 10 && (len = ltp_core_poll_tx(tx, 1, b, sizeof b, &slot)) > 0)
+    while (n < 10 && (len = ltp_core_poll_tx(tx, t, b, sizeof b, &slot)) > 0)
         if (b[WIRE_TYPE] == LTP_T_DATA) { memcpy(m->dg[n], b, (size_t)len); m->len[n++] = len; }
     ltp_core_free(tx);
     return n;

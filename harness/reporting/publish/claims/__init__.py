@@ -21,8 +21,9 @@ from harness.reporting.publish.context import Context, MissingFolder
 Render = Callable[[Context], str]
 
 # The topics, in the order the findings page takes them.
-TOPICS = ("headline", "training", "compression", "regimes", "traffic", "trust", "peers",
-          "collectives", "simulation", "protocol", "folders")
+TOPICS = ("headline", "training", "compression", "cser", "regimes", "traffic", "trust",
+          "validation", "plotbounds", "field", "peers", "collectives", "simulation",
+          "protocol", "folders")
 
 
 @dataclasses.dataclass(frozen=True)

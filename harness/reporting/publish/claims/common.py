@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from harness.reporting import stats
-from harness.reporting.tables import reached
+from harness.reporting.tables import reached, tta_est, tta_of  # noqa: F401  (the claims' names)
 
 DATASETS = {"fashion-mnist": "Fashion-MNIST"}   # how a data set's name is written in prose
 
@@ -83,18 +83,6 @@ def cell(frame: pd.DataFrame, **eq) -> pd.DataFrame:
 def runs_of(frame: pd.DataFrame, column: str, scale: float = 1.0) -> pd.Series:
     """``column`` of the runs, indexed by seed (what :func:`stats.compare` pairs)."""
     return stats.by_seed(frame, column) * scale
-
-
-def tta_of(frame: pd.DataFrame) -> pd.Series:
-    """Time to the target accuracy of the runs, indexed by seed; a run that never reached it
-    is infinitely late."""
-    times = frame.time_to_target_s.astype(float).where(reached(frame), float("inf"))
-    return pd.Series(times.to_numpy(), index=frame.seed.to_numpy())
-
-
-def tta_est(frame: pd.DataFrame) -> stats.Estimate:
-    """The censored median time to target over the runs (:func:`stats.censored_median_ci`)."""
-    return stats.censored_median_ci(frame.time_to_target_s, reached(frame))
 
 
 def time_fmt(est: stats.Estimate, unit: str = "", spec: str = ".1f") -> str:

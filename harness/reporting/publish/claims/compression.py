@@ -31,7 +31,8 @@ def _label(compress: str, steps: int, reset: int | None) -> str:
     out = f"`{compress}`, H={steps:g}"
     if compress != "none" and reset is not None:
         out += ", residual " + ("never reset" if reset == 0 else
-                                "reset every round" if reset == 1 else f"reset every {reset:g}")
+                                "dropped every round" if reset == 1 else
+                                f"dropped every {reset:g}")
     return out
 
 
@@ -77,8 +78,8 @@ def compression_body(ctx: Context) -> list[str]:
     shown: list = []
     lines = [f"{schemes}, {setting(ok)}, at {listing(losses)} % random loss; a round is one "
              "synchronisation (H local steps use H batches per worker, so compare settings by "
-             "time, not rounds). Settings: compression, local steps H and the error-feedback "
-             "residual's reset (docs/compression.md). Bytes per round are what all workers' "
+             "time, not rounds). Settings: compression, local steps H and how often the "
+             "error-feedback residual is dropped (docs/compression.md). Bytes per round are what all workers' "
              "pushes of one round cost on the wire as the transports count them (headers and "
              "retransmissions included); *switch* is what the switch's port counters sent "
              "toward the PS per round (pushes plus the acknowledgements of the dense "
@@ -156,10 +157,12 @@ def compression_body(ctx: Context) -> list[str]:
                          + phrase(sign, "more accurate beyond noise",
                                   "less accurate beyond noise"))
     if parts:
-        lines += ["", "Resetting the residual every round against never resetting it, same "
-                  "compression and local steps, per seed: " + "; ".join(parts) + ". The reset "
-                  "drops what the compressor left out (docs/compression.md, *Error reset, as "
-                  "built here*), which is how a reset can cost accuracy."]
+        lines += ["", "Dropping the residual every round (`--reset-mode drop`, this project's "
+                  "first error reset) against never resetting it, same compression and local "
+                  "steps, per seed: " + "; ".join(parts) + ". Dropping throws away what the "
+                  "compressor left out, which is how it can cost accuracy; CSER's reset "
+                  "synchronises it instead (docs/compression.md, *Error reset: what CSER "
+                  "describes and what is built*; the findings' CSER section)."]
     many = d0[d0.local_steps > 1]
     if not many.empty:
         meds = [stats.median_ci(_setting_of(d0, c, h, r).final_accuracy).value

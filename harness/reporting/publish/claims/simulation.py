@@ -295,10 +295,10 @@ def by_rate_text(ctx: Context) -> list[str]:
               f"{_order(med, RELIABLE, TCP, 'bottleneck_mbps', 'Mbit/s', 'rate')}; "
               f"{_separated(f, RELIABLE, TCP)}.",
               f"- **`{LTP}`'s push over its bound** in the rate: "
-              f"{_ratios(med, LTP, None, 'bottleneck_mbps')} Mbit/s. {_skew(med)}The rest is "
-              "the core's rate control at round trips of microseconds (candidates: the "
-              "BBR-like model's windows and pacing quanta, the rate hint's ceiling "
-              "`hint_max_mbps`). Not diagnosed here.",
+              f"{_ratios(med, LTP, None, 'bottleneck_mbps')} Mbit/s. {_skew(med)}Runs made before "
+              "the simulator's links kept fractions of a microsecond carried one frame per whole "
+              "microsecond at most, which alone held a push above its bound at 1 Gbit/s and more "
+              "(docs/simulation.md, \"The model\"); such a folder is stale and must be rerun.",
               f"- **`{PLOT}` against `{LTP}`** in the rate: "
               f"{_ratios(med, PLOT, LTP, 'bottleneck_mbps', '.3f')} Mbit/s."]
     return lines
@@ -384,7 +384,7 @@ def _largest(f: Folder) -> str:
 def readme_block(ctx: Context) -> str:
     """README: the simulator's wall time at the largest N of the scaling runs (``runs.csv``)."""
     f = ctx.folder(BY_N)
-    return (f"{_largest(f)} The PS's core costs O(N) per datagram (docs/simulation.md). From "
+    return (f"{_largest(f)} The PS core's time per datagram against N: docs/simulation.md. From "
             f"{f.cite()}: {f.status()}")
 
 

@@ -9,7 +9,7 @@ delivered it (masked mean); a worker keeps its previous value of a parameter tha
 It is short on purpose: run it next to ``ltp`` to see what acknowledgements, retransmissions and
 congestion control buy. Load it with::
 
-    LTP_TRANSPORTS=docs/labs/code/udp_blast.py .venv/bin/invoke run-sweep --transports udp-blast,ltp
+    LTP_TRANSPORTS=docs/labs/instructor/udp_blast.py .venv/bin/invoke run-sweep --transports udp-blast,ltp
 
 Datagram: a 24-byte header (magic ``UDPB``, sender rank with 65535 for the PS, message id, float
 offset, float count, message length in floats) and then the float32 values.

@@ -1,0 +1,41 @@
+"""invoke refresh without running anything: which folders are stale and in what order, how a
+recorded command is rerun into its own folder, and a folder's runs taken back from its manifest."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness.running import refresh
+from harness.running.results import read_table
+
+PROJECT = Path(__file__).resolve().parents[2]
+
+
+def test_a_recorded_command_reruns_into_its_own_folder_with_the_redo():
+    argv = refresh.again("run-sweep --preset byzantine --out /elsewhere/byz --no-figures "
+                         "--redo failed", "results/byzantine", 0.01)
+    assert argv == ["run-sweep", "--preset", "byzantine", "--out", "results/byzantine",
+                    "--no-figures", "--redo", "stale,failed,loaded:0.01"]
+    assert refresh.again("run-sweep -t ltp -o /tmp/x -s 0", "results/e", 0.05)[:5] == \
+        ["run-sweep", "-t", "ltp", "-s", "0"]
+
+
+def test_a_folder_gives_back_its_recorded_runs():
+    folder = PROJECT / "results" / "default-check"
+    plan = refresh.recorded_plan(folder)
+    assert plan is not None
+    ids = {s.run_id for s in plan.specs()}
+    assert ids == set(read_table(folder / "runs.csv").run_id)
+
+
+def test_the_readme_folders_come_first_and_an_unknown_folder_is_refused(tmp_path):
+    for rel in ("results/tolerance", "results/default-check", "results/cser"):
+        shutil.copytree(PROJECT / rel, tmp_path / rel, ignore=shutil.ignore_patterns("figures"))
+    items = refresh.plan(root=tmp_path)
+    rels = [it.rel for it in items]
+    # Stale or fresh depends on today's code; whichever are stale, the README's come first.
+    readme = [r for r in rels if r in refresh.README_FOLDERS]
+    assert rels[:len(readme)] == readme
+    with pytest.raises(refresh.RefreshError, match="not a published results folder"):
+        refresh.plan(["results/nowhere"], root=tmp_path)

@@ -1,0 +1,157 @@
+/* test_guards.c: one test per defence that no other test guarded (project issue 29, item 4).
+ *
+ * Removing any of these once left the whole C suite green: refusing an untagged datagram when
+ * auth is on (a MAC downgrade), the HELLO_ACK nonce, the CLOSE's echo, the upper bound on how
+ * long a rate hint is obeyed (hint_ttl_max_us) and the clamp on the srtt a DATA advertises. Each
+ * test forges what the defence refuses by mutating a genuine datagram, and fails without it:
+ * tests/mutants.py removes each defence in turn (and the others the suite already guarded) and
+ * requires `make test` to fail (`invoke mutants`).
+ */
+#include "ltp.h"
+
+#include "pair.h"
+
+enum { O_MAC = 5, O_SRTT = 48, O_CLOSE_ECHO_TS = 32, TRAILER = 16 };
+
+static const uint8_t KEY[16] = {7, 1, 2, 3};
+
+/* 1. With auth on, a genuine DATA stripped of its trailer and marked untagged is refused, also
+ * by a PS that has heard nothing yet (whose replay window would not refuse it instead). */
+static void test_untagged_refused_with_auth_on(void)
+{
+    pair_t P;
+    pair_init(&P, (const char *[]){"auth"}, (double[]){1}, 1);
+    ltp_core_set_peer_key(P.c[WK], 0, KEY, 16);
+    ltp_core_set_peer_key(P.c[PS], 0, KEY, 16);
+    float *v = vec(N, 1.0f);
+    P.tap = tap_keep_data;
+    CHECK(deliver(&P, 1, v), "the genuine message was not delivered");
+    CHECK(P.kept_len[0] > DATA_HDR + TRAILER, "no DATA to strip");
+    uint8_t f[1600];
+    int len = P.kept_len[0] - TRAILER;
+    memcpy(f, P.kept[0], (size_t)len);
+    f[O_MAC] = 0;
+    ltp_core_t *fresh = ltp_core_new(&P.cfg, 0xFFFF);
+    ltp_core_add_peer(fresh, 0);
+    ltp_core_set_peer_key(fresh, 0, KEY, 16);
+    CHECK(ltp_core_input(fresh, 0, f, (size_t)len, P.now) != 0, "an untagged DATA accepted with auth on");
+    CHECK(stat(fresh, "bad_mac") == 1, "the downgrade not counted as bad_mac");
+    CHECK(ltp_core_input(fresh, 0, P.kept[0], (size_t)P.kept_len[0], P.now) == 0,
+          "the genuine DATA refused by the fresh PS");
+    ltp_core_free(fresh);
+    free(v);
+    pair_free(&P);
+}
+
+/* 2. A HELLO_ACK that does not echo the HELLO's nonce joins nothing. */
+static void test_hello_ack_nonce(void)
+{
+    pair_t P;
+    pair_init(&P, NULL, NULL, 0);
+    ltp_core_hello(P.c[WK], 0, P.now);
+    uint8_t b[1600], ack[1600];
+    int slot, len, ack_len = 0;
+    while ((len = ltp_core_poll_tx(P.c[WK], P.now, b, sizeof b, &slot)) > 0) inject(&P, PS, b, len);
+    while ((len = ltp_core_poll_tx(P.c[PS], P.now, b, sizeof b, &slot)) > 0)
+        if (b[O_TYPE] == 5 && !ack_len) { memcpy(ack, b, (size_t)len); ack_len = len; }
+    CHECK(ack_len > 0, "no HELLO_ACK to forge from");
+    uint8_t f[1600];
+    memcpy(f, ack, (size_t)ack_len);
+    wr32(f + O_MSG, rd32(ack + O_MSG) ^ 0x10u);
+    CHECK(inject(&P, WK, f, ack_len) != 0 && ltp_core_peer_joined(P.c[WK], 0) == 0,
+          "a HELLO_ACK with another nonce joined the worker");
+    CHECK(stat(P.c[WK], "bad_echo") == 1, "bad_echo %g", stat(P.c[WK], "bad_echo"));
+    CHECK(inject(&P, WK, ack, ack_len) == 0 && ltp_core_peer_joined(P.c[WK], 0) == 1,
+          "the genuine HELLO_ACK did not join the worker");
+    pair_free(&P);
+}
+
+/* Drop every CLOSE the PS sends, keeping the first aside (its ACKs pass: the last ones, which
+ * the CLOSE replaces, never come, so the send stays open). */
+static int tap_keep_close(pair_t *P, int from, uint8_t *b, int *len)
+{
+    if (from != PS || b[O_TYPE] != 3) return 0;
+    if (!P->kept_len[2]) { memcpy(P->kept[2], b, (size_t)*len); P->kept_len[2] = *len; }
+    return 1;
+}
+
+/* 3. A CLOSE whose echo names no DATA the sender sent ends nothing. */
+static void test_close_echo(void)
+{
+    pair_t P;
+    pair_init(&P, NULL, NULL, 0);
+    float *v = vec(N, 1.0f);
+    P.tap = tap_keep_close;
+    ltp_core_send(P.c[WK], 0, 1, 0, v, N * 4, 0, P.now);
+    pair_run(&P, 200000, NULL, NULL);
+    CHECK(P.kept_len[2] > 0, "no CLOSE to forge from");
+    uint8_t f[1600];
+    memcpy(f, P.kept[2], (size_t)P.kept_len[2]);
+    wr32(f + O_CLOSE_ECHO_TS, rd32(f + O_CLOSE_ECHO_TS) + 7000000u);   /* 7 s after any DATA */
+    CHECK(inject(&P, WK, f, P.kept_len[2]) != 0, "a CLOSE with a forged echo accepted");
+    CHECK(ltp_core_send_status(P.c[WK], 0, 1, 0, NULL, P.now) == 0, "a forged CLOSE ended the send");
+    CHECK(inject(&P, WK, P.kept[2], P.kept_len[2]) == 0 &&
+          ltp_core_send_status(P.c[WK], 0, 1, 0, NULL, P.now) == 1, "the genuine CLOSE did not end it");
+    free(v);
+    pair_free(&P);
+}
+
+/* 4. A hint of the slowest rate is obeyed no longer than hint_ttl_max_us, however long its own
+ * TTL (8 packets at 0.01 Mbit/s: about 3 s). */
+static void test_hint_ttl_max(void)
+{
+    pair_t P;
+    pair_init(&P, (const char *[]){"hint_min_mbps"}, (double[]){0.01}, 1);
+    float *v = vec(N, 1.0f);
+    P.tap = tap_first_data_and_ack;
+    ltp_core_send(P.c[WK], 0, 1, 0, v, N * 4, 0, P.now);
+    pair_run(&P, 5000, NULL, NULL);
+    CHECK(P.kept_len[1] > 0, "no ACK to forge from");
+    uint8_t a[1600];
+    memcpy(a, P.kept[1], (size_t)P.kept_len[1]);
+    wr32(a + O_ACK_HINT, 1);   /* 1 kbit/s, raised to 0.01 Mbit/s */
+    inject(&P, WK, a, P.kept_len[1]);
+    ltp_send_stats_t ss;
+    ltp_core_send_status(P.c[WK], 0, 1, 0, &ss, P.now);
+    CHECK(ss.pacing_rate_mbps < 0.02, "the hint was not obeyed (%g Mbit/s)", ss.pacing_rate_mbps);
+    double ttl_max = P.cfg.hint_ttl_max_us;
+    ltp_core_send_status(P.c[WK], 0, 1, 0, &ss, P.now + (uint64_t)(1.25 * ttl_max));
+    CHECK(ss.pacing_rate_mbps > 0.02, "the hint still paces the sender %.0f us later (%g Mbit/s)",
+          1.25 * ttl_max, ss.pacing_rate_mbps);
+    free(v);
+    pair_free(&P);
+}
+
+/* Every DATA the worker sends advertises the largest srtt the field holds. */
+static int tap_huge_srtt(pair_t *P, int from, uint8_t *b, int *len)
+{
+    (void)P; (void)len;
+    if (from == WK && b[O_TYPE] == 1) wr32(b + O_SRTT, 0xFFFFFFFFu);
+    return 0;
+}
+
+/* 5. The srtt a DATA advertises is believed only up to max_wait_us. */
+static void test_srtt_clamp(void)
+{
+    pair_t P;
+    pair_init(&P, NULL, NULL, 0);
+    float *v = vec(N, 1.0f), *got = calloc(N, sizeof *got);
+    P.tap = tap_huge_srtt;
+    CHECK(deliver(&P, 1, v), "message not delivered");
+    ltp_msg_stats_t ms;
+    ltp_core_rx_take(P.c[PS], 0, 1, 0, got, N * 4, NULL, &ms);
+    CHECK(ms.peer_srtt_us <= P.cfg.max_wait_us, "an advertised srtt of %.0f us believed",
+          ms.peer_srtt_us);
+    free(v); free(got);
+    pair_free(&P);
+}
+
+int main(void)
+{
+    test_untagged_refused_with_auth_on();
+    test_hello_ack_nonce();
+    test_close_echo();
+    test_hint_ttl_max();
+    test_srtt_clamp();
+    return check_summary();
+}
