@@ -11,6 +11,7 @@ from __future__ import annotations
 import select
 import socket
 import threading
+import time
 from collections.abc import Callable
 
 TO_PS, TO_WORKER = "to_ps", "to_worker"
@@ -35,6 +36,7 @@ class Relay:
         self.worker: tuple[str, int] | None = None
         self.relayed = {TO_PS: 0, TO_WORKER: 0}
         self.dropped = {TO_PS: 0, TO_WORKER: 0}
+        self._last = time.monotonic()   # when a datagram last came in, either way
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="relay", daemon=True)
 
@@ -48,7 +50,16 @@ class Relay:
         self._a.close()
         self._b.close()
 
+    def settle(self, quiet_s: float = 0.2, timeout_s: float = 10.0) -> None:
+        """Return once no datagram has come in for ``quiet_s``: what was sent before the call
+        has met the drop rule in force (a sender that returns at once, as a blast does, leaves
+        its datagrams in the relay's buffer)."""
+        end = time.monotonic() + timeout_s
+        while time.monotonic() - self._last < quiet_s and time.monotonic() < end:
+            time.sleep(quiet_s / 4)
+
     def _pass(self, direction: str, data: bytes, out: socket.socket, to) -> None:
+        self._last = time.monotonic()
         n = self.relayed[direction] + self.dropped[direction]
         if self.drop(direction, n):
             self.dropped[direction] += 1

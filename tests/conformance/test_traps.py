@@ -117,6 +117,7 @@ def trap_left_behind(slug: str) -> None:
             worker.push(0, grads[0], 1.0)
         except Exception:   # a transport may give up on a message nobody acknowledges
             pass
+        relay.settle()
         blackhole["on"] = False
         t0 = time.monotonic()
         worker.push(1, grads[1], TIMEOUT_S)

@@ -89,10 +89,16 @@ def lab7(sheet: Sheet) -> None:
             done = float(cell["ring"].iterations_done)
             sheet.check("statement 2", per["ring"] < 1.2 / done + 0.05,
                         f"{scheme} through the ring: {per['ring']:.3f} gradients per iteration")
-        accuracy = {p: float(r.final_accuracy) for p, r in cell.items()}
+        accuracy = {p: round(float(r.final_accuracy), 4) for p, r in cell.items()}
         spread = max(accuracy.values()) - min(accuracy.values())
-        sheet.check("statement 3", spread < 2e-3,
-                    f"{scheme}: final accuracies {accuracy} differ by {spread:.4f}")
+        early = {p: r.early_closes for p, r in cell.items() if r.early_closes > 0}
+        if early:   # the patterns averaged different gradients: the statement does not apply
+            sheet.note("statement 3", f"{scheme}: closed early ({early} messages), so its patterns "
+                                      f"averaged different gradients; final accuracies {accuracy} "
+                                      f"differ by {spread:.4f}, not tested")
+        else:
+            sheet.check("statement 3", spread < 2e-3,
+                        f"{scheme}: final accuracies {accuracy} differ by {spread:.4f}")
 
 
 @lab(8, "lab8-ranking-on-one-trace.md")
