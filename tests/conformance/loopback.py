@@ -8,10 +8,11 @@ race costs a retry instead of a red CI run.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import socket
 import threading
-from typing import Callable, TypeVar
+from typing import Callable, Iterator, TypeVar
 
 T = TypeVar("T")
 ATTEMPTS = 5
@@ -111,3 +112,34 @@ def train_in_threads(server, connect: Callable, n_workers: int, iterations: int,
             th.join(timeout_s)
     if errors:
         raise errors[0]
+
+
+@contextlib.contextmanager
+def policy_recording_ends(monkeypatch, slug: str, layout, n_workers: int) -> Iterator[Callable]:
+    """A maker of ``slug``'s PS ends on loopback (no traffic): ``serve(options, n_workers)``
+    returns the end and the list of every per-segment policy any end set, ``(segment, lo, hi)``,
+    as the core was told; every end is closed on exit."""
+    from transports import native, registry
+
+    calls: list[tuple] = []
+    original = native.Endpoint.set_policy
+
+    def record(self, segment, lo, hi):
+        calls.append((segment, lo, hi))
+        original(self, segment, lo, hi)
+
+    monkeypatch.setattr(native.Endpoint, "set_policy", record)
+    ends = []
+
+    def serve(options, n_workers=n_workers):
+        ports = free_ports(n_workers + 1)
+        t = registry.create(slug, options)
+        end = t.serve(("127.0.0.1", ports[0]), [("127.0.0.1", p) for p in ports[1:]], layout)
+        ends.append(end)
+        return end, calls
+
+    try:
+        yield serve
+    finally:
+        for end in ends:
+            end.end.close()

@@ -70,19 +70,22 @@ def _arrived(tb: Testbed, host: str) -> dict[str, int]:
     return {cls: by_ttl[ttl] for cls, ttl in CLASS_TTL.items()}
 
 
-def _attacked_run(tb: Testbed, folder, auth: bool) -> dict:
-    spec = RunSpec(transport="ltp", transport_options={"auth": auth}, n_workers=N_WORKERS,
-                   iterations=ITERATIONS, eval_every=20, timeout_s=300)
+def attacker_args(prep, spec: RunSpec, report, auth: bool) -> list[str]:
+    """The attacker's command-line arguments against the run ``prep`` of ``spec``."""
+    return ["--run", str(prep.files.dir), "--session-id", str(prep.session.session_id),
+            "--iterations", str(ITERATIONS), "--bytes", str(GRADIENT_BYTES),
+            "--auth", str(int(auth)), "--port", str(spec.port), "--report", str(report)]
+
+
+def run_under_attack(tb: Testbed, folder, spec: RunSpec, start_attacker) -> dict:
+    """Train ``spec`` while the attacker ``start_attacker(prep, report)`` starts (a process that
+    writes what it sent to ``report``) forges at the victims; the run's row, what the attacker
+    sent, what arrived at each victim, the victims' transport counters, and the run."""
     prep = prepare(tb, spec, folder / "run")
     for host in VICTIM_HOSTS.values():
         _count_forgeries(tb, host)
     report = folder / "attack.json"
-    attacker = tb.start_process(
-        ATTACKER_HOST, [sys.executable, "-m", "tests.emulation.attacker", "--run", str(prep.files.dir),
-                        "--session-id", str(prep.session.session_id),
-                        "--iterations", str(ITERATIONS), "--bytes", str(GRADIENT_BYTES),
-                        "--auth", str(int(auth)), "--port", str(spec.port),
-                        "--report", str(report)], folder / "attacker.log")
+    attacker = start_attacker(prep, report)
     before = tb.meter.snapshot()
     t0 = time.monotonic()
     try:
@@ -95,12 +98,19 @@ def _attacked_run(tb: Testbed, folder, auth: bool) -> dict:
     finally:
         attacker.kill()
     row, _, _ = collect(tb, prep, before, tb.meter.snapshot(), status, reason, wall_s, "test")
-    files = RunFiles(prep.files.dir)
     assert attacker.poll() == 0 and report.exists(), (folder / "attacker.log").read_text()[-2000:]
-    sent = json.loads(report.read_text())
-    return {"row": row, "sent": sent,
+    files = RunFiles(prep.files.dir)
+    return {"row": row, "sent": json.loads(report.read_text()), "prep": prep,
             "arrived": {v: _arrived(tb, h) for v, h in VICTIM_HOSTS.items()},
             "stats": {v: files.host_summary(h).transport_stats for v, h in VICTIM_HOSTS.items()}}
+
+
+def _attacked_run(tb: Testbed, folder, auth: bool) -> dict:
+    spec = RunSpec(transport="ltp", transport_options={"auth": auth}, n_workers=N_WORKERS,
+                   iterations=ITERATIONS, eval_every=20, timeout_s=300)
+    return run_under_attack(tb, folder, spec, lambda prep, report: tb.start_process(
+        ATTACKER_HOST, [sys.executable, "-m", "tests.emulation.attacker",
+                        *attacker_args(prep, spec, report, auth)], folder / "attacker.log"))
 
 
 def test_with_auth_nothing_forged_is_accepted(testbed, tmp_path):

@@ -13,15 +13,11 @@ MAC (everything else), nothing else moves (no replay, no unknown peer), and the 
 Needs root, Mininet and Open vSwitch (``sudo .venv/bin/pytest tests/emulation/test_insider.py``).
 """
 
-import json
-import time
-
-from harness.running.runfiles import RunFiles
-from harness.running.runner import collect, launched, node_commands, prepare, spawn_plain, wait
+from harness.running.runner import spawn_plain
 from harness.running.spec import RunSpec
 from tests.emulation.conftest import network_fixture
-from tests.emulation.test_attack import (ATTACKER_HOST, GRADIENT_BYTES, ITERATIONS, N_WORKERS,
-                                         VICTIM_HOSTS, _arrived, _count_forgeries)
+from tests.emulation.test_attack import (ATTACKER_HOST, ITERATIONS, N_WORKERS, VICTIM_HOSTS,
+                                         attacker_args, run_under_attack)
 from topologies.incast import IncastParams
 from transports import native
 
@@ -33,37 +29,16 @@ def test_a_worker_holding_its_own_pair_key_forges_no_other_pair(testbed, tmp_pat
     tb = testbed
     spec = RunSpec(transport="ltp", transport_options={"auth": True}, n_workers=N_WORKERS,
                    iterations=ITERATIONS, eval_every=20, timeout_s=300)
-    prep = prepare(tb, spec, tmp_path / "run")
-    for host in VICTIM_HOSTS.values():
-        _count_forgeries(tb, host)
-    report = tmp_path / "attack.json"
     # The attacking host's own handover: the key of its pair with the PS, as its worker has it.
-    attacker = spawn_plain(tb)(
-        ATTACKER_HOST, "tests.emulation.attacker",
-        ["--run", str(prep.files.dir), "--session-id", str(prep.session.session_id),
-         "--iterations", str(ITERATIONS), "--bytes", str(GRADIENT_BYTES), "--auth", "1",
-         "--port", str(spec.port), "--report", str(report)],
-        tmp_path / "attacker.log", prep.keys[ATTACKER_HOST])
-    before = tb.meter.snapshot()
-    t0 = time.monotonic()
-    try:
-        with launched(spawn_plain(tb), node_commands(spec, prep.files), prep.keys) as procs:
-            status, reason = wait(procs, t0 + spec.timeout_s)
-        wall_s = time.monotonic() - t0
-        deadline = time.monotonic() + 30
-        while attacker.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-    finally:
-        attacker.kill()
-    row, _, _ = collect(tb, prep, before, tb.meter.snapshot(), status, reason, wall_s, "test")
-    assert attacker.poll() == 0 and report.exists(), (tmp_path / "attacker.log").read_text()[-2000:]
-    sent = json.loads(report.read_text())
-    files = RunFiles(prep.files.dir)
+    got = run_under_attack(tb, tmp_path, spec, lambda prep, report: spawn_plain(tb)(
+        ATTACKER_HOST, "tests.emulation.attacker", attacker_args(prep, spec, report, True),
+        tmp_path / "attacker.log", prep.keys[ATTACKER_HOST]))
+    row, sent, prep = got["row"], got["sent"], got["prep"]
     assert row["status"] == "ok", row["reason"]
     assert row["final_accuracy"] > 0.6
     print(f"an insider's forgeries sent: {sent}")
-    for victim, host in VICTIM_HOSTS.items():
-        arrived, stats = _arrived(tb, host), files.host_summary(host).transport_stats
+    for victim in VICTIM_HOSTS:
+        arrived, stats = got["arrived"][victim], got["stats"][victim]
         assert sum(arrived.values()) > 500, (victim, arrived, sent[victim])
         assert stats["malformed"] == arrived["garbage"], (victim, stats, arrived)
         assert stats["bad_mac"] == sum(arrived.values()) - arrived["garbage"], (victim, stats,

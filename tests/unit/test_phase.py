@@ -95,29 +95,10 @@ def test_the_round_norm_is_estimated_from_what_arrived():
 @pytest.fixture
 def served(monkeypatch):
     """A phase-bound PS end on loopback (no traffic), recording every policy it sets."""
-    from tests.conformance.loopback import free_ports
-    from transports import native
+    from tests.conformance.loopback import policy_recording_ends
 
-    calls = []
-    original = native.Endpoint.set_policy
-
-    def record(self, segment, lo, hi):
-        calls.append((segment, lo, hi))
-        original(self, segment, lo, hi)
-
-    monkeypatch.setattr(native.Endpoint, "set_policy", record)
-    ends = []
-
-    def serve(options, n_workers=2):
-        ports = free_ports(n_workers + 1)
-        t = registry.create("phase-bound", options)
-        end = t.serve(("127.0.0.1", ports[0]), [("127.0.0.1", p) for p in ports[1:]], LAYOUT)
-        ends.append(end)
-        return end, calls
-
-    yield serve
-    for end in ends:
-        end.end.close()
+    with policy_recording_ends(monkeypatch, "phase-bound", LAYOUT, n_workers=2) as serve:
+        yield serve
 
 
 def _round(scale: float, n_workers: int = 2) -> list[Delivery]:

@@ -144,29 +144,10 @@ def test_the_core_gets_the_adaptive_weights_only_under_the_adaptive_rule():
 @pytest.fixture
 def served(monkeypatch):
     """A PLOT PS end on loopback (no traffic), recording every per-segment policy it sets."""
-    from tests.conformance.loopback import free_ports
-    from transports import native
+    from tests.conformance.loopback import policy_recording_ends
 
-    calls = []
-    original = native.Endpoint.set_policy
-
-    def record(self, segment, lo, hi):
-        calls.append((segment, lo, hi))
-        original(self, segment, lo, hi)
-
-    monkeypatch.setattr(native.Endpoint, "set_policy", record)
-    ends = []
-
-    def serve(options, n_workers=4):
-        ports = free_ports(n_workers + 1)
-        t = registry.create("plot", options)
-        end = t.serve(("127.0.0.1", ports[0]), [("127.0.0.1", p) for p in ports[1:]], LAYOUT)
-        ends.append(end)
-        return end, calls
-
-    yield serve
-    for end in ends:
-        end.end.close()
+    with policy_recording_ends(monkeypatch, "plot", LAYOUT, n_workers=4) as serve:
+        yield serve
 
 
 def test_the_ps_profiles_then_moves_each_lower_end_with_the_running_snr(served):

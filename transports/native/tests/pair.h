@@ -171,6 +171,18 @@ static inline float *vec(uint32_t n, float base)
 
 #define N 4000u   /* floats per message: 16,000 bytes, 39 packets of 420 bytes */
 
+/* A fresh pair whose worker sends message 1 (N floats of vec(N, 1), segment 0) with `tap`
+ * watching the wire, run for `run_us` of virtual time; the vector sent (the caller frees it). */
+static inline float *pair_send_tapped(pair_t *P, tap_fn tap, uint64_t run_us)
+{
+    pair_init(P, NULL, NULL, 0);
+    float *v = vec(N, 1.0f);
+    P->tap = tap;
+    ltp_core_send(P->c[WK], 0, 1, 0, v, N * 4, 0, P->now);
+    pair_run(P, run_us, NULL, NULL);
+    return v;
+}
+
 /* The worker sends message msg (N floats of v, segment 0); the pair runs until the PS can take
  * it, for 2 s of virtual time at most. 1 if it can. */
 static inline int deliver(pair_t *P, uint32_t msg, const float *v)

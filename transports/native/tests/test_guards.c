@@ -79,11 +79,7 @@ static int tap_keep_close(pair_t *P, int from, uint8_t *b, int *len)
 static void test_close_echo(void)
 {
     pair_t P;
-    pair_init(&P, NULL, NULL, 0);
-    float *v = vec(N, 1.0f);
-    P.tap = tap_keep_close;
-    ltp_core_send(P.c[WK], 0, 1, 0, v, N * 4, 0, P.now);
-    pair_run(&P, 200000, NULL, NULL);
+    float *v = pair_send_tapped(&P, tap_keep_close, 200000);
     CHECK(P.kept_len[2] > 0, "no CLOSE to forge from");
     uint8_t f[1600];
     memcpy(f, P.kept[2], (size_t)P.kept_len[2]);

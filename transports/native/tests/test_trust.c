@@ -106,11 +106,7 @@ static void first_copy(int auth)
 static void test_forged_ack(void)
 {
     pair_t P;
-    pair_init(&P, NULL, NULL, 0);
-    float *v = vec(N, 1.0f);
-    P.tap = tap_first_data_and_ack;
-    ltp_core_send(P.c[WK], 0, 1, 0, v, N * 4, 0, P.now);
-    pair_run(&P, 5000, NULL, NULL);
+    float *v = pair_send_tapped(&P, tap_first_data_and_ack, 5000);
     CHECK(P.kept_len[1] > 0, "no ACK to forge from");
     uint8_t a[1600];
     ltp_send_stats_t ss;
