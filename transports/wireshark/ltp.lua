@@ -1,6 +1,6 @@
 -- Wireshark dissector for the wire formats of ltp-testbed:
 --   ltpt  the native core's datagrams (LTP, PLOT and the schemes built on the core: DATA, ACK,
---         CLOSE, HELLO, HELLO_ACK; docs/ltp-protocol.md section 2, versions 3 and 4,
+--         CLOSE, HELLO, HELLO_ACK; docs/ltp-protocol.md section 2, versions 3 to 5,
 --         little-endian)
 --   ltpp  the peer multicast transport's datagrams (DATA, POLL, STATUS, CLOSE;
 --         docs/peer-transports.md "Datagrams", version 2, network byte order)
@@ -14,8 +14,8 @@
 -- or copy this file to ~/.local/lib/wireshark/plugins/ (docs/reading-a-capture.md).
 
 local LTP_MAGIC = 0x504C          -- "LP", little-endian u16
-local LTP_VERSIONS = { [3] = 8, [4] = 16 }   -- version -> trailer bytes with auth on: version 3
-                                           -- ends in the tag alone, 4 in the number and the tag
+local LTP_VERSIONS = { [3] = 8, [4] = 16, [5] = 16 }   -- version -> trailer bytes with auth on:
+                                  -- version 3 ends in the tag alone, 4 and 5 in the number and tag
 local LTP_HDR = 20
 local LTP_DATA_HDR = 52
 local LTP_ACK_HDR = 48
@@ -49,6 +49,8 @@ local f = {
     total = ProtoField.uint32("ltpt.total", "Message bytes", base.DEC),
     payload_len = ProtoField.uint16("ltpt.payload_len", "Payload bytes", base.DEC),
     reserved = ProtoField.bytes("ltpt.reserved", "Reserved"),
+    open_back = ProtoField.uint16("ltpt.open_back", "Older messages still open at the sender",
+                                  base.DEC),
     tx_seq = ProtoField.uint32("ltpt.tx_seq", "Transmission sequence", base.DEC),
     ts = ProtoField.uint32("ltpt.ts", "Send timestamp (us)", base.DEC),
     srtt = ProtoField.uint32("ltpt.srtt", "Sender's smoothed RTT (us)", base.DEC),
@@ -127,7 +129,8 @@ local function dissect_data(tvb, tree, size, trailer, info)
     add(tree, tvb, f.offset, 28, 4)
     add(tree, tvb, f.total, 32, 4)
     add(tree, tvb, f.payload_len, 36, 2)
-    add(tree, tvb, f.reserved, 38, 2)
+    if tvb(2, 1):uint() >= 5 then add(tree, tvb, f.open_back, 38, 2)
+    else add(tree, tvb, f.reserved, 38, 2) end
     add(tree, tvb, f.tx_seq, 40, 4)
     add(tree, tvb, f.ts, 44, 4)
     add(tree, tvb, f.srtt, 48, 4)

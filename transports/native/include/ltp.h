@@ -22,8 +22,9 @@
 extern "C" {
 #endif
 
-#define LTP_VERSION 4               /* 2: ACKs carry a rate hint; 3: MAC trailer, CLOSE echo, HELLO nonce;
-                                       4: per-pair keys, a datagram number in the trailer */
+#define LTP_VERSION 5               /* 2: ACKs carry a rate hint; 3: MAC trailer, CLOSE echo, HELLO nonce;
+                                       4: per-pair keys, a datagram number in the trailer;
+                                       5: DATA says how many older messages are still open */
 #define LTP_MAGIC 0x504Cu           /* "LP" in little-endian byte order */
 #define LTP_HDR_BYTES 20u           /* common header of every packet */
 #define LTP_DATA_HDR_BYTES 52u      /* common header + DATA fields */
@@ -66,7 +67,10 @@ enum ltp_err {
 
 /* Why a receive context closed (also reported to the sender in CLOSE). */
 enum ltp_close_reason { LTP_CLOSE_NONE = 0, LTP_CLOSE_COMPLETE = 1, LTP_CLOSE_EARLY = 2,
-                        LTP_CLOSE_MAX_WAIT = 3, LTP_CLOSE_STALE = 4 };
+                        LTP_CLOSE_MAX_WAIT = 3, LTP_CLOSE_STALE = 4,
+                        /* never sent: the sender finished with a message none of whose DATA
+                           arrived (its later DATA said so); taken empty */
+                        LTP_CLOSE_ABANDONED = 5 };
 
 /* How a send completed. STALE: the receiver refused it (it had moved past the message); not a
  * success, ltp_udp_send reports LTP_ESTALE for it. */
@@ -344,7 +348,11 @@ int ltp_core_send_suspend(ltp_core_t *core, int peer, uint32_t msg_id, uint16_t 
 /* Forget a send (cancelling it if still in progress). */
 int ltp_core_send_release(ltp_core_t *core, int peer, uint32_t msg_id, uint16_t segment);
 
-/* 1 if the message is closed and ready to take, 0 if open or not seen yet. */
+/* 1 if the message is closed and ready to take, 0 if open, not seen yet or older than one the
+ * application took, LTP_RX_GONE if nothing of it arrived and never will: the peer's later DATA
+ * say its sender finished with it (wire version 5's open_back). ltp_udp_recv takes a gone message as an empty one (close reason
+ * LTP_CLOSE_ABANDONED); ltp_core_rx_take answers LTP_ENOTFOUND for it. */
+#define LTP_RX_GONE 2
 int ltp_core_rx_ready(const ltp_core_t *core, int peer, uint32_t msg_id, uint16_t segment);
 /* Copy a closed message out (missing bytes are zero) and free it. mask, if non-NULL, gets one
  * byte per 4-byte word: 1 received, 0 missing. Messages of this peer up to msg_id that have no

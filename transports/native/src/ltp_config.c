@@ -234,12 +234,12 @@ int ltp_stat_kind(int i)
 /* Value names of the exported enums, indexed by value (each enum starts at 0 and has no gaps). */
 static const char *const ORDER_NAMES[] = {"sequential", "random", "priority"};
 static const char *const SCHEDULE_NAMES[] = {"fair", "serial"};
-static const char *const CLOSE_NAMES[] = {"none", "complete", "early", "max_wait", "stale"};
+static const char *const CLOSE_NAMES[] = {"none", "complete", "early", "max_wait", "stale", "abandoned"};
 static const char *const DONE_NAMES[] = {"pending", "closed", "all_acked", "stale"};
 #define N_NAMES(a) ((int)(sizeof a / sizeof a[0]))
 _Static_assert(N_NAMES(ORDER_NAMES) == LTP_ORDER_PRIORITY + 1, "enum ltp_order names");
 _Static_assert(N_NAMES(SCHEDULE_NAMES) == LTP_SCHED_SERIAL + 1, "enum ltp_schedule names");
-_Static_assert(N_NAMES(CLOSE_NAMES) == LTP_CLOSE_STALE + 1, "enum ltp_close_reason names");
+_Static_assert(N_NAMES(CLOSE_NAMES) == LTP_CLOSE_ABANDONED + 1, "enum ltp_close_reason names");
 _Static_assert(N_NAMES(DONE_NAMES) == LTP_SEND_STALE + 1, "enum ltp_send_done names");
 
 const char *ltp_enum_name(int enum_id, int value)

@@ -87,7 +87,7 @@ enum {
     WIRE_DATA_OFFSET = 28,      /* u32 byte offset of the payload in the message */
     WIRE_DATA_TOTAL = 32,       /* u32 message bytes */
     WIRE_DATA_LEN = 36,         /* u16 payload bytes */
-    WIRE_DATA_PAD = 38,         /* u16, zero */
+    WIRE_DATA_OPEN_BACK = 38,   /* u16 ids below this message still open at the sender (capped) */
     WIRE_DATA_TX_SEQ = 40,      /* u32 transmission sequence (per message) */
     WIRE_DATA_TS = 44,          /* u32 sender's clock, low 32 bits of microseconds */
     WIRE_DATA_SRTT = 48,        /* u32 sender's smoothed RTT in microseconds, 0: none yet */
@@ -121,7 +121,7 @@ typedef struct {
     uint32_t session, msg_id;
     /* DATA */
     uint32_t index, count, offset, total, tx_seq, ts, srtt;
-    uint16_t payload_len;
+    uint16_t payload_len, open_back;
     const uint8_t *payload;
     /* ACK / CLOSE */
     uint32_t received, base, echo_ts, ack_delay, echo_seq, close_count, hint_kbps;
@@ -275,6 +275,10 @@ typedef struct {
     uint32_t n_seg_loss;
     double t_pass_us;
     uint32_t floor;                        /* the newest id the application took */
+    /* The sender's floor as its DATA say (id - open_back, the newest seen): every id below it is
+     * finished at the sender, so one with no receive context will never come (rx_ready: gone). */
+    uint32_t sender_floor;
+    uint8_t sender_floor_known;
     uint16_t *floor_segs;                  /* the segments of id floor it took (PLOT: layers) */
     uint32_t n_floor_segs, cap_floor_segs;
     uint8_t floor_whole;                   /* no room to list them: every segment of floor is taken */
@@ -482,6 +486,7 @@ void rx_check_close(ltp_core_t *c, peer_t *p, rxmsg_t *m, uint64_t now);
 uint64_t rx_close_deadline(const ltp_core_t *c, const peer_t *p, const rxmsg_t *m);
 void rx_release(ltp_core_t *c, peer_t *p, rxmsg_t *m);   /* rx_free, keeping the open count */
 int rx_on_data(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now);
+void rx_note_sender_floor(peer_t *p, const hdr_t *h);   /* its DATA: ids below id - open_back done */
 int rx_poll_control(ltp_core_t *c, peer_t *p, uint64_t now, uint8_t *b, size_t cap);
 void rx_farewell(ltp_core_t *c, peer_t *p);   /* one more CLOSE for p's newest closed message */
 

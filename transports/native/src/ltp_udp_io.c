@@ -77,17 +77,21 @@ static void rx_datagram(ltp_udp_t *u, int peer, const uint8_t *b, size_t len, co
         ltp_core__count(u->core, LTP_S_RX_DROPPED_HOOK, 1);
         return;
     }
-    if (len > WIRE_TYPE && (b[WIRE_TYPE] == LTP_T_HELLO || b[WIRE_TYPE] == LTP_T_HELLO_ACK)) u->hellos_in++;
-    if (len > WIRE_TYPE && b[WIRE_TYPE] == LTP_T_DATA && peer >= 0) {
+    int rc;
+    if (payload) {
+        size_t head = LTP_DATA_HDR_BYTES + u->tag_bytes;
+        rc = ltp_core_input_split(u->core, peer, b, head, payload, len - head, now, at);
+    }
+    else
+        rc = ltp_core_input_at(u->core, peer, b, len, now, at);
+    /* Only a datagram the core took in (its MAC checked, auth on) moves the driver's own state:
+     * the placement guesses and the count that wakes HELLO waiters. */
+    if (rc != LTP_OK) return;
+    if (b[WIRE_TYPE] == LTP_T_HELLO || b[WIRE_TYPE] == LTP_T_HELLO_ACK) u->hellos_in++;
+    if (b[WIRE_TYPE] == LTP_T_DATA && peer >= 0) {
         u->last_data_peer = peer;
         u->large_data = len >= LTP_DATA_HDR_BYTES + RX_GUESS_MIN_BYTES;
     }
-    if (payload) {
-        size_t head = LTP_DATA_HDR_BYTES + u->tag_bytes;
-        ltp_core_input_split(u->core, peer, b, head, payload, len - head, now, at);
-    }
-    else
-        ltp_core_input_at(u->core, peer, b, len, now, at);
 }
 
 /* Point receive slots at guessed places: slot i reads a datagram's header into itself and its

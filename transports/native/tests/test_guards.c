@@ -6,12 +6,16 @@
  * test forges what the defence refuses by mutating a genuine datagram, and fails without it:
  * tests/mutants.py removes each defence in turn (and the others the suite already guarded) and
  * requires `make test` to fail (`invoke mutants`).
+ *
+ * Tests 6 and 7 guard what wire version 5 added: a receiver stops waiting for a message none of
+ * whose DATA arrived once its sender's later DATA say the sender finished with it (open_back),
+ * and never before (a message still open at the sender, as a pipeline's older chunk is).
  */
 #include "ltp.h"
 
 #include "pair.h"
 
-enum { O_MAC = 5, O_SRTT = 48, O_CLOSE_ECHO_TS = 32, TRAILER = 16 };
+enum { O_MAC = 5, O_SRTT = 48, O_CLOSE_ECHO_TS = 32, TRAILER = 16, O_OPEN_BACK = 38 };
 
 static const uint8_t KEY[16] = {7, 1, 2, 3};
 
@@ -142,6 +146,63 @@ static void test_srtt_clamp(void)
     pair_free(&P);
 }
 
+/* Drops every DATA of message 1 while on. */
+static int drop_msg1 = 1;
+static int tap_drop_msg1(pair_t *P, int from, uint8_t *b, int *len)
+{
+    (void)P; (void)len;
+    return drop_msg1 && from == WK && b[O_TYPE] == 1 && rd32(b + O_MSG) == 1;
+}
+
+/* 6. The worker gives up on message 1 (none of it arrived) and sends message 2: message 1 is
+ * gone at the PS at once, not waited for until a deadline. */
+static void test_left_behind_is_gone(void)
+{
+    pair_t P;
+    drop_msg1 = 1;
+    float *v = pair_send_tapped(&P, tap_drop_msg1, 20000);
+    CHECK(ltp_core_rx_ready(P.c[PS], 0, 1, 0) == 0, "message 1 not open at the PS while sent");
+    ltp_core_send_release(P.c[WK], 0, 1, 0);
+    CHECK(deliver(&P, 2, v), "message 2 not delivered");
+    int r = ltp_core_rx_ready(P.c[PS], 0, 1, 0);
+    CHECK(r == LTP_RX_GONE, "message 1 left behind: rx_ready %d, not gone", r);
+    CHECK(ltp_core_rx_ready(P.c[PS], 0, 3, 0) == 0, "a message not yet sent called gone");
+    free(v);
+    pair_free(&P);
+}
+
+/* 7. The receiver's side of the rule: a DATA of message 2 that says message 1 is still open at
+ * its sender (open_back 1, as a pipeline's newer chunk says) ends nothing; one that says 1 is
+ * finished (open_back 0) makes it gone. Forged from a genuine DATA of message 1 (auth off). */
+static int tap_keep_drop_msg1(pair_t *P, int from, uint8_t *b, int *len)
+{
+    if (!tap_drop_msg1(P, from, b, len)) return 0;
+    if (!P->kept_len[0]) { memcpy(P->kept[0], b, (size_t)*len); P->kept_len[0] = *len; }
+    return 1;
+}
+
+static void test_open_older_message_is_not_gone(void)
+{
+    pair_t P;
+    drop_msg1 = 1;
+    float *v = pair_send_tapped(&P, tap_keep_drop_msg1, 20000);
+    CHECK(P.kept_len[0] > 0, "no DATA of message 1 to forge from");
+    uint8_t f[1600];
+    int len = P.kept_len[0];
+    memcpy(f, P.kept[0], (size_t)len);
+    wr32(f + O_MSG, 2);
+    f[O_OPEN_BACK] = 1; f[O_OPEN_BACK + 1] = 0;
+    CHECK(inject(&P, PS, f, len) == 0, "a DATA of message 2 refused");
+    int r = ltp_core_rx_ready(P.c[PS], 0, 1, 0);
+    CHECK(r == 0, "message 1, still open at its sender, called %d by the PS", r);
+    f[O_OPEN_BACK] = 0;   /* the same packet again, now saying message 1 is finished */
+    inject(&P, PS, f, len);
+    r = ltp_core_rx_ready(P.c[PS], 0, 1, 0);
+    CHECK(r == LTP_RX_GONE, "message 1, finished at its sender, not gone: %d", r);
+    free(v);
+    pair_free(&P);
+}
+
 int main(void)
 {
     test_untagged_refused_with_auth_on();
@@ -149,5 +210,7 @@ int main(void)
     test_close_echo();
     test_hint_ttl_max();
     test_srtt_clamp();
+    test_left_behind_is_gone();
+    test_open_older_message_is_not_gone();
     return check_summary();
 }
