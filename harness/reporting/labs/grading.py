@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.running.provenance import read_manifest
 from transports.base import UserError
 
 MARKS = {True: "right", False: "WRONG", None: "note "}
@@ -96,11 +97,6 @@ def table(folder: Path, name: str) -> pd.DataFrame:
     return pd.read_csv(path)
 
 
-def manifest(folder: Path) -> dict:
-    path = Path(folder) / "manifest.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
-
-
 def read_answers(path: Path | None) -> dict[str, float]:
     """``q1 = 0.2``, one per question, from a TOML file (``None``: no answers)."""
     if path is None:
@@ -118,9 +114,16 @@ def read_answers(path: Path | None) -> dict[str, float]:
     return out
 
 
-def common(sheet: Sheet, preset: str, runs: pd.DataFrame) -> None:
-    """What every lab checks first: the folder is the lab's sweep, and its runs finished."""
-    man = manifest(sheet.folder)   # a PS sweep names its plan; a peer-to-peer one its preset
+def threshold_min(row) -> float:
+    """The early-close floor a run's LTP options set (0 when they set none)."""
+    return json.loads(row.transport_options).get("threshold_min", 0.0)
+
+
+def common(sheet: Sheet, preset: str) -> pd.DataFrame:
+    """What every lab checks first: the folder is the lab's sweep, and its runs finished. Its
+    runs (``runs.csv``)."""
+    runs = table(sheet.folder, "runs.csv")
+    man = read_manifest(sheet.folder)   # a PS sweep names its plan; a peer-to-peer one its preset
     made_by = man.get("preset") or (man.get("plan") or {}).get("name")
     sheet.check("data", made_by == preset,
                 f"the folder is the sweep of `--preset {preset}`" if made_by == preset else
@@ -130,6 +133,7 @@ def common(sheet: Sheet, preset: str, runs: pd.DataFrame) -> None:
     sheet.check("data", bad.empty and len(runs) > 0,
                 f"{len(runs) - len(bad)} of {len(runs)} runs finished ok"
                 + (f"; not ok: {', '.join(bad.run_id.astype(str)[:5])}" if len(bad) else ""))
+    return runs
 
 
 def push_bounds(runs: pd.DataFrame, iterations: pd.DataFrame) -> pd.Series:
