@@ -133,9 +133,12 @@ class LtpTransport(Transport):
     LABEL = "LTP"
     MESH = True
 
+    # Its option table, read from the C core's; a scheme built on the core names its own.
+    TABLE = staticmethod(ltp_options)
+
     @classmethod
     def option_table(cls) -> tuple[Option, ...]:
-        return ltp_options()
+        return cls.TABLE()
 
     def receive_thresholds(self) -> tuple[float, float]:
         """The PS's early-close thresholds for gradients (threshold_min, threshold_max)."""

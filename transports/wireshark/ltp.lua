@@ -119,21 +119,30 @@ local function not_captured(tree, tvb, what)
     tree:add(tvb(0, 0), "[" .. what .. ": past the snap length, not captured]")
 end
 
+-- Each type's fields after the common header (docs/ltp-protocol.md §2): name in f, offset, length.
+local DATA_FIELDS = {{"index", 20, 4}, {"count", 24, 4}, {"offset", 28, 4}, {"total", 32, 4},
+                     {"payload_len", 36, 2}, {"open_back", 38, 2}, {"tx_seq", 40, 4},
+                     {"ts", 44, 4}, {"srtt", 48, 4}}
+local DATA_FIELDS_V4 = {}   -- before version 5 open_back's two bytes were reserved
+for i, x in ipairs(DATA_FIELDS) do
+    DATA_FIELDS_V4[i] = x[1] == "open_back" and {"reserved", 38, 2} or x
+end
+local ACK_FIELDS = {{"received", 20, 4}, {"base_idx", 24, 4}, {"echo_ts", 28, 4},
+                    {"ack_delay", 32, 4}, {"echo_seq", 36, 4}, {"bitmap_bits", 40, 2},
+                    {"reserved", 42, 2}, {"rate_hint", 44, 4}}
+local CLOSE_FIELDS = {{"received", 20, 4}, {"close_count", 24, 4}, {"reason", 28, 1},
+                      {"reserved", 29, 3}, {"echo_ts", 32, 4}, {"echo_seq", 36, 4}}
+
+local function add_fields(tree, tvb, fields)
+    for _, x in ipairs(fields) do add(tree, tvb, f[x[1]], x[2], x[3]) end
+end
+
 local function dissect_data(tvb, tree, size, trailer, info)
     local payload = size - LTP_DATA_HDR - trailer
     local index = uint_le(tvb, 20, 4)
     local count = uint_le(tvb, 24, 4)
     local len = uint_le(tvb, 36, 2)
-    add(tree, tvb, f.index, 20, 4)
-    add(tree, tvb, f.count, 24, 4)
-    add(tree, tvb, f.offset, 28, 4)
-    add(tree, tvb, f.total, 32, 4)
-    add(tree, tvb, f.payload_len, 36, 2)
-    if tvb(2, 1):uint() >= 5 then add(tree, tvb, f.open_back, 38, 2)
-    else add(tree, tvb, f.reserved, 38, 2) end
-    add(tree, tvb, f.tx_seq, 40, 4)
-    add(tree, tvb, f.ts, 44, 4)
-    add(tree, tvb, f.srtt, 48, 4)
+    add_fields(tree, tvb, tvb(2, 1):uint() >= 5 and DATA_FIELDS or DATA_FIELDS_V4)
     if len and len ~= payload then
         tree:add_proto_expert_info(e.bad, string.format(
             "payload length %d, but the datagram leaves %d bytes for it", len, payload))
@@ -150,14 +159,7 @@ local function dissect_data(tvb, tree, size, trailer, info)
 end
 
 local function dissect_ack(tvb, tree, size, trailer, info)
-    add(tree, tvb, f.received, 20, 4)
-    add(tree, tvb, f.base_idx, 24, 4)
-    add(tree, tvb, f.echo_ts, 28, 4)
-    add(tree, tvb, f.ack_delay, 32, 4)
-    add(tree, tvb, f.echo_seq, 36, 4)
-    add(tree, tvb, f.bitmap_bits, 40, 2)
-    add(tree, tvb, f.reserved, 42, 2)
-    add(tree, tvb, f.rate_hint, 44, 4)
+    add_fields(tree, tvb, ACK_FIELDS)
     local bits = uint_le(tvb, 40, 2)
     local bitmap = size - LTP_ACK_HDR - trailer
     if bits and (bits % 8 ~= 0 or bits / 8 ~= bitmap) then
@@ -179,12 +181,7 @@ local function dissect_ack(tvb, tree, size, trailer, info)
 end
 
 local function dissect_close(tvb, tree, size, trailer, info)
-    add(tree, tvb, f.received, 20, 4)
-    add(tree, tvb, f.close_count, 24, 4)
-    add(tree, tvb, f.reason, 28, 1)
-    add(tree, tvb, f.reserved, 29, 3)
-    add(tree, tvb, f.echo_ts, 32, 4)
-    add(tree, tvb, f.echo_seq, 36, 4)
+    add_fields(tree, tvb, CLOSE_FIELDS)
     if size ~= LTP_CLOSE + trailer then
         tree:add_proto_expert_info(e.bad, string.format("a CLOSE of %d bytes", size))
     end
