@@ -195,6 +195,14 @@ local function dissect_close(tvb, tree, size, trailer, info)
                                     uint_le(tvb, 20, 4) or "?", uint_le(tvb, 24, 4) or "?")
 end
 
+-- What both dissectors begin with: nothing (nil) for a datagram shorter than the header, else the
+-- protocol's column set and its tree.
+local function begin(proto, label, header, tvb, pinfo, root)
+    if tvb:len() < header then return nil end
+    pinfo.cols.protocol = label
+    return root:add(proto, tvb())
+end
+
 local function ltp_matches(tvb)
     if tvb:len() < 4 then return false end
     return tvb(0, 2):le_uint() == LTP_MAGIC and LTP_VERSIONS[tvb(2, 1):uint()] ~= nil
@@ -202,10 +210,9 @@ local function ltp_matches(tvb)
 end
 
 function ltp.dissector(tvb, pinfo, root)
-    if tvb:len() < LTP_HDR then return 0 end
-    pinfo.cols.protocol = "LTP"
+    local tree = begin(ltp, "LTP", LTP_HDR, tvb, pinfo, root)
+    if not tree then return 0 end
     local size = tvb:reported_len()
-    local tree = root:add(ltp, tvb())
     local kind = tvb(3, 1):uint()
     local flags = tvb(4, 1):uint()
     local mac = tvb(5, 1):uint()
@@ -318,10 +325,9 @@ local function ltpp_matches(tvb)
 end
 
 function ltpp.dissector(tvb, pinfo, root)
-    if tvb:len() < LTPP_HDR then return 0 end
-    pinfo.cols.protocol = "LTPp"
+    local tree = begin(ltpp, "LTPp", LTPP_HDR, tvb, pinfo, root)
+    if not tree then return 0 end
     local size = tvb:reported_len()
-    local tree = root:add(ltpp, tvb())
     local kind = tvb(5, 1):uint()
     local mac = tvb(16, 1):uint()
     local tag = (mac == 1) and LTPP_TAG or 0
