@@ -42,7 +42,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from harness.running.runfiles import RunFiles
-from topologies.testbed.process import wait_ready
+from topologies.lifecycle import wait_ready
 from transports.base import UserError
 
 DEFAULT_SNAPLEN_BYTES = 128

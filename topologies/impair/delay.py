@@ -62,7 +62,7 @@ import time
 from pathlib import Path
 
 from topologies.incast import intf
-from topologies.testbed.process import wait_ready
+from topologies.lifecycle import wait_ready
 from transports.base import UserError
 
 DELAY_DIR = Path(__file__).resolve().parent / "delay"

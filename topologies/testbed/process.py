@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 from topologies.testbed.ledger import Ledger, ProcessRef
@@ -89,15 +87,3 @@ class HostProcess:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.popen.wait(timeout=5)
         self.ledger.remove_process("groups", self.ref)
-
-
-def wait_ready(proc: HostProcess, ready: Callable[[], bool], deadline: float, poll_s: float,
-               exited: Callable[[], Exception], late: Callable[[], Exception]) -> None:
-    """Wait until ``ready()`` (a helper's log shows it listening): raise ``exited()`` if ``proc``
-    ends first, ``late()`` once ``time.monotonic()`` passes ``deadline``."""
-    while not ready():
-        if proc.poll() is not None:
-            raise exited()
-        if time.monotonic() > deadline:
-            raise late()
-        time.sleep(poll_s)
