@@ -4,6 +4,7 @@ instrumented as it is imported here, so nothing may import it first)."""
 
 import importlib
 import sys
+from pathlib import Path
 
 import atheris
 
@@ -12,7 +13,9 @@ def main() -> None:
     name = sys.argv[1]
     with atheris.instrument_imports(include=["transports", f"tests.fuzz.{name}"]):
         target = importlib.import_module(f"tests.fuzz.{name}")
-    atheris.Setup([sys.argv[0], *sys.argv[2:]], target.run)
+    # libFuzzer's merge re-runs the target through argv[0] with sh: the launcher and the name
+    launcher = Path(__file__).with_name("run")
+    atheris.Setup([f"{launcher} {name}", *sys.argv[2:]], target.run)
     atheris.Fuzz()
 
 
