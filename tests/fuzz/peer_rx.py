@@ -2,8 +2,8 @@
 
 The input is a program (a configuration byte, then operations) run against peer 0's receiving
 half wired as :meth:`transports.peer.mcast.McastPeer._handle` wires it: every datagram through
-the :class:`~transports.peer.auth.Gate`, then DATA, POLL and CLOSE to the
-:class:`~transports.peer.inbound.Inbound`. Peers 1 and 2 are genuine senders (their own
+the :class:`~transports.peer.auth.Gate`, then DATA, POLL and CLOSE to
+:meth:`~transports.peer.inbound.Inbound.on_datagram`. Peers 1 and 2 are genuine senders (their own
 :class:`~transports.peer.auth.Sealer`); their rounds go into a pool of datagrams, and the program
 delivers pool entries whole (again, in any order: copies and replays), changed (a byte flipped,
 cut short, the tag stripped, the round or sender rewritten), from the wrong address, sealed under
@@ -150,13 +150,7 @@ class Harness:
             assert raw in self.pool, "the gate let through a datagram no sender sealed"
             assert raw not in self.admitted, "the gate let a datagram through twice"
             self.admitted.add(raw)
-        answer = None
-        if d.kind == wire.DATA:
-            self.inbound.on_data(d)
-        elif d.kind == wire.POLL:
-            answer = self.inbound.on_poll(d)
-        elif d.kind == wire.CLOSE:
-            answer = self.inbound.on_close(d)
+        answer = self.inbound.on_datagram(d) if d.kind != wire.STATUS else None
         if answer is not None:
             a = wire.decode(memoryview(answer))
             assert a is not None and a.sender == 0 and a.kind == wire.STATUS, "a bad STATUS"

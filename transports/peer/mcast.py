@@ -326,14 +326,10 @@ class McastPeer(PeerEnd):
         d = self._gate.admit(buf, src)   # before anything reads or writes state
         if d is None:
             return
-        if d.kind == wire.DATA:
-            self._inbound.on_data(d)
-        elif d.kind == wire.POLL:
-            self._answer(self._inbound.on_poll(d), src)
-        elif d.kind == wire.CLOSE:
-            self._answer(self._inbound.on_close(d), src)
-        else:
+        if d.kind == wire.STATUS:   # about this peer's own sends
             self._on_status(d)
+        else:
+            self._answer(self._inbound.on_datagram(d), src)
 
     def _answer(self, status: bytes | None, src: tuple[str, int]) -> None:
         if status is None:
