@@ -377,6 +377,17 @@ def publish(c, check=False, no_figures=False):
             print(f"redrew {out.figures} figure files.")
 
 
+@task(help={"seconds": "how long each MAC is timed at each datagram size (default 0.3)"})
+def bench_mac(c, seconds="0.3"):
+    """What each MAC of `auth` costs per datagram size on this machine: ns per tag and GB/s."""
+    from harness import cli
+
+    with cli.user_errors():
+        t = cli.number(seconds, float, "--seconds")
+        native = PROJECT / "transports" / "native"
+        c.run(f"make -s -C {native} build/bench_mac && {native}/build/bench_mac {t}", pty=False)
+
+
 @task(help={"seconds": "how long libFuzzer drives the stateful core target (default 60)",
             "rx_seconds": "how long it then drives the driver's receive batches and the core's "
                           "placement (default 30)",

@@ -110,7 +110,7 @@ def ltp_options() -> tuple[Option, ...]:
         Option("critical_segments", (), "names",
                help="layout segments that must always arrive whole (sent first)"),
         _core_option("ack_every"), _core_option("ack_delay_us"),
-        _core_option("max_open_per_peer"), _core_option("auth"),
+        _core_option("max_open_per_peer"), _core_option("auth"), _core_option("mac"),
         Option("linger_ms", 10_000.0, "float", 0.0, 60_000.0, unit="ms",
                help="longest a closing end (PS or worker) waits for its peers to go quiet "
                     "(linger_rtts round trips without a datagram)"),

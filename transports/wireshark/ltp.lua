@@ -23,7 +23,7 @@ local LTP_CLOSE = 40
 local LTP_PS_RANK = 65535
 
 local ltp_types = { [1] = "DATA", [2] = "ACK", [3] = "CLOSE", [4] = "HELLO", [5] = "HELLO_ACK" }
-local ltp_macs = { [0] = "none", [1] = "SipHash-2-4 trailer" }
+local ltp_macs = { [0] = "none", [1] = "SipHash-2-4 trailer", [2] = "AES-128-GMAC trailer" }
 local close_reasons = { [1] = "complete", [2] = "early", [3] = "max-wait", [4] = "stale" }
 
 local ltp = Proto("ltpt", "LTP (ltp-testbed loss-tolerant transport)")
@@ -68,7 +68,7 @@ local f = {
     close_count = ProtoField.uint32("ltpt.close.count", "Packets in the message", base.DEC),
     reason = ProtoField.uint8("ltpt.close.reason", "Close reason", base.DEC, close_reasons),
     dgram_seq = ProtoField.uint64("ltpt.dgram_seq", "Datagram number", base.DEC),
-    mac = ProtoField.bytes("ltpt.mac", "MAC tag (SipHash-2-4)"),
+    mac = ProtoField.bytes("ltpt.mac", "MAC tag"),
 }
 ltp.fields = f
 
@@ -216,7 +216,7 @@ function ltp.dissector(tvb, pinfo, root)
     local kind = tvb(3, 1):uint()
     local flags = tvb(4, 1):uint()
     local mac = tvb(5, 1):uint()
-    local trailer = (mac == 1) and (LTP_VERSIONS[tvb(2, 1):uint()] or 16) or 0
+    local trailer = (mac == 1 or mac == 2) and (LTP_VERSIONS[tvb(2, 1):uint()] or 16) or 0
     tree:add_le(f.magic, tvb(0, 2))
     tree:add(f.version, tvb(2, 1))
     tree:add(f.type, tvb(3, 1))

@@ -108,7 +108,7 @@ enum {
     WIRE_CLOSE_ECHO_TS = 32,    /* u32 ts of the DATA it answers (as in an ACK) */
     WIRE_CLOSE_ECHO_SEQ = 36,   /* u32 tx_seq of that DATA */
 };
-enum { LTP_MAC_NONE = 0, LTP_MAC_SIPHASH24 = 1 };
+enum { LTP_MAC_NONE = 0, LTP_MAC_SIPHASH24 = 1, LTP_MAC_GMAC128 = 2 };
 _Static_assert(WIRE_CRITICAL + 2 == LTP_HDR_BYTES, "common header size");
 _Static_assert(WIRE_DATA_SRTT + 4 == LTP_DATA_HDR_BYTES, "DATA header size");
 _Static_assert(WIRE_ACK_HINT + 4 == LTP_ACK_HDR_BYTES, "ACK header size");
@@ -240,6 +240,7 @@ typedef struct {
     uint8_t pair_key[LTP_KEY_BYTES];       /* as set (ltp_core_set_peer_key) */
     uint8_t tx_key[LTP_KEY_BYTES];         /* MAC key of datagrams to this peer */
     uint8_t rx_key[LTP_KEY_BYTES];         /* MAC key of datagrams from it */
+    void *tx_gmac, *rx_gmac;               /* mac gmac128: those keys' AES-128 schedules (EVP) */
     uint64_t tx_pseq;                      /* number of the next datagram to it; 0: none sent yet */
     int rx_any;                            /* a datagram from it was accepted: rx_top is its newest */
     uint64_t rx_top;
@@ -416,6 +417,14 @@ int auth_seal(const ltp_core_t *c, peer_t *p, uint8_t *b, int n, const uint8_t *
 /* With auth on, a peer without its key can neither be sent to nor heard: LTP_EAUTH, else 0. */
 int auth_ready(const ltp_core_t *c, const peer_t *p);
 void auth_free(peer_t *p);
+/* The WIRE_MAC byte of this endpoint's datagrams: LTP_MAC_NONE with auth off, else its mac's. */
+int auth_kind(const ltp_core_t *c);
+/* AES-128-GMAC (auth 2): a context keyed with key (NULL if out of memory; EVP_CIPHER_CTX_free
+ * frees it), and the tag of head, payload and tail under it with IV pseq. */
+void *auth_gmac_new(const uint8_t key[LTP_KEY_BYTES]);
+uint64_t auth_gmac_parts(void *ctx, uint64_t pseq, const uint8_t *head, size_t head_len,
+                         const uint8_t *payload, size_t payload_len, const uint8_t *tail,
+                         size_t tail_len);
 
 /* ltp_wire.c */
 int wire_plausible(const uint8_t *b, size_t len);

@@ -86,7 +86,7 @@ int wire_plausible(const uint8_t *b, size_t len)
 int wire_parse(const ltp_config_t *cfg, const uint8_t *b, size_t len, hdr_t *h)
 {
     if (!b || len < LTP_HDR_BYTES || len > LTP_MAX_DATAGRAM) return LTP_EMALFORMED;
-    if (rd16(b + WIRE_MAGIC) != LTP_MAGIC || b[WIRE_VERSION] != LTP_VERSION || b[WIRE_MAC] > LTP_MAC_SIPHASH24)
+    if (rd16(b + WIRE_MAGIC) != LTP_MAGIC || b[WIRE_VERSION] != LTP_VERSION || b[WIRE_MAC] > LTP_MAC_GMAC128)
         return LTP_EMALFORMED;
     memset(h, 0, sizeof *h);
     h->type = b[WIRE_TYPE]; h->flags = b[WIRE_FLAGS]; h->sender = rd16(b + WIRE_SENDER);
