@@ -3,13 +3,13 @@
 for ``ltp``, ``ltp-reliable``, ``plot`` and the TCP reference model ``tcp-ref``.
 
 ``results/simulate-scaling/n/`` varies N without loss, ``loss2/`` with uniform loss at every host,
-``rate/`` varies the link rate at one N. Each cell is one run (two in ``loss2/``) of a few pushes.
-The pushes of one run are not independent runs, so an order-statistic interval over them does not
-have the coverage :mod:`harness.reporting.stats` computes for runs: the text labels those brackets
-"over pushes of one run; no coverage stated", draws no verdict from them, and compares the cells'
-medians as single-run measurements (ratios and orderings). Crossovers are recomputed from
-``iterations.csv`` by :func:`harness.simulation.figures.crossovers`, the function that writes each
-folder's ``crossovers.csv``.
+``rate/`` varies the link rate at one N. Each cell has several runs (seeds) of a few pushes. The
+pushes of one run are not independent, its runs are: a cell's median is over its runs (each run's
+median push) and its bracket is the distribution-free interval of those runs, with the coverage
+:mod:`harness.reporting.stats` computes for them; the text compares cells' medians (ratios and
+orderings) and draws no verdict. Crossovers are recomputed from ``iterations.csv`` by
+:func:`harness.simulation.figures.crossovers`, the function that writes each folder's
+``crossovers.csv`` (over the cells' pooled pushes: no coverage stated).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ LTP, RELIABLE, PLOT, TCP = SCHEMES
 LTP_FAMILY = (LTP, RELIABLE, PLOT)
 KEYS = ["transport", "n_workers", "bottleneck_mbps", "seed", "loss", "delay_ms", "queue_pkts"]
 CELL = ["bottleneck_mbps", "transport", "n_workers"]
-NO_COVERAGE = "over pushes of one run; no coverage stated"
+NO_COVERAGE = "over the pooled pushes of the cell's runs; no coverage stated"
 SIM_ARGS = PROJECT / "transports" / "native" / "sim" / "sim_args.c"
 
 
@@ -47,12 +47,19 @@ def pushes(f: Folder) -> pd.DataFrame:
 
 
 def cell_medians(f: Folder) -> pd.DataFrame:
-    """Per cell (rate, scheme, N): median push and iteration time over its pushes, the interval
-    bounds (:func:`harness.simulation.figures.medians`), how many pushes, and the bound."""
+    """Per cell (rate, scheme, N): the median over its runs of each run's median push (and
+    iteration) time, the interval of those runs with its coverage
+    (:func:`harness.reporting.stats.median_ci`: the runs are independent, their pushes are not),
+    how many runs, and the bound."""
     its = pushes(f)
-    med = medians(its, CELL, "push_s")
-    it = medians(its, CELL, "iteration_s").rename(columns={"median": "iteration"})
-    med = med.merge(it[CELL + ["iteration"]], on=CELL)
+    runs = its.groupby(CELL + ["seed"], as_index=False)[["push_s", "iteration_s"]].median()
+    rows = []
+    for key, g in runs.groupby(CELL):
+        est = stats.median_ci(g.push_s.to_numpy())
+        rows.append({**dict(zip(CELL, key)), "median": est.value, "lo": est.lo, "hi": est.hi,
+                     "n": est.n, "coverage": est.coverage,
+                     "iteration": stats.median_ci(g.iteration_s.to_numpy()).value})
+    med = pd.DataFrame(rows)
     med["bound"] = bound_s(med.n_workers, med.bottleneck_mbps)
     return med
 
@@ -123,15 +130,13 @@ def _fmt(row) -> str:
 
 
 def _bracket_text(med: pd.DataFrame) -> str:
-    """What the brackets are, by the number of pushes a cell pooled."""
+    """What the cells and brackets are, by the number of runs a cell has."""
     ns = sorted(int(n) for n in med.n.unique())
-    ranks = {stats.rank(n) for n in ns}
-    what = ("the smallest and largest push of the cell" if ranks == {1} else
-            "order statistics of the cell's pushes, chosen as for independent runs")
-    return (f"Each cell: the median push time in seconds over its {'-'.join(map(str, ns))} "
-            f"pushes; brackets: {what}, {NO_COVERAGE}: the pushes of one run share its queue, "
-            "its losses and its timers, so they are not the independent runs an interval's "
-            "coverage needs.")
+    covs = sorted({stats.level_text(c) for c, n in zip(med.coverage, med.n) if n > 1})
+    return (f"Each cell: the median over its {'-'.join(map(str, ns))} runs (seeds) of each "
+            "run's median push time, in seconds; brackets: the interval of those runs"
+            + (f", coverage {', '.join(covs)} (distribution-free, over independent runs)"
+               if covs else ", none stated (one run)") + ".")
 
 
 def table(f: Folder, axis: str) -> list[str]:
@@ -230,7 +235,7 @@ def by_n_text(ctx: Context) -> list[str]:
     med, medl = cell_medians(f), cell_medians(fl)
     frac = pd.concat([_runs_at(x, LTP) for x in (f, fl)]).mean_recv_frac
     plot_frac = pd.concat([_runs_at(x, PLOT) for x in (f, fl)]).mean_recv_frac
-    lines += ["Single-run medians compared (ratios of medians, no verdict):", "",
+    lines += ["Cells' medians compared (ratios of medians, no verdict):", "",
               f"- **`{LTP}`'s push over its bound** (every worker's frames through the link): "
               f"{_ratios(med, LTP, None, 'n_workers')} workers without loss; "
               f"{_ratios(medl, LTP, None, 'n_workers')} with it.",
@@ -269,9 +274,10 @@ def by_rate_text(ctx: Context) -> list[str]:
     med = cell_medians(f)
     n = _list(f.ok.n_workers.unique())
     lines = [f"**Against the link rate**, {n} workers, {_setting(f)} (`{BY_RATE}/`):", "",
-             *table(f, "bottleneck_mbps"), "", "Single-run medians compared (no verdict):", ""]
-    ltp = _runs_at(f, LTP).set_index("bottleneck_mbps")
-    plot = _runs_at(f, PLOT).set_index("bottleneck_mbps")
+             *table(f, "bottleneck_mbps"), "", "Cells' medians compared (no verdict):", ""]
+    ltp, plot = (_runs_at(f, x).groupby("bottleneck_mbps").agg(
+        max_wait_closes=("max_wait_closes", "sum"), pushes=("pushes", "sum"),
+        mean_recv_frac=("mean_recv_frac", "mean")) for x in (LTP, PLOT))
     waited = [r for r in ltp.index if ltp.loc[r, "max_wait_closes"] >= ltp.loc[r, "pushes"]]
     for rate in waited:
         g = med[med.bottleneck_mbps == rate].set_index("transport")
@@ -332,11 +338,24 @@ def scaling_text(ctx: Context) -> list[str]:
     return ["Commands that fill these folders (rebuilt from their runs' settings; the "
             "simulator's manifests record none):", "",
             *[f"- `{command(ctx.folder(rel))}`" for rel in FOLDERS], "",
-            "**Statistical caveat.** These folders hold one run a cell (two in "
-            f"`{BY_N_LOSS}/`) of a few pushes each. The brackets below are {NO_COVERAGE}; "
-            "no comparison here is a verdict, and none is counted: the text gives ratios and "
-            "orderings of the cells' medians, each a single-run measurement.", "",
+            f"**Statistical caveat.** {_runs_text(ctx)} of a few pushes each. A cell's median "
+            "is over its runs (each run's median push) and its bracket is the interval of those "
+            "runs with the coverage it states; no comparison here is a verdict, and none is "
+            "counted: the text gives ratios and orderings of the cells' medians.", "",
             *by_n_text(ctx), "", *by_rate_text(ctx)]
+
+
+def _runs_text(ctx: Context) -> str:
+    """``These folders hold 3 runs a cell (seeds 1, 2, 3)``, per folder when they differ."""
+    said = {}
+    for rel in FOLDERS:
+        r = ctx.folder(rel).ok
+        n = int(r.groupby(["transport", "n_workers", "bottleneck_mbps"]).size().max())
+        said.setdefault(f"{n} run{'s' if n > 1 else ''} a cell (seeds {_list(r.seed.unique())})",
+                        []).append(f"`{rel}/`")
+    if len(said) == 1:
+        return f"These folders hold {next(iter(said))}"
+    return "These folders hold " + "; ".join(f"{k} in {', '.join(v)}" for k, v in said.items())
 
 
 def _block(ctx: Context, rels, body) -> str:
@@ -356,7 +375,11 @@ def rate_block(ctx: Context) -> str:
 def cost_block(ctx: Context) -> str:
     """docs/simulation.md: the simulator's own cost in the scaling runs (``runs.csv``)."""
     f = ctx.folder(BY_N)
-    r = _runs_at(f, LTP).sort_values("n_workers")
+    r = (_runs_at(f, LTP).assign(per=lambda d: d.wall_s / d.iterations)
+         .groupby("n_workers", as_index=False)
+         .agg(per=("per", "median"), events_per_s=("events_per_s", "median"),
+              peak_rss_mb=("peak_rss_mb", "max"),
+              ps_core_us_per_datagram=("ps_core_us_per_datagram", "median")))
     lines = [f"From {f.cite()}: {f.status()}", "",
              f"`{LTP}`, {_setting(f)}, {_list(f.ok.bottleneck_mbps.unique())} Mbit/s links, on "
              "this machine shared with other work (so wall times are upper bounds). The PS's "
@@ -365,7 +388,7 @@ def cost_block(ctx: Context) -> str:
              "datagram | one PS thread's ceiling |", "|---|---|---|---|---|---|"]
     for _, row in r.iterrows():
         us = row.ps_core_us_per_datagram
-        lines.append(f"| {row.n_workers:,} | {row.wall_s / row.iterations:.2f} s | "
+        lines.append(f"| {int(row.n_workers):,} | {row.per:.2f} s | "
                      f"{row.events_per_s:,.0f} | {row.peak_rss_mb:.0f} MB | {us:.2f} µs | "
                      f"{1e6 / us:,.0f} datagrams/s |")
     return "\n".join(lines + ["", _largest(f)])
