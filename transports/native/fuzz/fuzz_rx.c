@@ -127,6 +127,7 @@ static void reset(uint8_t conf)
     cfg.cc = conf & 2 ? 1 : 0;
     cfg.max_udp_payload_bytes = 4200 + (conf >> 2 & 3) * 100;   /* payloads above RX_GUESS_MIN_BYTES */
     cfg.max_open_per_peer = conf & 16 ? 2 : 8;   /* small: a full table frees a context mid-batch */
+    cfg.mac = conf & 32 ? LTP_MAC_ALG_SIPHASH24 : LTP_MAC_ALG_GMAC128;   /* both MACs */
     cfg.rx_msg_window = 16;
     U->core = ltp_core_new(&cfg, PS);
     Wk = ltp_core_new(&cfg, WK);
