@@ -385,7 +385,7 @@ def bench_mac(c, seconds="0.3"):
     with cli.user_errors():
         t = cli.number(seconds, float, "--seconds")
         native = PROJECT / "transports" / "native"
-        c.run(f"make -s -C {native} build/bench_mac && {native}/build/bench_mac {t}", pty=False)
+        c.run(f"make -s -C {native} bench-mac BENCH_MAC_SECONDS={t}", pty=False)
 
 
 @task(help={"seconds": "how long libFuzzer drives the stateful core target (default 60)",

@@ -143,7 +143,7 @@ def read_rows(path: Path) -> list[dict[str, str]]:
 
 # Columns that name things (a run, a commit, a code fingerprint): text, even when a value is all
 # digits (a fingerprint such as 265933038540), which pandas would otherwise read as a number.
-IDENTITY_COLUMNS = ("run_id", "git_commit", "code_fingerprint")
+IDENTITY_COLUMNS = ("run_id", "git_commit", "code_fingerprint", "testbed_fingerprint")
 
 
 def read_table(path: Path):

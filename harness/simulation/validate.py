@@ -134,7 +134,7 @@ def table_row(slug: str, loss_pct: float, host: str, seeds: Sequence[int], row: 
     from harness.running.provenance import git_state
 
     return {"transport": slug, "loss_pct": loss_pct, "host": host,
-            "seeds": "+".join(str(s) for s in seeds), **row, "commit": git_state()[0],
+            "seeds": "+".join(str(s) for s in seeds), **row, "git_commit": git_state()[0],
             "code_fingerprint": fingerprint("simulate").digest,
             "testbed_fingerprint": fingerprint("ps").digest}
 

@@ -11,7 +11,7 @@ def _row(transport, n, within, today=True):
             "seeds": "1+2+3", "emulated_pushes": 20, "simulated_pushes": 60,
             "emulated_median_s": 1.0, "simulated_median_s": 1.0 if within else 1.3,
             "emulated_p99_s": 1.0, "simulated_p99_s": 1.0, "median_ratio": 1.0 if within else 1.3,
-            "p99_ratio": 1.0, "within_targets": within, "commit": "abc",
+            "p99_ratio": 1.0, "within_targets": within, "git_commit": "abc",
             "code_fingerprint": sim, "testbed_fingerprint": testbed}
 
 

@@ -178,7 +178,7 @@ static uint64_t tag_parts(const ltp_core_t *c, const peer_t *p, int tx, uint64_t
 {
     if (auth_kind(c) == LTP_MAC_GMAC128)
         return auth_gmac_parts(tx ? p->tx_gmac : p->rx_gmac, pseq, head, head_len, payload,
-                          payload_len, tail, tail_len);
+                               payload_len, tail, tail_len);
     return sip_parts(tx ? p->tx_key : p->rx_key, head, head_len, payload, payload_len, tail,
                      tail_len);
 }

@@ -419,7 +419,7 @@ int auth_ready(const ltp_core_t *c, const peer_t *p);
 void auth_free(peer_t *p);
 /* The WIRE_MAC byte of this endpoint's datagrams: LTP_MAC_NONE with auth off, else its mac's. */
 int auth_kind(const ltp_core_t *c);
-/* AES-128-GMAC (auth 2): a context keyed with key (NULL if out of memory; EVP_CIPHER_CTX_free
+/* AES-128-GMAC (mac gmac128): a context keyed with key (NULL if out of memory; EVP_CIPHER_CTX_free
  * frees it), and the tag of head, payload and tail under it with IV pseq. */
 void *auth_gmac_new(const uint8_t key[LTP_KEY_BYTES]);
 uint64_t auth_gmac_parts(void *ctx, uint64_t pseq, const uint8_t *head, size_t head_len,

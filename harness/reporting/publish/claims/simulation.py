@@ -51,15 +51,10 @@ def cell_medians(f: Folder) -> pd.DataFrame:
     iteration) time, the interval of those runs with its coverage
     (:func:`harness.reporting.stats.median_ci`: the runs are independent, their pushes are not),
     how many runs, and the bound."""
-    its = pushes(f)
-    runs = its.groupby(CELL + ["seed"], as_index=False)[["push_s", "iteration_s"]].median()
-    rows = []
-    for key, g in runs.groupby(CELL):
-        est = stats.median_ci(g.push_s.to_numpy())
-        rows.append({**dict(zip(CELL, key)), "median": est.value, "lo": est.lo, "hi": est.hi,
-                     "n": est.n, "coverage": est.coverage,
-                     "iteration": stats.median_ci(g.iteration_s.to_numpy()).value})
-    med = pd.DataFrame(rows)
+    runs = pushes(f).groupby(CELL + ["seed"], as_index=False)[["push_s", "iteration_s"]].median()
+    med = medians(runs, CELL, "push_s")
+    it = medians(runs, CELL, "iteration_s").rename(columns={"median": "iteration"})
+    med = med.merge(it[CELL + ["iteration"]], on=CELL)
     med["bound"] = bound_s(med.n_workers, med.bottleneck_mbps)
     return med
 
@@ -114,15 +109,18 @@ def command(f: Folder) -> str:
             + (f" --seeds {_join(seeds)}" if seeds != [1] else "") + f" --out {f.rel}")
 
 
+def _cell_runs(r: pd.DataFrame) -> str:
+    """``3 runs a cell (seeds 1, 2, 3)``: the most runs a cell of ``r`` has, and their seeds."""
+    n = int(r.groupby(["transport", "n_workers", "bottleneck_mbps"]).size().max())
+    return (("one run a cell" if n == 1 else f"{n} runs a cell")
+            + f" (seed{'s' if r.seed.nunique() > 1 else ''} {_list(r.seed.unique())})")
+
+
 def _setting(f: Folder) -> str:
     r = f.ok
-    runs_per_cell = r.groupby(["transport", "n_workers", "bottleneck_mbps"]).size()
     return (f"{', '.join(sorted(r.scenario.unique()))} scenario (synchronized pushes), host "
             f"`{', '.join(sorted(r.host.unique()))}`, {_list(r.queue_pkts.unique())}-packet "
-            f"queue, {_loss_text(r)}, {int(r.iterations.max())} pushes a run, "
-            + ("one run a cell" if runs_per_cell.max() == 1 else
-               f"{int(runs_per_cell.max())} runs a cell")
-            + f" (seed{'s' if r.seed.nunique() > 1 else ''} {_list(r.seed.unique())})")
+            f"queue, {_loss_text(r)}, {int(r.iterations.max())} pushes a run, {_cell_runs(r)}")
 
 
 def _fmt(row) -> str:
@@ -349,10 +347,7 @@ def _runs_text(ctx: Context) -> str:
     """``These folders hold 3 runs a cell (seeds 1, 2, 3)``, per folder when they differ."""
     said = {}
     for rel in FOLDERS:
-        r = ctx.folder(rel).ok
-        n = int(r.groupby(["transport", "n_workers", "bottleneck_mbps"]).size().max())
-        said.setdefault(f"{n} run{'s' if n > 1 else ''} a cell (seeds {_list(r.seed.unique())})",
-                        []).append(f"`{rel}/`")
+        said.setdefault(_cell_runs(ctx.folder(rel).ok), []).append(f"`{rel}/`")
     if len(said) == 1:
         return f"These folders hold {next(iter(said))}"
     return "These folders hold " + "; ".join(f"{k} in {', '.join(v)}" for k, v in said.items())

@@ -15,6 +15,7 @@ import functools
 
 import pandas as pd
 
+from harness.reporting.publish.claims.common import listed, listing
 from harness.reporting.publish.context import PROJECT, Context
 from harness.running.results import read_table
 
@@ -38,9 +39,7 @@ def table() -> pd.DataFrame:
         return pd.DataFrame()
     t = read_table(path)
     sim, testbed = _today()
-    t["testbed_fingerprint"] = t["testbed_fingerprint"].astype(str)
     t["fresh"] = (t.code_fingerprint == sim) & (t.testbed_fingerprint == testbed)
-    t["within_targets"] = t.within_targets.astype(str).str.lower() == "true"
     return t
 
 
@@ -71,14 +70,14 @@ def block(ctx: Context) -> str:
     if t.empty:
         return (f"Not measured yet (`{REL}`): the TCP comparisons at scale are withdrawn as "
                 f"findings until it is. Fill it with `{COMMAND}` for L = 0 and 5.")
-    commits = ", ".join(sorted({c[:12] for c in t["commit"]}))
+    commits = listing(sorted({c[:12] for c in t.git_commit}))
     state = ("fresh: measured with today's code" if t.fresh.all() else
              "**Stale: code changed since** (some rows ran with another code fingerprint)")
     lines = [f"From `{REL}` ({len(t)} cells, commit {commits}; on the testbed "
-             f"{_join(t.emulated_pushes)} pushes a cell, simulated seeds "
-             f"{_join(t.seeds)} with all their pushes pooled; host model "
-             f"{_join(t.host)}): {state}. Filled by `{COMMAND}` (L = "
-             f"{_join(t.loss_pct)}).", "",
+             f"{listed(t, 'emulated_pushes')} pushes a cell, simulated seeds "
+             f"{listed(t, 'seeds')} with all their pushes pooled; host model "
+             f"{listed(t, 'host')}): {state}. Filled by `{COMMAND}` (L = "
+             f"{listed(t, 'loss_pct')}).", "",
              "| scheme | loss | N | testbed median | simulated | ratio | testbed p99 | "
              "simulated | ratio | within the targets |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -97,11 +96,6 @@ def block(ctx: Context) -> str:
               + verdict + " One run per cell on each side: a row is a measurement, not a "
               "verdict with stated coverage."]
     return "\n".join(lines)
-
-
-def _join(values) -> str:
-    return ", ".join(f"{v:g}" if isinstance(v, float) else str(v)
-                     for v in sorted(pd.unique(pd.Series(values))))
 
 
 BLOCKS = {"simulate-validation": block}
