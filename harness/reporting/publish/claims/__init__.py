@@ -23,7 +23,7 @@ Render = Callable[[Context], str]
 # The topics, in the order the findings page takes them.
 TOPICS = ("headline", "training", "compression", "cser", "regimes", "traffic", "trust",
           "validation", "plotbounds", "field", "peers", "collectives", "simvalidation",
-          "simulation", "protocol", "folders")
+          "simulation", "protocol", "labs", "folders")
 
 
 @dataclasses.dataclass(frozen=True)
