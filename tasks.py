@@ -212,6 +212,43 @@ def bench_network(c, bandwidth="100", queue="64", loss="5", seconds="5"):
 
 
 @task(help={
+    "scheme": "a TCP scheme: tcp-cubic, tcp-cubic-lowrto, tcp-bbr or tcp-reno (default tcp-cubic)",
+    "workers": "number of workers (default 8)",
+    "bandwidth": "bottleneck rate in Mbit/s (default 100)",
+    "queue": "bottleneck queue in packets (default 64)",
+    "loss": "random loss in percent at every host's ingress (default 0)",
+    "pushes": "synchronized pushes (default 10)",
+    "period": "seconds from one push to the next (default 0.5)",
+    "bytes": "bytes each worker pushes (default: one gradient of the MLP)",
+    "interval": "sampling interval in ms (default 1)",
+    "out": "folder for series.csv, series.png and the raw samples "
+           "(default results/bench/series-<time>)",
+})
+def bench_series(c, scheme="tcp-cubic", workers="8", bandwidth="100", queue="64", loss="0",
+                 pushes="10", period="0.5", bytes=None, interval="1", out=None):
+    """Millisecond time series of an incast: the bottleneck queue and each sender's congestion
+    window, RTT and timeouts while every worker pushes a gradient at once (lab 1)."""
+    from harness import cli
+
+    with cli.user_errors():
+        from harness.bench import run as bench, series
+
+        args = series.series_args(scheme, cli.number(workers, int, "--workers"),
+                                  cli.number(bandwidth, float, "--bandwidth"),
+                                  cli.number(queue, int, "--queue"),
+                                  cli.number(loss, float, "--loss"),
+                                  cli.number(pushes, int, "--pushes"),
+                                  cli.number(period, float, "--period"),
+                                  cli.number(bytes, int, "--bytes") if bytes else
+                                  bench.mlp_bytes(),
+                                  cli.number(interval, float, "--interval"))
+        cli.require_root()
+        cli.require_setup()
+        path = series.run(*args, Path(out) if out else None)
+        print(f"the samples: {path}; the figure: {path.with_name('series.png')}")
+
+
+@task(help={
     "workers": "number of workers (default 8)",
     "loss": "loss at every host's ingress: a rate in percent or any model --loss of run-sweep "
             "takes, e.g. 5 or ge:5:4 (default 0)",

@@ -92,7 +92,7 @@ def transport_args(slugs, losses, bandwidths, iterations: int, queue_pkts: int,
             repeats)
 
 
-def _listening_in(host_pid: int, port: int) -> bool:
+def listening_in(host_pid: int, port: int) -> bool:
     """True if a TCP socket listens on ``port`` in the network namespace of ``host_pid``."""
     want = f":{port:04X}"
     with open(f"/proc/{host_pid}/net/tcp") as f:
@@ -114,7 +114,7 @@ def _iperf(tb: Testbed, folder: Path, pairs: list[tuple[str, int]],
             servers.append(tb.start_process(PS_NAME, ["iperf3", "-s", "-1", "-B", PS_IP, "-p", str(port)],
                                             folder / f"iperf3-server-{port}.log"))
         deadline = time.monotonic() + 10
-        while not all(_listening_in(ps_pid, port) for _, port in pairs):
+        while not all(listening_in(ps_pid, port) for _, port in pairs):
             if time.monotonic() > deadline:
                 raise TestbedError("iperf3 servers on ps1 did not listen within 10 s.")
             time.sleep(0.02)
