@@ -19,13 +19,13 @@ should look at that no rule decides). The grade's exit status is 1 if anything i
 from __future__ import annotations
 
 import dataclasses
-import json
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 
+from harness.running.provenance import read_manifest
 from transports.base import UserError
 
 MARKS = {True: "right", False: "WRONG", None: "note "}
@@ -96,11 +96,6 @@ def table(folder: Path, name: str) -> pd.DataFrame:
     return pd.read_csv(path)
 
 
-def manifest(folder: Path) -> dict:
-    path = Path(folder) / "manifest.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
-
-
 def read_answers(path: Path | None) -> dict[str, float]:
     """``q1 = 0.2``, one per question, from a TOML file (``None``: no answers)."""
     if path is None:
@@ -120,7 +115,7 @@ def read_answers(path: Path | None) -> dict[str, float]:
 
 def common(sheet: Sheet, preset: str, runs: pd.DataFrame) -> None:
     """What every lab checks first: the folder is the lab's sweep, and its runs finished."""
-    man = manifest(sheet.folder)   # a PS sweep names its plan; a peer-to-peer one its preset
+    man = read_manifest(sheet.folder)   # a PS sweep names its plan; a peer-to-peer one its preset
     made_by = man.get("preset") or (man.get("plan") or {}).get("name")
     sheet.check("data", made_by == preset,
                 f"the folder is the sweep of `--preset {preset}`" if made_by == preset else
