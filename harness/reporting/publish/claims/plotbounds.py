@@ -25,7 +25,7 @@ QUESTION = "Do PLOT's bounds pay when they follow the network?"
 def _runs(ctx: Context, rel: str) -> pd.DataFrame:
     ok = ctx.folder(rel).ok.copy()
     ok["early_frac"] = ok.early_closes / ok.gradient_msgs.where(ok.gradient_msgs > 0)
-    ok["tail"] = ok.iter_p99_s / ok.iter_p50_s.where(ok.iter_p50_s > 0)
+    ok["slowest_ratio"] = ok.iter_p99_s / ok.iter_p50_s.where(ok.iter_p50_s > 0)
     return ok
 
 
@@ -43,8 +43,8 @@ def _table(d: pd.DataFrame, keys: tuple[str, ...]) -> tuple[list[str], list[stat
         values = values if isinstance(values, tuple) else (values,)
         for scheme in _order(c):
             m = c[c.scheme == scheme]
-            est = [stats.median_ci(m[col]) for col in
-                   ("iters_per_s", "early_frac", "filled_frac_mean", "tail", "final_accuracy")]
+            est = [stats.median_ci(m[col]) for col in ("iters_per_s", "early_frac",
+                   "filled_frac_mean", "slowest_ratio", "final_accuracy")]
             shown += est
             cells = " | ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values)
             lines.append(f"| {cells} | {name(scheme)} | {len(m)} | {est[0].fmt()} "
@@ -82,12 +82,12 @@ def plotbounds_body(ctx: Context) -> list[str]:
              f"{name(RULE)} gives each layer the range from that bound to the top and lets the "
              "core's threshold, which follows each layer's own recent losses, choose within it. "
              "*Closed early*: gradient messages closed before every packet arrived; *filled*: "
-             f"the mean share of a gradient the filler supplied. {DIFF_RULE}.", ""]
+             f"the mean share of a gradient the filler supplied; {DIFF_RULE}.", ""]
     table, shown = _table(d, ("model", "loss_pct"))
     lines += table + ["", legend(shown), ""]
     lines += _verdicts(d, ("model", "loss_pct"), (FROZEN, "ltp")) + [""]
     e = _runs(ctx, EDGE)
-    stalled = e[e.tail > 10]
+    stalled = e[e.slowest_ratio > 10]
     lines += [f"**Edge round trips** ({len(e)} runs: {listing(sorted(e.delay_ms.unique()))} ms "
               f"one way, {listing(sorted(e.loss_pct.unique()))} % loss, "
               f"{e.bottleneck_mbps.iloc[0]:g} Mbit/s; {cap_text(e)}). A stall shows as a slowest "
