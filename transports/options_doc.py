@@ -12,6 +12,7 @@ between ``<!-- generated: KEY -->`` and ``<!-- /generated -->`` in each page of 
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -99,34 +100,17 @@ def _table(cls: Callable[[], type[Transport]], keep: Callable[[Option], bool] = 
     return lambda: options_markdown([o for o in cls().option_table() if keep(o)], core_column)
 
 
-def _ltp() -> type[Transport]:
-    from transports.ltp import LtpTransport
-    return LtpTransport
+def _cls(module: str, name: str) -> Callable[[], type[Transport]]:
+    """A transport's class, imported only when a page is made."""
+    return lambda: getattr(importlib.import_module(module), name)
 
 
-def _plot() -> type[Transport]:
-    from transports.plot import PlotTransport
-    return PlotTransport
-
-
-def _phase() -> type[Transport]:
-    from transports.phase import PhaseTransport
-    return PhaseTransport
-
-
-def _mlt() -> type[Transport]:
-    from transports.mlt import MltTransport
-    return MltTransport
-
-
-def _optireduce() -> type[Transport]:
-    from transports.optireduce import OptiReduceTransport
-    return OptiReduceTransport
-
-
-def _tcp() -> type[Transport]:
-    from transports.tcp import TcpTransport
-    return TcpTransport
+_ltp = _cls("transports.ltp", "LtpTransport")
+_plot = _cls("transports.plot", "PlotTransport")
+_phase = _cls("transports.phase", "PhaseTransport")
+_mlt = _cls("transports.mlt", "MltTransport")
+_optireduce = _cls("transports.optireduce", "OptiReduceTransport")
+_tcp = _cls("transports.tcp", "TcpTransport")
 
 
 def _peer(slug: str) -> Callable[[], str]:
@@ -136,65 +120,34 @@ def _peer(slug: str) -> Callable[[], str]:
     return make
 
 
-def _plot_own(o: Option) -> bool:
-    """A PLOT option that is not one of LTP's as LTP has it (the adaptive rule's weights share
-    LTP's names and ranges but apply under that rule only)."""
+def _not_ltps(o: Option) -> bool:
+    """An option of a transport built on LTP's core that is not one of LTP's as LTP has it
+    (PLOT's adaptive-rule weights share LTP's names and ranges but apply under that rule only;
+    MLT's filler and OptiReduce's max_wait_ms differ in default or meaning)."""
     return o not in _ltp().option_table()
 
 
-def _plot_shared() -> str:
-    shared = [o.name for o in _plot().option_table() if not _plot_own(o)]
-    return ("PLOT also takes these LTP options, with LTP's defaults and ranges: "
-            + ", ".join(f"`{n}`" for n in shared) + ".\n")
-
-
-def _phase_own(o: Option) -> bool:
-    """A phase-bound option that LTP does not have."""
-    return o not in _ltp().option_table()
-
-
-def _phase_shared() -> str:
-    shared = [o.name for o in _phase().option_table() if not _phase_own(o)]
-    return ("phase-bound also takes these LTP options, with LTP's defaults and ranges: "
-            + ", ".join(f"`{n}`" for n in shared) + ".\n")
-
-
-def _mlt_own(o: Option) -> bool:
-    """An MLT option that LTP does not have as MLT has it (filler's default differs)."""
-    return o not in _ltp().option_table()
-
-
-def _mlt_shared() -> str:
-    shared = [o.name for o in _mlt().option_table() if not _mlt_own(o)]
-    return ("MLT also takes these LTP options, with LTP's defaults and ranges: "
-            + ", ".join(f"`{n}`" for n in shared) + ".\n")
-
-
-def _optireduce_own(o: Option) -> bool:
-    """An OptiReduce option that LTP does not have as OptiReduce has it (max_wait_ms's default
-    and meaning differ)."""
-    return o not in _ltp().option_table()
-
-
-def _optireduce_shared() -> str:
-    shared = [o.name for o in _optireduce().option_table() if not _optireduce_own(o)]
-    return ("OptiReduce also takes these LTP options, with LTP's defaults and ranges: "
-            + ", ".join(f"`{n}`" for n in shared) + ".\n")
+def _shared(transport: Callable[[], type[Transport]], label: str) -> Callable[[], str]:
+    """The sentence that lists the LTP options ``transport`` takes as LTP has them."""
+    def make() -> str:
+        shared = [o.name for o in transport().option_table() if not _not_ltps(o)]
+        return (f"{label} also takes these LTP options, with LTP's defaults and ranges: "
+                + ", ".join(f"`{n}`" for n in shared) + ".\n")
+    return make
 
 
 # page -> {marker key: what goes between the markers}
 PAGES: dict[str, dict[str, Callable[[], str]]] = {
     "docs/ltp-protocol.md": {"ltp-options": _table(_ltp, core_column=True),
                              "ltp-core-only": core_only_markdown},
-    "docs/plot-protocol.md": {
-        "plot-options": _table(_plot, _plot_own),
-        "plot-shared": _plot_shared},
+    "docs/plot-protocol.md": {"plot-options": _table(_plot, _not_ltps),
+                              "plot-shared": _shared(_plot, "PLOT")},
     "docs/adding-a-transport.md": {"tcp-options": _table(_tcp), "schemes": schemes_markdown},
-    "docs/phase-bound.md": {"phase-options": _table(_phase, _phase_own),
-                            "phase-shared": _phase_shared},
-    "docs/mlt.md": {"mlt-options": _table(_mlt, _mlt_own), "mlt-shared": _mlt_shared},
-    "docs/optireduce.md": {"optireduce-options": _table(_optireduce, _optireduce_own),
-                           "optireduce-shared": _optireduce_shared},
+    "docs/phase-bound.md": {"phase-options": _table(_phase, _not_ltps),
+                            "phase-shared": _shared(_phase, "phase-bound")},
+    "docs/mlt.md": {"mlt-options": _table(_mlt, _not_ltps), "mlt-shared": _shared(_mlt, "MLT")},
+    "docs/optireduce.md": {"optireduce-options": _table(_optireduce, _not_ltps),
+                           "optireduce-shared": _shared(_optireduce, "OptiReduce")},
     "docs/peer-transports.md": {"peer-mcast-options": _peer("mcast"),
                                 "peer-tcp-options": _peer("tcp")},
 }

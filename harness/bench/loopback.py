@@ -76,29 +76,32 @@ class LoopbackPushes:
                 for k, (t, c) in enumerate(zip(self.push_s, self.cpu_s))]
 
 
-def _free_ports(n: int) -> list[int]:
-    """``n`` distinct ports free on 127.0.0.1 a moment ago for TCP and UDP alike (a scheme binds
-    either kind). TCP's port-0 bind picks each, so no connection of an earlier repetition still
-    waiting out TIME_WAIT holds it; every probe stays open until all are drawn."""
+def free_ports(n: int, kind: int = socket.SOCK_DGRAM) -> list[int]:
+    """``n`` distinct ports that were free on 127.0.0.1 a moment ago, for UDP and for TCP alike
+    (a scheme binds either kind). ``kind`` is the kind probed first: its port-0 bind picks the
+    number (TCP's skips ports an earlier connection still holds in TIME_WAIT), and the same number
+    must also bind for the other kind. Every probe stays open until all are drawn. The loopback
+    conformance tests take theirs here too (tests/conformance/loopback.py)."""
+    other = socket.SOCK_STREAM if kind == socket.SOCK_DGRAM else socket.SOCK_DGRAM
     held: list[socket.socket] = []
     ports: list[int] = []
     try:
         while len(ports) < n:
-            tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            held.append(tcp)
-            tcp.bind(("127.0.0.1", 0))
-            port = tcp.getsockname()[1]
-            udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            held.append(udp)
+            first = socket.socket(socket.AF_INET, kind)
+            held.append(first)
+            first.bind(("127.0.0.1", 0))
+            port = first.getsockname()[1]
+            second = socket.socket(socket.AF_INET, other)
+            held.append(second)
             try:
-                udp.bind(("127.0.0.1", port))
+                second.bind(("127.0.0.1", port))
             except OSError:
-                continue   # taken for UDP: held, so it is not drawn again
+                continue          # taken for the other kind: hold it (so it is not drawn again)
             ports.append(port)
         return ports
     finally:
-        for sock in held:
-            sock.close()
+        for s in held:
+            s.close()
 
 
 def loopback_push(scheme: str, n_bytes: int, pushes: int, repeat: int = 0) -> LoopbackPushes:
@@ -108,7 +111,7 @@ def loopback_push(scheme: str, n_bytes: int, pushes: int, repeat: int = 0) -> Lo
     from transports.base import Layout
 
     layout = Layout.single(n_bytes // 4)
-    ps_port, w_port = _free_ports(2)
+    ps_port, w_port = free_ports(2, socket.SOCK_STREAM)
     ps_addr, w_addr = ("127.0.0.1", ps_port), ("127.0.0.1", w_port)
     transport = registry.create(*parse_scheme(scheme))
     payload = np.ones(layout.n_floats, np.float32)

@@ -14,35 +14,10 @@ import socket
 import threading
 from typing import Callable, Iterator, TypeVar
 
+from harness.bench.loopback import free_ports
+
 T = TypeVar("T")
 ATTEMPTS = 5
-
-
-def free_ports(n: int, kind: int = socket.SOCK_DGRAM) -> list[int]:
-    """``n`` distinct ports that were free on 127.0.0.1 a moment ago, for UDP and for TCP alike.
-
-    ``kind`` is the kind probed first (its port-0 bind picks the number); the same number must
-    also bind for the other kind, so a transport may use either."""
-    other = socket.SOCK_STREAM if kind == socket.SOCK_DGRAM else socket.SOCK_DGRAM
-    held: list[socket.socket] = []
-    ports: list[int] = []
-    try:
-        while len(ports) < n:
-            first = socket.socket(socket.AF_INET, kind)
-            held.append(first)
-            first.bind(("127.0.0.1", 0))
-            port = first.getsockname()[1]
-            second = socket.socket(socket.AF_INET, other)
-            held.append(second)
-            try:
-                second.bind(("127.0.0.1", port))
-            except OSError:
-                continue          # taken for the other kind: hold it (so it is not drawn again)
-            ports.append(port)
-        return ports
-    finally:
-        for s in held:
-            s.close()
 
 
 def address_in_use(exc: BaseException | None, _depth: int = 0) -> bool:

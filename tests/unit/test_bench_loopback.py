@@ -42,17 +42,6 @@ def test_a_port_taken_before_the_bind_is_retried(monkeypatch):
     assert len(loopback.repeated(["tcp-cubic"], 100, 2, 1)) == 1 and len(tries) == 2
 
 
-def test_probed_ports_are_distinct_and_bind_for_both_kinds():
-    import socket
-
-    ports = loopback._free_ports(4)
-    assert len(set(ports)) == 4
-    for port in ports:
-        for kind in (socket.SOCK_DGRAM, socket.SOCK_STREAM):
-            with socket.socket(socket.AF_INET, kind) as s:
-                s.bind(("127.0.0.1", port))
-
-
 def test_summary_spreads_and_ratios_paired_by_repetition():
     # 1 GB pushes: goodput 8 / push_s Gbit/s, CPU per GB = cpu_s.
     runs = [_run("ltp", 0, 1.0, 2.0), _run("tcp-cubic", 0, 2.0, 1.0),

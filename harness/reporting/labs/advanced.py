@@ -4,7 +4,7 @@ of its page's "What you should observe", numbered as the page lists them."""
 
 from __future__ import annotations
 
-from harness.reporting.labs.grading import Sheet, common, lab, table
+from harness.reporting.labs.grading import Sheet, common, lab
 from harness.running.provenance import PROJECT
 from harness.training import models
 from topologies.incast import PS_IP
@@ -15,8 +15,7 @@ CHANCE = 0.1            # one class in ten
 
 @lab(5, "lab5-byzantine-workers.md")
 def lab5(sheet: Sheet) -> None:
-    runs = table(sheet.folder, "runs.csv")
-    common(sheet, "lab5", runs)
+    runs = common(sheet, "lab5")
     attacked = runs[runs.byzantine.astype(str) != "0"]
     sheet.check("data", len(attacked) > 0, f"{len(attacked)} runs with attackers")
     for attack, rows in attacked.groupby(attacked.byzantine.astype(str)):
@@ -45,8 +44,7 @@ def lab5(sheet: Sheet) -> None:
 
 @lab(6, "lab6-peer-to-peer.md")
 def lab6(sheet: Sheet) -> None:
-    runs = table(sheet.folder, "runs.csv")
-    common(sheet, "lab6", runs)
+    runs = common(sheet, "lab6")
     cell = {(r.policy, r.copy): r for r in runs.itertuples()}
     p, n = int(runs.p.iloc[0]), int(runs.n_workers.iloc[0])
     expect = {("random-p", "switch"): (p, p), ("selmcast", "switch"): (p, n - 1),
@@ -71,8 +69,7 @@ def lab6(sheet: Sheet) -> None:
 
 @lab(7, "lab7-the-incast-vanishes.md")
 def lab7(sheet: Sheet) -> None:
-    runs = table(sheet.folder, "runs.csv")
-    common(sheet, "lab7", runs)
+    runs = common(sheet, "lab7")
     gradient = 4 * models.n_params(str(runs.model.iloc[0]))
     for scheme, rows in runs.groupby("scheme"):
         cell = {r.pattern: r for r in rows.itertuples()}
@@ -105,8 +102,7 @@ def lab7(sheet: Sheet) -> None:
 def lab8(sheet: Sheet) -> None:
     from topologies.impair.trace import read_trace, same_positions
 
-    runs = table(sheet.folder, "runs.csv")
-    common(sheet, "lab8", runs)
+    runs = common(sheet, "lab8")
     trace = read_trace(LAB8_TRACE)
     for row in runs.itertuples():
         path = sheet.folder / "runs" / str(row.run_id) / "loss" / "ps1.trace"
@@ -128,8 +124,7 @@ def lab9(sheet: Sheet) -> None:
     from harness.reporting import wire
     from harness.running.runfiles import RunFiles
 
-    runs = table(sheet.folder, "runs.csv")
-    common(sheet, "lab9", runs)
+    runs = common(sheet, "lab9")
     for row in runs.itertuples():
         files = RunFiles(sheet.folder / "runs" / str(row.run_id))
         pcap, summary = files.pcap("ps1"), files.host_summary("ps1")

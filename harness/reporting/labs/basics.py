@@ -4,12 +4,10 @@ tests is one of its page's "What you should observe", numbered as the page lists
 
 from __future__ import annotations
 
-import json
-
 import pandas as pd
 
 from harness.reporting.labs.grading import (Sheet, against_bound, common, lab, push_bounds,
-                                            table)
+                                            table, threshold_min)
 
 # A statement about how often something happens needs enough iterations per cell to be tested:
 # below this the grader notes it instead (the tests run every lab with 3 iterations).
@@ -29,8 +27,7 @@ def _enough(sheet: Sheet, item: str, its: pd.DataFrame, what: str) -> bool:
 
 @lab(1, "lab1-incast-and-tcp.md")
 def lab1(sheet: Sheet) -> None:
-    runs, its = table(sheet.folder, "runs.csv"), table(sheet.folder, "iterations.csv")
-    common(sheet, "lab1", runs)
+    runs, its = common(sheet, "lab1"), table(sheet.folder, "iterations.csv")
     against_bound(sheet, runs, its)
     stalled = its.push_s > push_bounds(runs, its) + STALL_S
     cubic = its[(its.scheme == "tcp-cubic") & (its.loss_pct == 0)]
@@ -52,11 +49,17 @@ def lab1(sheet: Sheet) -> None:
                      "+ 150 ms")
 
 
+def _early_closing(sheet: Sheet, preset: str) -> pd.DataFrame:
+    """The runs of a lab whose transports close early, each push held to its bound over the
+    bytes that arrived."""
+    runs = common(sheet, preset)
+    against_bound(sheet, runs, table(sheet.folder, "iterations.csv"), by_received=True)
+    return runs
+
+
 @lab(2, "lab2-tolerating-loss.md")
 def lab2(sheet: Sheet) -> None:
-    runs, its = table(sheet.folder, "runs.csv"), table(sheet.folder, "iterations.csv")
-    common(sheet, "lab2", runs)
-    against_bound(sheet, runs, its, by_received=True)
+    runs = _early_closing(sheet, "lab2")
     for row in runs.itertuples():
         where = f"{row.scheme} at {row.loss_pct:g} % loss"
         lossy = row.loss_pct >= 5
@@ -69,7 +72,7 @@ def lab2(sheet: Sheet) -> None:
             continue
         if row.transport != "ltp":
             continue
-        floor = json.loads(row.transport_options).get("threshold_min", 0.0)
+        floor = threshold_min(row)
         sheet.check("statement 2", row.min_recv_frac >= floor - 1e-9
                     and row.filled_frac_max <= 1 - floor + 1e-9,
                     f"{where}: min_recv_frac {row.min_recv_frac:.4f} against threshold_min "
@@ -93,9 +96,7 @@ def lab2(sheet: Sheet) -> None:
 
 @lab(3, "lab3-your-own-transport.md")
 def lab3(sheet: Sheet) -> None:
-    runs, its = table(sheet.folder, "runs.csv"), table(sheet.folder, "iterations.csv")
-    common(sheet, "lab3", runs)
-    against_bound(sheet, runs, its, by_received=True)
+    runs = _early_closing(sheet, "lab3")
     cell = {(r.scheme, r.loss_pct): r for r in runs.itertuples()}
     blast, paced = cell.get(("udp-blast", 0.0)), cell.get(("udp-blast+rate_mbps=11", 0.0))
     if blast is not None and blast.n_workers >= 8:
@@ -110,7 +111,7 @@ def lab3(sheet: Sheet) -> None:
                     f"udp-blast paced at 11 Mbit/s, 0 % loss: mean_recv_frac "
                     f"{paced.mean_recv_frac:.3f}, queue_drops {paced.queue_drops:g}")
     for row in runs[runs.scheme == "ltp"].itertuples():
-        floor = json.loads(row.transport_options).get("threshold_min", 0.0)
+        floor = threshold_min(row)
         sheet.check("statement 3", row.min_recv_frac >= floor - 1e-9
                     and (row.loss_pct == 0 or row.retransmits > 0),
                     f"ltp at {row.loss_pct:g} % loss: min_recv_frac {row.min_recv_frac:.4f} "
@@ -119,8 +120,7 @@ def lab3(sheet: Sheet) -> None:
 
 @lab(4, "lab4-killing-a-worker.md")
 def lab4(sheet: Sheet) -> None:
-    runs = table(sheet.folder, "runs.csv")
-    common(sheet, "lab4", runs)
+    runs = common(sheet, "lab4")
     kills = {r.scheme: r for r in runs.itertuples() if str(r.fault).startswith("kill")}
     expect = {"tcp-cubic": "gone", "ltp": "missing"}
     for scheme, how in expect.items():

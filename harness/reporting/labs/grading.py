@@ -19,6 +19,7 @@ should look at that no rule decides). The grade's exit status is 1 if anything i
 from __future__ import annotations
 
 import dataclasses
+import json
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -113,8 +114,15 @@ def read_answers(path: Path | None) -> dict[str, float]:
     return out
 
 
-def common(sheet: Sheet, preset: str, runs: pd.DataFrame) -> None:
-    """What every lab checks first: the folder is the lab's sweep, and its runs finished."""
+def threshold_min(row) -> float:
+    """The early-close floor a run's LTP options set (0 when they set none)."""
+    return json.loads(row.transport_options).get("threshold_min", 0.0)
+
+
+def common(sheet: Sheet, preset: str) -> pd.DataFrame:
+    """What every lab checks first: the folder is the lab's sweep, and its runs finished. Its
+    runs (``runs.csv``)."""
+    runs = table(sheet.folder, "runs.csv")
     man = read_manifest(sheet.folder)   # a PS sweep names its plan; a peer-to-peer one its preset
     made_by = man.get("preset") or (man.get("plan") or {}).get("name")
     sheet.check("data", made_by == preset,
@@ -125,6 +133,7 @@ def common(sheet: Sheet, preset: str, runs: pd.DataFrame) -> None:
     sheet.check("data", bad.empty and len(runs) > 0,
                 f"{len(runs) - len(bad)} of {len(runs)} runs finished ok"
                 + (f"; not ok: {', '.join(bad.run_id.astype(str)[:5])}" if len(bad) else ""))
+    return runs
 
 
 def push_bounds(runs: pd.DataFrame, iterations: pd.DataFrame) -> pd.Series:

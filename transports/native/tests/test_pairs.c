@@ -177,6 +177,15 @@ static int ps_ready(net_t *N, void *arg)
     return ltp_core_rx_ready(N->c[PS], k->w, k->msg, 0) == 1;
 }
 
+/* Worker w (node w + 1) sends message msg of v to the PS: 1 once the PS can take it (within 2 s
+ * of virtual time). */
+static int net_deliver(net_t *N, int w, uint32_t msg, const float *v)
+{
+    key_t_ k = {w, msg};
+    ltp_core_send(N->c[w + 1], 0, msg, 0, v, N_FLOATS * 4, 0, N->now);
+    return net_run(N, 2000000, ps_ready, &k);
+}
+
 static int sent(net_t *N, void *arg)
 {
     key_t_ *k = arg;
@@ -240,11 +249,9 @@ static int test_every_type_replayed(void)
     net_init(&N, 1, 1, NULL, 0);
     float *v = vec(2.0f), *got = malloc(N_FLOATS * 4);
     ltp_core_hello(N.c[1], 0, N.now);
-    key_t_ k = {0, 1};
-    ltp_core_send(N.c[1], 0, 1, 0, v, N_FLOATS * 4, 0, N.now);
-    CHECK(net_run(&N, 2000000, ps_ready, &k), "message 1 not delivered");
+    CHECK(net_deliver(&N, 0, 1, v), "message 1 not delivered");
     CHECK(ltp_core_rx_take(N.c[PS], 0, 1, 0, got, N_FLOATS * 4, NULL, NULL) == 0, "take");
-    k.w = 0;
+    key_t_ k = {0, 1};
     CHECK(net_run(&N, 2000000, sent, &k), "the send never ended");
     static const struct { int dir, type; const char *name; } kinds[] = {
         {0, LTP_T_HELLO, "HELLO"}, {0, LTP_T_DATA, "DATA"}, {1, LTP_T_HELLO_ACK, "HELLO_ACK"},
@@ -377,9 +384,7 @@ static int test_worker_cannot_forge_another_pair(void)
           "worker 1 took %d of %d datagrams as the PS's", accepted, n);
     /* The genuine pairs work. */
     float *v = vec(5.0f);
-    key_t_ k = {1, 7};
-    ltp_core_send(N.c[2], 0, 7, 0, v, N_FLOATS * 4, 0, N.now);
-    CHECK(net_run(&N, 2000000, ps_ready, &k), "worker 1's genuine message not delivered");
+    CHECK(net_deliver(&N, 1, 7, v), "worker 1's genuine message not delivered");
     free(v);
     net_free(&N);
     return 1;
@@ -394,18 +399,14 @@ static int test_restarted_worker_is_heard(void)
     net_t N;
     net_init(&N, 1, 1, NULL, 0);
     float *v = vec(6.0f), *got = malloc(N_FLOATS * 4);
-    key_t_ k = {0, 1};
-    ltp_core_send(N.c[1], 0, 1, 0, v, N_FLOATS * 4, 0, N.now);
-    CHECK(net_run(&N, 2000000, ps_ready, &k), "message 1 not delivered");
+    CHECK(net_deliver(&N, 0, 1, v), "message 1 not delivered");
     ltp_core_rx_take(N.c[PS], 0, 1, 0, got, N_FLOATS * 4, NULL, NULL);
     ltp_core_free(N.c[1]);
     N.now += 500000;
     N.c[1] = ltp_core_new(&N.cfg, 0);
     ltp_core_add_peer(N.c[1], LTP_RANK_SERVER);
     set_pair_key(N.c[1], 0, pair_key(0));
-    k.msg = 2;
-    ltp_core_send(N.c[1], 0, 2, 0, v, N_FLOATS * 4, 0, N.now);
-    CHECK(net_run(&N, 2000000, ps_ready, &k), "the restarted worker's message not delivered");
+    CHECK(net_deliver(&N, 0, 2, v), "the restarted worker's message not delivered");
     free(v); free(got);
     net_free(&N);
     return 1;
