@@ -17,9 +17,9 @@ import pandas as pd
 from harness.reporting import stats
 from harness.reporting.publish.claims import Section
 from harness.reporting.publish.claims.common import cell as rows_where
-from harness.reporting.publish.claims.common import (RELIABLE, STRONGEST_TCP, anchor,
-                                                     listing, name, phrase, scheme_order,
-                                                     setting, span, time_fmt)
+from harness.reporting.publish.claims.common import (RELIABLE, STRONGEST_TCP, anchor, listed,
+                                                     listing, name, phrase, scheme_order, setting,
+                                                     span, time_fmt)
 from harness.reporting.publish.context import Context, Folder
 from harness.reporting.sections import faults
 from harness.reporting.sections import patterns as section
@@ -82,7 +82,7 @@ def _incast(d: pd.DataFrame) -> str:
         per = quiet[quiet.pattern_kind == pattern].groupby("scheme").ps_link_gradients.median()
         parts.append(f"through the {pattern if pattern != 'ps' else 'PS'}, "
                      f"{span(per, '.2f')} gradients")
-    n = listing(sorted(quiet.n_workers.unique()))
+    n = listed(quiet, "n_workers")
     return (f"**The incast.** What the switch sent toward the PS per iteration at "
             f"{quiet.loss_pct.min():g} % loss (medians per scheme, {n} workers): "
             + "; ".join(parts) + ". Under the ring that is the evaluations' models alone.")

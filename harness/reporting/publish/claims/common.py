@@ -56,11 +56,16 @@ def phrase(sign: int | None, better: str, worse: str,
     return {1: better, -1: worse, 0: noise}[sign]
 
 
+def listed(runs: pd.DataFrame, col: str, fmt: str = "g") -> str:
+    """The distinct values of ``col`` in ``runs``, in order, listed."""
+    return listing(sorted(runs[col].dropna().unique()), fmt)
+
+
 def setting(runs: pd.DataFrame) -> str:
     """What the runs of a folder shared, read from their rows: workers, model, data, link,
     queue, added delay, iterations and training-time cap."""
     def one(col: str, fmt: str = "g") -> str:
-        return listing(sorted(runs[col].dropna().unique()), fmt)
+        return listed(runs, col, fmt)
 
     delay = sorted(runs.delay_ms.unique())
     delay_text = "" if delay == [0] else f", {listing(delay)} ms added one way"

@@ -9,8 +9,8 @@ import pandas as pd
 
 from harness.reporting import stats
 from harness.reporting.publish.claims import Section
-from harness.reporting.publish.claims.common import (DIFF_RULE, anchor, legend, listing, name,
-                                                     phrase, reached_text, runs_of, setting,
+from harness.reporting.publish.claims.common import (DIFF_RULE, anchor, legend, listed, listing,
+                                                     name, phrase, reached_text, runs_of, setting,
                                                      time_fmt, tta_est, tta_of, verdict_text)
 from harness.reporting.publish.context import Context, Folder
 
@@ -167,7 +167,7 @@ def compression_body(ctx: Context) -> list[str]:
     if not many.empty:
         meds = [stats.median_ci(_setting_of(d0, c, h, r).final_accuracy).value
                 for c, h, r in _settings(many)]
-        lines += ["", f"With {listing(sorted(many.local_steps.unique()))} local steps every "
+        lines += ["", f"With {listed(many, 'local_steps')} local steps every "
                   f"setting's median final accuracy lies between {min(meds):.3f} and "
                   f"{max(meds):.3f}, but a round then takes that many batches per worker."]
     lines.append("")

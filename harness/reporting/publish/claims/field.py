@@ -16,8 +16,8 @@ import pandas as pd
 
 from harness.reporting import stats
 from harness.reporting.publish.claims import Section
-from harness.reporting.publish.claims.common import (STRONGEST_TCP, cap_text, legend, listing,
-                                                     name, runs_of, setting, time_fmt, tta_est)
+from harness.reporting.publish.claims.common import (STRONGEST_TCP, cap_text, legend, listed, name,
+                                                     runs_of, setting, time_fmt, tta_est)
 from harness.reporting.publish.context import Context
 from harness.reporting.sections.field import (CONTEXT, WINNER_RULE, cell_labels, cells,
                                               designs, order, winner)
@@ -72,7 +72,7 @@ def field_body(ctx: Context) -> list[str]:
     """Per cell: the table, then the winner or that none separates; a summary line last."""
     ok, failed = runs(ctx)
     target = float(ok.target_accuracy.dropna().iloc[0])
-    lines = [f"{setting(ok)} ({cap_text(ok)}), seeds {listing(sorted(ok.seed.unique()))}. "
+    lines = [f"{setting(ok)} ({cap_text(ok)}), seeds {listed(ok, 'seed')}. "
              "Every seed drops the same packet positions for every scheme (`replay:` and `ge:` "
              "loss are functions of the seed, the host and the packet's position; "
              f"docs/running.md). {WINNER_RULE[0].upper() + WINNER_RULE[1:]}.", ""]
@@ -86,7 +86,7 @@ def field_body(ctx: Context) -> list[str]:
         gone = failed[failed.cell == label]
         if len(gone):
             lines += ["- Runs that did not finish: " + "; ".join(
-                f"{name(d)} {len(g)} ({listing(sorted(g.status.unique()))})"
+                f"{name(d)} {len(g)} ({listed(g, 'status')})"
                 for d, g in gone.groupby("design")) + "."]
         if best:
             said = f"{name(best)} wins (faster than each of the {len(verdicts)} others)"

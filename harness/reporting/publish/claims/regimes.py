@@ -20,10 +20,10 @@ from harness.reporting import stats
 from harness.reporting.publish.claims import Section
 from harness.reporting.publish.claims.common import (DIFF_RULE, FAMILY, RELIABLE, STRONGEST_TCP,
                                                      TOLERANT, against, cap_text, cell, legend,
-                                                     listing, name, phrase, reached_text, runs_of,
-                                                     scheme_order, setting, span, speed_ratio,
-                                                     time_fmt, tolerance_summary, tta_est, tta_of,
-                                                     verdict_text)
+                                                     listed, listing, name, phrase, reached_text,
+                                                     runs_of, scheme_order, setting, span,
+                                                     speed_ratio, time_fmt, tolerance_summary,
+                                                     tta_est, tta_of, verdict_text)
 from harness.reporting.publish.context import Context, Folder
 
 EDGE = ("results/regimes/edge-10ms", "results/regimes/edge-25ms", "results/regimes/edge")
@@ -66,10 +66,10 @@ def edge_body(ctx: Context) -> list[str]:
              ""]
     for rel in EDGE:
         d = ok[ok.folder == rel]
-        lines.append(f"- `{rel}/`: {listing(sorted(d.delay_ms.unique()))} ms one way (median "
-                     f"RTT {d.rtt_ms.median():g} ms), {listing(sorted(d.loss_pct.unique()))} % "
+        lines.append(f"- `{rel}/`: {listed(d, 'delay_ms')} ms one way (median "
+                     f"RTT {d.rtt_ms.median():g} ms), {listed(d, 'loss_pct')} % "
                      f"loss, {listing(name(s) for s in scheme_order(d))}; each run stopped after "
-                     f"{listing(sorted(d.max_train_s.unique()))} s of training at the latest.")
+                     f"{listed(d, 'max_train_s')} s of training at the latest.")
     lines += ["", "| one way, ms | loss % | scheme | iterations/s | over `ltp-reliable`, per "
               "seed | iteration p99, s | final accuracy | filled | early closes per iteration "
               "| how the runs ended |", "|---|---|---|---|---|---|---|---|---|---|"]

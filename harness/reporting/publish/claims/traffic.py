@@ -18,8 +18,8 @@ from harness.reporting import stats
 from harness.reporting.publish.claims import Section
 from harness.reporting.publish.claims.common import (FAMILY, RELIABLE, STRONGEST_TCP, TOLERANT,
                                                      against, cap_text, capped, cell, legend,
-                                                     listing, name, runs_of, scheme_order, setting,
-                                                     span, speed_ratio, tolerance_summary,
+                                                     listed, listing, name, runs_of, scheme_order,
+                                                     setting, span, speed_ratio, tolerance_summary,
                                                      verdict_text)
 from harness.reporting.publish.context import Context, Folder
 
@@ -45,7 +45,7 @@ def cross_body(ctx: Context) -> list[str]:
     shown: list = []
     lines = [f"Cross traffic from extra hosts through the PS's bottleneck port ("
              + listing(f"`{k}`" for k in kinds) + "; `tcp:N` is N bulk TCP flows, `udp:N:...` "
-             f"N on/off UDP sources), {setting(ok)}, at {listing(sorted(ok.loss_pct.unique()))}"
+             f"N on/off UDP sources), {setting(ok)}, at {listed(ok, 'loss_pct')}"
              " % random loss.", "",
              f"| cross | loss % | scheme | iterations/s | over `{STRONGEST_TCP}`, per seed "
              "| cross traffic carried per run | CPU busy |", "|---|---|---|---|---|---|---|"]
@@ -177,7 +177,7 @@ def bursty_body(ctx: Context) -> list[str]:
     models = ok.drop_duplicates("kind").set_index("kind").loss_model
     kinds = list(models.index)
     shown: list = []
-    mean_loss = listing(sorted(ok.loss_pct.unique()))
+    mean_loss = listed(ok, "loss_pct")
     lines = [f"{mean_loss} % mean random loss in each of {listing(f'`{m}`' for m in models)} "
              f"({setting(ok)}): `ge` draws per-packet Gilbert-Elliott bursts, `get` time-based "
              "bad periods.", "",

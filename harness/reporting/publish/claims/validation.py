@@ -13,7 +13,7 @@ import pandas as pd
 
 from harness.reporting import stats
 from harness.reporting.publish.claims import Section
-from harness.reporting.publish.claims.common import DIFF_RULE, legend, listing, phrase, runs_of
+from harness.reporting.publish.claims.common import (DIFF_RULE, legend, listed, phrase, runs_of)
 from harness.reporting.publish.claims.trust import FREE, _count
 from harness.reporting.publish.context import Context
 
@@ -125,9 +125,9 @@ def validation_body(ctx: Context) -> list[str]:
     """Zeno++ asynchronously, with CSER, and on a held-out set."""
     d = _runs(ctx, ASYNC)
     lines = [f"**Zeno++ without a round** ({len(d)} runs: LTP at "
-             f"{listing(sorted(d.loss_pct.unique()))} % loss, {listing(sorted(d.sync.unique()))}"
-             f", attackers {listing(sorted(d.byzantine.unique()))}, seeds "
-             f"{listing(sorted(d.seed.unique()))}). `{JUDGE}` tests each arriving update alone "
+             f"{listed(d, 'loss_pct')} % loss, {listed(d, 'sync')}"
+             f", attackers {listed(d, 'byzantine')}, seeds "
+             f"{listed(d, 'seed')}). `{JUDGE}` tests each arriving update alone "
              "against a fresh validation gradient, rescaled to its size; `mean` accepts "
              f"everything. Shares count updates over a cell's runs; {DIFF_RULE}.", ""]
     table, shown = _async_rows(d)
@@ -135,13 +135,13 @@ def validation_body(ctx: Context) -> list[str]:
     c = _runs(ctx, WITH_CSER)
     table, more = _async_rows(c)
     lines += [f"**With CSER's local models** ({len(c)} runs: async workers pushing "
-              f"{listing(sorted(c.compress.unique()))} with the residual synchronised every "
-              f"{listing(sorted(c.error_reset.unique()))} gradient rounds).", ""]
+              f"{listed(c, 'compress')} with the residual synchronised every "
+              f"{listed(c, 'error_reset')} gradient rounds).", ""]
     lines += table + ["", legend(more), ""] + _judge_lines(c, "mean") + [""]
     p = _runs(ctx, PRIVACY)
     body, est = _privacy_lines(p)
     lines += [f"**A validation set of the PS's own** ({len(p)} runs over TCP without loss, bsp, "
-              f"rules {listing(sorted(p.aggregator.unique()))}): with `--holdout N` no worker "
+              f"rules {listed(p, 'aggregator')}): with `--holdout N` no worker "
               "trains on the N samples the validator draws from, and the validator needs no "
               "worker's data; it is not differential privacy (docs/byzantine.md).", ""]
     lines += body + ["", legend(est)]
