@@ -65,7 +65,7 @@ def test_the_section_and_the_figure(tmp_path):
         fig.savefig(path)
         return [path]
     assert [p.name for p in field.draw(sw, tmp_path, save)] == ["field_ranking.png"]
-    assert field.section(sweep(table({"ltp": 10, "plot": 11}))) == []   # no design of the field
+    assert not field.applies(sweep(table({"ltp": 10, "plot": 11})))   # no design of the field
 
 
 def test_a_design_is_a_scheme_under_its_pattern():

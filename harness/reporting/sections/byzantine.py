@@ -78,8 +78,8 @@ def _setting(sw: Sweep, keys: list[str], panel: tuple) -> str:
 
 
 def draw(sw: Sweep, folder: Path, save) -> list[Path]:
-    """Write ``byzantine_accuracy`` with ``save(fig, folder, name)``; nothing if not applicable."""
-    if not applies(sw) or sw.curves.empty or "byzantine" not in sw.curves:
+    """Write ``byzantine_accuracy`` with ``save(fig, folder, name)`` (nothing without curves)."""
+    if sw.curves.empty or "byzantine" not in sw.curves:
         return []
     keys = _keys(sw)
     curves = sw.curves.merge(sw.ok[["run_id", "aggregator", *keys[2:]]], on="run_id",
@@ -119,9 +119,7 @@ def _whole_rejected(d) -> str:
 
 
 def section(sw: Sweep) -> list[str]:
-    """The report's "Byzantine workers" section (nothing if the sweep has none)."""
-    if not applies(sw):
-        return []
+    """The report's "Byzantine workers" section."""
     ok = with_tta(sw)
     lines = ["## Byzantine workers and aggregation rules", "",
              f"Final test accuracy and training time to {TTA_LEVEL:.0%} accuracy (runs that "

@@ -76,8 +76,8 @@ def _baseline(frame: pd.DataFrame, sync: str) -> pd.DataFrame:
 
 
 def draw(sw: Sweep, folder: Path, save) -> list[Path]:
-    """Write ``compression_tradeoff`` and ``compression_accuracy``; nothing if not applicable."""
-    if not applies(sw) or "wire_bytes_per_iter" not in sw.ok:
+    """Write ``compression_tradeoff`` and ``compression_accuracy`` (nothing without wire bytes)."""
+    if "wire_bytes_per_iter" not in sw.ok:
         return []
     panels = _panels(sw)
     settings = _settings(sw.ok)
@@ -144,8 +144,8 @@ def _verdict(label: str, saved: stats.Estimate, cost: stats.Estimate) -> str:
 
 
 def section(sw: Sweep) -> list[str]:
-    """The report's "Compressed pushes" section (nothing if the sweep has none)."""
-    if not applies(sw) or "wire_bytes_per_iter" not in sw.ok:
+    """The report's "Compressed pushes" section (nothing without wire bytes)."""
+    if "wire_bytes_per_iter" not in sw.ok:
         return []
     lines = ["## Compressed pushes, local steps and error reset", "",
              "Per setting (docs/compression.md): push bytes all workers put on the wire per round "

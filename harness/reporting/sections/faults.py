@@ -133,9 +133,7 @@ def _cdf(sw: Sweep, folder: Path, save) -> list[Path]:
 
 
 def draw(sw: Sweep, folder: Path, save) -> list[Path]:
-    """Write this module's figures with ``save(fig, folder, name)``; none if it does not apply."""
-    if not applies(sw):
-        return []
+    """Write this module's figures with ``save(fig, folder, name)``."""
     return _tta(sw, folder, save) + _cdf(sw, folder, save)
 
 
@@ -146,9 +144,7 @@ def _mode(values: pd.Series) -> str:
 
 
 def section(sw: Sweep) -> list[str]:
-    """The report's section on faults and staleness (empty if the sweep has neither)."""
-    if not applies(sw):
-        return []
+    """The report's section on faults and staleness."""
     ok = with_tta(sw)
     lines = ["## Training through failure and staleness", "",
              "How the PS detects a worker it lost, and what it does then, is described in "

@@ -100,8 +100,8 @@ def frame(sw: Sweep) -> pd.DataFrame:
 
 
 def section(sw: Sweep) -> list[str]:
-    """"The field head to head": a winner, or none, per cell; empty when not applicable."""
-    if not applies(sw) or "time_to_target_s" not in sw.ok:
+    """"The field head to head": a winner, or none, per cell (nothing without times to target)."""
+    if "time_to_target_s" not in sw.ok:
         return []
     d = frame(sw)
     lines = ["## The field head to head", "",
@@ -119,8 +119,8 @@ def section(sw: Sweep) -> list[str]:
 
 
 def draw(sw: Sweep, folder: Path, save) -> list[Path]:
-    """Write ``field_ranking``; nothing if not applicable."""
-    if not applies(sw) or "time_to_target_s" not in sw.ok:
+    """Write ``field_ranking`` (nothing without times to target)."""
+    if "time_to_target_s" not in sw.ok:
         return []
     d = frame(sw)
     rows, cols = cells(d), order(d)

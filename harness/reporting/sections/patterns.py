@@ -70,9 +70,7 @@ def _patterns(d: pd.DataFrame) -> list[str]:
 
 
 def draw(sw: Sweep, folder: Path, save) -> list[Path]:
-    """Write ``patterns_bound``; nothing if the sweep has no collective."""
-    if not applies(sw):
-        return []
+    """Write ``patterns_bound``."""
     d = frame(sw)
     cells = [c for c in _cells(d) if c[2] == "none"] or _cells(d)
     patterns = _patterns(d)
@@ -147,9 +145,7 @@ def _faults(sw: Sweep, d: pd.DataFrame) -> list[str]:
 
 
 def section(sw: Sweep) -> list[str]:
-    """The report's "Collectives against their bounds" section (nothing without a collective)."""
-    if not applies(sw):
-        return []
+    """The report's "Collectives against their bounds" section."""
     d = frame(sw)
     lines = ["## Collectives against their bounds", "",
              "Per pattern (docs/collectives.md): the median iteration at the PS; its data bound "
