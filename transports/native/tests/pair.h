@@ -16,6 +16,7 @@ enum { O_TYPE = 3, O_MSG = 12, O_SEG = 16, O_INDEX = 20, O_COUNT = 24, O_OFFSET 
        O_CLOSE_REASON = 28, DATA_HDR = 52 };
 
 #include "check.h"
+#include "link.h"
 
 static inline uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 static inline void wr32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
@@ -33,7 +34,6 @@ static inline double stat(ltp_core_t *c, const char *name)
 /* ------------------------------------------------------------------ a worker and a PS */
 enum { PS = 0, WK = 1, DELAY_US = 100, QCAP = 8192 };
 
-typedef struct { uint64_t at; int to, len; uint8_t b[1600]; } ev_t;
 typedef struct pair pair_t;
 /* Sees every datagram before it is queued: 0 deliver (possibly changed), 1 drop. */
 typedef int (*tap_fn)(pair_t *P, int from, uint8_t *b, int *len);
@@ -42,8 +42,7 @@ struct pair {
     ltp_config_t cfg;        /* both cores' */
     ltp_core_t *c[2];
     uint64_t now;
-    ev_t *q;
-    int qh, qn;
+    link_t link;
     tap_fn tap;
     uint8_t kept[4][1600];   /* datagrams a tap put aside, for forging */
     int kept_len[4];
@@ -72,7 +71,7 @@ static inline void pair_init(pair_t *P, const char *const *names, const double *
     P->c[WK] = ltp_core_new(&P->cfg, 0);
     ltp_core_add_peer(P->c[PS], 0);
     ltp_core_add_peer(P->c[WK], 0xFFFF);
-    P->q = calloc(QCAP, sizeof *P->q);
+    link_init(&P->link, QCAP);
     P->now = 100000000;   /* 100 s: a clock that has run long enough for any echo to look plausible */
 }
 
@@ -80,7 +79,7 @@ static inline void pair_free(pair_t *P)
 {
     ltp_core_free(P->c[0]);
     ltp_core_free(P->c[1]);
-    free(P->q);
+    link_free(&P->link);
     free(P->held);
 }
 
@@ -105,26 +104,15 @@ static inline int pair_run(pair_t *P, uint64_t limit_us, done_fn done, void *arg
                 if (b[O_TYPE] == 1) P->data_seen++;
                 if (b[O_TYPE] == 3) { P->closes_seen++; P->closed_seg[b[O_SEG]]++; }
                 if (P->tap && P->tap(P, k, b, &len)) continue;
-                if (P->qn == QCAP) continue;   /* the link's queue is full */
-                ev_t *e = &P->q[(P->qh + P->qn++) % QCAP];
-                e->at = P->now + DELAY_US; e->to = 1 - k; e->len = len;
-                memcpy(e->b, b, (size_t)len);
+                link_push(&P->link, P->now + DELAY_US, k, 1 - k, b, len);
             }
         }
         if (done && done(P, arg)) return 1;
-        uint64_t next = P->qn ? P->q[P->qh].at : UINT64_MAX;
-        for (int k = 0; k < 2; k++) {
-            uint64_t t = ltp_core_next_timeout(P->c[k], P->now);
-            if (t < next) next = t;
-        }
+        uint64_t next = link_next(&P->link, P->c, 2, P->now);
         if (next == UINT64_MAX || next > end) { P->now = end; return done ? done(P, arg) : 1; }
         P->now = next > P->now ? next : P->now + 1;
-        while (P->qn && P->q[P->qh].at <= P->now) {
-            ev_t *e = &P->q[P->qh];
-            P->qh = (P->qh + 1) % QCAP;
-            P->qn--;
+        for (ev_t *e; (e = link_due(&P->link, P->now));)
             ltp_core_input(P->c[e->to], 0, e->b, (size_t)e->len, P->now);
-        }
     }
 }
 

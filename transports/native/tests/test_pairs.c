@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "link.h"
 
 #ifdef LTP_BEFORE_PAIRS   /* the core before: one run key for every host, no replay counter */
 #define LTP_S_REPLAYED (-1)
@@ -63,7 +64,6 @@ static uint64_t stat_of(const ltp_core_t *c, int i)
 /* ------------------------------------------------------------------ a PS and its workers */
 enum { PS = 0, MAXN = 3, DELAY_US = 100, QCAP = 4096, DG = 1600 };
 
-typedef struct { uint64_t at; int from, to, len; uint8_t b[DG]; } ev_t;
 typedef struct net net_t;
 /* Sees every datagram from node `from` to node `to` before it is queued: 0 deliver (possibly
  * changed), 1 drop. */
@@ -75,8 +75,7 @@ struct net {
     int n;
     ltp_core_t *c[MAXN];
     uint64_t now;
-    ev_t *q;
-    int qh, qn;
+    link_t link;
     tap_fn tap;
     uint8_t kept[2][8][DG];  /* the first datagram of each type, by direction (0: to the PS) */
     int kept_len[2][8];
@@ -104,14 +103,14 @@ static void net_init(net_t *N, int workers, int auth, const char *name, double v
             set_pair_key(N->c[w + 1], 0, pair_key(w));
         }
     }
-    N->q = calloc(QCAP, sizeof *N->q);
+    link_init(&N->link, QCAP);
     N->now = 100000000;   /* 100 s */
 }
 
 static void net_free(net_t *N)
 {
     for (int i = 0; i < N->n; i++) ltp_core_free(N->c[i]);
-    free(N->q);
+    link_free(&N->link);
 }
 
 /* Hand node `to` a datagram as if from node `from` (the slot its source address maps to). */
@@ -137,26 +136,15 @@ static int net_run(net_t *N, uint64_t limit_us, done_fn done, void *arg)
                     N->kept_len[dir][type] = len;
                 }
                 if (N->tap && N->tap(N, k, to, b, &len)) continue;
-                if (N->qn == QCAP) continue;
-                ev_t *e = &N->q[(N->qh + N->qn++) % QCAP];
-                e->at = N->now + DELAY_US; e->from = k; e->to = to; e->len = len;
-                memcpy(e->b, b, (size_t)len);
+                link_push(&N->link, N->now + DELAY_US, k, to, b, len);
             }
         }
         if (done && done(N, arg)) return 1;
-        uint64_t next = N->qn ? N->q[N->qh].at : UINT64_MAX;
-        for (int k = 0; k < N->n; k++) {
-            uint64_t t = ltp_core_next_timeout(N->c[k], N->now);
-            if (t < next) next = t;
-        }
+        uint64_t next = link_next(&N->link, N->c, N->n, N->now);
         if (next == UINT64_MAX || next > end) { N->now = end; return done ? done(N, arg) : 1; }
         N->now = next > N->now ? next : N->now + 1;
-        while (N->qn && N->q[N->qh].at <= N->now) {
-            ev_t *e = &N->q[N->qh];
-            N->qh = (N->qh + 1) % QCAP;
-            N->qn--;
+        for (ev_t *e; (e = link_due(&N->link, N->now));)
             inject(N, e->to, e->from, e->b, e->len);
-        }
     }
 }
 
