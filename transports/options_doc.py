@@ -12,7 +12,6 @@ between ``<!-- generated: KEY -->`` and ``<!-- /generated -->`` in each page of 
 
 from __future__ import annotations
 
-import importlib
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -100,17 +99,17 @@ def _table(cls: Callable[[], type[Transport]], keep: Callable[[Option], bool] = 
     return lambda: options_markdown([o for o in cls().option_table() if keep(o)], core_column)
 
 
-def _cls(module: str, name: str) -> Callable[[], type[Transport]]:
-    """A transport's class, imported only when a page is made."""
-    return lambda: getattr(importlib.import_module(module), name)
+def _cls(slug: str) -> Callable[[], type[Transport]]:
+    """A registered scheme's class, imported only when a page is made."""
+    return lambda: registry.get(slug).transport_class()
 
 
-_ltp = _cls("transports.ltp", "LtpTransport")
-_plot = _cls("transports.plot", "PlotTransport")
-_phase = _cls("transports.phase", "PhaseTransport")
-_mlt = _cls("transports.mlt", "MltTransport")
-_optireduce = _cls("transports.optireduce", "OptiReduceTransport")
-_tcp = _cls("transports.tcp", "TcpTransport")
+_ltp = _cls("ltp")
+_plot = _cls("plot")
+_phase = _cls("phase-bound")
+_mlt = _cls("mlt")
+_optireduce = _cls("optireduce")
+_tcp = _cls("tcp-cubic")
 
 
 def _peer(slug: str) -> Callable[[], str]:

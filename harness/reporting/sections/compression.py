@@ -38,7 +38,10 @@ FIGURES = (("compression_tradeoff", "final accuracy against push bytes on the wi
 
 
 def applies(sw: Sweep) -> bool:
-    """The sweep varies a compression setting, or runs one that is not the default."""
+    """The sweep varies a compression setting, or runs one that is not the default, and its
+    table has the wire bytes the section compares."""
+    if "wire_bytes_per_iter" not in sw.ok:
+        return False
     if set(KEYS) & set(sw.varying):
         return True
     return any((sw.ok[k].astype(str) != str(CONDITION_DEFAULTS[k])).any() for k in KEYS)
@@ -76,9 +79,7 @@ def _baseline(frame: pd.DataFrame, sync: str) -> pd.DataFrame:
 
 
 def draw(sw: Sweep, folder: Path, save) -> list[Path]:
-    """Write ``compression_tradeoff`` and ``compression_accuracy`` (nothing without wire bytes)."""
-    if "wire_bytes_per_iter" not in sw.ok:
-        return []
+    """Write ``compression_tradeoff`` and ``compression_accuracy``."""
     panels = _panels(sw)
     settings = _settings(sw.ok)
     colours = dict(zip(settings, plt.get_cmap("tab10").colors))
@@ -144,9 +145,7 @@ def _verdict(label: str, saved: stats.Estimate, cost: stats.Estimate) -> str:
 
 
 def section(sw: Sweep) -> list[str]:
-    """The report's "Compressed pushes" section (nothing without wire bytes)."""
-    if "wire_bytes_per_iter" not in sw.ok:
-        return []
+    """The report's "Compressed pushes" section."""
     lines = ["## Compressed pushes, local steps and error reset", "",
              "Per setting (docs/compression.md): push bytes all workers put on the wire per round "
              "(headers and retransmissions included, as the transports count them), their ratio "

@@ -44,7 +44,7 @@ struct pair {
     uint64_t now;
     link_t link;
     tap_fn tap;
-    uint8_t kept[4][1600];   /* datagrams a tap put aside, for forging */
+    uint8_t kept[4][LINK_DG];   /* datagrams a tap put aside, for forging */
     int kept_len[4];
     int closes_seen, data_seen;
     uint8_t closed_seg[256];  /* CLOSE datagrams seen per segment */
@@ -96,7 +96,7 @@ typedef int (*done_fn)(pair_t *P, void *arg);
 static inline int pair_run(pair_t *P, uint64_t limit_us, done_fn done, void *arg)
 {
     uint64_t end = P->now + limit_us;
-    uint8_t b[1600];
+    uint8_t b[LINK_DG];
     for (;;) {
         for (int k = 0; k < 2; k++) {
             int slot, len;

@@ -62,7 +62,7 @@ static uint64_t stat_of(const ltp_core_t *c, int i)
 }
 
 /* ------------------------------------------------------------------ a PS and its workers */
-enum { PS = 0, MAXN = 3, DELAY_US = 100, QCAP = 4096, DG = 1600 };
+enum { PS = 0, MAXN = 3, DELAY_US = 100, QCAP = 4096 };
 
 typedef struct net net_t;
 /* Sees every datagram from node `from` to node `to` before it is queued: 0 deliver (possibly
@@ -77,7 +77,7 @@ struct net {
     uint64_t now;
     link_t link;
     tap_fn tap;
-    uint8_t kept[2][8][DG];  /* the first datagram of each type, by direction (0: to the PS) */
+    uint8_t kept[2][8][LINK_DG];  /* the first datagram of each type, by direction (0: to the PS) */
     int kept_len[2][8];
     int data_passed;         /* what a tap let through */
 };
@@ -125,7 +125,7 @@ typedef int (*done_fn)(net_t *N, void *arg);
 static int net_run(net_t *N, uint64_t limit_us, done_fn done, void *arg)
 {
     uint64_t end = N->now + limit_us;
-    uint8_t b[DG];
+    uint8_t b[LINK_DG];
     for (;;) {
         for (int k = 0; k < N->n; k++) {
             int slot, len;
@@ -326,7 +326,7 @@ static int test_forged_ack_delay(void)
 /* ------------------------------------------------------------------ 4. one key per pair */
 /* What worker 0 can build holding only its own pair's key: a core of any rank with that key. Its
  * genuine datagrams, sent from `rank` to `peer_rank`, as the list of what it polled. */
-static int forge_from(net_t *N, uint16_t rank, uint16_t peer_rank, int hello, uint8_t (*out)[DG],
+static int forge_from(net_t *N, uint16_t rank, uint16_t peer_rank, int hello, uint8_t (*out)[LINK_DG],
                       int *lens, int max)
 {
     ltp_core_t *f = ltp_core_new(&N->cfg, rank);
@@ -336,7 +336,7 @@ static int forge_from(net_t *N, uint16_t rank, uint16_t peer_rank, int hello, ui
     if (hello) ltp_core_hello(f, 0, N->now);
     else ltp_core_send(f, 0, 1, 0, v, sizeof v, 0, N->now);
     int n = 0, slot, len;
-    uint8_t b[DG];
+    uint8_t b[LINK_DG];
     for (int round = 0; round < 4 && n < max; round++) {
         while (n < max && (len = ltp_core_poll_tx(f, N->now, b, sizeof b, &slot)) > 0) {
             memcpy(out[n], b, (size_t)len);
@@ -352,7 +352,7 @@ static int test_worker_cannot_forge_another_pair(void)
 {
     net_t N;
     net_init(&N, 2, 1, NULL, 0);
-    static uint8_t dg[64][DG];
+    static uint8_t dg[64][LINK_DG];
     int lens[64], accepted = 0;
     /* As worker 1, to the PS (from worker 1's address, which this testbed lets anyone spoof). */
     int n = forge_from(&N, 1, LTP_RANK_SERVER, 1, dg, lens, 64);

@@ -13,7 +13,7 @@ import pandas as pd
 
 from harness.reporting import stats
 from harness.reporting.publish.claims import Section
-from harness.reporting.publish.claims.common import (DIFF_RULE, legend, listed, phrase, runs_of)
+from harness.reporting.publish.claims.common import DIFF_RULE, legend, listed, phrase, runs_of
 from harness.reporting.publish.claims.trust import FREE, _count
 from harness.reporting.publish.context import Context
 
