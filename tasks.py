@@ -377,15 +377,48 @@ def publish(c, check=False, no_figures=False):
             print(f"redrew {out.figures} figure files.")
 
 
+@task(help={"seconds": "how long each MAC is timed at each datagram size (default 0.3)"})
+def bench_mac(c, seconds="0.3"):
+    """What each MAC of `auth` costs per datagram size on this machine: ns per tag and GB/s."""
+    from harness import cli
+
+    with cli.user_errors():
+        t = cli.number(seconds, float, "--seconds")
+        native = PROJECT / "transports" / "native"
+        c.run(f"make -s -C {native} bench-mac BENCH_MAC_SECONDS={t}", pty=False)
+
+
 @task(help={"seconds": "how long libFuzzer drives the stateful core target (default 60)",
-            "udp_seconds": "how long it then fuzzes the UDP driver's parsing (default 10)"})
-def fuzz(c, seconds=60, udp_seconds=10):
-    """Fuzz the LTP core's state machine and the driver's parsing (libFuzzer, ASan), then print
-    the coverage of the receive functions over the corpus."""
+            "rx_seconds": "how long it then drives the driver's receive batches and the core's "
+                          "placement (default 30)",
+            "udp_seconds": "how long it then fuzzes the UDP driver's parsing (default 10)",
+            "peer_seconds": "how long atheris drives the multicast peer transport's receiving "
+                            "half (tests/fuzz/peer_rx.py; default 30)",
+            "jobs": "processes per target (default 1)",
+            "merge": "then add what the grown corpora reach anew to the committed ones"})
+def fuzz(c, seconds=60, rx_seconds=30, udp_seconds=10, peer_seconds=30, jobs=1, merge=False):
+    """Fuzz the LTP core's state machine, the driver's receive path and its parsing (libFuzzer,
+    ASan and UBSan), and the multicast receiver (atheris); then print the coverage per file."""
     native = PROJECT / "transports" / "native"
-    c.run(f"make -C {native} fuzz FUZZ_SECONDS={int(seconds)} FUZZ_UDP_SECONDS={int(udp_seconds)}",
-          pty=False)
+    c.run(f"make -C {native} fuzz FUZZ_SECONDS={int(seconds)} FUZZ_RX_SECONDS={int(rx_seconds)} "
+          f"FUZZ_UDP_SECONDS={int(udp_seconds)} FUZZ_JOBS={int(jobs)}", pty=False)
+    grown = native / "build" / "fuzz-corpus" / "peer_rx"
+    grown.mkdir(parents=True, exist_ok=True)
+    committed = PROJECT / "tests" / "fuzz" / "corpus" / "peer_rx"
+    py = PROJECT / ".venv" / "bin" / "python"
+    workers = f"-jobs={int(jobs)} -workers={int(jobs)} " if int(jobs) > 1 else ""
+    c.run(f"cd {PROJECT} && {py} -m tests.fuzz peer_rx -max_total_time={int(peer_seconds)} "
+          f"-seed=1 -max_len=1024 -print_final_stats=1 {workers}{grown} {committed}", pty=False)
+    if merge:
+        c.run(f"make -s -C {native} fuzz-merge", pty=False)
+        c.run(f"cd {PROJECT} && {py} -m tests.fuzz peer_rx -merge=1 -use_counters=0 {committed} {grown}",
+              pty=False)
     c.run(f"make -s -C {native} fuzz-cov", pty=False)
+    print("coverage per file of the multicast receiver over its corpora (tests/fuzz/peer_rx.py):")
+    data = native / "build" / "peer_rx.coverage"
+    c.run(f"cd {PROJECT} && COVERAGE_FILE={data} {py} -m coverage run --branch "
+          f"--include='transports/peer/auth.py,transports/peer/inbound.py,transports/peer/wire.py' -m tests.fuzz.peer_rx {grown} {committed} && "
+          f"COVERAGE_FILE={data} {py} -m coverage report", pty=False)
 
 
 @task(help={
