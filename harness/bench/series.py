@@ -81,14 +81,14 @@ class QdiscReader:
         self.sock.bind((0, 0))
         self.sock.settimeout(1.0)
         self.seq = 0
+        # every request asks for the same qdisc: only the header's sequence number changes
+        self.body = _TCMSG.pack(socket.AF_UNSPEC, self.ifindex, self.handle, 0, 0)
 
     def read(self) -> tuple[int, int, int]:
         """(packets, bytes, drops) of the qdisc now."""
         self.seq += 1
-        body = _TCMSG.pack(socket.AF_UNSPEC, self.ifindex, self.handle, 0, 0)
-        flags = NLM_F_REQUEST | NLM_F_ECHO
-        self.sock.send(_NLMSG.pack(_NLMSG.size + len(body), RTM_GETQDISC, flags, self.seq, 0)
-                       + body)
+        self.sock.send(_NLMSG.pack(_NLMSG.size + len(self.body), RTM_GETQDISC,
+                                   NLM_F_REQUEST | NLM_F_ECHO, self.seq, 0) + self.body)
         while True:
             data = self.sock.recv(65536)
             length, kind, _, seq, _ = _NLMSG.unpack_from(data)
@@ -249,7 +249,7 @@ def run(scheme: str, workers: int, bandwidth_mbps: float, queue_pkts: int, loss_
     """Bring the incast up, push and sample as the module docstring says, write ``series.csv``
     and ``series.png`` into ``folder`` (a new one under the benchmarks' folder unless given),
     print the summary; return the table's path."""
-    from harness.bench.run import BENCH_DIR, listening_in
+    from harness.bench.run import BENCH_DIR, listening_in, push_bound_s
     from harness.running.runner import apply_host_settings
     from topologies.impair.loss import Impairment
     from topologies.incast import BOTTLENECK_INTF, PS_IP, PS_NAME, IncastParams, worker_name
@@ -296,7 +296,7 @@ def run(scheme: str, workers: int, bandwidth_mbps: float, queue_pkts: int, loss_
     path = folder / "series.csv"
     series.to_csv(path, index=False)
     figure(series, queue_pkts, folder / "series.png")
-    _summary(series, pushes, period_s, n_bytes, workers * n_bytes * 8 / (bandwidth_mbps * 1e6),
+    _summary(series, pushes, period_s, n_bytes, push_bound_s(workers, n_bytes, bandwidth_mbps),
              queue_pkts)
     return path
 
