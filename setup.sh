@@ -20,6 +20,7 @@ APT_PACKAGES=(
     dataset-fashion-mnist
     build-essential python3-venv python3-dev pkg-config
     libnetfilter-queue-dev clang libclang-rt-14-dev libbpf-dev
+    libssl-dev   # libcrypto: the native core's AES-128-GMAC (mac=gmac128, docs/ltp-protocol.md §11)
     llvm-14   # llvm-profdata-14 and llvm-cov-14: `invoke fuzz` reports the fuzzer's coverage
 )
 

@@ -212,6 +212,43 @@ def bench_network(c, bandwidth="100", queue="64", loss="5", seconds="5"):
 
 
 @task(help={
+    "scheme": "a TCP scheme: tcp-cubic, tcp-cubic-lowrto, tcp-bbr or tcp-reno (default tcp-cubic)",
+    "workers": "number of workers (default 8)",
+    "bandwidth": "bottleneck rate in Mbit/s (default 100)",
+    "queue": "bottleneck queue in packets (default 64)",
+    "loss": "random loss in percent at every host's ingress (default 0)",
+    "pushes": "synchronized pushes (default 10)",
+    "period": "seconds from one push to the next (default 0.5)",
+    "bytes": "bytes each worker pushes (default: one gradient of the MLP)",
+    "interval": "sampling interval in ms (default 1)",
+    "out": "folder for series.csv, series.png and the raw samples "
+           "(default results/bench/series-<time>)",
+})
+def bench_series(c, scheme="tcp-cubic", workers="8", bandwidth="100", queue="64", loss="0",
+                 pushes="10", period="0.5", bytes=None, interval="1", out=None):
+    """Millisecond time series of an incast: the bottleneck queue and each sender's congestion
+    window, RTT and timeouts while every worker pushes a gradient at once (lab 1)."""
+    from harness import cli
+
+    with cli.user_errors():
+        from harness.bench import run as bench, series
+
+        args = series.series_args(scheme, cli.number(workers, int, "--workers"),
+                                  cli.number(bandwidth, float, "--bandwidth"),
+                                  cli.number(queue, int, "--queue"),
+                                  cli.number(loss, float, "--loss"),
+                                  cli.number(pushes, int, "--pushes"),
+                                  cli.number(period, float, "--period"),
+                                  cli.number(bytes, int, "--bytes") if bytes else
+                                  bench.mlp_bytes(),
+                                  cli.number(interval, float, "--interval"))
+        cli.require_root()
+        cli.require_setup()
+        path = series.run(*args, Path(out) if out else None)
+        print(f"the samples: {path}; the figure: {path.with_name('series.png')}")
+
+
+@task(help={
     "workers": "number of workers (default 8)",
     "loss": "loss at every host's ingress: a rate in percent or any model --loss of run-sweep "
             "takes, e.g. 5 or ge:5:4 (default 0)",
@@ -377,15 +414,48 @@ def publish(c, check=False, no_figures=False):
             print(f"redrew {out.figures} figure files.")
 
 
+@task(help={"seconds": "how long each MAC is timed at each datagram size (default 0.3)"})
+def bench_mac(c, seconds="0.3"):
+    """What each MAC of `auth` costs per datagram size on this machine: ns per tag and GB/s."""
+    from harness import cli
+
+    with cli.user_errors():
+        t = cli.number(seconds, float, "--seconds")
+        native = PROJECT / "transports" / "native"
+        c.run(f"make -s -C {native} bench-mac BENCH_MAC_SECONDS={t}", pty=False)
+
+
 @task(help={"seconds": "how long libFuzzer drives the stateful core target (default 60)",
-            "udp_seconds": "how long it then fuzzes the UDP driver's parsing (default 10)"})
-def fuzz(c, seconds=60, udp_seconds=10):
-    """Fuzz the LTP core's state machine and the driver's parsing (libFuzzer, ASan), then print
-    the coverage of the receive functions over the corpus."""
+            "rx_seconds": "how long it then drives the driver's receive batches and the core's "
+                          "placement (default 30)",
+            "udp_seconds": "how long it then fuzzes the UDP driver's parsing (default 10)",
+            "peer_seconds": "how long atheris drives the multicast peer transport's receiving "
+                            "half (tests/fuzz/peer_rx.py; default 30)",
+            "jobs": "processes per target (default 1)",
+            "merge": "then add what the grown corpora reach anew to the committed ones"})
+def fuzz(c, seconds=60, rx_seconds=30, udp_seconds=10, peer_seconds=30, jobs=1, merge=False):
+    """Fuzz the LTP core's state machine, the driver's receive path and its parsing (libFuzzer,
+    ASan and UBSan), and the multicast receiver (atheris); then print the coverage per file."""
     native = PROJECT / "transports" / "native"
-    c.run(f"make -C {native} fuzz FUZZ_SECONDS={int(seconds)} FUZZ_UDP_SECONDS={int(udp_seconds)}",
-          pty=False)
+    c.run(f"make -C {native} fuzz FUZZ_SECONDS={int(seconds)} FUZZ_RX_SECONDS={int(rx_seconds)} "
+          f"FUZZ_UDP_SECONDS={int(udp_seconds)} FUZZ_JOBS={int(jobs)}", pty=False)
+    grown = native / "build" / "fuzz-corpus" / "peer_rx"
+    grown.mkdir(parents=True, exist_ok=True)
+    committed = PROJECT / "tests" / "fuzz" / "corpus" / "peer_rx"
+    py = PROJECT / ".venv" / "bin" / "python"
+    workers = f"-jobs={int(jobs)} -workers={int(jobs)} " if int(jobs) > 1 else ""
+    c.run(f"cd {PROJECT} && {py} -m tests.fuzz peer_rx -max_total_time={int(peer_seconds)} "
+          f"-seed=1 -max_len=1024 -print_final_stats=1 {workers}{grown} {committed}", pty=False)
+    if merge:
+        c.run(f"make -s -C {native} fuzz-merge", pty=False)
+        c.run(f"cd {PROJECT} && {py} -m tests.fuzz peer_rx -merge=1 -use_counters=0 {committed} {grown}",
+              pty=False)
     c.run(f"make -s -C {native} fuzz-cov", pty=False)
+    print("coverage per file of the multicast receiver over its corpora (tests/fuzz/peer_rx.py):")
+    data = native / "build" / "peer_rx.coverage"
+    c.run(f"cd {PROJECT} && COVERAGE_FILE={data} {py} -m coverage run --branch "
+          f"--include='transports/peer/auth.py,transports/peer/inbound.py,transports/peer/wire.py' -m tests.fuzz.peer_rx {grown} {committed} && "
+          f"COVERAGE_FILE={data} {py} -m coverage report", pty=False)
 
 
 @task(help={

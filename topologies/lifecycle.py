@@ -1,7 +1,11 @@
 """What brings a part of the network up and always takes it down again (the testbed, its cross
-traffic): one context-manager shape, so that a failure halfway up leaves nothing behind."""
+traffic): one context-manager shape, so that a failure halfway up leaves nothing behind; and the
+wait for a helper process (a delay line, a capture) to say it is ready."""
 
 from __future__ import annotations
+
+import time
+from collections.abc import Callable
 
 
 class UpDown:
@@ -25,3 +29,15 @@ class UpDown:
 
     def __exit__(self, *exc: object) -> None:
         self._down()
+
+
+def wait_ready(proc, ready: Callable[[], bool], deadline: float, poll_s: float,
+               exited: Callable[[], Exception], late: Callable[[], Exception]) -> None:
+    """Wait until ``ready()`` (a helper's log shows it listening): raise ``exited()`` if ``proc``
+    ends first, ``late()`` once ``time.monotonic()`` passes ``deadline``."""
+    while not ready():
+        if proc.poll() is not None:
+            raise exited()
+        if time.monotonic() > deadline:
+            raise late()
+        time.sleep(poll_s)

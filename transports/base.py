@@ -62,6 +62,15 @@ class OptionError(UserError, ValueError):
     """A transport option is unknown or out of range."""
 
 
+def check_order(owner: str, options: Mapping[str, Any], low: str, high: str,
+                why: str = "") -> None:
+    """:class:`OptionError` (one sentence, ``why`` after a colon) if option ``low`` exceeds
+    option ``high``."""
+    if options[low] > options[high]:
+        raise OptionError(f"{owner} {low} ({options[low]:g}) must not exceed {high} "
+                          f"({options[high]:g})" + (f": {why}." if why else "."))
+
+
 def parse_scheme(text: str, what: str = "transport") -> tuple[str, dict[str, Any]]:
     """``"ltp+filler=zero+cc=false"`` -> ``("ltp", {"filler": "zero", "cc": False})``.
 

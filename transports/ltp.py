@@ -110,7 +110,7 @@ def ltp_options() -> tuple[Option, ...]:
         Option("critical_segments", (), "names",
                help="layout segments that must always arrive whole (sent first)"),
         _core_option("ack_every"), _core_option("ack_delay_us"),
-        _core_option("max_open_per_peer"), _core_option("auth"),
+        _core_option("max_open_per_peer"), _core_option("auth"), _core_option("mac"),
         Option("linger_ms", 10_000.0, "float", 0.0, 60_000.0, unit="ms",
                help="longest a closing end (PS or worker) waits for its peers to go quiet "
                     "(linger_rtts round trips without a datagram)"),
@@ -133,9 +133,12 @@ class LtpTransport(Transport):
     LABEL = "LTP"
     MESH = True
 
+    # Its option table, read from the C core's; a scheme built on the core names its own.
+    TABLE = staticmethod(ltp_options)
+
     @classmethod
     def option_table(cls) -> tuple[Option, ...]:
-        return ltp_options()
+        return cls.TABLE()
 
     def receive_thresholds(self) -> tuple[float, float]:
         """The PS's early-close thresholds for gradients (threshold_min, threshold_max)."""

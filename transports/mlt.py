@@ -158,10 +158,7 @@ class MltTransport(LtpTransport):
 
     LABEL = "MLT"
     MESH = False
-
-    @classmethod
-    def option_table(cls) -> tuple[Option, ...]:
-        return mlt_options()
+    TABLE = staticmethod(mlt_options)
 
     def receive_thresholds(self) -> tuple[float, float]:
         bound = 1.0 - self._options["loss_bound"]

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from transports import hadamard
-from transports.base import Addr, Layout, Option, OptionError
+from transports.base import Addr, Layout, Option, OptionError, check_order
 from transports.ltp import LtpTransport, _core_option, ltp_options
 
 # LTP's options that mean nothing here: the early-close threshold and its weights and grace (a
@@ -130,10 +130,7 @@ class OptiReduceTransport(LtpTransport):
     LABEL = "OptiReduce"
     MESH = True
     PS = False
-
-    @classmethod
-    def option_table(cls) -> tuple[Option, ...]:
-        return optireduce_options()
+    TABLE = staticmethod(optireduce_options)
 
     def receive_thresholds(self) -> tuple[float, float]:
         # Until its deadline a part is received whole (the core's default policy); the mesh end
@@ -143,13 +140,9 @@ class OptiReduceTransport(LtpTransport):
     def validate(self) -> None:
         super().validate()
         o = self._options
-        if o["timeout_warmup"] > o["timeout_history"]:
-            raise OptionError(f"OptiReduce timeout_warmup ({o['timeout_warmup']}) must not exceed "
-                              f"timeout_history ({o['timeout_history']}): a part keeps only that "
-                              "many samples.")
-        if o["timeout_floor_ms"] > o["timeout_max_ms"]:
-            raise OptionError(f"OptiReduce timeout_floor_ms ({o['timeout_floor_ms']:g}) must not "
-                              f"exceed timeout_max_ms ({o['timeout_max_ms']:g}).")
+        check_order("OptiReduce", o, "timeout_warmup", "timeout_history",
+                    "a part keeps only that many samples")
+        check_order("OptiReduce", o, "timeout_floor_ms", "timeout_max_ms")
         if not hadamard.is_power_of_two(o["hadamard_block_floats"]):
             raise OptionError("OptiReduce hadamard_block_floats must be a power of two (1, 2, 4, "
                               f"..., 8192, ...), not {o['hadamard_block_floats']}.")

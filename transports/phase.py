@@ -174,10 +174,7 @@ class PhaseTransport(LtpTransport):
 
     LABEL = "phase-bound"
     MESH = False
-
-    @classmethod
-    def option_table(cls) -> tuple[Option, ...]:
-        return phase_options()
+    TABLE = staticmethod(phase_options)
 
     def receive_thresholds(self) -> tuple[float, float]:
         # The core starts strict: the first rounds are sensitive (warm-up, or no evidence yet).

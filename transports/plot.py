@@ -47,7 +47,8 @@ from typing import Any
 
 import numpy as np
 
-from transports.base import Addr, Delivery, Layout, Option, OptionError, SendReport, Session
+from transports.base import (Addr, Delivery, Layout, Option, OptionError, SendReport, Session,
+                             check_order)
 from transports.ltp import (LtpServer, LtpTransport, LtpWorker, _core_option, _float32_payload,
                             _msg_bytes, _threshold_option, ltp_options)
 
@@ -98,16 +99,13 @@ class PlotTransport(LtpTransport):
 
     LABEL = "PLOT"
     MESH = False
+    TABLE = staticmethod(plot_options)
 
     def __init__(self, slug: str, options: Mapping[str, Any] | None = None) -> None:
         # What was given, not defaulted: the adaptive rule's options are refused when given to
         # another rule.
         self._given = frozenset(options or ())
         super().__init__(slug, options)
-
-    @classmethod
-    def option_table(cls) -> tuple[Option, ...]:
-        return plot_options()
 
     @property
     def adaptive(self) -> bool:
@@ -141,9 +139,7 @@ class PlotTransport(LtpTransport):
             raise OptionError(f"PLOT option {given[0]} applies only to bound_rule 'adaptive' "
                               f"(bound_rule {o['bound_rule']!r} closes each layer at a fixed "
                               "bound); drop it or add bound_rule=adaptive.")
-        if o["bound_min"] > o["bound_max"]:
-            raise OptionError(f"PLOT bound_min ({o['bound_min']}) must not exceed bound_max "
-                              f"({o['bound_max']}).")
+        check_order("PLOT", o, "bound_min", "bound_max")
         bounds = o["bounds"]
         if o["bound_rule"] == "explicit" and not bounds:
             raise OptionError("PLOT bound_rule 'explicit' needs bounds, e.g. "

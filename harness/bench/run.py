@@ -92,7 +92,13 @@ def transport_args(slugs, losses, bandwidths, iterations: int, queue_pkts: int,
             repeats)
 
 
-def _listening_in(host_pid: int, port: int) -> bool:
+def push_bound_s(workers: int, n_bytes: int, bandwidth_mbps: float) -> float:
+    """The physical bound of a synchronized push: every worker's message through the bottleneck
+    (payload only)."""
+    return workers * n_bytes * 8 / (bandwidth_mbps * 1e6)
+
+
+def listening_in(host_pid: int, port: int) -> bool:
     """True if a TCP socket listens on ``port`` in the network namespace of ``host_pid``."""
     want = f":{port:04X}"
     with open(f"/proc/{host_pid}/net/tcp") as f:
@@ -114,7 +120,7 @@ def _iperf(tb: Testbed, folder: Path, pairs: list[tuple[str, int]],
             servers.append(tb.start_process(PS_NAME, ["iperf3", "-s", "-1", "-B", PS_IP, "-p", str(port)],
                                             folder / f"iperf3-server-{port}.log"))
         deadline = time.monotonic() + 10
-        while not all(_listening_in(ps_pid, port) for _, port in pairs):
+        while not all(listening_in(ps_pid, port) for _, port in pairs):
             if time.monotonic() > deadline:
                 raise TestbedError("iperf3 servers on ps1 did not listen within 10 s.")
             time.sleep(0.02)
@@ -304,7 +310,7 @@ def transport(slugs: tuple[str, ...], losses: tuple[float, ...], bandwidths: tup
           f"{'bound s':>8} {'median/bound':>12} {'p99/bound':>9} {'min frac':>8}")
     for bw in bandwidths:
         net_dir = folder / f"bw{bw:g}"
-        bound_s = 8 * n_bytes * 8 / (bw * 1e6)
+        bound_s = push_bound_s(8, n_bytes, bw)
         with Testbed(IncastParams(8, bw, None, queue_pkts, 0.0), net_dir) as tb, \
                 Zygote(net_dir, tb.ledger) as zygote:
             for loss in losses:

@@ -99,6 +99,7 @@ class _Round:
     broadcast_s: float = 0.0
     update_s: float = 0.0
     late: int = 0
+    abandoned: int = 0
     participants: set[int] = dataclasses.field(default_factory=set)
     deadline: float = 0.0
     outcome: Outcome | None = None
@@ -272,6 +273,11 @@ class ParameterServer:
         m.msg, m.clock = m.msg + 1, m.clock + 1
         if m.state != "gone":   # a message that was whole before its connection ended
             m.state = "ready"
+        if d.received_frac == 0.0:
+            # Its sender gave it up before any of it arrived (the native core's "abandoned":
+            # its later DATA said so): nothing to apply; its next message is awaited.
+            rnd.abandoned += 1
+            return
         if self.sync.kind == "bsp":
             if r in rnd.participants and staleness == 0:
                 rnd.ranks.append(r)
@@ -396,7 +402,7 @@ class ParameterServer:
             param_retransmits=[s.retransmits for s in rnd.sent],
             param_stats=[dict(s.stats) for s in rnd.sent],
             msg_stats=[d.stats for d in ds], ranks=list(rnd.ranks),
-            staleness=list(rnd.staleness), late=rnd.late,
+            staleness=list(rnd.staleness), late=rnd.late, abandoned=rnd.abandoned,
             missing=[r for r, m in enumerate(self.members) if m.state in ("missing", "gone")],
             **_outcome_fields(rnd)))
 

@@ -16,7 +16,6 @@ from typing import Any, ClassVar
 
 from harness.hosts.sync import SyncError, parse_sync
 from harness.running.spec import TrainingSpec
-from harness.training import datasets, models
 from topologies.controller.selmcast import POLICIES
 from topologies.fabric import FabricParams
 from topologies.incast import TopologyError
@@ -80,18 +79,8 @@ class PeerSpec(TrainingSpec):
         if isinstance(self.p, bool) or not isinstance(self.p, int) or not 1 <= self.p < n:
             raise PeerSpecError(f"p must be a whole number from 1 to {n - 1} (the other "
                                 f"workers), not {self.p!r}.")
-        if self.model not in models.MODELS:
-            raise PeerSpecError(f"unknown model {self.model!r}; choose one of: "
-                                f"{', '.join(models.MODELS)}.")
-        if self.dataset not in datasets.DATASETS:
-            raise PeerSpecError(f"unknown data set {self.dataset!r}; choose one of: "
-                                f"{', '.join(datasets.DATASETS)}.")
-        for name in ("rounds", "local_steps", "batch_size", "eval_every", "seed", "port"):
-            value = getattr(self, name)
-            low = 0 if name == "seed" else 1
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise PeerSpecError(f"{name} must be a whole number of at least {low}, "
-                                    f"not {value!r}.")
+        self._training_checks(PeerSpecError, ("rounds", "local_steps", "batch_size", "eval_every",
+                                              "seed", "port"))
         if not 0 <= self.loss_pct < 100:
             raise PeerSpecError(f"loss_pct must be from 0 to below 100, not {self.loss_pct!r}.")
         if not (self.lr > 0 and self.timeout_s > 0):

@@ -30,7 +30,7 @@ PLUGIN = PROJECT / "transports" / "wireshark" / "ltp.lua"
 CORE_FIELDS = ("frame.number", "frame.time_relative", "ip.src", "ip.dst", "ltpt.type",
                "ltpt.flags", "ltpt.sender", "ltpt.msg_id", "ltpt.segment", "ltpt.index",
                "ltpt.count", "ltpt.tx_seq", "ltpt.received", "ltpt.close.reason",
-               "ltpt.close.count", "ltpt.ack.base", "ltpt.ack.rate_hint")
+               "ltpt.close.count", "ltpt.ack.base", "ltpt.ack.rate_hint", "ltpt.open_back")
 MCAST_FIELDS = ("frame.number", "frame.time_relative", "ip.src", "ip.dst", "ltpp.kind",
                 "ltpp.sender", "ltpp.round", "ltpp.seq", "ltpp.count", "ltpp.pass",
                 "ltpp.target", "ltpp.status_flags", "ltpp.have_floats")

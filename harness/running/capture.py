@@ -42,6 +42,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from harness.running.runfiles import RunFiles
+from topologies.lifecycle import wait_ready
 from transports.base import UserError
 
 DEFAULT_SNAPLEN_BYTES = 128
@@ -128,17 +129,16 @@ def tcpdump_argv(intf: str, pcap: Path, capture: Capture) -> list[str]:
 
 
 def _wait_ready(proc, log: Path, deadline: float) -> None:
-    while True:
+    def text() -> str:
         with contextlib.suppress(FileNotFoundError):
-            if READY_LINE in log.read_text(errors="replace"):
-                return
-        if proc.poll() is not None:
-            raise CaptureError(f"tcpdump on {proc.host} exited at start: "
-                               f"{log.read_text(errors='replace').strip()[-300:]}")
-        if time.monotonic() > deadline:
-            raise CaptureError(f"tcpdump on {proc.host} did not start listening within "
-                               f"{READY_S:g} s; see {log}.")
-        time.sleep(0.02)
+            return log.read_text(errors="replace")
+        return ""
+
+    wait_ready(proc, lambda: READY_LINE in text(), deadline, 0.02,
+               lambda: CaptureError(f"tcpdump on {proc.host} exited at start: "
+                                    f"{text().strip()[-300:]}"),
+               lambda: CaptureError(f"tcpdump on {proc.host} did not start listening within "
+                                    f"{READY_S:g} s; see {log}."))
 
 
 @contextlib.contextmanager

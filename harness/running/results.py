@@ -66,6 +66,7 @@ SIM_ITERATION_COLUMNS = SIM_KEY_COLUMNS + _section("sim_iterations")
 SIM_PUSH_COLUMNS = SIM_KEY_COLUMNS + _section("sim_pushes")
 # The benchmarks' tables (invoke bench-transport, under .state/bench/transport-<stamp>/).
 BENCH_LOOPBACK_COLUMNS = _section("bench_loopback")
+SIM_VALIDATION_COLUMNS = _section("sim_validation")
 BENCH_PUSH_COLUMNS = _section("bench_push")
 
 
@@ -142,7 +143,7 @@ def read_rows(path: Path) -> list[dict[str, str]]:
 
 # Columns that name things (a run, a commit, a code fingerprint): text, even when a value is all
 # digits (a fingerprint such as 265933038540), which pandas would otherwise read as a number.
-IDENTITY_COLUMNS = ("run_id", "git_commit", "code_fingerprint")
+IDENTITY_COLUMNS = ("run_id", "git_commit", "code_fingerprint", "testbed_fingerprint")
 
 
 def read_table(path: Path):
@@ -184,7 +185,9 @@ def schema_markdown() -> str:
                            ("iterations.csv of a simulation", SIM_ITERATION_COLUMNS),
                            ("pushes.csv of a simulation", SIM_PUSH_COLUMNS),
                            ("loopback.csv of bench-transport", BENCH_LOOPBACK_COLUMNS),
-                           ("push_times.csv of bench-transport", BENCH_PUSH_COLUMNS)):
+                           ("push_times.csv of bench-transport", BENCH_PUSH_COLUMNS),
+                           ("validation.csv of the simulator's validation",
+                            SIM_VALIDATION_COLUMNS)):
         out += [f"## `{title}`", "", "| column | unit | meaning |", "|---|---|---|"]
         out += [f"| `{c.name}` | {c.unit} | {c.description} |" for c in columns]
         out.append("")

@@ -68,10 +68,12 @@ class PsIteration:
     msg_stats: list[dict[str, float]]   # each delivery's transport counters
     # Whose gradients the round applied, in the order of the lists above (every rank before
     # the sync modes existed), and the staleness of each (harness.hosts.ps); gradients that came too
-    # late to be applied (bsp); ranks missing or gone when the round closed.
+    # late to be applied (bsp); messages their senders gave up before any of them arrived
+    # (abandoned: taken empty, nothing applied); ranks missing or gone when the round closed.
     ranks: list[int] = dataclasses.field(default_factory=list)
     staleness: list[int] = dataclasses.field(default_factory=list)
     late: int = 0
+    abandoned: int = 0
     missing: list[int] = dataclasses.field(default_factory=list)
     # What the aggregation rule (harness.training.aggregators) made of each applied update, in the
     # order of ``ranks``: kept or not, why, its score (score, krum), the fraction of coordinates it

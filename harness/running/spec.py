@@ -64,6 +64,21 @@ class TrainingSpec:
         if self.target_accuracy is None and self.model in models.TARGET_ACCURACY:
             object.__setattr__(self, "target_accuracy", float(models.TARGET_ACCURACY[self.model]))
 
+    def _training_checks(self, error: type[Exception], whole: tuple[str, ...]) -> None:
+        """The model and data set known, and the ``whole`` fields whole numbers (at least 1, the
+        seed at least 0); else ``error`` with a sentence."""
+        if self.model not in models.MODELS:
+            raise error(f"unknown model {self.model!r}; choose one of: "
+                        f"{', '.join(models.MODELS)}.")
+        if self.dataset not in datasets.DATASETS:
+            raise error(f"unknown data set {self.dataset!r}; choose one of: "
+                        f"{', '.join(datasets.DATASETS)}.")
+        for name in whole:
+            value = getattr(self, name)
+            low = 0 if name == "seed" else 1
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise error(f"{name} must be a whole number of at least {low}, not {value!r}.")
+
     def as_dict(self) -> dict[str, Any]:
         """All fields, JSON-ready."""
         return dataclasses.asdict(self)
@@ -191,17 +206,7 @@ class RunSpec(TrainingSpec, StarLinks):
             check_delay(self.delay_ms)
         except (registry.UnknownTransport, OptionError, TopologyError, DelayError) as exc:
             raise SpecError(str(exc)) from None
-        if self.model not in models.MODELS:
-            raise SpecError(f"unknown model {self.model!r}; choose one of: "
-                            f"{', '.join(models.MODELS)}.")
-        if self.dataset not in datasets.DATASETS:
-            raise SpecError(f"unknown data set {self.dataset!r}; choose one of: "
-                            f"{', '.join(datasets.DATASETS)}.")
-        for name in ("iterations", "batch_size", "eval_every", "seed", "port"):
-            value = getattr(self, name)
-            low = 0 if name == "seed" else 1
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise SpecError(f"{name} must be a whole number of at least {low}, not {value!r}.")
+        self._training_checks(SpecError, ("iterations", "batch_size", "eval_every", "seed", "port"))
         if not 1024 <= self.port <= 65000:
             raise SpecError(f"port must be between 1024 and 65000, not {self.port}.")
         if not self.lr > 0:

@@ -60,12 +60,14 @@ def _style(slug: str) -> dict:
 
 
 def medians(frame: pd.DataFrame, keys: list[str], column: str) -> pd.DataFrame:
-    """Per group of ``keys``: the median of ``column`` with its interval and count."""
+    """Per group of ``keys``: the median of ``column`` with its interval, count and the
+    interval's coverage."""
     rows = []
     for key, group in frame.groupby(keys):
         est = stats.median_ci(group[column].to_numpy())
         rows.append({**dict(zip(keys, key if isinstance(key, tuple) else (key,))),
-                     "median": est.value, "lo": est.lo, "hi": est.hi, "n": est.n})
+                     "median": est.value, "lo": est.lo, "hi": est.hi, "n": est.n,
+                     "coverage": est.coverage})
     return pd.DataFrame(rows)
 
 

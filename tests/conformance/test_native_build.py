@@ -5,7 +5,7 @@ Compiles every binary side by side (``make -j2 binaries``), then runs
 reproductions of ``tests/test_trust.c``, the guards of ``tests/test_guards.c``, keys per pair
 and replays in ``tests/test_pairs.c``
 and the driver's receive batches of ``tests/test_udp_io.c``) and a 10-second ``make ... fuzz``
-(the stateful core target, then the driver's parsing) into
+(the stateful core target, the driver's receive batches and placement, its parsing) into
 ``transports/native/build/`` and asserts that each succeeds. Skipped when make or a compiler is
 missing (the fuzz run needs clang with libFuzzer).
 
@@ -43,9 +43,10 @@ def test_c_unit_tests_plain_and_sanitized() -> None:
 
 @pytest.mark.skipif(shutil.which("clang") is None, reason="clang with libFuzzer is needed")
 def test_fuzz_state_machine_and_driver_briefly() -> None:
-    proc = _make("fuzz", "FUZZ_SECONDS=8", "FUZZ_UDP_SECONDS=2", timeout_s=600)
+    proc = _make("fuzz", "FUZZ_SECONDS=6", "FUZZ_RX_SECONDS=3", "FUZZ_UDP_SECONDS=1",
+                 timeout_s=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    assert proc.stderr.count("Done") == 2 and "ERROR" not in proc.stderr
+    assert proc.stderr.count("Done") == 3 and "ERROR" not in proc.stderr
 
 
 @pytest.mark.skipif(shutil.which("make") is None or shutil.which("cc") is None,

@@ -14,13 +14,12 @@ exactly the datagrams the trap names, whatever the wire format. Run them on your
 (lab 3) with ``LTP_TRANSPORTS=my_transport.py .venv/bin/pytest tests/conformance/test_traps.py
 -k my-udp``. TCP's schemes are left out: the kernel repairs both for them.
 
-**A measured defect, left open.** The native core's schemes (``ltp``, ``plot``, ``mlt``,
-``phase-bound`` and the others built on :class:`~transports.ltp.LtpTransport`) pass trap 1 and
-fall into trap 2: when none of a message's datagrams reached the PS, the PS has no receive
-context for it, and a later message of the same sender does not end it; ``gather`` waits for its
-deadline (in training, the PS's membership deadline then calls the worker missing,
-docs/faults.md). Trap 2 runs on ``ltp`` alone for the core, marked as an expected failure that
-turns into a test failure once the core ends such a message (``strict``).
+**The native core's schemes** (``ltp``, ``plot``, ``mlt``, ``phase-bound`` and the others built
+on :class:`~transports.ltp.LtpTransport`) once fell into trap 2: when none of a message's
+datagrams reached the PS, the PS had no receive context for it and waited for its deadline. Since
+wire version 5 every DATA says how many older messages are still open at its sender
+(``open_back``), so the PS takes a message its sender finished with as an empty one at once
+(docs/ltp-protocol.md, "A message left behind").
 """
 
 import os
@@ -138,19 +137,7 @@ def test_a_lost_hello_answer_does_not_stall_join(slug):
     trap_lost_answer(slug)
 
 
-def _native(slug: str) -> bool:
-    from transports.ltp import LtpTransport
-
-    return issubclass(registry.get(slug).transport_class(), LtpTransport)
-
-
-LEFT_BEHIND = [s for s in datagram_slugs() if not _native(s)] + [
-    pytest.param("ltp", marks=pytest.mark.xfail(
-        strict=True, reason="the native core's PS does not end a message none of which "
-                            "arrived when its sender sends a later one (module docstring)"))]
-
-
-@pytest.mark.parametrize("slug", LEFT_BEHIND)
+@pytest.mark.parametrize("slug", datagram_slugs())
 def test_a_message_left_behind_ends_at_once(slug):
     trap_left_behind(slug)
 

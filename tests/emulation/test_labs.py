@@ -51,6 +51,8 @@ def smallest(command: str, out: Path, drawn_later: bool = False) -> str:
             command += " --no-figures"
     if " bench-network" in command:
         command += " --seconds 1"
+    if " bench-series" in command:
+        command += f" --pushes 2 --workers 2 --out {out / 'series'}"
     return command
 
 

@@ -6,6 +6,7 @@ receiver would refuse is flagged. The emulation test reads a real run's capture.
 import shutil
 import struct
 
+import pandas as pd
 import pytest
 
 from harness.reporting import wire
@@ -37,16 +38,17 @@ def _pcap(path, frames, snaplen=65535):
     return path
 
 
-def _common(kind, flags=0, sender=0, msg_id=7, segment=0, critical=0):
-    return struct.pack("<HBBBBHIIHH", 0x504C, 4, kind, flags, 1, sender, 0xABCD, msg_id, segment,
-                       critical)
+def _common(kind, flags=0, sender=0, msg_id=7, segment=0, critical=0, version=5):
+    return struct.pack("<HBBBBHIIHH", 0x504C, version, kind, flags, 1, sender, 0xABCD, msg_id,
+                       segment, critical)
 
 
-def _data(index, count, chunk=64, flags=0, payload_len=None):
+def _data(index, count, chunk=64, flags=0, payload_len=None, open_back=2, version=5):
     total = chunk * count
-    head = _common(1, flags) + struct.pack("<IIIIHHIII", index, count, index * chunk, total,
-                                           chunk if payload_len is None else payload_len, 0,
-                                           index + 1, 1000, 50)
+    head = _common(1, flags, version=version) + struct.pack(
+        "<IIIIHHIII", index, count, index * chunk, total,
+        chunk if payload_len is None else payload_len, open_back if version >= 5 else 0,
+        index + 1, 1000, 50)
     return head + bytes(chunk) + TRAILER
 
 
@@ -69,6 +71,7 @@ def _peer(kind, tail: bytes, body=b"", sender=2, round_=5):
 def test_every_core_and_peer_datagram_dissects_where_the_documents_put_its_fields(tmp_path):
     frames = [_frame(W1, PS, _common(4, msg_id=0x1234) + TRAILER),
               _frame(W1, PS, _data(3, 10, flags=0x02)),
+              _frame(W1, PS, _data(4, 10, version=4)),
               _frame(PS, W1, _ack(2, b"\x05")),
               _frame(PS, W1, _close(2)),
               _frame(W1, PS, _peer(1, struct.pack("!HH", 4, 9), bytes(16))),
@@ -76,9 +79,10 @@ def test_every_core_and_peer_datagram_dissects_where_the_documents_put_its_field
     pcap = _pcap(tmp_path / "good.pcap", frames)
     assert wire.problems(pcap) == 0
     core = wire.dissect(pcap)
-    assert list(core["ltpt.type"]) == [4, 1, 2, 3]
-    data, ack, close = core.iloc[1], core.iloc[2], core.iloc[3]
+    assert list(core["ltpt.type"]) == [4, 1, 1, 2, 3]
+    data, old, ack, close = core.iloc[1], core.iloc[2], core.iloc[3], core.iloc[4]
     assert (data["ltpt.index"], data["ltpt.count"], data["ltpt.tx_seq"]) == (3, 10, 4)
+    assert data["ltpt.open_back"] == 2 and pd.isna(old["ltpt.open_back"])   # version 4: reserved
     assert data["ltpt.flags"] == 0x02 and data["ltpt.sender"] == 0
     assert (ack["ltpt.ack.base"], ack["ltpt.ack.rate_hint"]) == (2, 12345)
     assert (close["ltpt.close.reason"], close["ltpt.received"], close["ltpt.close.count"]) == \

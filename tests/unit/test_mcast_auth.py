@@ -51,11 +51,8 @@ class Receiver:
         d = self.gate.admit(memoryview(raw), ADDRS[sender])
         if d is None:
             return
-        if d.kind == wire.DATA:
-            self.inbound.on_data(d)
-        elif d.kind in (wire.POLL, wire.CLOSE):
-            handle = self.inbound.on_poll if d.kind == wire.POLL else self.inbound.on_close
-            answer = handle(d)
+        if d.kind != wire.STATUS:
+            answer = self.inbound.on_datagram(d)
             if answer is not None:
                 self.answers.append(answer)
         elif self.out is not None:

@@ -62,6 +62,7 @@ import time
 from pathlib import Path
 
 from topologies.incast import intf
+from topologies.lifecycle import wait_ready
 from transports.base import UserError
 
 DELAY_DIR = Path(__file__).resolve().parent / "delay"
@@ -249,19 +250,16 @@ class DelayLine:
     def _wait_ready(self, host: str) -> None:
         proc, offset = self._procs[host]
         log = self.log_path(host)
-        deadline = time.monotonic() + self.ready_s
-        while True:
-            text = _tail(log, offset) if log.exists() else ""
-            if READY_LINE in text.splitlines():
-                return
-            if proc.poll() is not None:
-                last = text.strip().splitlines()[-1:] or ["no output"]
-                raise DelayError(f"nfq-delay on {host} exited before it was ready "
-                                 f"({last[0]}); see {log}.")
-            if time.monotonic() > deadline:
-                raise DelayError(f"nfq-delay on {host} was not ready within {self.ready_s:g} s; "
-                                 f"see {log}.")
-            time.sleep(0.005)
+
+        def lines() -> list[str]:
+            return _tail(log, offset).strip().splitlines() if log.exists() else []
+
+        wait_ready(proc, lambda: READY_LINE in lines(), time.monotonic() + self.ready_s, 0.005,
+                   lambda: DelayError(f"nfq-delay on {host} exited before it was ready "
+                                      f"({(lines()[-1:] or ['no output'])[0]}); "
+                                      f"see {log}."),
+                   lambda: DelayError(f"nfq-delay on {host} was not ready within "
+                                      f"{self.ready_s:g} s; see {log}."))
 
     def __enter__(self) -> DelayLine:
         return self

@@ -69,7 +69,7 @@ ffibuilder.set_source(
     depends=[_relative(p) for p in [HEADER, *sorted((NATIVE / "src").glob("*.h"))]],
     extra_compile_args=CFLAGS,
     extra_link_args=["-pthread"],
-    libraries=["m"],
+    libraries=["m", "crypto"],
 )
 
 if __name__ == "__main__":

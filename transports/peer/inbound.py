@@ -102,6 +102,14 @@ class Inbound:
 
     # --- datagrams ---------------------------------------------------------------------------
 
+    def on_datagram(self, d: wire.Datagram) -> bytes | None:
+        """One DATA, POLL or CLOSE the gate let through (what a receiver is handed): the STATUS
+        to send back, if any."""
+        if d.kind == wire.DATA:
+            self.on_data(d)
+            return None
+        return self.on_poll(d) if d.kind == wire.POLL else self.on_close(d)
+
     def on_data(self, d: wire.Datagram) -> None:
         """Store one DATA datagram's payload."""
         seq, count = d.tail

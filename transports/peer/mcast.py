@@ -61,7 +61,7 @@ from typing import Any
 
 import numpy as np
 
-from transports.base import Option, OptionError, Session
+from transports.base import Option, OptionError, Session, check_order
 from transports.peer import wire
 from transports.peer.auth import Gate, Sealer
 from transports.peer.base import PeerEnd, SendReport
@@ -134,9 +134,7 @@ class McastPeer(PeerEnd):
         if o["payload_bytes"] % 4:
             raise OptionError(f"mcast option payload_bytes must be a multiple of 4, "
                               f"not {o['payload_bytes']}.")
-        if o["min_frac"] > o["close_frac"]:
-            raise OptionError(f"mcast option min_frac ({o['min_frac']}) cannot exceed close_frac "
-                              f"({o['close_frac']}).")
+        check_order("mcast option", o, "min_frac", "close_frac")
         self.count = datagram_count(n_floats, o["payload_bytes"])
         if self.count > wire.MAX_COUNT:
             raise ValueError(f"a message of {n_floats} floats needs {self.count} datagrams; "
@@ -328,14 +326,10 @@ class McastPeer(PeerEnd):
         d = self._gate.admit(buf, src)   # before anything reads or writes state
         if d is None:
             return
-        if d.kind == wire.DATA:
-            self._inbound.on_data(d)
-        elif d.kind == wire.POLL:
-            self._answer(self._inbound.on_poll(d), src)
-        elif d.kind == wire.CLOSE:
-            self._answer(self._inbound.on_close(d), src)
-        else:
+        if d.kind == wire.STATUS:   # about this peer's own sends
             self._on_status(d)
+        else:
+            self._answer(self._inbound.on_datagram(d), src)
 
     def _answer(self, status: bytes | None, src: tuple[str, int]) -> None:
         if status is None:

@@ -1,6 +1,6 @@
 -- Wireshark dissector for the wire formats of ltp-testbed:
 --   ltpt  the native core's datagrams (LTP, PLOT and the schemes built on the core: DATA, ACK,
---         CLOSE, HELLO, HELLO_ACK; docs/ltp-protocol.md section 2, versions 3 and 4,
+--         CLOSE, HELLO, HELLO_ACK; docs/ltp-protocol.md section 2, versions 3 to 5,
 --         little-endian)
 --   ltpp  the peer multicast transport's datagrams (DATA, POLL, STATUS, CLOSE;
 --         docs/peer-transports.md "Datagrams", version 2, network byte order)
@@ -14,8 +14,8 @@
 -- or copy this file to ~/.local/lib/wireshark/plugins/ (docs/reading-a-capture.md).
 
 local LTP_MAGIC = 0x504C          -- "LP", little-endian u16
-local LTP_VERSIONS = { [3] = 8, [4] = 16 }   -- version -> trailer bytes with auth on: version 3
-                                           -- ends in the tag alone, 4 in the number and the tag
+local LTP_VERSIONS = { [3] = 8, [4] = 16, [5] = 16 }   -- version -> trailer bytes with auth on:
+                                  -- version 3 ends in the tag alone, 4 and 5 in the number and tag
 local LTP_HDR = 20
 local LTP_DATA_HDR = 52
 local LTP_ACK_HDR = 48
@@ -23,7 +23,7 @@ local LTP_CLOSE = 40
 local LTP_PS_RANK = 65535
 
 local ltp_types = { [1] = "DATA", [2] = "ACK", [3] = "CLOSE", [4] = "HELLO", [5] = "HELLO_ACK" }
-local ltp_macs = { [0] = "none", [1] = "SipHash-2-4 trailer" }
+local ltp_macs = { [0] = "none", [1] = "SipHash-2-4 trailer", [2] = "AES-128-GMAC trailer" }
 local close_reasons = { [1] = "complete", [2] = "early", [3] = "max-wait", [4] = "stale" }
 
 local ltp = Proto("ltpt", "LTP (ltp-testbed loss-tolerant transport)")
@@ -49,6 +49,8 @@ local f = {
     total = ProtoField.uint32("ltpt.total", "Message bytes", base.DEC),
     payload_len = ProtoField.uint16("ltpt.payload_len", "Payload bytes", base.DEC),
     reserved = ProtoField.bytes("ltpt.reserved", "Reserved"),
+    open_back = ProtoField.uint16("ltpt.open_back", "Older messages still open at the sender",
+                                  base.DEC),
     tx_seq = ProtoField.uint32("ltpt.tx_seq", "Transmission sequence", base.DEC),
     ts = ProtoField.uint32("ltpt.ts", "Send timestamp (us)", base.DEC),
     srtt = ProtoField.uint32("ltpt.srtt", "Sender's smoothed RTT (us)", base.DEC),
@@ -66,7 +68,7 @@ local f = {
     close_count = ProtoField.uint32("ltpt.close.count", "Packets in the message", base.DEC),
     reason = ProtoField.uint8("ltpt.close.reason", "Close reason", base.DEC, close_reasons),
     dgram_seq = ProtoField.uint64("ltpt.dgram_seq", "Datagram number", base.DEC),
-    mac = ProtoField.bytes("ltpt.mac", "MAC tag (SipHash-2-4)"),
+    mac = ProtoField.bytes("ltpt.mac", "MAC tag"),
 }
 ltp.fields = f
 
@@ -117,20 +119,30 @@ local function not_captured(tree, tvb, what)
     tree:add(tvb(0, 0), "[" .. what .. ": past the snap length, not captured]")
 end
 
+-- Each type's fields after the common header (docs/ltp-protocol.md §2): name in f, offset, length.
+local DATA_FIELDS = {{"index", 20, 4}, {"count", 24, 4}, {"offset", 28, 4}, {"total", 32, 4},
+                     {"payload_len", 36, 2}, {"open_back", 38, 2}, {"tx_seq", 40, 4},
+                     {"ts", 44, 4}, {"srtt", 48, 4}}
+local DATA_FIELDS_V4 = {}   -- before version 5 open_back's two bytes were reserved
+for i, x in ipairs(DATA_FIELDS) do
+    DATA_FIELDS_V4[i] = x[1] == "open_back" and {"reserved", 38, 2} or x
+end
+local ACK_FIELDS = {{"received", 20, 4}, {"base_idx", 24, 4}, {"echo_ts", 28, 4},
+                    {"ack_delay", 32, 4}, {"echo_seq", 36, 4}, {"bitmap_bits", 40, 2},
+                    {"reserved", 42, 2}, {"rate_hint", 44, 4}}
+local CLOSE_FIELDS = {{"received", 20, 4}, {"close_count", 24, 4}, {"reason", 28, 1},
+                      {"reserved", 29, 3}, {"echo_ts", 32, 4}, {"echo_seq", 36, 4}}
+
+local function add_fields(tree, tvb, fields)
+    for _, x in ipairs(fields) do add(tree, tvb, f[x[1]], x[2], x[3]) end
+end
+
 local function dissect_data(tvb, tree, size, trailer, info)
     local payload = size - LTP_DATA_HDR - trailer
     local index = uint_le(tvb, 20, 4)
     local count = uint_le(tvb, 24, 4)
     local len = uint_le(tvb, 36, 2)
-    add(tree, tvb, f.index, 20, 4)
-    add(tree, tvb, f.count, 24, 4)
-    add(tree, tvb, f.offset, 28, 4)
-    add(tree, tvb, f.total, 32, 4)
-    add(tree, tvb, f.payload_len, 36, 2)
-    add(tree, tvb, f.reserved, 38, 2)
-    add(tree, tvb, f.tx_seq, 40, 4)
-    add(tree, tvb, f.ts, 44, 4)
-    add(tree, tvb, f.srtt, 48, 4)
+    add_fields(tree, tvb, tvb(2, 1):uint() >= 5 and DATA_FIELDS or DATA_FIELDS_V4)
     if len and len ~= payload then
         tree:add_proto_expert_info(e.bad, string.format(
             "payload length %d, but the datagram leaves %d bytes for it", len, payload))
@@ -147,14 +159,7 @@ local function dissect_data(tvb, tree, size, trailer, info)
 end
 
 local function dissect_ack(tvb, tree, size, trailer, info)
-    add(tree, tvb, f.received, 20, 4)
-    add(tree, tvb, f.base_idx, 24, 4)
-    add(tree, tvb, f.echo_ts, 28, 4)
-    add(tree, tvb, f.ack_delay, 32, 4)
-    add(tree, tvb, f.echo_seq, 36, 4)
-    add(tree, tvb, f.bitmap_bits, 40, 2)
-    add(tree, tvb, f.reserved, 42, 2)
-    add(tree, tvb, f.rate_hint, 44, 4)
+    add_fields(tree, tvb, ACK_FIELDS)
     local bits = uint_le(tvb, 40, 2)
     local bitmap = size - LTP_ACK_HDR - trailer
     if bits and (bits % 8 ~= 0 or bits / 8 ~= bitmap) then
@@ -176,12 +181,7 @@ local function dissect_ack(tvb, tree, size, trailer, info)
 end
 
 local function dissect_close(tvb, tree, size, trailer, info)
-    add(tree, tvb, f.received, 20, 4)
-    add(tree, tvb, f.close_count, 24, 4)
-    add(tree, tvb, f.reason, 28, 1)
-    add(tree, tvb, f.reserved, 29, 3)
-    add(tree, tvb, f.echo_ts, 32, 4)
-    add(tree, tvb, f.echo_seq, 36, 4)
+    add_fields(tree, tvb, CLOSE_FIELDS)
     if size ~= LTP_CLOSE + trailer then
         tree:add_proto_expert_info(e.bad, string.format("a CLOSE of %d bytes", size))
     end
@@ -195,6 +195,14 @@ local function dissect_close(tvb, tree, size, trailer, info)
                                     uint_le(tvb, 20, 4) or "?", uint_le(tvb, 24, 4) or "?")
 end
 
+-- What both dissectors begin with: nothing (nil) for a datagram shorter than the header, else the
+-- protocol's column set and its tree.
+local function begin(proto, label, header, tvb, pinfo, root)
+    if tvb:len() < header then return nil end
+    pinfo.cols.protocol = label
+    return root:add(proto, tvb())
+end
+
 local function ltp_matches(tvb)
     if tvb:len() < 4 then return false end
     return tvb(0, 2):le_uint() == LTP_MAGIC and LTP_VERSIONS[tvb(2, 1):uint()] ~= nil
@@ -202,14 +210,13 @@ local function ltp_matches(tvb)
 end
 
 function ltp.dissector(tvb, pinfo, root)
-    if tvb:len() < LTP_HDR then return 0 end
-    pinfo.cols.protocol = "LTP"
+    local tree = begin(ltp, "LTP", LTP_HDR, tvb, pinfo, root)
+    if not tree then return 0 end
     local size = tvb:reported_len()
-    local tree = root:add(ltp, tvb())
     local kind = tvb(3, 1):uint()
     local flags = tvb(4, 1):uint()
     local mac = tvb(5, 1):uint()
-    local trailer = (mac == 1) and (LTP_VERSIONS[tvb(2, 1):uint()] or 16) or 0
+    local trailer = (mac == 1 or mac == 2) and (LTP_VERSIONS[tvb(2, 1):uint()] or 16) or 0
     tree:add_le(f.magic, tvb(0, 2))
     tree:add(f.version, tvb(2, 1))
     tree:add(f.type, tvb(3, 1))
@@ -318,10 +325,9 @@ local function ltpp_matches(tvb)
 end
 
 function ltpp.dissector(tvb, pinfo, root)
-    if tvb:len() < LTPP_HDR then return 0 end
-    pinfo.cols.protocol = "LTPp"
+    local tree = begin(ltpp, "LTPp", LTPP_HDR, tvb, pinfo, root)
+    if not tree then return 0 end
     local size = tvb:reported_len()
-    local tree = root:add(ltpp, tvb())
     local kind = tvb(5, 1):uint()
     local mac = tvb(16, 1):uint()
     local tag = (mac == 1) and LTPP_TAG or 0

@@ -289,10 +289,11 @@ static int seal(world_t *w, int to, int from, uint8_t *b, int n, uint8_t sel)
     const peer_t *p = &c->peers[from];
     uint8_t k[LTP_KEY_BYTES];
     auth_derive((sel & 1) ? p->pair_key : (const uint8_t *)"not the key.....", c->self_rank, k);
-    b[WIRE_MAC] = LTP_MAC_SIPHASH24;
+    b[WIRE_MAC] = (uint8_t)auth_kind(c);
     uint64_t pseq = (p->rx_any ? p->rx_top : 1000) - 32 + (sel >> 1);
     for (int i = 0; i < 8; i++) b[n + i] = (uint8_t)(pseq >> (8 * i));
-    uint64_t tag = ltp_siphash24(k, b, (size_t)n + 8);
+    uint64_t tag = c->cfg.mac == LTP_MAC_ALG_GMAC128 ? ltp_gmac128(k, pseq, b, (size_t)n + 8)
+                                                     : ltp_siphash24(k, b, (size_t)n + 8);
     for (int i = 0; i < 8; i++) b[n + 8 + i] = (uint8_t)(tag >> (8 * i));
     return n + (int)LTP_TRAILER_BYTES;
 }
@@ -418,6 +419,7 @@ static void setup(world_t *w, uint8_t flags, uint8_t size)
     ltp_config_t cfg;
     ltp_config_default(&cfg);
     cfg.auth = flags & 1;
+    cfg.mac = (size / 48) & 1 ? LTP_MAC_ALG_GMAC128 : LTP_MAC_ALG_SIPHASH24;   /* both MACs */
     cfg.cc = !(flags & 4);
     cfg.send_order = flags & 8 ? LTP_ORDER_RANDOM : LTP_ORDER_PRIORITY;
     cfg.peer_schedule = flags & 16 ? LTP_SCHED_FAIR : LTP_SCHED_SERIAL;

@@ -1,6 +1,7 @@
 """Writes the committed seed corpus of the fuzz targets (fuzz/corpus/): small programs in
-fuzz_core.c's operation language that reach every kind of step, and a few driver inputs for
-fuzz_udp.c. Run once; libFuzzer grows its own corpus in build/fuzz-corpus/ from these.
+fuzz_core.c's operation language that reach every kind of step, programs for fuzz_rx.c (the
+driver's receive batches: in place, GRO runs, forgeries, replays, a full table), and a few driver
+inputs for fuzz_udp.c. Run once; libFuzzer grows its own corpus in build/fuzz-corpus/ from these.
 
     python3 transports/native/fuzz/make_seeds.py
 """
@@ -72,7 +73,42 @@ UDP_SEEDS = {
     "short-cmsg": udp_seed(4, 1, 16, struct.pack("<Qii", 20, 1, 35) + bytes(8)),
 }
 
-for folder, seeds in (("core", SEEDS), ("udp", UDP_SEEDS)):
+# fuzz_rx.c's operations, and its configuration bits
+R_SEND, R_POLL, R_BATCH, R_CONTROL, R_POST, R_TAKE, R_RELEASE, R_TIME = 0, 1, 2, 4, 5, 6, 7, 8
+R_AUTH, R_SMALL_TABLE = 1, 16
+GENUINE, GRO, FLIP, CUT, UNTAGGED = 0, 6, 7, 8, 9
+
+
+def batch(*slots: tuple) -> bytes:
+    """One receive batch; a slot is (kind, flags, pool index, extra bytes...)."""
+    return bytes([R_BATCH, len(slots) - 1]) + b"".join(bytes(slot) for slot in slots)
+
+
+def rx_exchange(packets: int, post: bool) -> bytes:
+    """A message of `packets` DATA, maybe posted for, read one then the rest (into place)."""
+    head = bytes([R_SEND, 0, packets - 1, 0, 0]) + (bytes([R_POST, 0, 0]) if post else b"")
+    rest = batch(*[(GENUINE, 0, i) for i in range(1, packets)])
+    return head + bytes([R_POLL]) + batch((GENUINE, 0, 0)) + rest + bytes([R_CONTROL, 0, R_TAKE])
+
+
+RX_SEEDS = {
+    "posted-in-place": bytes([R_AUTH]) + rx_exchange(6, True),
+    "in-place-no-auth": bytes([0]) + rx_exchange(6, False),
+    "gro-run": bytes([0, R_SEND, 0, 5, 0, 0, R_POLL]) + batch((GRO, 0, 0, 5))
+    + bytes([R_CONTROL, 0, R_TAKE]),
+    "gro-run-cut-elsewhere": bytes([R_AUTH, R_SEND, 0, 5, 0, 0, R_POLL])
+    + batch((GRO, 8, 0, 5, 100, 1)) + bytes([R_TAKE]),
+    "forgeries-then-genuine": bytes([R_AUTH, R_SEND, 0, 5, 0, 0, R_POLL]) + batch((GENUINE, 0, 0))
+    + batch((FLIP, 0, 1, 60, 0, 4), (CUT, 0, 2, 30, 0), (UNTAGGED, 0, 3), (GENUINE, 1, 4))
+    + batch(*[(GENUINE, 0, i) for i in range(1, 6)]) + bytes([R_CONTROL, 0, R_TAKE]),
+    "replays": bytes([R_AUTH]) + rx_exchange(4, True) + batch(*[(GENUINE, 0, i) for i in range(4)]),
+    "full-table": bytes([R_AUTH | R_SMALL_TABLE, R_SEND, 2, 3, 0, 0, R_SEND, 1, 3, 0, 0,
+                         R_SEND, 0, 3, 0, 0, R_POST, 1, 0, R_POLL])
+    + batch(*[(GENUINE, 0, i) for i in (4, 5, 0, 8, 1, 9, 2, 3)]) + bytes([R_CONTROL, 0, R_TAKE])
+    + bytes([R_TIME, 0, 0, 40, R_RELEASE, 0, R_POLL, R_CONTROL, 0]),
+}
+
+for folder, seeds in (("core", SEEDS), ("rx", RX_SEEDS), ("udp", UDP_SEEDS)):
     (HERE / "corpus" / folder).mkdir(parents=True, exist_ok=True)
     for name, blob in seeds.items():
         (HERE / "corpus" / folder / name).write_bytes(blob)

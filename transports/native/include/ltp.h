@@ -22,14 +22,15 @@
 extern "C" {
 #endif
 
-#define LTP_VERSION 4               /* 2: ACKs carry a rate hint; 3: MAC trailer, CLOSE echo, HELLO nonce;
-                                       4: per-pair keys, a datagram number in the trailer */
+#define LTP_VERSION 5               /* 2: ACKs carry a rate hint; 3: MAC trailer, CLOSE echo, HELLO nonce;
+                                       4: per-pair keys, a datagram number in the trailer;
+                                       5: DATA says how many older messages are still open */
 #define LTP_MAGIC 0x504Cu           /* "LP" in little-endian byte order */
 #define LTP_HDR_BYTES 20u           /* common header of every packet */
 #define LTP_DATA_HDR_BYTES 52u      /* common header + DATA fields */
 #define LTP_ACK_HDR_BYTES 48u       /* common header + ACK fields, bitmap follows */
 #define LTP_CLOSE_BYTES 40u         /* 3: carries the echo of the DATA it answers */
-#define LTP_MAC_BYTES 8u            /* SipHash-2-4 tag at the end of every datagram with auth on */
+#define LTP_MAC_BYTES 8u            /* MAC tag at the end of every datagram with auth on */
 #define LTP_PSEQ_BYTES 8u           /* the datagram's number, before the tag (auth on) */
 #define LTP_TRAILER_BYTES 16u       /* what every datagram ends with, auth on: number, then tag */
 #define LTP_KEY_BYTES 16u           /* a pair's MAC key */
@@ -66,7 +67,10 @@ enum ltp_err {
 
 /* Why a receive context closed (also reported to the sender in CLOSE). */
 enum ltp_close_reason { LTP_CLOSE_NONE = 0, LTP_CLOSE_COMPLETE = 1, LTP_CLOSE_EARLY = 2,
-                        LTP_CLOSE_MAX_WAIT = 3, LTP_CLOSE_STALE = 4 };
+                        LTP_CLOSE_MAX_WAIT = 3, LTP_CLOSE_STALE = 4,
+                        /* never sent: the sender finished with a message none of whose DATA
+                           arrived (its later DATA said so); taken empty */
+                        LTP_CLOSE_ABANDONED = 5 };
 
 /* How a send completed. STALE: the receiver refused it (it had moved past the message); not a
  * success, ltp_udp_send reports LTP_ESTALE for it. */
@@ -81,6 +85,10 @@ enum ltp_order { LTP_ORDER_SEQUENTIAL = 0, LTP_ORDER_RANDOM = 1, LTP_ORDER_PRIOR
  * window-limited or has nothing left to send, so a broadcast reaches its peers one after another
  * and the first can answer while the last still receives. */
 enum ltp_schedule { LTP_SCHED_FAIR = 0, LTP_SCHED_SERIAL = 1 };
+
+/* The MAC of every datagram with auth on (docs/ltp-protocol.md §11): SipHash-2-4, or AES-128-GMAC
+ * (GCM over the datagram as additional data, libcrypto). Both ends of a run must use the same. */
+enum ltp_mac { LTP_MAC_ALG_SIPHASH24 = 0, LTP_MAC_ALG_GMAC128 = 1 };
 
 /* Every tunable of one endpoint. Fill with ltp_config_default, change fields (or set them by name
  * with ltp_config_set), then pass to ltp_core_new / ltp_udp_open, which copy it. */
@@ -150,6 +158,7 @@ typedef struct ltp_config {
     double hint_max_mbps;             /* a received hint above this is lowered to it */
     uint32_t hint_ttl_max_us;         /* a received hint is obeyed at most this long */
     uint32_t replay_window;           /* auth on: datagram numbers remembered per peer */
+    uint32_t mac;                     /* auth on: enum ltp_mac, the tag's algorithm */
 } ltp_config_t;
 
 /* Per-message receive statistics, filled by ltp_core_rx_take. */
@@ -243,7 +252,7 @@ enum ltp_opt_type { LTP_OPT_U32 = 0, LTP_OPT_U64 = 1, LTP_OPT_DOUBLE = 2, LTP_OP
 
 /* Enums whose value names are exported (ltp_enum_name); option tables refer to them. */
 enum ltp_enum_id { LTP_ENUM_ORDER = 0, LTP_ENUM_SCHEDULE = 1, LTP_ENUM_CLOSE_REASON = 2,
-                   LTP_ENUM_SEND_DONE = 3, LTP_ENUM__COUNT };
+                   LTP_ENUM_SEND_DONE = 3, LTP_ENUM_MAC = 4, LTP_ENUM__COUNT };
 
 typedef struct ltp_option {
     const char *name;          /* the ltp_config_t field, as ltp_config_set takes it */
@@ -287,6 +296,9 @@ int ltp_core_expect(ltp_core_t *core, uint16_t segment, uint32_t total_bytes, ui
 int ltp_core_set_peer_key(ltp_core_t *core, int peer, const uint8_t *key, size_t len);
 /* SipHash-2-4 of msg under a 16-byte key (the construction of the MAC; exported for tests). */
 uint64_t ltp_siphash24(const uint8_t key[16], const uint8_t *msg, size_t len);
+/* AES-128-GMAC of msg under a 16-byte key with IV pseq (8 bytes little-endian, then 4 zero
+ * bytes), its tag's first 8 bytes read little-endian (the MAC of mac=gmac128; exported for tests). */
+uint64_t ltp_gmac128(const uint8_t key[16], uint64_t pseq, const uint8_t *msg, size_t len);
 
 /* Feed one datagram; peer is the slot the source address maps to, or -1 if it maps to none.
  * Returns 0 if accepted, or the reason it was dropped (also counted). */
@@ -344,7 +356,11 @@ int ltp_core_send_suspend(ltp_core_t *core, int peer, uint32_t msg_id, uint16_t 
 /* Forget a send (cancelling it if still in progress). */
 int ltp_core_send_release(ltp_core_t *core, int peer, uint32_t msg_id, uint16_t segment);
 
-/* 1 if the message is closed and ready to take, 0 if open or not seen yet. */
+/* 1 if the message is closed and ready to take, 0 if open, not seen yet or older than one the
+ * application took, LTP_RX_GONE if nothing of it arrived and never will: the peer's later DATA
+ * say its sender finished with it (wire version 5's open_back). ltp_udp_recv takes a gone message as an empty one (close reason
+ * LTP_CLOSE_ABANDONED); ltp_core_rx_take answers LTP_ENOTFOUND for it. */
+#define LTP_RX_GONE 2
 int ltp_core_rx_ready(const ltp_core_t *core, int peer, uint32_t msg_id, uint16_t segment);
 /* Copy a closed message out (missing bytes are zero) and free it. mask, if non-NULL, gets one
  * byte per 4-byte word: 1 received, 0 missing. Messages of this peer up to msg_id that have no

@@ -30,7 +30,7 @@ static const flag_t FLAGS[] = {
     {"--reliable", 0, 1, INT_AT(reliable), "1: the PS closes gradients only whole (ltp-reliable), default 0"},
     {"--tcp", 0, 1, INT_AT(tcp), "1: the TCP reference model (sim/tcp_model.h) instead of the LTP core, default 0"},
     {"--rto-min-us", 1000, 1e8, U32_AT(rto_min_us), "the TCP model's least retransmission timeout in us (default 200000, Linux's)"},
-    {"--auth", 0, 1, INT_AT(auth), "1: SipHash MAC on every datagram, as the testbed runs (default 1)"},
+    {"--auth", 0, 1, INT_AT(auth), "1: a MAC on every datagram, as the testbed runs (default 1; its algorithm: --cfg mac=N)"},
     {"--bytes", 4, 1e9, BY_HAND, "gradient and parameter bytes, a multiple of 4 (required, or --segments; the harness passes the model's)"},
     {"--segments", TEXT, "PLOT: the gradient as per-layer segments BYTES:BOUND,... (bytes sum to --bytes)"},
     {"--compute-us", 0, 1e9, U64_AT(compute_us), "worker compute per iteration in us (default 0)"},

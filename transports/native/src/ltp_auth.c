@@ -21,6 +21,7 @@
  */
 #include "ltp_internal.h"
 
+#include <openssl/evp.h>
 #include <string.h>
 
 static uint64_t rd64(const uint8_t *p)
@@ -129,6 +130,65 @@ static uint64_t sip_parts(const uint8_t key[16], const uint8_t *head, size_t hea
     return sip_final(&s);
 }
 
+/* AES-128-GMAC (NIST SP 800-38D: GCM with the datagram as additional data and nothing
+ * encrypted) under a direction key, the datagram's number as the first 8 bytes of its 96-bit IV,
+ * the tag cut to its first 8 bytes. A context holds the key's AES schedule; each tag only sets
+ * the IV. OpenSSL's GCM uses AES-NI and carry-less multiplication where the CPU has them. */
+void *auth_gmac_new(const uint8_t key[LTP_KEY_BYTES])
+{
+    EVP_CIPHER_CTX *x = EVP_CIPHER_CTX_new();
+    if (x && EVP_EncryptInit_ex(x, EVP_aes_128_gcm(), NULL, key, NULL) == 1) return x;
+    EVP_CIPHER_CTX_free(x);
+    return NULL;
+}
+
+uint64_t auth_gmac_parts(void *ctx, uint64_t pseq, const uint8_t *head, size_t head_len,
+                         const uint8_t *payload, size_t payload_len, const uint8_t *tail,
+                         size_t tail_len)
+{
+    EVP_CIPHER_CTX *x = ctx;
+    uint8_t iv[12] = {0}, tag[16];
+    int n;
+    wr64(iv, pseq);
+    /* Each part is additional data; GCM takes it in as many calls as it comes in. A failure
+     * (none is expected once the context holds its key) gives a tag no sender made. */
+    if (EVP_EncryptInit_ex(x, NULL, NULL, NULL, iv) != 1 ||
+        EVP_EncryptUpdate(x, NULL, &n, head, (int)head_len) != 1 ||
+        (payload_len && EVP_EncryptUpdate(x, NULL, &n, payload, (int)payload_len) != 1) ||
+        (tail_len && EVP_EncryptUpdate(x, NULL, &n, tail, (int)tail_len) != 1) ||
+        EVP_EncryptFinal_ex(x, tag, &n) != 1 ||
+        EVP_CIPHER_CTX_ctrl(x, EVP_CTRL_AEAD_GET_TAG, sizeof tag, tag) != 1)
+        return ~pseq;
+    return rd64(tag);
+}
+
+uint64_t ltp_gmac128(const uint8_t key[16], uint64_t pseq, const uint8_t *msg, size_t len)
+{
+    void *x = auth_gmac_new(key);
+    uint64_t tag = x ? auth_gmac_parts(x, pseq, msg, len, NULL, 0, NULL, 0) : ~pseq;
+    EVP_CIPHER_CTX_free(x);
+    return tag;
+}
+
+/* The tag of the parts under p's key of one direction (tx: to it, else from it), by the
+ * endpoint's algorithm; pseq is the datagram's number (the GMAC's IV). */
+static uint64_t tag_parts(const ltp_core_t *c, const peer_t *p, int tx, uint64_t pseq,
+                          const uint8_t *head, size_t head_len, const uint8_t *payload,
+                          size_t payload_len, const uint8_t *tail, size_t tail_len)
+{
+    if (auth_kind(c) == LTP_MAC_GMAC128)
+        return auth_gmac_parts(tx ? p->tx_gmac : p->rx_gmac, pseq, head, head_len, payload,
+                               payload_len, tail, tail_len);
+    return sip_parts(tx ? p->tx_key : p->rx_key, head, head_len, payload, payload_len, tail,
+                     tail_len);
+}
+
+int auth_kind(const ltp_core_t *c)
+{
+    if (!c->cfg.auth) return LTP_MAC_NONE;
+    return c->cfg.mac == LTP_MAC_ALG_GMAC128 ? LTP_MAC_GMAC128 : LTP_MAC_SIPHASH24;
+}
+
 size_t auth_trailer(const ltp_config_t *cfg) { return cfg->auth ? LTP_TRAILER_BYTES : 0; }
 
 void auth_derive(const uint8_t key[LTP_KEY_BYTES], uint16_t rank, uint8_t out[LTP_KEY_BYTES])
@@ -137,6 +197,13 @@ void auth_derive(const uint8_t key[LTP_KEY_BYTES], uint16_t rank, uint8_t out[LT
     wr64(out, ltp_siphash24(key, label, sizeof label));
     label[7] = 1;
     wr64(out + 8, ltp_siphash24(key, label, sizeof label));
+}
+
+static void auth_free_gmac(peer_t *p)
+{
+    EVP_CIPHER_CTX_free(p->tx_gmac);
+    EVP_CIPHER_CTX_free(p->rx_gmac);
+    p->tx_gmac = p->rx_gmac = NULL;
 }
 
 static uint32_t window_words(const ltp_config_t *cfg) { return (cfg->replay_window + 63) / 64; }
@@ -151,6 +218,14 @@ int ltp_core_set_peer_key(ltp_core_t *c, int peer, const uint8_t *key, size_t le
     memcpy(p->pair_key, key, LTP_KEY_BYTES);
     auth_derive(key, c->self_rank, p->rx_key);
     auth_derive(key, p->rank, p->tx_key);
+    if (auth_kind(c) == LTP_MAC_GMAC128) {
+        auth_free_gmac(p);
+        if (!(p->rx_gmac = auth_gmac_new(p->rx_key)) || !(p->tx_gmac = auth_gmac_new(p->tx_key))) {
+            auth_free_gmac(p);
+            p->has_key = 0;
+            return LTP_ENOMEM;
+        }
+    }
     p->has_key = 1;
     p->rx_any = 0;   /* numbers under another key say nothing about this one's */
     return LTP_OK;
@@ -165,15 +240,17 @@ void auth_free(peer_t *p)
 {
     free(p->rx_seen);
     p->rx_seen = NULL;
+    auth_free_gmac(p);
 }
 
 int auth_check(const ltp_core_t *c, const peer_t *p, const uint8_t *b, size_t len,
                const uint8_t *payload, uint64_t *pseq)
 {
-    if (!b || len < LTP_HDR_BYTES || b[WIRE_MAC] > LTP_MAC_SIPHASH24) return LTP_EMALFORMED;
+    if (!b || len < LTP_HDR_BYTES || b[WIRE_MAC] > LTP_MAC_GMAC128) return LTP_EMALFORMED;
     if (!c->cfg.auth) return b[WIRE_MAC] == LTP_MAC_NONE ? (int)len : LTP_EAUTH;
     if (!p) return LTP_EPEER;   /* no slot, no key to check it with */
-    if (!p->has_key || b[WIRE_MAC] != LTP_MAC_SIPHASH24 || len < LTP_HDR_BYTES + LTP_TRAILER_BYTES)
+    /* Only the endpoint's own algorithm is accepted: a sender cannot choose another. */
+    if (!p->has_key || b[WIRE_MAC] != auth_kind(c) || len < LTP_HDR_BYTES + LTP_TRAILER_BYTES)
         return LTP_EAUTH;
     size_t n = len - LTP_TRAILER_BYTES;
     uint8_t want[LTP_MAC_BYTES];
@@ -181,10 +258,10 @@ int auth_check(const ltp_core_t *c, const peer_t *p, const uint8_t *b, size_t le
     if (payload) {   /* a DATA read apart: header and trailer at b, the payload in its place */
         if (n < LTP_DATA_HDR_BYTES) return LTP_EMALFORMED;
         trailer = b + LTP_DATA_HDR_BYTES;
-        wr64(want, sip_parts(p->rx_key, b, LTP_DATA_HDR_BYTES, payload, n - LTP_DATA_HDR_BYTES,
-                             trailer, LTP_PSEQ_BYTES));
+        wr64(want, tag_parts(c, p, 0, rd64(trailer), b, LTP_DATA_HDR_BYTES, payload,
+                             n - LTP_DATA_HDR_BYTES, trailer, LTP_PSEQ_BYTES));
     } else {
-        wr64(want, ltp_siphash24(p->rx_key, b, n + LTP_PSEQ_BYTES));
+        wr64(want, tag_parts(c, p, 0, rd64(trailer), b, n + LTP_PSEQ_BYTES, NULL, 0, NULL, 0));
     }
     /* Constant time: how much of a guessed tag was right must not show in the timing. */
     const uint8_t *tag = trailer + LTP_PSEQ_BYTES;
@@ -237,14 +314,15 @@ int auth_seal(const ltp_core_t *c, peer_t *p, uint8_t *b, int n, const uint8_t *
      * than one datagram per microsecond on average. */
     if (!p->tx_pseq) p->tx_pseq = MAX(now, 1);
     uint64_t s = p->tx_pseq++;
-    b[WIRE_MAC] = LTP_MAC_SIPHASH24;
+    b[WIRE_MAC] = (uint8_t)auth_kind(c);
     uint8_t *trailer = payload ? b + LTP_DATA_HDR_BYTES : b + n;
     wr64(trailer, s);
     if (payload)   /* a DATA by reference: the trailer behind its header, sent after the payload */
         wr64(trailer + LTP_PSEQ_BYTES,
-             sip_parts(p->tx_key, b, LTP_DATA_HDR_BYTES, payload, (size_t)n - LTP_DATA_HDR_BYTES,
+             tag_parts(c, p, 1, s, b, LTP_DATA_HDR_BYTES, payload, (size_t)n - LTP_DATA_HDR_BYTES,
                        trailer, LTP_PSEQ_BYTES));
     else
-        wr64(trailer + LTP_PSEQ_BYTES, ltp_siphash24(p->tx_key, b, (size_t)n + LTP_PSEQ_BYTES));
+        wr64(trailer + LTP_PSEQ_BYTES,
+             tag_parts(c, p, 1, s, b, (size_t)n + LTP_PSEQ_BYTES, NULL, 0, NULL, 0));
     return n + (int)LTP_TRAILER_BYTES;
 }

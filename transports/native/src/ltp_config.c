@@ -80,7 +80,7 @@ static const optdef_t OPTS[] = {
     U32(hint_drain_us, 100, 10e6, 10000, "us", "a standing queue of q us lowers the gain by q / this"),
     U32(hint_sample_pkts, 1, 1e6, 256, "packets", "a capacity sample spans at least this many packets"),
     U32(hint_catchup_us, 0, 1e6, 4000, "us", "a hinted sender's token bucket holds this long at the hint"),
-    BOOL(auth, 1, "number every datagram and tag it with SipHash-2-4 under its pair's key"),
+    BOOL(auth, 1, "number every datagram and tag it under its pair's key (by mac)"),
     U32(rx_msg_window, 1, 2147483648.0, 64, "messages",
         "new message ids are accepted at most this far past the last one taken"),
     U32(rx_first_msg_id, 0, 4294967295.0, 0, "", "first message id accepted before any message was taken"),
@@ -91,6 +91,8 @@ static const optdef_t OPTS[] = {
     U32(replay_window, 64, 65536, 4096, "datagrams",
         "auth on: a datagram whose number this peer sent before, or sent this many numbers before its "
         "newest, is refused as a replay"),
+    ENUM(mac, LTP_ENUM_MAC, LTP_MAC_ALG_GMAC128, LTP_MAC_ALG_GMAC128,
+         "auth on: the tag's algorithm, SipHash-2-4 or AES-128-GMAC; both ends must agree"),
 };
 #define N_OPTS ((int)(sizeof OPTS / sizeof OPTS[0]))
 
@@ -234,13 +236,15 @@ int ltp_stat_kind(int i)
 /* Value names of the exported enums, indexed by value (each enum starts at 0 and has no gaps). */
 static const char *const ORDER_NAMES[] = {"sequential", "random", "priority"};
 static const char *const SCHEDULE_NAMES[] = {"fair", "serial"};
-static const char *const CLOSE_NAMES[] = {"none", "complete", "early", "max_wait", "stale"};
+static const char *const CLOSE_NAMES[] = {"none", "complete", "early", "max_wait", "stale", "abandoned"};
 static const char *const DONE_NAMES[] = {"pending", "closed", "all_acked", "stale"};
+static const char *const MAC_NAMES[] = {"siphash24", "gmac128"};
 #define N_NAMES(a) ((int)(sizeof a / sizeof a[0]))
 _Static_assert(N_NAMES(ORDER_NAMES) == LTP_ORDER_PRIORITY + 1, "enum ltp_order names");
 _Static_assert(N_NAMES(SCHEDULE_NAMES) == LTP_SCHED_SERIAL + 1, "enum ltp_schedule names");
-_Static_assert(N_NAMES(CLOSE_NAMES) == LTP_CLOSE_STALE + 1, "enum ltp_close_reason names");
+_Static_assert(N_NAMES(CLOSE_NAMES) == LTP_CLOSE_ABANDONED + 1, "enum ltp_close_reason names");
 _Static_assert(N_NAMES(DONE_NAMES) == LTP_SEND_STALE + 1, "enum ltp_send_done names");
+_Static_assert(N_NAMES(MAC_NAMES) == LTP_MAC_ALG_GMAC128 + 1, "enum ltp_mac names");
 
 const char *ltp_enum_name(int enum_id, int value)
 {
@@ -251,6 +255,7 @@ const char *ltp_enum_name(int enum_id, int value)
     case LTP_ENUM_SCHEDULE: names = SCHEDULE_NAMES; n = N_NAMES(SCHEDULE_NAMES); break;
     case LTP_ENUM_CLOSE_REASON: names = CLOSE_NAMES; n = N_NAMES(CLOSE_NAMES); break;
     case LTP_ENUM_SEND_DONE: names = DONE_NAMES; n = N_NAMES(DONE_NAMES); break;
+    case LTP_ENUM_MAC: names = MAC_NAMES; n = N_NAMES(MAC_NAMES); break;
     default: return NULL;
     }
     return (value >= 0 && value < n) ? names[value] : NULL;

@@ -180,6 +180,10 @@ static int input(ltp_core_t *c, int peer, const uint8_t *buf, size_t len, const 
     switch (h.type) {
     case LTP_T_DATA:
         if ((rc = admit_data(c, p, &h)) != LTP_OK) return rc;
+        /* A floor moves nothing but the receiver's waits, and only a MAC makes it the
+         * sender's word: unauthenticated, one forged DATA would end every genuine message
+         * below it (docs/ltp-protocol.md, 'A message left behind'). */
+        if (c->cfg.auth) rx_note_sender_floor(p, &h);
         hint_on_data(c, p, &h, len, now, MIN(arrival, now));
         return rx_on_data(c, p, &h, now);
     case LTP_T_ACK: return tx_on_ack(c, p, &h, now);

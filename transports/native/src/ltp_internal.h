@@ -87,7 +87,7 @@ enum {
     WIRE_DATA_OFFSET = 28,      /* u32 byte offset of the payload in the message */
     WIRE_DATA_TOTAL = 32,       /* u32 message bytes */
     WIRE_DATA_LEN = 36,         /* u16 payload bytes */
-    WIRE_DATA_PAD = 38,         /* u16, zero */
+    WIRE_DATA_OPEN_BACK = 38,   /* u16 ids below this message still open at the sender (capped) */
     WIRE_DATA_TX_SEQ = 40,      /* u32 transmission sequence (per message) */
     WIRE_DATA_TS = 44,          /* u32 sender's clock, low 32 bits of microseconds */
     WIRE_DATA_SRTT = 48,        /* u32 sender's smoothed RTT in microseconds, 0: none yet */
@@ -108,7 +108,7 @@ enum {
     WIRE_CLOSE_ECHO_TS = 32,    /* u32 ts of the DATA it answers (as in an ACK) */
     WIRE_CLOSE_ECHO_SEQ = 36,   /* u32 tx_seq of that DATA */
 };
-enum { LTP_MAC_NONE = 0, LTP_MAC_SIPHASH24 = 1 };
+enum { LTP_MAC_NONE = 0, LTP_MAC_SIPHASH24 = 1, LTP_MAC_GMAC128 = 2 };
 _Static_assert(WIRE_CRITICAL + 2 == LTP_HDR_BYTES, "common header size");
 _Static_assert(WIRE_DATA_SRTT + 4 == LTP_DATA_HDR_BYTES, "DATA header size");
 _Static_assert(WIRE_ACK_HINT + 4 == LTP_ACK_HDR_BYTES, "ACK header size");
@@ -121,7 +121,7 @@ typedef struct {
     uint32_t session, msg_id;
     /* DATA */
     uint32_t index, count, offset, total, tx_seq, ts, srtt;
-    uint16_t payload_len;
+    uint16_t payload_len, open_back;
     const uint8_t *payload;
     /* ACK / CLOSE */
     uint32_t received, base, echo_ts, ack_delay, echo_seq, close_count, hint_kbps;
@@ -240,6 +240,7 @@ typedef struct {
     uint8_t pair_key[LTP_KEY_BYTES];       /* as set (ltp_core_set_peer_key) */
     uint8_t tx_key[LTP_KEY_BYTES];         /* MAC key of datagrams to this peer */
     uint8_t rx_key[LTP_KEY_BYTES];         /* MAC key of datagrams from it */
+    void *tx_gmac, *rx_gmac;               /* mac gmac128: those keys' AES-128 schedules (EVP) */
     uint64_t tx_pseq;                      /* number of the next datagram to it; 0: none sent yet */
     int rx_any;                            /* a datagram from it was accepted: rx_top is its newest */
     uint64_t rx_top;
@@ -275,6 +276,10 @@ typedef struct {
     uint32_t n_seg_loss;
     double t_pass_us;
     uint32_t floor;                        /* the newest id the application took */
+    /* The sender's floor as its DATA say (id - open_back, the newest seen): every id below it is
+     * finished at the sender, so one with no receive context will never come (rx_ready: gone). */
+    uint32_t sender_floor;
+    uint8_t sender_floor_known;
     uint16_t *floor_segs;                  /* the segments of id floor it took (PLOT: layers) */
     uint32_t n_floor_segs, cap_floor_segs;
     uint8_t floor_whole;                   /* no room to list them: every segment of floor is taken */
@@ -412,6 +417,14 @@ int auth_seal(const ltp_core_t *c, peer_t *p, uint8_t *b, int n, const uint8_t *
 /* With auth on, a peer without its key can neither be sent to nor heard: LTP_EAUTH, else 0. */
 int auth_ready(const ltp_core_t *c, const peer_t *p);
 void auth_free(peer_t *p);
+/* The WIRE_MAC byte of this endpoint's datagrams: LTP_MAC_NONE with auth off, else its mac's. */
+int auth_kind(const ltp_core_t *c);
+/* AES-128-GMAC (mac gmac128): a context keyed with key (NULL if out of memory; EVP_CIPHER_CTX_free
+ * frees it), and the tag of head, payload and tail under it with IV pseq. */
+void *auth_gmac_new(const uint8_t key[LTP_KEY_BYTES]);
+uint64_t auth_gmac_parts(void *ctx, uint64_t pseq, const uint8_t *head, size_t head_len,
+                         const uint8_t *payload, size_t payload_len, const uint8_t *tail,
+                         size_t tail_len);
 
 /* ltp_wire.c */
 int wire_plausible(const uint8_t *b, size_t len);
@@ -482,6 +495,7 @@ void rx_check_close(ltp_core_t *c, peer_t *p, rxmsg_t *m, uint64_t now);
 uint64_t rx_close_deadline(const ltp_core_t *c, const peer_t *p, const rxmsg_t *m);
 void rx_release(ltp_core_t *c, peer_t *p, rxmsg_t *m);   /* rx_free, keeping the open count */
 int rx_on_data(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now);
+void rx_note_sender_floor(peer_t *p, const hdr_t *h);   /* its DATA: ids below id - open_back done */
 int rx_poll_control(ltp_core_t *c, peer_t *p, uint64_t now, uint8_t *b, size_t cap);
 void rx_farewell(ltp_core_t *c, peer_t *p);   /* one more CLOSE for p's newest closed message */
 

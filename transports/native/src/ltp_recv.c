@@ -410,7 +410,19 @@ int ltp_core_rx_ready(const ltp_core_t *c, int peer, uint32_t msg_id, uint16_t s
     const peer_t *p = core_peer(c, peer);
     if (!p) return LTP_EINVAL;
     const rxmsg_t *m = rx_lookup(c, p, msg_id, seg);
-    return m && m->closed;
+    if (m) return m->closed;
+    if (p->floor_valid && seq_lt(msg_id, p->floor)) return 0;   /* the application moved past it */
+    return p->sender_floor_known && seq_lt(msg_id, p->sender_floor) ? LTP_RX_GONE : 0;
+}
+
+/* An accepted DATA's word on what its sender finished with: every id below id - open_back. */
+void rx_note_sender_floor(peer_t *p, const hdr_t *h)
+{
+    uint32_t floor = h->msg_id - h->open_back;
+    if (!p->sender_floor_known || seq_lt(p->sender_floor, floor)) {
+        p->sender_floor = floor;
+        p->sender_floor_known = 1;
+    }
 }
 
 double ltp_core_rx_frac(const ltp_core_t *c, int peer, uint32_t msg_id, uint16_t seg)

@@ -21,6 +21,19 @@ static txmsg_t *tx_find(const ltp_core_t *c, const peer_t *p, uint32_t msg_id, u
     return NULL;
 }
 
+/* How many ids below m's are still open toward p (unfinished sends of any segment): the DATA's
+ * open_back, capped at its u16. Everything older is finished here, so a receiver that has nothing
+ * of it may stop waiting (ltp_core_rx_ready: gone). max_tx_per_peer slots, a few. */
+static uint16_t open_back(const ltp_core_t *c, const peer_t *p, const txmsg_t *m)
+{
+    uint32_t oldest = m->msg_id;
+    for (uint32_t i = 0; i < c->cfg.max_tx_per_peer; i++) {
+        const txmsg_t *o = &p->tx[i];
+        if (o->used && !o->done && seq_lt(o->msg_id, oldest)) oldest = o->msg_id;
+    }
+    return (uint16_t)MIN(m->msg_id - oldest, 0xFFFFu);
+}
+
 uint32_t tx_pkt_len(const txmsg_t *m, uint32_t i)
 {
     return i + 1 < m->count ? m->chunk : m->total - (m->count - 1) * m->chunk;
@@ -491,6 +504,7 @@ int tx_build_data(ltp_core_t *c, peer_t *p, txmsg_t *m, uint32_t i, int retrans,
     h.critical = (uint16_t)m->critical;
     h.index = i; h.count = m->count; h.offset = i * m->chunk; h.total = m->total;
     h.payload_len = (uint16_t)len; h.tx_seq = m->pk[i].tx_seq; h.ts = (uint32_t)now;
+    h.open_back = open_back(c, p, m);
     m->seq_ts[h.tx_seq] = h.ts;
     h.srtt = (uint32_t)MIN(p->has_rtt ? p->srtt_us : 0, 4e9);
     h.payload = m->data + (size_t)i * m->chunk;

@@ -403,10 +403,22 @@ static int recvs_done(ltp_udp_t *u, void *arg)
     for (int i = 0; i < s->n; i++) {
         ltp_recv_req_t *r = &s->reqs[i];
         if (r->segment > 0xFFFF) continue;
-        if (ltp_core_rx_ready(u->core, r->peer, r->msg_id, (uint16_t)r->segment) == 1) ready++;
+        if (ltp_core_rx_ready(u->core, r->peer, r->msg_id, (uint16_t)r->segment) > 0) ready++;
         else if (s->min_done >= s->n) return 0;   /* waiting for all: no need to count on */
     }
     return ready >= s->min_done;
+}
+
+/* A message its sender finished with before any of it arrived, taken as an empty one: nothing
+ * received, every value 0 and masked out (LTP_CLOSE_ABANDONED). */
+static int take_gone(ltp_recv_req_t *r)
+{
+    if (r->data) memset(r->data, 0, r->cap_bytes);
+    if (r->mask) memset(r->mask, 0, r->cap_bytes / 4);
+    r->stats.total_bytes = r->cap_bytes;
+    r->stats.close_reason = LTP_CLOSE_ABANDONED;
+    r->stats.early_closed = 1;
+    return LTP_OK;
 }
 
 /* Post every request, wait for min_done of them, take every one that closed. Returns how many
@@ -427,10 +439,13 @@ static int recv_wait(ltp_udp_t *u, ltp_recv_req_t *reqs, int n, int min_done, ui
     for (int i = 0; i < n; i++) {
         ltp_recv_req_t *r = &reqs[i];
         memset(&r->stats, 0, sizeof r->stats);
+        int ready = r->segment > 0xFFFF ? LTP_EINVAL
+                    : ltp_core_rx_ready(u->core, r->peer, r->msg_id, (uint16_t)r->segment);
         if (r->segment > 0xFFFF) r->status = LTP_EINVAL;
-        else if (ltp_core_rx_ready(u->core, r->peer, r->msg_id, (uint16_t)r->segment) == 1)
+        else if (ready == 1)
             r->status = ltp_core_rx_take(u->core, r->peer, r->msg_id, (uint16_t)r->segment, r->data, r->cap_bytes,
                                          r->mask, &r->stats);
+        else if (ready == LTP_RX_GONE) r->status = take_gone(r);
         else r->status = rc < 0 && rc != LTP_ETIMEDOUT ? rc : LTP_ETIMEDOUT;
         if (r->status == LTP_OK) taken++;
         else if (!*first_err) *first_err = r->status;

@@ -113,6 +113,12 @@ int ltp_udp__peer_of(const struct sockaddr_in *addrs, int n, const struct sockad
  * itself when there is no usable stamp. */
 uint64_t ltp_udp__arrival_us(struct msghdr *mh, uint64_t now, const struct timespec *real);
 
+/* The receive batch in two steps, as do_rx runs them around its recvmmsg (and the fuzzer,
+ * fuzz/fuzz_rx.c, around slots it fills itself): point the slots at guessed places and return
+ * how many the next read may fill; then take the n slots read into the core. */
+int ltp_udp__rx_prepare(ltp_udp_t *u);
+void ltp_udp__rx_batch(ltp_udp_t *u, int n, uint64_t now, const struct timespec *real);
+
 /* ltp_udp_io.c; each runs with the endpoint's mutex held. */
 int do_rx(ltp_udp_t *u);   /* drain the socket into the core: slots read, or LTP_ESYS */
 /* send the pending batch, refill it from the core while datagrams are due: datagrams sent,

@@ -77,17 +77,21 @@ static void rx_datagram(ltp_udp_t *u, int peer, const uint8_t *b, size_t len, co
         ltp_core__count(u->core, LTP_S_RX_DROPPED_HOOK, 1);
         return;
     }
-    if (len > WIRE_TYPE && (b[WIRE_TYPE] == LTP_T_HELLO || b[WIRE_TYPE] == LTP_T_HELLO_ACK)) u->hellos_in++;
-    if (len > WIRE_TYPE && b[WIRE_TYPE] == LTP_T_DATA && peer >= 0) {
+    int rc;
+    if (payload) {
+        size_t head = LTP_DATA_HDR_BYTES + u->tag_bytes;
+        rc = ltp_core_input_split(u->core, peer, b, head, payload, len - head, now, at);
+    }
+    else
+        rc = ltp_core_input_at(u->core, peer, b, len, now, at);
+    /* Only a datagram the core took in (its MAC checked, auth on) moves the driver's own state:
+     * the placement guesses and the count that wakes HELLO waiters. */
+    if (rc != LTP_OK) return;
+    if (b[WIRE_TYPE] == LTP_T_HELLO || b[WIRE_TYPE] == LTP_T_HELLO_ACK) u->hellos_in++;
+    if (b[WIRE_TYPE] == LTP_T_DATA && peer >= 0) {
         u->last_data_peer = peer;
         u->large_data = len >= LTP_DATA_HDR_BYTES + RX_GUESS_MIN_BYTES;
     }
-    if (payload) {
-        size_t head = LTP_DATA_HDR_BYTES + u->tag_bytes;
-        ltp_core_input_split(u->core, peer, b, head, payload, len - head, now, at);
-    }
-    else
-        ltp_core_input_at(u->core, peer, b, len, now, at);
 }
 
 /* Point receive slots at guessed places: slot i reads a datagram's header into itself and its
@@ -201,6 +205,49 @@ static int icmp_errno(int e)
     return e == ECONNREFUSED || e == EHOSTUNREACH || e == ENETUNREACH || e == EHOSTDOWN;
 }
 
+/* The n slots recvmmsg filled, into the core: misses made whole, copies in one batch demoted,
+ * GRO runs walked datagram by datagram, placed payloads passed split. */
+void ltp_udp__rx_batch(ltp_udp_t *u, int n, uint64_t now, const struct timespec *real)
+{
+    /* Every miss is made whole before any datagram reaches the core, which may store into
+     * a place another slot was read into. */
+    int peers[BATCH], hit[BATCH], any_hit = 0, any_miss = 0;
+    for (int i = 0; i < n; i++) {
+        peers[i] = ltp_udp__peer_of(u->addrs, u->n_peers, &u->rxaddr[i], u->rxm[i].msg_hdr.msg_namelen);
+        hit[i] = u->guessed[i] && guess_hit(u, i, peers[i]);
+        if (u->guessed[i]) { if (hit[i]) u->guess_hits++; else u->guess_misses++; }
+        if (u->guess_hits + u->guess_misses > 1024) { u->guess_hits /= 2; u->guess_misses /= 2; }
+        any_hit |= hit[i];
+        any_miss |= !hit[i];
+    }
+    if (any_hit && any_miss) demote_copies(u, n, peers, hit);
+    for (int i = 0; i < n; i++) {
+        const uint8_t *b = u->rxbuf + (size_t)i * RX_SLOT_BYTES;
+        size_t len = u->rxm[i].msg_len, seg = gro_segment(u, i), off = 0;
+        int peer = peers[i];
+        uint64_t at = ltp_udp__arrival_us(&u->rxm[i].msg_hdr, now, real);
+        if (hit[i]) {
+            /* An earlier datagram of this batch may have freed the message (a full table
+             * made room for a lower id): its payload went with it. The protocol recovers. */
+            if (!ltp_core_rx_guess_holds(u->core, peer, &u->guess[i])) {
+                ltp_core__count(u->core, LTP_S_RX_PLACE_LOST, 1);
+                continue;
+            }
+            ltp_core__count(u->core, LTP_S_RX_PLACED, 1);
+            rx_datagram(u, peer, b, len, u->guess[i].dst, now, at);
+            continue;
+        }
+        if (!seg || seg > len) seg = len;
+        if (seg < len) ltp_core__count(u->core, LTP_S_RX_GRO_RUNS, 1);
+        do {   /* a GRO run is datagrams of seg bytes, the last one maybe shorter */
+            rx_datagram(u, peer, b + off, MIN(seg, len - off), NULL, now, at);
+            off += seg;
+        } while (off < len);
+    }
+}
+
+int ltp_udp__rx_prepare(ltp_udp_t *u) { return guess_places(u); }
+
 int do_rx(ltp_udp_t *u)
 {
     int total = 0;
@@ -216,44 +263,10 @@ int do_rx(ltp_udp_t *u)
             }
             return LTP_ESYS;
         }
-        uint64_t now = now_us();
         struct timespec real;
+        uint64_t now = now_us();
         clock_gettime(CLOCK_REALTIME, &real);
-        /* Every miss is made whole before any datagram reaches the core, which may store into
-         * a place another slot was read into. */
-        int peers[BATCH], hit[BATCH], any_hit = 0, any_miss = 0;
-        for (int i = 0; i < n; i++) {
-            peers[i] = ltp_udp__peer_of(u->addrs, u->n_peers, &u->rxaddr[i], u->rxm[i].msg_hdr.msg_namelen);
-            hit[i] = u->guessed[i] && guess_hit(u, i, peers[i]);
-            if (u->guessed[i]) { if (hit[i]) u->guess_hits++; else u->guess_misses++; }
-            if (u->guess_hits + u->guess_misses > 1024) { u->guess_hits /= 2; u->guess_misses /= 2; }
-            any_hit |= hit[i];
-            any_miss |= !hit[i];
-        }
-        if (any_hit && any_miss) demote_copies(u, n, peers, hit);
-        for (int i = 0; i < n; i++) {
-            const uint8_t *b = u->rxbuf + (size_t)i * RX_SLOT_BYTES;
-            size_t len = u->rxm[i].msg_len, seg = gro_segment(u, i), off = 0;
-            int peer = peers[i];
-            uint64_t at = ltp_udp__arrival_us(&u->rxm[i].msg_hdr, now, &real);
-            if (hit[i]) {
-                /* An earlier datagram of this batch may have freed the message (a full table
-                 * made room for a lower id): its payload went with it. The protocol recovers. */
-                if (!ltp_core_rx_guess_holds(u->core, peer, &u->guess[i])) {
-                    ltp_core__count(u->core, LTP_S_RX_PLACE_LOST, 1);
-                    continue;
-                }
-                ltp_core__count(u->core, LTP_S_RX_PLACED, 1);
-                rx_datagram(u, peer, b, len, u->guess[i].dst, now, at);
-                continue;
-            }
-            if (!seg || seg > len) seg = len;
-            if (seg < len) ltp_core__count(u->core, LTP_S_RX_GRO_RUNS, 1);
-            do {   /* a GRO run is datagrams of seg bytes, the last one maybe shorter */
-                rx_datagram(u, peer, b + off, MIN(seg, len - off), NULL, now, at);
-                off += seg;
-            } while (off < len);
-        }
+        ltp_udp__rx_batch(u, n, now, &real);
         total += n;
         if (n < vlen) break;
     }

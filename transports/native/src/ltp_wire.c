@@ -27,12 +27,12 @@ static int parse_data(const ltp_config_t *cfg, const uint8_t *b, size_t len, hdr
     if (len < LTP_DATA_HDR_BYTES || (h->flags & ~0x0Fu)) return LTP_EMALFORMED;
     h->index = rd32(b + WIRE_DATA_INDEX); h->count = rd32(b + WIRE_DATA_COUNT);
     h->offset = rd32(b + WIRE_DATA_OFFSET); h->total = rd32(b + WIRE_DATA_TOTAL);
-    h->payload_len = rd16(b + WIRE_DATA_LEN);
+    h->payload_len = rd16(b + WIRE_DATA_LEN); h->open_back = rd16(b + WIRE_DATA_OPEN_BACK);
     h->tx_seq = rd32(b + WIRE_DATA_TX_SEQ); h->ts = rd32(b + WIRE_DATA_TS);
     h->srtt = rd32(b + WIRE_DATA_SRTT);
     h->payload = b + LTP_DATA_HDR_BYTES;
     uint64_t off = h->offset, pl = h->payload_len, tot = h->total, cnt = h->count;
-    if (rd16(b + WIRE_DATA_PAD) != 0 || pl != len - LTP_DATA_HDR_BYTES || pl == 0) return LTP_EMALFORMED;
+    if (pl != len - LTP_DATA_HDR_BYTES || pl == 0) return LTP_EMALFORMED;
     if (tot == 0 || tot > cfg->max_msg_bytes || (tot | off | pl) % 4) return LTP_EMALFORMED;
     if (cnt == 0 || h->index >= cnt || cnt > tot / 4 || off + pl > tot) return LTP_EMALFORMED;
     if (h->critical > cnt || ((h->flags & LTP_F_CRITICAL) != 0) != (h->index < h->critical))
@@ -86,7 +86,7 @@ int wire_plausible(const uint8_t *b, size_t len)
 int wire_parse(const ltp_config_t *cfg, const uint8_t *b, size_t len, hdr_t *h)
 {
     if (!b || len < LTP_HDR_BYTES || len > LTP_MAX_DATAGRAM) return LTP_EMALFORMED;
-    if (rd16(b + WIRE_MAGIC) != LTP_MAGIC || b[WIRE_VERSION] != LTP_VERSION || b[WIRE_MAC] > LTP_MAC_SIPHASH24)
+    if (rd16(b + WIRE_MAGIC) != LTP_MAGIC || b[WIRE_VERSION] != LTP_VERSION || b[WIRE_MAC] > LTP_MAC_GMAC128)
         return LTP_EMALFORMED;
     memset(h, 0, sizeof *h);
     h->type = b[WIRE_TYPE]; h->flags = b[WIRE_FLAGS]; h->sender = rd16(b + WIRE_SENDER);
@@ -120,7 +120,7 @@ int wire_put_data_hdr(uint8_t *b, const hdr_t *h)
     put_common(b, h);
     wr32(b + WIRE_DATA_INDEX, h->index); wr32(b + WIRE_DATA_COUNT, h->count);
     wr32(b + WIRE_DATA_OFFSET, h->offset); wr32(b + WIRE_DATA_TOTAL, h->total);
-    wr16(b + WIRE_DATA_LEN, h->payload_len); wr16(b + WIRE_DATA_PAD, 0);
+    wr16(b + WIRE_DATA_LEN, h->payload_len); wr16(b + WIRE_DATA_OPEN_BACK, h->open_back);
     wr32(b + WIRE_DATA_TX_SEQ, h->tx_seq); wr32(b + WIRE_DATA_TS, h->ts);
     wr32(b + WIRE_DATA_SRTT, h->srtt);
     return (int)LTP_DATA_HDR_BYTES;

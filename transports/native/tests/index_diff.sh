@@ -28,9 +28,9 @@ build() {
     core=$(ls "$1"/src/*.c | grep -v ltp_udp)
     sim=$(ls "$1"/sim/*.c | grep -v ltp_sim.c)
     inc="-I$1/include -I$1/src -I$1/sim -I$GE"
-    $CC $FLAGS -I"$1"/include -I"$1"/src -o "$OUT/$2_workload" tests/index_diff.c $core -lm
+    $CC $FLAGS -I"$1"/include -I"$1"/src -o "$OUT/$2_workload" tests/index_diff.c $core -lm -lcrypto
     $CC $FLAGS $RENAME $inc -c -o "$OUT/$2_sim.o" "$1"/sim/ltp_sim.c
-    $CC $FLAGS $inc -o "$OUT/$2_sim" "$OUT/$2_sim.o" tests/index_trace.c $sim $core -lm
+    $CC $FLAGS $inc -o "$OUT/$2_sim" "$OUT/$2_sim.o" tests/index_trace.c $sim $core -lm -lcrypto
 }
 
 rm -rf "$OUT" && mkdir -p "$OUT/old"

@@ -67,6 +67,8 @@ MUTANTS = (
            "    if (0) {"),
     Mutant("a hint's rate not clamped", "src/ltp_rate.c",
            "    if (mbps < c->cfg.hint_min_mbps || mbps > c->cfg.hint_max_mbps) {", "    if (0) {"),
+    Mutant("a DATA's open_back believed without auth", "src/ltp_core.c",
+           "if (c->cfg.auth) rx_note_sender_floor(p, &h);", "rx_note_sender_floor(p, &h);"),
     Mutant("DATA admitted without its checks", "src/ltp_core.c",
            "        if ((rc = admit_data(c, p, &h)) != LTP_OK) return rc;\n", ""),
 )

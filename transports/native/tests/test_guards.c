@@ -6,12 +6,17 @@
  * test forges what the defence refuses by mutating a genuine datagram, and fails without it:
  * tests/mutants.py removes each defence in turn (and the others the suite already guarded) and
  * requires `make test` to fail (`invoke mutants`).
+ *
+ * Tests 6 to 8 guard what wire version 5 added: a receiver stops waiting for a message none of
+ * whose DATA arrived once its sender's later, authenticated DATA say the sender finished with it
+ * (open_back), never before (a message still open at the sender, as a pipeline's older chunk
+ * is), and never on an unauthenticated DATA's word.
  */
 #include "ltp.h"
 
 #include "pair.h"
 
-enum { O_MAC = 5, O_SRTT = 48, O_CLOSE_ECHO_TS = 32, TRAILER = 16 };
+enum { O_MAC = 5, O_SRTT = 48, O_CLOSE_ECHO_TS = 32, TRAILER = 16, O_OPEN_BACK = 38 };
 
 static const uint8_t KEY[16] = {7, 1, 2, 3};
 
@@ -142,6 +147,94 @@ static void test_srtt_clamp(void)
     pair_free(&P);
 }
 
+/* Drops every DATA of message 1 while on. */
+static int tap_drop_msg1(pair_t *P, int from, uint8_t *b, int *len)
+{
+    (void)P; (void)len;
+    return from == WK && b[O_TYPE] == 1 && rd32(b + O_MSG) == 1;
+}
+
+/* A pair (auth on when `auth`) whose worker sends message 1, every DATA of it lost on the way.
+ * Unpaced (cc off): a later message's DATA leave while message 1's wait for their loss to show. */
+static float *send_msg1_lost(pair_t *P, int auth)
+{
+    pair_init(P, (const char *[]){"auth", "cc"}, (double[]){auth, 0}, 2);
+    if (auth) {
+        ltp_core_set_peer_key(P->c[WK], 0, KEY, 16);
+        ltp_core_set_peer_key(P->c[PS], 0, KEY, 16);
+    }
+    float *v = vec(N, 1.0f);
+    P->tap = tap_drop_msg1;
+    ltp_core_send(P->c[WK], 0, 1, 0, v, N * 4, 0, P->now);
+    pair_run(P, 20000, NULL, NULL);
+    CHECK(ltp_core_rx_ready(P->c[PS], 0, 1, 0) == 0, "message 1 not open at the PS while sent");
+    return v;
+}
+
+/* 6. The worker gives up on message 1 (none of it arrived) and sends message 2: message 1 is
+ * gone at the PS at once, not waited for until a deadline. */
+static void test_left_behind_is_gone(void)
+{
+    pair_t P;
+    float *v = send_msg1_lost(&P, 1);
+    ltp_core_send_release(P.c[WK], 0, 1, 0);
+    CHECK(deliver(&P, 2, v), "message 2 not delivered");
+    int r = ltp_core_rx_ready(P.c[PS], 0, 1, 0);
+    CHECK(r == LTP_RX_GONE, "message 1 left behind: rx_ready %d, not gone", r);
+    CHECK(ltp_core_rx_ready(P.c[PS], 0, 3, 0) == 0, "a message not yet sent called gone");
+    free(v);
+    pair_free(&P);
+}
+
+/* 7. A newer message alone ends nothing: message 2 sent while message 1 is still open at the
+ * worker (its DATA say open_back 1, as a pipeline's newer chunk does) leaves 1 awaited; once the
+ * worker gives 1 up, its message 3 says so and 1 is gone. */
+static void test_open_older_message_is_not_gone(void)
+{
+    pair_t P;
+    float *v = send_msg1_lost(&P, 1);
+    CHECK(deliver(&P, 2, v), "message 2 not delivered");
+    int r = ltp_core_rx_ready(P.c[PS], 0, 1, 0);
+    CHECK(r == 0, "message 1, still open at its sender, called %d by the PS", r);
+    ltp_core_send_release(P.c[WK], 0, 1, 0);
+    CHECK(deliver(&P, 3, v), "message 3 not delivered");
+    r = ltp_core_rx_ready(P.c[PS], 0, 1, 0);
+    CHECK(r == LTP_RX_GONE, "message 1, finished at its sender, not gone: %d", r);
+    free(v);
+    pair_free(&P);
+}
+
+/* 8. Without auth a DATA's open_back is nobody's word (one forged DATA would end every genuine
+ * message below it): test 6's message 1 is not gone, and a forged open_back 0 ends nothing. */
+static int tap_keep_msg2(pair_t *P, int from, uint8_t *b, int *len)
+{
+    if (tap_drop_msg1(P, from, b, len)) return 1;
+    if (from == WK && b[O_TYPE] == 1 && rd32(b + O_MSG) == 2 && !P->kept_len[0]) {
+        memcpy(P->kept[0], b, (size_t)*len);
+        P->kept_len[0] = *len;
+    }
+    return 0;
+}
+
+static void test_open_back_ignored_without_auth(void)
+{
+    pair_t P;
+    float *v = send_msg1_lost(&P, 0);
+    ltp_core_send_release(P.c[WK], 0, 1, 0);
+    P.tap = tap_keep_msg2;
+    CHECK(deliver(&P, 2, v), "message 2 not delivered");
+    CHECK(ltp_core_rx_ready(P.c[PS], 0, 1, 0) == 0, "message 1 called gone without auth");
+    CHECK(P.kept_len[0] > 0, "no DATA of message 2 to forge from");
+    uint8_t f[1600];
+    memcpy(f, P.kept[0], (size_t)P.kept_len[0]);
+    wr32(f + O_MSG, 4);   /* a later id that says every one below it is finished */
+    f[O_OPEN_BACK] = 0; f[O_OPEN_BACK + 1] = 0;
+    inject(&P, PS, f, P.kept_len[0]);
+    CHECK(ltp_core_rx_ready(P.c[PS], 0, 3, 0) == 0, "a forged open_back ended message 3");
+    free(v);
+    pair_free(&P);
+}
+
 int main(void)
 {
     test_untagged_refused_with_auth_on();
@@ -149,5 +242,8 @@ int main(void)
     test_close_echo();
     test_hint_ttl_max();
     test_srtt_clamp();
+    test_left_behind_is_gone();
+    test_open_older_message_is_not_gone();
+    test_open_back_ignored_without_auth();
     return check_summary();
 }

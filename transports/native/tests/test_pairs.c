@@ -180,6 +180,22 @@ static int sent(net_t *N, void *arg)
     return ltp_core_send_status(N->c[k->w + 1], 0, k->msg, 0, NULL, N->now) == 1;
 }
 
+/* Worker 0's message `msg` delivered to the PS and taken out whole into `got`. */
+static int net_deliver_taken(net_t *N, uint32_t msg, const float *v, float *got)
+{
+    return net_deliver(N, 0, msg, v) &&
+           ltp_core_rx_take(N->c[PS], 0, msg, 0, got, N_FLOATS * 4, NULL, NULL) == 0;
+}
+
+/* A test's end: what it allocated freed, the network taken down; it passed (CHECK returns 0). */
+static int net_done(net_t *N, float *v, float *got)
+{
+    free(v);
+    free(got);
+    net_free(N);
+    return 1;
+}
+
 static double srtt_of(net_t *N, int node)
 {
     return N->c[node]->peers[0].has_rtt ? N->c[node]->peers[0].srtt_us : -1;
@@ -202,16 +218,23 @@ static void open_send_with_one_ack(net_t *N, float *v)
     net_run(N, 5000, NULL, NULL);
 }
 
+/* One worker and the PS (auth on or off) through a send's first ACK; returns that ACK's length. */
+static int net_with_one_ack(net_t *N, int auth, float **v, float fill)
+{
+    net_init(N, 1, auth, NULL, 0);
+    *v = vec(fill);
+    open_send_with_one_ack(N, *v);
+    return N->kept_len[1][LTP_T_ACK];
+}
+
 /* ------------------------------------------------------------------ 1. replays, auth on */
 /* The review: eight replays of one genuine ACK in two seconds took the sender's srtt from 200 us to
  * 0.85 s, no counter moving. Each is refused and counted now, the srtt exactly as it was. */
 static int test_replayed_ack(void)
 {
     net_t N;
-    net_init(&N, 1, 1, NULL, 0);
-    float *v = vec(1.0f);
-    open_send_with_one_ack(&N, v);
-    int len = N.kept_len[1][LTP_T_ACK];
+    float *v;
+    int len = net_with_one_ack(&N, 1, &v, 1.0f);
     CHECK(len > 0, "no ACK to replay");
     double before = srtt_of(&N, 1);
     CHECK(before > 0 && before < 1000, "srtt %.0f us before the replays", before);
@@ -224,9 +247,7 @@ static int test_replayed_ack(void)
     CHECK(stat_of(N.c[1], LTP_S_REPLAYED) == 8, "replayed %llu, not 8",
           (unsigned long long)stat_of(N.c[1], LTP_S_REPLAYED));
     CHECK(srtt_of(&N, 1) == before, "srtt moved from %.0f to %.0f us", before, srtt_of(&N, 1));
-    free(v);
-    net_free(&N);
-    return 1;
+    return net_done(&N, v, NULL);
 }
 
 /* Every type that changes state, replayed once after the genuine exchange is over: HELLO and DATA
@@ -237,8 +258,7 @@ static int test_every_type_replayed(void)
     net_init(&N, 1, 1, NULL, 0);
     float *v = vec(2.0f), *got = malloc(N_FLOATS * 4);
     ltp_core_hello(N.c[1], 0, N.now);
-    CHECK(net_deliver(&N, 0, 1, v), "message 1 not delivered");
-    CHECK(ltp_core_rx_take(N.c[PS], 0, 1, 0, got, N_FLOATS * 4, NULL, NULL) == 0, "take");
+    CHECK(net_deliver_taken(&N, 1, v, got), "message 1 not delivered and taken");
     key_t_ k = {0, 1};
     CHECK(net_run(&N, 2000000, sent, &k), "the send never ended");
     static const struct { int dir, type; const char *name; } kinds[] = {
@@ -257,9 +277,7 @@ static int test_every_type_replayed(void)
           stat_of(N.c[1], LTP_S_REPLAYED) == before[1] + 3, "replayed: PS %llu, worker %llu",
           (unsigned long long)stat_of(N.c[PS], LTP_S_REPLAYED),
           (unsigned long long)stat_of(N.c[1], LTP_S_REPLAYED));
-    free(v); free(got);
-    net_free(&N);
-    return 1;
+    return net_done(&N, v, got);
 }
 
 /* ------------------------------------------------------------------ 2. one sample per echo */
@@ -268,10 +286,8 @@ static int test_every_type_replayed(void)
 static int test_one_sample_per_echo(void)
 {
     net_t N;
-    net_init(&N, 1, 0, NULL, 0);
-    float *v = vec(3.0f);
-    open_send_with_one_ack(&N, v);
-    int len = N.kept_len[1][LTP_T_ACK];
+    float *v;
+    int len = net_with_one_ack(&N, 0, &v, 3.0f);
     CHECK(len > 0, "no ACK to replay");
     double before = srtt_of(&N, 1), var = N.c[1]->peers[0].rttvar_us;
     for (int i = 0; i < 8; i++) {
@@ -280,9 +296,7 @@ static int test_one_sample_per_echo(void)
     }
     CHECK(srtt_of(&N, 1) == before && N.c[1]->peers[0].rttvar_us == var,
           "eight copies of one echo moved srtt from %.0f to %.0f us", before, srtt_of(&N, 1));
-    free(v);
-    net_free(&N);
-    return 1;
+    return net_done(&N, v, NULL);
 }
 
 /* ------------------------------------------------------------------ 3. a forged ack_delay */
@@ -318,9 +332,7 @@ static int test_forged_ack_delay(void)
     CHECK(p->min_rtt_us >= bound && p->fl->min_rtt_us >= bound && p->srtt_us >= bound,
           "min RTT %.0f us (flow %.0f), srtt %.0f: below %.0f", p->min_rtt_us, p->fl->min_rtt_us,
           p->srtt_us, bound);
-    free(v);
-    net_free(&N);
-    return 1;
+    return net_done(&N, v, NULL);
 }
 
 /* ------------------------------------------------------------------ 4. one key per pair */
@@ -373,9 +385,7 @@ static int test_worker_cannot_forge_another_pair(void)
     /* The genuine pairs work. */
     float *v = vec(5.0f);
     CHECK(net_deliver(&N, 1, 7, v), "worker 1's genuine message not delivered");
-    free(v);
-    net_free(&N);
-    return 1;
+    return net_done(&N, v, NULL);
 }
 
 /* ------------------------------------------------------------------ 5. a restart (not NEW) */
@@ -387,17 +397,14 @@ static int test_restarted_worker_is_heard(void)
     net_t N;
     net_init(&N, 1, 1, NULL, 0);
     float *v = vec(6.0f), *got = malloc(N_FLOATS * 4);
-    CHECK(net_deliver(&N, 0, 1, v), "message 1 not delivered");
-    ltp_core_rx_take(N.c[PS], 0, 1, 0, got, N_FLOATS * 4, NULL, NULL);
+    CHECK(net_deliver_taken(&N, 1, v, got), "message 1 not delivered and taken");
     ltp_core_free(N.c[1]);
     N.now += 500000;
     N.c[1] = ltp_core_new(&N.cfg, 0);
     ltp_core_add_peer(N.c[1], LTP_RANK_SERVER);
     set_pair_key(N.c[1], 0, pair_key(0));
     CHECK(net_deliver(&N, 0, 2, v), "the restarted worker's message not delivered");
-    free(v); free(got);
-    net_free(&N);
-    return 1;
+    return net_done(&N, v, got);
 }
 
 /* ------------------------------------------------------------------ */

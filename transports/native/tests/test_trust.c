@@ -20,6 +20,7 @@
 int ltp_core_expect(ltp_core_t *core, uint16_t segment, uint32_t total_bytes, uint32_t critical_bytes);
 int ltp_core_set_peer_key(ltp_core_t *core, int peer, const uint8_t *key, size_t len);
 uint64_t ltp_siphash24(const uint8_t key[16], const uint8_t *msg, size_t len);
+uint64_t ltp_gmac128(const uint8_t key[16], uint64_t pseq, const uint8_t *msg, size_t len);
 #endif
 
 #include "pair.h"
@@ -377,12 +378,32 @@ static void test_siphash_vectors(void)
     CHECK(bad == 0, "%d SipHash-2-4 test vectors wrong", bad);
 }
 
-/* With auth on: everything genuine arrives; without the pair's key nothing leaves; a datagram
- * sealed for one receiver is refused by another; any changed byte is refused. */
-static void test_auth(void)
+static void test_gmac_vectors(void)
+{
+    /* GCM's test case 1 (McGrew and Viega's GCM specification: zero key, zero IV, nothing in),
+     * whose tag begins 58 e2 fc ce fa 7e 30 61; then key 00 01 .. 0f, number 0x0706050403020100
+     * and i mod 251 for byte i, as AES-GCM with empty plaintext (Python's cryptography) gives. */
+    static const uint8_t zero[16];
+    CHECK(ltp_gmac128(zero, 0, NULL, 0) == 0x61307efacefce258ull, "GCM test case 1 wrong");
+    static const size_t len[] = {0, 1, 15, 16, 63, 1500};
+    static const uint64_t want[] = {0x5150558081c71910ull, 0xee6e8441182f4aa2ull, 0xa084cb670ddc9ef4ull,
+                                    0x7d2e071aa3d2402eull, 0x24f9f8b87eb46059ull, 0x71a4af9198db0da2ull};
+    uint8_t key[16], msg[1500];
+    for (int i = 0; i < 16; i++) key[i] = (uint8_t)i;
+    for (int i = 0; i < 1500; i++) msg[i] = (uint8_t)(i % 251);
+    int bad = 0;
+    for (size_t i = 0; i < sizeof len / sizeof len[0]; i++)
+        bad += ltp_gmac128(key, 0x0706050403020100ull, msg, len[i]) != want[i];
+    CHECK(bad == 0, "%d AES-128-GMAC test vectors wrong", bad);
+}
+
+/* With auth on (mac: 0 SipHash-2-4, 1 AES-128-GMAC): everything genuine arrives; without the
+ * pair's key nothing leaves; a datagram sealed for one receiver is refused by another; any
+ * changed byte is refused; so is a datagram tagged by the other algorithm under the same key. */
+static void test_auth(double mac)
 {
     pair_t P;
-    pair_init(&P, (const char *[]){"auth"}, (double[]){1}, 1);
+    pair_init(&P, (const char *[]){"auth", "mac"}, (double[]){1, mac}, 2);
     float *v = vec(N, 1.0f), *got = calloc(N, sizeof *got);
     ltp_core_send(P.c[WK], 0, 1, 0, v, N * 4, 0, P.now);
     uint8_t b[1600];
@@ -415,6 +436,14 @@ static void test_auth(void)
     ltp_core_set_peer_key(stranger, 0, other, 16);
     CHECK(ltp_core_input(stranger, 0, P.kept[0], (size_t)len, P.now) != 0, "a datagram accepted under another key");
     CHECK(stat(stranger, "bad_mac") == 1 && stat(third, "bad_mac") == 1, "bad_mac not counted");
+    ltp_config_t cfg = P.cfg;
+    ltp_config_set(&cfg, "mac", 1 - mac);
+    ltp_core_t *other_alg = ltp_core_new(&cfg, 0xFFFF);
+    ltp_core_add_peer(other_alg, 0);
+    ltp_core_set_peer_key(other_alg, 0, key, 16);
+    CHECK(ltp_core_input(other_alg, 0, P.kept[0], (size_t)len, P.now) != 0 &&
+          stat(other_alg, "bad_mac") == 1, "a datagram tagged by the other algorithm accepted");
+    ltp_core_free(other_alg);
     ltp_core_free(third);
     ltp_core_free(stranger);
     free(v); free(got);
@@ -424,6 +453,7 @@ static void test_auth(void)
 int main(void)
 {
     test_siphash_vectors();
+    test_gmac_vectors();
     test_forged_short_message();
     first_copy(0);
     first_copy(1);
@@ -433,6 +463,7 @@ int main(void)
     test_idle_context_kept_while_room();
     test_table();
     test_ring();
-    test_auth();
+    test_auth(0);
+    test_auth(1);
     return check_summary();
 }

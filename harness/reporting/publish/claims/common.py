@@ -61,6 +61,11 @@ def listed(runs: pd.DataFrame, col: str, fmt: str = "g") -> str:
     return listing(sorted(runs[col].dropna().unique()), fmt)
 
 
+def part(title: str, runs: pd.DataFrame, what: str) -> str:
+    """A part of a section opens with its title in bold and what its runs were."""
+    return f"**{title}** ({len(runs)} runs: {what})"
+
+
 def setting(runs: pd.DataFrame) -> str:
     """What the runs of a folder shared, read from their rows: workers, model, data, link,
     queue, added delay, iterations and training-time cap."""

@@ -11,7 +11,8 @@ import pandas as pd
 from harness.reporting import stats
 from harness.reporting.publish.claims import Section
 from harness.reporting.publish.claims.common import (DIFF_RULE, against, cap_text, legend, listed,
-                                                     listing, name, phrase, runs_of, verdict_text)
+                                                     listing, name, part, phrase, runs_of,
+                                                     verdict_text)
 from harness.reporting.publish.context import Context
 
 ADAPTIVE = "results/plot-adaptive"
@@ -74,10 +75,10 @@ def _verdicts(d: pd.DataFrame, keys: tuple[str, ...], others: tuple[str, ...]) -
 def plotbounds_body(ctx: Context) -> list[str]:
     """The adaptive rule against the frozen one and LTP; both PLOT rules at edge delays."""
     d = _runs(ctx, ADAPTIVE)
-    lines = [f"**Deeper models** ({len(d)} runs: {listed(d, 'model')}, "
-             f"{listed(d, 'loss_pct')} % loss, {d.bottleneck_mbps.iloc[0]:g} "
-             f"Mbit/s, seeds {listed(d, 'seed')}; {cap_text(d)}). "
-             f"{name(FROZEN)} closes each layer at the bound its SNR profile froze; "
+    lines = [part("Deeper models", d, f"{listed(d, 'model')}, {listed(d, 'loss_pct')} % loss, "
+                  f"{d.bottleneck_mbps.iloc[0]:g} Mbit/s, seeds {listed(d, 'seed')}; "
+                  f"{cap_text(d)}")
+             + f". {name(FROZEN)} closes each layer at the bound its SNR profile froze; "
              f"{name(RULE)} gives each layer the range from that bound to the top and lets the "
              "core's threshold, which follows each layer's own recent losses, choose within it. "
              "*Closed early*: gradient messages closed before every packet arrived; *filled*: "
@@ -87,10 +88,10 @@ def plotbounds_body(ctx: Context) -> list[str]:
     lines += _verdicts(d, ("model", "loss_pct"), (FROZEN, "ltp")) + [""]
     e = _runs(ctx, EDGE)
     stalled = e[e.slowest_ratio > 10]
-    lines += [f"**Edge round trips** ({len(e)} runs: {listed(e, 'delay_ms')} ms "
-              f"one way, {listed(e, 'loss_pct')} % loss, "
-              f"{e.bottleneck_mbps.iloc[0]:g} Mbit/s; {cap_text(e)}). A stall shows as a slowest "
-              "iteration many times the median: "
+    lines += [part("Edge round trips", e, f"{listed(e, 'delay_ms')} ms one way, "
+                   f"{listed(e, 'loss_pct')} % loss, {e.bottleneck_mbps.iloc[0]:g} Mbit/s; "
+                   f"{cap_text(e)}")
+              + ". A stall shows as a slowest iteration many times the median: "
               f"{len(stalled)} of {len(e)} runs had one over 10 times it"
               + (f" ({listing(sorted(name(s) for s in stalled.scheme.unique()))})"
                  if len(stalled) else "") + ".", ""]

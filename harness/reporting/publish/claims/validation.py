@@ -13,7 +13,8 @@ import pandas as pd
 
 from harness.reporting import stats
 from harness.reporting.publish.claims import Section
-from harness.reporting.publish.claims.common import DIFF_RULE, legend, listed, phrase, runs_of
+from harness.reporting.publish.claims.common import (DIFF_RULE, legend, listed, part, phrase,
+                                                     runs_of)
 from harness.reporting.publish.claims.trust import FREE, _count
 from harness.reporting.publish.context import Context
 
@@ -124,19 +125,18 @@ def _privacy_lines(d: pd.DataFrame) -> tuple[list[str], list[stats.Estimate]]:
 def validation_body(ctx: Context) -> list[str]:
     """Zeno++ asynchronously, with CSER, and on a held-out set."""
     d = _runs(ctx, ASYNC)
-    lines = [f"**Zeno++ without a round** ({len(d)} runs: LTP at "
-             f"{listed(d, 'loss_pct')} % loss, {listed(d, 'sync')}"
-             f", attackers {listed(d, 'byzantine')}, seeds "
-             f"{listed(d, 'seed')}). `{JUDGE}` tests each arriving update alone "
+    lines = [part("Zeno++ without a round", d, f"LTP at {listed(d, 'loss_pct')} % loss, "
+                  f"{listed(d, 'sync')}, attackers {listed(d, 'byzantine')}, seeds "
+                  f"{listed(d, 'seed')}") + f". `{JUDGE}` tests each arriving update alone "
              "against a fresh validation gradient, rescaled to its size; `mean` accepts "
              f"everything. Shares count updates over a cell's runs; {DIFF_RULE}.", ""]
     table, shown = _async_rows(d)
     lines += table + ["", legend(shown), ""] + _judge_lines(d, "mean") + [""]
     c = _runs(ctx, WITH_CSER)
     table, more = _async_rows(c)
-    lines += [f"**With CSER's local models** ({len(c)} runs: async workers pushing "
-              f"{listed(c, 'compress')} with the residual synchronised every "
-              f"{listed(c, 'error_reset')} gradient rounds).", ""]
+    lines += [part("With CSER's local models", c, f"async workers pushing "
+                   f"{listed(c, 'compress')} with the residual synchronised every "
+                   f"{listed(c, 'error_reset')} gradient rounds") + ".", ""]
     lines += table + ["", legend(more), ""] + _judge_lines(c, "mean") + [""]
     p = _runs(ctx, PRIVACY)
     body, est = _privacy_lines(p)
