@@ -46,3 +46,16 @@ def test_a_statement_the_folder_breaks_is_printed_in_full(tmp_path):
     text = labs.block(2, Context(root))
     line = next(l for l in text.splitlines() if l.startswith("- **statement 1**"))
     assert "holds in 1 of 2 checks" in line and "early_closes 3" in line
+
+
+def test_checks_that_need_the_runs_files_are_notes_on_a_committed_folder(tmp_path):
+    # results/labs/lab9 as committed: its tables, not its runs' captures (runs/ stays local)
+    root = _root(tmp_path)
+    shutil.copytree(PROJECT / "results" / "labs" / "lab9", root / "results" / "labs" / "lab9")
+    assert not (root / "results" / "labs" / "lab9" / "runs").exists()
+    text = labs.block(9, Context(root))
+    assert "**statements 1-3** not tested: needs the runs' own files" in text
+    assert "holds in 0" not in text
+    # a student's folder without its captures is still wrong, not excused
+    sheet = labs.grading.grade(9, root / "results" / "labs" / "lab9")
+    assert not sheet.passed

@@ -74,7 +74,7 @@ def test_every_block_a_page_names_is_generated_and_every_folder_is_cited():
     for page in build.pages(PROJECT):
         for name in blocks.names(page.read_text()):
             assert name in known, f"{page.name} names the block {name!r} nobody generates"
-    cited = {f for s in claims.sections() for f in s.folders}
+    cited = {f for s in claims.sections() for f in s.folders} | claims.block_folders()
     cited |= {s for sources in build.COMBINED.values() for s in sources}
     for folder in published_folders(PROJECT):
         rel = str(folder.relative_to(PROJECT))

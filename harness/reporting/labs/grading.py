@@ -48,9 +48,21 @@ class Verdict:
 class Sheet:
     """The verdicts of one grade, and the folder and answers they are about."""
 
-    def __init__(self, lab: int, folder: Path, answers: dict[str, float] | None = None):
+    def __init__(self, lab: int, folder: Path, answers: dict[str, float] | None = None,
+                 tables_only: bool = False):
         self.lab, self.folder, self.answers = lab, Path(folder), dict(answers or {})
+        # A committed folder keeps its tables, not its runs' own files (runs/: captures, loss
+        # records): checks that need those become notes there instead of failing.
+        self.tables_only = tables_only
         self.verdicts: list[Verdict] = []
+
+    def needs_runs(self, item: str) -> bool:
+        """Whether ``item``'s checks can read the runs' own files; if not, a note says why."""
+        if self.tables_only and not (self.folder / "runs").is_dir():
+            self.note(item, "needs the runs' own files (runs/), which a committed folder does "
+                            "not keep: checked on a sweep folder as run-sweep leaves it")
+            return False
+        return True
 
     def check(self, item: str, ok, text: str) -> bool:
         """Record whether ``ok`` holds for ``item``; return it."""
@@ -172,8 +184,10 @@ def lab(number: int, page: str):
     return register
 
 
-def grade(number: int, folder: Path, answers: dict[str, float] | None = None) -> Sheet:
-    """Grade lab ``number`` on ``folder``; a :class:`UserError` for a lab that does not exist."""
+def grade(number: int, folder: Path, answers: dict[str, float] | None = None,
+          tables_only: bool = False) -> Sheet:
+    """Grade lab ``number`` on ``folder`` (``tables_only``: a committed folder, see
+    :class:`Sheet`); a :class:`UserError` for a lab that does not exist."""
     from harness.reporting.labs import graders  # noqa: F401  (registers every lab)
 
     if number not in LABS:
@@ -181,6 +195,6 @@ def grade(number: int, folder: Path, answers: dict[str, float] | None = None) ->
                         f"{', '.join(map(str, sorted(LABS)))} (docs/labs/README.md).")
     if not Path(folder).is_dir():
         raise UserError(f"--sweep {folder}: no such folder.")
-    sheet = Sheet(number, folder, answers)
+    sheet = Sheet(number, folder, answers, tables_only)
     LABS[number][1](sheet)
     return sheet

@@ -3,8 +3,9 @@
 Each module of this package defines ``BLOCKS`` (block name -> function of the
 :class:`~harness.reporting.publish.context.Context` returning Markdown; README.md and docs/*.md hold
 the markers) and ``SECTIONS`` (the findings page's sections, each a question with the folders that
-answer it and a function writing the answer). Every number in them is computed from the tables;
-every verdict comes from :func:`harness.reporting.stats.compare` or
+answer it and a function writing the answer), and may define ``FOLDERS`` (folders its blocks cite
+that no section does, such as the labs' own sweeps). Every number in them is computed from the
+tables; every verdict comes from :func:`harness.reporting.stats.compare` or
 :func:`harness.reporting.stats.judge`, and each section says how many comparisons it made
 (:class:`Section`).
 """
@@ -77,3 +78,8 @@ def blocks() -> dict[str, Render]:
 def sections() -> list[Section]:
     """The findings page's sections, in order."""
     return [s for mod in _modules() for s in getattr(mod, "SECTIONS", [])]
+
+
+def block_folders() -> set[str]:
+    """The folders that blocks outside the findings page cite (a topic's ``FOLDERS``)."""
+    return {f for mod in _modules() for f in getattr(mod, "FOLDERS", ())}
