@@ -52,13 +52,15 @@ class Sheet:
                  tables_only: bool = False):
         self.lab, self.folder, self.answers = lab, Path(folder), dict(answers or {})
         # A committed folder keeps its tables, not its runs' own files (runs/: captures, loss
-        # records): checks that need those become notes there instead of failing.
+        # records): checks that need those become notes there instead of failing, whether or not
+        # a runs/ happens to lie beside the tables here (so the published text is the same on
+        # every checkout).
         self.tables_only = tables_only
         self.verdicts: list[Verdict] = []
 
     def needs_runs(self, item: str) -> bool:
         """Whether ``item``'s checks can read the runs' own files; if not, a note says why."""
-        if self.tables_only and not (self.folder / "runs").is_dir():
+        if self.tables_only:
             self.note(item, "needs the runs' own files (runs/), which a committed folder does "
                             "not keep: checked on a sweep folder as run-sweep leaves it")
             return False

@@ -150,8 +150,7 @@ def publish(root: Path = PROJECT, check: bool = False, figures: bool = True,
 
     # Every preset's plugins, so that a scheme's label in a report is its registered one whatever
     # this process loaded before (lab 3's udp-blast read "udp-blast" unloaded, "UDP blast" loaded).
-    registry.load_plugins(",".join(str(PROJECT / p) for plan in presets.PRESETS.values()
-                                   for p in plan.plugins))
+    registry.use_plugins([PROJECT / p for plan in presets.PRESETS.values() for p in plan.plugins])
     out = Outcome()
     ctx = Context(root)
     for rel, sources in COMBINED.items():
