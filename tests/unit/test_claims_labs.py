@@ -59,3 +59,30 @@ def test_checks_that_need_the_runs_files_are_notes_on_a_committed_folder(tmp_pat
     # a student's folder without its captures is still wrong, not excused
     sheet = labs.grading.grade(9, root / "results" / "labs" / "lab9")
     assert not sheet.passed
+
+
+def test_the_block_names_the_seeds_it_ran_beyond_the_students_one(tmp_path):
+    root = _root(tmp_path)
+    folder = _lab2(root / "results" / "labs" / "lab2")
+    runs = labs.pd.read_csv(folder / "runs.csv")
+    runs.assign(seed=0).to_csv(folder / "runs.csv", index=False)
+    text = labs.block(2, Context(root))
+    assert "(4 runs, seed 0)" in text and "--seeds" not in text   # the page's command as is
+    three = labs.pd.concat([runs.assign(seed=s, run_id=runs.run_id + str(s)) for s in range(3)])
+    three.to_csv(folder / "runs.csv", index=False)
+    text = labs.block(2, Context(root))
+    assert "(12 runs, seeds 0-2)" in text
+    assert "--preset lab2 --seeds 0,1,2 --out results/labs/lab2`" in text
+    one = runs.iloc[:1].assign(seed=0)
+    one.to_csv(folder / "runs.csv", index=False)
+    assert "(1 run, seed 0)" in labs.block(2, Context(root))
+
+
+def test_a_short_folder_cites_its_time_in_words_not_zero_minutes(tmp_path):
+    root = _root(tmp_path)
+    folder = _lab2(root / "results" / "labs" / "lab2")
+    runs = labs.pd.read_csv(folder / "runs.csv")
+    runs.assign(seed=0, wall_s=5.0).to_csv(folder / "runs.csv", index=False)
+    assert "(4 runs, seed 0, under a minute of runs)" in labs.block(2, Context(root))
+    runs.assign(seed=0, wall_s=60.0).to_csv(folder / "runs.csv", index=False)
+    assert "(4 runs, seed 0, 4 min of runs)" in labs.block(2, Context(root))

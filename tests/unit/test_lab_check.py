@@ -98,3 +98,34 @@ def test_the_files_a_grader_reads_from_the_project_exist():
     from harness.reporting.labs import advanced
 
     assert advanced.LAB8_TRACE.is_file(), advanced.LAB8_TRACE
+
+
+def _lab7(folder, accuracy):
+    """A lab 7 sweep: two schemes, three patterns, two seeds; ``accuracy(seed, pattern)``."""
+    from harness.training import models
+
+    gradient, iters = 4 * models.n_params("mlp"), 30
+    per = {"ps": 8.0, "tree": 1.2, "ring": 0.1}          # gradients through the PS's link
+    rows = [dict(run_id=f"{s}-{p}-{seed}", status="ok", scheme=s, pattern=p, seed=seed,
+                 model="mlp", n_workers=8, iterations_done=iters, eval_every=10, early_closes=0,
+                 bottleneck_tx_bytes=per[p] * gradient * iters,
+                 final_accuracy=accuracy(seed, p))
+            for s in ("tcp-cubic", "ltp") for p in per
+            for seed in ((1, 0) if p == "ring" else (0, 1))]   # in a sweep's order: mixed
+    folder.mkdir()
+    pd.DataFrame(rows).to_csv(folder / "runs.csv", index=False)
+    (folder / "manifest.json").write_text(json.dumps({"plan": {"name": "lab7"}}))
+    return folder
+
+
+def test_cells_are_set_side_by_side_seed_by_seed(tmp_path):
+    # the patterns agree within a seed and the seeds differ: right (it failed when the checker
+    # set one seed's ps beside another seed's ring)
+    good = grading.grade(7, _lab7(tmp_path / "good", lambda seed, p: 0.70 + 0.02 * seed))
+    assert good.passed, good.text()
+    assert any("(seed 1)" in v.text for v in good.verdicts)
+    bad = grading.grade(7, _lab7(tmp_path / "bad",
+                                 lambda seed, p: 0.70 + 0.02 * (seed and p == "ring")))
+    wrong = [v for v in bad.verdicts if v.ok is False]
+    assert [v.item for v in wrong] == ["statement 3", "statement 3"]
+    assert all("(seed 1)" in v.text for v in wrong)

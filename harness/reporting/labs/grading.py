@@ -150,6 +150,14 @@ def common(sheet: Sheet, preset: str) -> pd.DataFrame:
     return runs
 
 
+def per_seed(runs: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """The runs seed by seed, each with the words a check's text names its seed by (none when the
+    folder holds one seed): a statement that sets cells side by side compares runs of one seed."""
+    if "seed" not in runs or runs.seed.nunique() <= 1:
+        return [("", runs)]
+    return [(f" (seed {int(seed)})", part) for seed, part in runs.groupby("seed")]
+
+
 def push_bounds(runs: pd.DataFrame, iterations: pd.DataFrame) -> pd.Series:
     """Each iteration's run's physical push bound (``push_bound_s``), aligned with its rows."""
     return iterations.run_id.map(dict(zip(runs.run_id, runs.push_bound_s)))

@@ -110,12 +110,15 @@ class Folder:
         """``results/tta/`` (30 runs, seeds 0-2, 0.5 h of runs, commits ...)."""
         hours = self.hours()
         time = (f", {hours:.1f} h of runs" if hours >= 0.1 else
-                f", {60 * hours:.0f} min of runs") if hours == hours else ""
+                f", {60 * hours:.0f} min of runs" if hours >= 1 / 120 else
+                ", under a minute of runs") if hours == hours else ""
         commits = self.commits()
         commit_text = (f", commit{'s' if len(commits) > 1 else ''} {', '.join(commits)}"
                        if 0 < len(commits) <= 3 else
                        f", {len(commits)} commits (each run's in runs.csv)" if commits else "")
-        return (f"`{self.rel}/` ({len(self.runs)} runs, seeds {seed_text(self.seeds())}"
+        seeds = self.seeds()
+        return (f"`{self.rel}/` ({len(self.runs)} run{'s' if len(self.runs) != 1 else ''}, "
+                f"seed{'s' if len(seeds) != 1 else ''} {seed_text(seeds)}"
                 f"{time}{commit_text})")
 
     def status(self) -> str:

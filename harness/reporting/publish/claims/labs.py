@@ -1,7 +1,8 @@
 """What each lab's own sweep measured: the block under a lab page's "What you should observe".
 
 Lab N's folder is ``results/labs/labN``: the page's main ``run-sweep`` command (the first one its
-"Commands" section gives) with ``--out`` there, run at the project's code. The block cites the
+"Commands" section gives) with ``--out`` there, run at the project's code, at seeds 0-2 (a
+student's command runs seed 0 alone, to keep a lab short). The block cites the
 folder (runs, seeds, commits, fresh or stale), gives per cell the median over its seeds and the
 lowest and highest (a range, not an interval) of the columns the page's statements are about,
 and prints what the lab checker (:mod:`harness.reporting.labs`) says of each statement on that
@@ -55,13 +56,25 @@ CELL = ("scheme", "method", "policy", "pattern", "loss_pct", "n_workers", "fault
 SHOWN = 3       # a statement's distinct checks printed in full (its wrong ones first)
 
 
-def command(n: int, root: Path) -> str:
-    """The page's main command with ``--out`` at the lab's folder."""
+def preset_seeds(n: int) -> list[int]:
+    """The seeds lab ``n``'s preset runs (a student's command: one seed, to keep it short)."""
+    from harness.p2p import spec as peer_spec
+    from harness.running.presets import PRESETS
+
+    plan = PRESETS.get(f"lab{n}") or peer_spec.PRESETS.get(f"lab{n}")
+    return sorted(plan.seeds) if plan is not None else [0]
+
+
+def command(n: int, root: Path, seeds: list[int] | None = None) -> str:
+    """The page's main command with ``--out`` at the lab's folder, and ``--seeds`` where the
+    folder holds other seeds than the preset runs."""
     page = grading.LABS[n][0]
     text = (root / PAGES / page).read_text()
     found = re.search(rf"^\.venv/bin/invoke run-sweep --preset lab{n}\b[^\n]*", text, re.M)
     base = found.group(0) if found else f".venv/bin/invoke run-sweep --preset lab{n}"
-    return f"{base} --out {FOLDER.format(n=n)}"
+    more = (f" --seeds {','.join(map(str, seeds))}"
+            if seeds and seeds != preset_seeds(n) else "")
+    return f"{base}{more} --out {FOLDER.format(n=n)}"
 
 
 def _value(values: pd.Series, fmt: str) -> str:
@@ -98,7 +111,8 @@ def checks(sheet: grading.Sheet) -> list[str]:
         mine = [v for v in sheet.verdicts if v.item == item]
         decided = [v for v in mine if v.ok is not None]
         right = sum(v.ok is True for v in decided)
-        head = (f"holds in {right} of {len(decided)} checks" if decided else "not tested")
+        head = (f"holds in {right} of {len(decided)} check{'s' if len(decided) != 1 else ''}"
+                if decided else "not tested")
         texts = list(dict.fromkeys(v.text for v in mine if v.ok is False)) or \
             list(dict.fromkeys(v.text for v in mine))
         more = len(texts) - SHOWN
@@ -124,7 +138,7 @@ def block(n: int, ctx: Context) -> str:
     except MissingFolder:
         return (f"Not measured yet: `{rel}/` holds no runs. Fill it with `{command(n, ctx.root)}`"
                 " and `.venv/bin/invoke publish`.")
-    lines = [f"From {f.cite()}: {f.status().rstrip('.')}. Made by `{command(n, ctx.root)}`. "
+    lines = [f"From {f.cite()}: {f.status().rstrip('.')}. Made by `{command(n, ctx.root, f.seeds())}`. "
              "Each cell: the "
              "median over its runs and, in brackets, the lowest and the highest (a range over "
              "seeds, not an interval).", ""]
