@@ -112,6 +112,11 @@ def _header(sw: Sweep, tally: stats.Tally, estimates: list[stats.Estimate]) -> l
             "Regenerate the figures and this report from the tables with:", "", f"    {cmd}", ""]
 
 
+def counted(n: int, noun: str) -> str:
+    """``1 run``, ``3 runs``: a count and its noun, plural unless the count is one."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def seed_text(seeds: list[int]) -> str:
     """``0-9``, ``0-2, 5``: a list of seeds, runs of consecutive ones as ranges."""
     out, start = [], None

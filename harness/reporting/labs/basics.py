@@ -139,6 +139,7 @@ def lab4(sheet: Sheet) -> None:
                         f"{row.scheme}, {row.fault}: the worker came back after "
                         f"{row.rejoin_s:.3f} s" if pd.notna(row.rejoin_s)
                         else f"{row.scheme}, {row.fault}: the worker never came back")
-    if (kills.scheme == "ltp").any():
-        sheet.answer("q1", float(kills[kills.scheme == "ltp"].detection_s.median()), 0.05,
+    ltp = kills[kills.scheme == "ltp"]
+    if not ltp.empty:
+        sheet.answer("q1", float(ltp.detection_s.median()), 0.05,
                      "the LTP kill run's detection time in seconds (the median over your seeds)")

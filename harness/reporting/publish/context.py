@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.reporting import stats, tables
-from harness.reporting.report import seed_text
+from harness.reporting.report import counted, seed_text
 from harness.running import provenance
 from harness.running.results import read_table
 
@@ -117,8 +117,8 @@ class Folder:
                        if 0 < len(commits) <= 3 else
                        f", {len(commits)} commits (each run's in runs.csv)" if commits else "")
         seeds = self.seeds()
-        return (f"`{self.rel}/` ({len(self.runs)} run{'s' if len(self.runs) != 1 else ''}, "
-                f"seed{'s' if len(seeds) != 1 else ''} {seed_text(seeds)}"
+        return (f"`{self.rel}/` ({counted(len(self.runs), 'run')}, "
+                f"seed{'' if len(seeds) == 1 else 's'} {seed_text(seeds)}"
                 f"{time}{commit_text})")
 
     def status(self) -> str:

@@ -13,6 +13,7 @@ from harness.reporting.publish.claims.common import (DIFF_RULE, anchor, legend, 
                                                      name, phrase, reached_text, runs_of, setting,
                                                      time_fmt, tta_est, tta_of, verdict_text)
 from harness.reporting.publish.context import Context, Folder
+from harness.reporting.report import counted
 
 COMPRESSION = "results/compression"
 COMPRESSION_QUESTION = "What do compressed pushes save, and what do they cost?"
@@ -180,8 +181,7 @@ def compression_body(ctx: Context) -> list[str]:
         dense_closes = base.early_closes / base.gradient_msgs
         dropped = comp[comp.compress_dropped > 0]
         drop_text = (f"the PS dropped {int(dropped.compress_dropped.sum())} index-value pairs "
-                     f"or sign words missing from them, in {len(dropped)} "
-                     f"run{'s' if len(dropped) != 1 else ''} ("
+                     f"or sign words missing from them, in {counted(len(dropped), 'run')} ("
                      + listing(sorted(f"`{c}`" for c in dropped.compress.unique())) + ")"
                      if not dropped.empty else "the PS dropped nothing")
         parts = []

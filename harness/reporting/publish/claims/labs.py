@@ -20,6 +20,7 @@ import pandas as pd
 
 from harness.reporting.labs import grading
 from harness.reporting.publish.context import Context, MissingFolder
+from harness.reporting.report import counted
 from transports.base import UserError
 
 FOLDER = "results/labs/lab{n}"
@@ -111,8 +112,7 @@ def checks(sheet: grading.Sheet) -> list[str]:
         mine = [v for v in sheet.verdicts if v.item == item]
         decided = [v for v in mine if v.ok is not None]
         right = sum(v.ok is True for v in decided)
-        head = (f"holds in {right} of {len(decided)} check{'s' if len(decided) != 1 else ''}"
-                if decided else "not tested")
+        head = f"holds in {right} of {counted(len(decided), 'check')}" if decided else "not tested"
         texts = list(dict.fromkeys(v.text for v in mine if v.ok is False)) or \
             list(dict.fromkeys(v.text for v in mine))
         more = len(texts) - SHOWN
@@ -138,10 +138,9 @@ def block(n: int, ctx: Context) -> str:
     except MissingFolder:
         return (f"Not measured yet: `{rel}/` holds no runs. Fill it with `{command(n, ctx.root)}`"
                 " and `.venv/bin/invoke publish`.")
-    lines = [f"From {f.cite()}: {f.status().rstrip('.')}. Made by `{command(n, ctx.root, f.seeds())}`. "
-             "Each cell: the "
-             "median over its runs and, in brackets, the lowest and the highest (a range over "
-             "seeds, not an interval).", ""]
+    lines = [f"From {f.cite()}: {f.status().rstrip('.')}. Made by "
+             f"`{command(n, ctx.root, f.seeds())}`. Each cell: the median over its runs and, in "
+             "brackets, the lowest and the highest (a range over seeds, not an interval).", ""]
     table = cells(n, f.ok)
     lines += table + ([""] if table else [])
     try:

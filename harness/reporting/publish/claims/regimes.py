@@ -25,6 +25,7 @@ from harness.reporting.publish.claims.common import (DIFF_RULE, FAMILY, RELIABLE
                                                      speed_ratio, time_fmt, tolerance_summary,
                                                      tta_est, tta_of, verdict_text)
 from harness.reporting.publish.context import Context, Folder
+from harness.reporting.report import counted
 
 EDGE = ("results/regimes/edge-10ms", "results/regimes/edge-25ms", "results/regimes/edge")
 INCAST = "results/regimes/incast"
@@ -181,7 +182,7 @@ def _stall_text(ctx: Context) -> list[str]:
             f"over the run against {span(rest.cpu_busy_frac)} in the others"
             for r in stalled.itertuples())
         lines.append(f"- `{f.rel}/` ({len(mine)} runs of {int(mine.iterations.max())} "
-                     f"iterations): {len(stalled)} stall{'s' if len(stalled) != 1 else ''}"
+                     f"iterations): {counted(len(stalled), 'stall')}"
                      + (f" ({what})" if what else "")
                      + f"; the other runs' first broadcasts {span(rest.first_s)} s, their "
                      "longest broadcast of any iteration "
