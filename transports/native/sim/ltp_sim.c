@@ -125,7 +125,11 @@ static uint64_t ltp_progress(void *ep)
            st[LTP_S_CLOSE_EARLY] + st[LTP_S_CLOSE_MAX_WAIT] + st[LTP_S_CLOSE_STALE];
 }
 
-static const app_transport_t LTP_APP = {ltp_send, ltp_done, ltp_release, ltp_ready, ltp_take, ltp_post, ltp_progress};
+static int ltp_join(void *ep, uint64_t now) { return ltp_core_hello(ep, 0, now); }
+static int ltp_joined(void *ep) { return ltp_core_peer_joined(ep, 0) == 1; }
+
+static const app_transport_t LTP_APP = {ltp_send, ltp_done, ltp_release, ltp_ready, ltp_take, ltp_post, ltp_progress,
+                                        ltp_join, ltp_joined};
 
 static int tcp_app_send(void *ep, int peer, uint32_t msg, uint16_t seg, const void *d, uint32_t len, uint64_t now)
 {
@@ -157,7 +161,7 @@ static void tcp_app_post(void *ep, int peer, uint32_t msg, uint16_t seg, void *b
 static uint64_t tcp_app_progress(void *ep) { return tcp_progress(ep); }
 
 static const app_transport_t TCP_APP = {tcp_app_send, tcp_app_done, tcp_app_release, tcp_app_ready, tcp_app_take,
-                                        tcp_app_post, tcp_app_progress};
+                                        tcp_app_post, tcp_app_progress, NULL, NULL};
 
 static double wall_s(void)
 {

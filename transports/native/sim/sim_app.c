@@ -9,7 +9,7 @@
 
 enum { W_IDLE, W_COMPUTE, W_READY, W_PUSHING };   /* a worker: waits for parameters, ... */
 enum { PS_BCAST, PS_GATHER, PS_UPDATE };
-enum { T_COMPUTED = 1, T_RELEASE = 2, T_UPDATED = 3 };
+enum { T_COMPUTED = 1, T_RELEASE = 2, T_UPDATED = 3, T_JOIN = 4 };
 
 typedef struct { uint64_t at; int w, kind; } tmr_t;
 
@@ -32,6 +32,8 @@ struct app {
     float *data, *ps_buf, *w_buf;      /* shared: what is sent, where it lands (content unused) */
     uint32_t k;
     int phase, bcast_left, gather_left, ready, released, draining, finished, failed;
+    int joining, joined_n;             /* the join before the first iteration */
+    char *is_joined;
     int *bcast_pending, *gather_pending;
     wstate_t *w;
     uint64_t iter_start, bcast_end, gather_end, t0;
@@ -147,11 +149,23 @@ static void computed(app_t *p, int r)
     maybe_release(p);
 }
 
+/* The join: every worker HELLOs the PS at a time drawn over the release skew (on the testbed they
+ * start one by one); the first iteration starts once all have joined. */
+static void start_iteration(app_t *p);
+
+static void join_check(app_t *p, int r)
+{
+    if (p->is_joined[r] || !p->t->joined(p->c[r + 1])) return;
+    p->is_joined[r] = 1;
+    if (++p->joined_n == p->a.workers) { p->joining = 0; start_iteration(p); }
+}
+
 static void worker_check(app_t *p, int r)
 {
     wstate_t *w = &p->w[r];
     void *c = p->c[r + 1];
     uint64_t now = sim_now(p->s), rtx;
+    if (p->joining) { join_check(p, r); return; }
     if (w->state == W_PUSHING && !w->send_done) {
         int done = 1;
         for (int s = 0; s < p->a.n_segs && done; s++) done = p->t->send_done(c, 0, w->k, seg_id(p, s), now, &rtx) == 1;
@@ -278,11 +292,12 @@ static int hook(sim_t *s, void *arg, int why, int node, int slot)
             tmr_t t = tm_pop(p);
             if (t.kind == T_COMPUTED) computed(p, t.w);
             else if (t.kind == T_RELEASE) start_push(p, t.w);
+            else if (t.kind == T_JOIN) { p->t->join(p->c[t.w + 1], now); sim_kick(s, t.w + 1); }
             else end_iteration(p);
         }
         if (p->tm_n) sim_app_timer(s, p->tm[0].at);
     } else if (node == 0) {
-        ps_check(p);
+        if (!p->joining) ps_check(p);
     } else {
         worker_check(p, node - 1);
     }
@@ -306,6 +321,7 @@ app_t *app_new(const app_args_t *a, sim_t *s, const app_transport_t *t, void **e
     p->gather_pending = calloc(n, sizeof(int));
     p->w = calloc(n, sizeof *p->w);
     p->tm = calloc(2 * n + 2, sizeof *p->tm);
+    p->is_joined = calloc(n, 1);
     p->skew_rng = a->seed ^ 0xABCDEFull;
     for (uint32_t i = 0; i < a->total_bytes / 4; i++) p->data[i] = (float)(i % 1000) / 1000.0f;
     return p;
@@ -315,7 +331,13 @@ int app_run(app_t *p, FILE *out)
 {
     p->out = out;
     for (int r = 0; r < p->a.workers; r++) p->t->rx_post(p->c[r + 1], 0, 0, 0, p->w_buf, p->a.total_bytes);
-    start_iteration(p);
+    if (p->t->join) {
+        p->joining = 1;
+        for (int r = 0; r < p->a.workers; r++)   /* from 1 us: an application timer at 0 is none */
+            tm_push(p, 1 + (uint64_t)(uniform01(&p->skew_rng) * (double)p->a.skew_us), r, T_JOIN);
+    } else {
+        start_iteration(p);
+    }
     /* The whole run's virtual time is bounded by the per-iteration limit the hook checks. */
     int done = sim_run(p->s, (uint64_t)p->a.iterations * p->a.limit_us + 1, hook, p);
     if (!p->finished && sim_now(p->s) - p->iter_start > p->a.limit_us) p->failed = 1;   /* quiet, but late */
@@ -349,6 +371,6 @@ void app_summary(app_t *p, FILE *out, int ok, double wall_s, double peak_rss_mb)
 void app_free(app_t *p)
 {
     free(p->data); free(p->ps_buf); free(p->w_buf);
-    free(p->bcast_pending); free(p->gather_pending); free(p->w); free(p->tm);
+    free(p->bcast_pending); free(p->gather_pending); free(p->w); free(p->tm); free(p->is_joined);
     free(p);
 }

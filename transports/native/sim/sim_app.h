@@ -41,6 +41,9 @@ typedef struct app_transport {
     void (*rx_take)(void *ep, int peer, uint32_t msg, uint16_t seg, void *buf, uint32_t cap, app_take_t *out);
     void (*rx_post)(void *ep, int peer, uint32_t msg, uint16_t seg, void *buf, uint32_t cap);
     uint64_t (*progress)(void *ep);   /* moves when a message closed or a send ended */
+    /* A worker joins the PS before the first iteration, as on the testbed (NULL: no join). */
+    int (*join)(void *ep, uint64_t now);
+    int (*joined)(void *ep);
 } app_transport_t;
 
 typedef struct app app_t;

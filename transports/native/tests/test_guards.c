@@ -11,6 +11,10 @@
  * whose DATA arrived once its sender's later, authenticated DATA say the sender finished with it
  * (open_back), never before (a message still open at the sender, as a pipeline's older chunk
  * is), and never on an unauthenticated DATA's word.
+ *
+ * Test 9 guards the join's RTT sample (project issue 28): the answer to the latest HELLO times
+ * the path, an answer to the HELLO before it joins without timing it (Karn's rule), and an answer
+ * to neither joins nothing.
  */
 #include "ltp.h"
 
@@ -235,6 +239,64 @@ static void test_open_back_ignored_without_auth(void)
     pair_free(&P);
 }
 
+/* The srtt a send sees before any of its DATA was acknowledged. */
+static double first_srtt(pair_t *P)
+{
+    float *v = vec(N, 1.0f);
+    ltp_send_stats_t st;
+    CHECK(ltp_core_send(P->c[WK], 0, 1, 0, v, N * 4, 0, P->now) == 0, "the send was refused");
+    CHECK(ltp_core_send_status(P->c[WK], 0, 1, 0, &st, P->now) >= 0, "no send status");
+    free(v);
+    return st.srtt_us;
+}
+
+/* Poll core k, handing its HELLO or HELLO_ACK (type t) to the other core or keeping it in keep. */
+static int hello_out(pair_t *P, int k, int t, uint8_t *keep)
+{
+    uint8_t b[1600];
+    int slot, len, got = 0;
+    while ((len = ltp_core_poll_tx(P->c[k], P->now, b, sizeof b, &slot)) > 0)
+        if (b[O_TYPE] == t) {
+            if (keep) memcpy(keep, b, (size_t)len); else inject(P, 1 - k, b, len);
+            got = len;
+        }
+    return got;
+}
+
+/* 9. The join's first RTT sample. */
+static void test_hello_times_the_path(void)
+{
+    pair_t P;
+    pair_init(&P, NULL, NULL, 0);
+    ltp_core_hello(P.c[WK], 0, P.now);
+    hello_out(&P, WK, 4, NULL);                    /* HELLO reaches the PS */
+    P.now += 300;
+    hello_out(&P, PS, 5, NULL);                    /* its answer, 300 us after the HELLO left */
+    CHECK(ltp_core_peer_joined(P.c[WK], 0) == 1, "the answer did not join the worker");
+    double srtt = first_srtt(&P);
+    CHECK(fabs(srtt - 300) < 1, "the join gave srtt %.1f us, not its 300 us", srtt);
+    pair_free(&P);
+
+    /* Two HELLOs (the first unanswered in time): the late answer to the first joins, untimed. */
+    pair_init(&P, NULL, NULL, 0);
+    uint8_t first[1600], ack[1600];
+    ltp_core_hello(P.c[WK], 0, P.now);
+    int len1 = hello_out(&P, WK, 4, first);
+    P.now += P.cfg.hello_interval_us;
+    uint8_t second[1600];
+    int len2 = hello_out(&P, WK, 4, second);
+    CHECK(len1 > 0 && len2 > 0 && rd32(first + O_MSG) != rd32(second + O_MSG),
+          "the second HELLO did not carry a nonce of its own");
+    inject(&P, PS, first, len1);
+    int ack_len = hello_out(&P, PS, 5, ack);
+    P.now += 50;
+    CHECK(ack_len > 0 && inject(&P, WK, ack, ack_len) == 0 && ltp_core_peer_joined(P.c[WK], 0) == 1,
+          "the answer to the earlier HELLO did not join the worker");
+    srtt = first_srtt(&P);
+    CHECK(srtt == 0, "an answer that may be to either HELLO was timed (srtt %.1f us)", srtt);
+    pair_free(&P);
+}
+
 int main(void)
 {
     test_untagged_refused_with_auth_on();
@@ -245,5 +307,6 @@ int main(void)
     test_left_behind_is_gone();
     test_open_older_message_is_not_gone();
     test_open_back_ignored_without_auth();
+    test_hello_times_the_path();
     return check_summary();
 }

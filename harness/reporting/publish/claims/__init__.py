@@ -24,7 +24,7 @@ Render = Callable[[Context], str]
 # The topics, in the order the findings page takes them.
 TOPICS = ("headline", "training", "compression", "cser", "regimes", "traffic", "trust",
           "validation", "plotbounds", "field", "peers", "collectives", "simvalidation",
-          "simulation", "protocol", "labs", "folders")
+          "simulation", "firstpush", "protocol", "labs", "folders")
 
 
 @dataclasses.dataclass(frozen=True)

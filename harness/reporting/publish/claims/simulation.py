@@ -100,7 +100,9 @@ def _list(values) -> str:
 def command(f: Folder) -> str:
     """The ``invoke simulate`` command that fills the folder, from its runs' settings."""
     r = f.ok
-    loss = "".join(_loss_flag(t) for t in sorted(r.loss.unique())[:1])
+    losses = sorted(r.loss.unique())
+    loss = (_loss_flag(losses[0]) if len(losses) == 1 else
+            " --loss " + ",".join(_loss_flag(t).removeprefix(" --loss ") or "0" for t in losses))
     seeds = sorted(r.seed.unique())
     return (f".venv/bin/invoke simulate --workers {_join(r.n_workers.unique())} --transports "
             f"{','.join(s for s in SCHEMES if s in set(r.transport))} --bandwidth "
