@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.reporting.publish.claims.simulation import KEYS, _loss_text, command, pushes
+from harness.reporting.publish.claims.simulation import KEYS, cite_lines, loss_text, pushes
 from harness.reporting.publish.context import Context, Folder
 from harness.simulation.figures import bound_s
 
@@ -43,7 +43,7 @@ def rows(f: Folder) -> list[str]:
     lines = ["| Mbit/s | loss | runs | first push / bound | later pushes / bound | runs above "
              f"{TARGET}x: first, later |", "|---|---|---|---|---|---|"]
     for (rate, loss), g in runs.groupby(CELL):
-        lines.append(f"| {rate:,g} | {_loss_text(g)} | {len(g)} | {_cell(g.over_first)} | "
+        lines.append(f"| {rate:,g} | {loss_text(g)} | {len(g)} | {_cell(g.over_first)} | "
                      f"{_cell(g.over_later)} | {int((g.over_first > TARGET).sum())}, "
                      f"{int((g.over_later > TARGET).sum())} |")
     return lines
@@ -54,7 +54,7 @@ def block(ctx: Context) -> str:
     f = ctx.folder(FOLDER)
     r = f.ok
     return "\n".join([
-        f"- {f.cite()}: {f.status()}", f"  - `{command(f)}`", "",
+        *cite_lines(ctx, FOLDERS), "",
         f"`{', '.join(sorted(r.transport.unique()))}`, {int(r.n_workers.max())} workers, "
         f"{int(r.iterations.max())} pushes a run, host `{', '.join(sorted(r.host.unique()))}`, "
         f"{', '.join(str(q) for q in sorted(r.queue_pkts.unique()))}-packet queue; seeds "
@@ -71,7 +71,7 @@ def above(f: Folder) -> str:
     high = runs[(runs.over_first > TARGET) | (runs.over_later > TARGET)]
     if high.empty:
         return f"Every run's pushes, first and later, are within {TARGET}x of the bound."
-    cells = [f"{rate:,g} Mbit/s with {_loss_text(g)}" for (rate, _), g in high.groupby(CELL)]
+    cells = [f"{rate:,g} Mbit/s with {loss_text(g)}" for (rate, _), g in high.groupby(CELL)]
     return (f"Runs above {TARGET}x of the bound, first push or later: {len(high)} of "
             f"{len(runs)}, at {'; '.join(cells)}.")
 

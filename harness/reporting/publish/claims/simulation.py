@@ -70,7 +70,7 @@ def _sim_default_s(name: str) -> float | None:
     return int(m.group(1)) / 1e6 if m else None
 
 
-def _loss_text(runs: pd.DataFrame) -> str:
+def loss_text(runs: pd.DataFrame) -> str:
     texts = []
     for text in sorted(runs.loss.unique()):
         model = parse_loss(text)
@@ -122,7 +122,7 @@ def _setting(f: Folder) -> str:
     r = f.ok
     return (f"{', '.join(sorted(r.scenario.unique()))} scenario (synchronized pushes), host "
             f"`{', '.join(sorted(r.host.unique()))}`, {_list(r.queue_pkts.unique())}-packet "
-            f"queue, {_loss_text(r)}, {int(r.iterations.max())} pushes a run, {_cell_runs(r)}")
+            f"queue, {loss_text(r)}, {int(r.iterations.max())} pushes a run, {_cell_runs(r)}")
 
 
 def _fmt(row) -> str:
@@ -323,7 +323,7 @@ def _skew(med: pd.DataFrame) -> str:
             "of it. ")
 
 
-def _cite_lines(ctx: Context, rels) -> list[str]:
+def cite_lines(ctx: Context, rels) -> list[str]:
     """Where the numbers come from, whether stale, and the commands (the manifests of these
     folders record none, so they are rebuilt from the runs' settings)."""
     out = []
@@ -356,7 +356,7 @@ def _runs_text(ctx: Context) -> str:
 
 
 def _block(ctx: Context, rels, body) -> str:
-    return "\n".join([*_cite_lines(ctx, rels), "", *body(ctx)])
+    return "\n".join([*cite_lines(ctx, rels), "", *body(ctx)])
 
 
 def n_block(ctx: Context) -> str:
