@@ -37,9 +37,8 @@ def _cell(values: pd.Series) -> str:
     return f"{values.median():.2f}x [{values.min():.2f}, {values.max():.2f}]"
 
 
-def rows(f: Folder) -> list[str]:
-    """The table: a row per rate and loss."""
-    runs = over_bound(f)
+def rows(runs: pd.DataFrame) -> list[str]:
+    """The table: a row per rate and loss, from :func:`over_bound`'s runs."""
     lines = ["| Mbit/s | loss | runs | first push / bound | later pushes / bound | runs above "
              f"{TARGET}x: first, later |", "|---|---|---|---|---|---|"]
     for (rate, loss), g in runs.groupby(CELL):
@@ -52,22 +51,21 @@ def rows(f: Folder) -> list[str]:
 def block(ctx: Context) -> str:
     """docs/simulation.md: the first push against the later ones."""
     f = ctx.folder(FOLDER)
-    r = f.ok
+    r, runs = f.ok, over_bound(f)
     return "\n".join([
         *cite_lines(ctx, FOLDERS), "",
         f"`{', '.join(sorted(r.transport.unique()))}`, {int(r.n_workers.max())} workers, "
         f"{int(r.iterations.max())} pushes a run, host `{', '.join(sorted(r.host.unique()))}`, "
         f"{', '.join(str(q) for q in sorted(r.queue_pkts.unique()))}-packet queue; seeds "
         f"{', '.join(str(s) for s in sorted(r.seed.unique()))}:", "",
-        *rows(f), "",
+        *rows(runs), "",
         "Each cell: the median over the runs and, in brackets, the lowest and the highest run (a "
         "range over seeds, not an interval); a run's later pushes count as their median. The "
-        "bound is every worker's frames through the link.", "", above(f)])
+        "bound is every worker's frames through the link.", "", above(runs)])
 
 
-def above(f: Folder) -> str:
-    """Which cells have a run above the target, first push or later."""
-    runs = over_bound(f)
+def above(runs: pd.DataFrame) -> str:
+    """Which cells have a run above the target, first push or later (:func:`over_bound`'s runs)."""
     high = runs[(runs.over_first > TARGET) | (runs.over_later > TARGET)]
     if high.empty:
         return f"Every run's pushes, first and later, are within {TARGET}x of the bound."
