@@ -124,6 +124,9 @@ typedef struct ltp_config {
     /* loss recovery */
     uint32_t reorder_window_min_us;
     uint32_t pto_min_us;
+    uint32_t timer_floors_host;       /* 1: the floors above follow the host's measured timer slack */
+    uint32_t timer_floor_min_us;      /* ... never below this */
+    uint32_t timer_slack_window_us;   /* the host's slack: its largest lateness over this long */
     uint32_t pto_max_backoff;         /* PTO doubles at most this many times */
     uint32_t initial_rtt_us;
     uint32_t hello_interval_us;

@@ -28,6 +28,7 @@ ltp_core_t *ltp_core_new(const ltp_config_t *cfg, uint16_t self_rank)
     c->released_cap = MAX(LTP_RELEASED_MIN, cfg->max_tx_per_peer);
     c->peers = calloc(cfg->max_peers, sizeof *c->peers);
     c->rng = cfg->seed ^ ((uint64_t)self_rank << 48);
+    c->due_us = NEVER;
     if (!c->peers || index_init(c) || hint_init(c)) { ltp_core_free(c); return NULL; }
     rate_init_flow(c, &c->shared);
     return c;
@@ -176,6 +177,7 @@ static int input(ltp_core_t *c, int peer, const uint8_t *buf, size_t len, const 
                  uint64_t now, uint64_t arrival)
 {
     hdr_t h;
+    host_entry(c, now);
     c->st[LTP_S_RX_DATAGRAMS]++;
     c->st[LTP_S_RX_BYTES] += len;
     /* Every check before any state changes, cheapest first; each refusal is counted once. The
@@ -270,6 +272,7 @@ static int poll_control(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, int
  * datagram's whole length. */
 static int poll_tx(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, int *peer, const uint8_t **payload)
 {
+    host_entry(c, now);
     index_tick(c, now);   /* timers that change state: close deadlines, RACK, PTO */
     /* With auth on every datagram has room for its trailer; nothing is due for a peer without
      * its key (ltp_core_send and ltp_core_hello refuse it, and nothing from it is accepted). */
@@ -323,6 +326,7 @@ int ltp_core_poll_tx_ref(ltp_core_t *c, uint64_t now, uint8_t *b, size_t cap, co
 uint64_t ltp_core_next_timeout(ltp_core_t *c, uint64_t now)
 {
     if (!c) return NEVER;
+    host_entry(c, now);
     index_refresh(c, now);
     sched_t s;
     sched_begin(&s);
@@ -334,6 +338,7 @@ uint64_t ltp_core_next_timeout(ltp_core_t *c, uint64_t now)
     uint64_t t = index_due(c);
     sched_scan(c, &s, now, 0, -1);
     t = MIN(t, sched_decide(c, &s, now));
+    c->due_us = t > now ? t : NEVER;   /* an entry at or after it measures the host (host_entry) */
     return t < now ? now : t;
 }
 

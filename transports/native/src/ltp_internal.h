@@ -346,6 +346,11 @@ struct ltp_core {
     uint32_t released_cap;                 /* released sends remembered per peer */
     uint64_t last_rx_us;                   /* last valid datagram from any peer (linger) */
     uint64_t linger_from_us;               /* ltp_core_linger was called then (0: not closing) */
+    /* How late the host runs this core (ltp_rate.c, host_entry): the time ltp_core_next_timeout
+     * last named (NEVER: none outstanding) and the largest lateness of the entries after it. */
+    uint64_t due_us;
+    uint64_t n_late;
+    minmax_t late_max;
     uint64_t rng;
     /* Receiver side of the rate hint: aggregate DATA arrivals, see hint_on_data. */
     int est_open;                          /* arrivals are close enough together to measure */
@@ -445,6 +450,9 @@ void rate_init_flow(const ltp_core_t *c, flow_t *f);
 int rate_shared(const ltp_core_t *c);
 void rtt_sample(ltp_core_t *c, peer_t *p, double rtt, uint64_t now);
 double srtt_or_initial(const ltp_core_t *c, const peer_t *p);
+void host_entry(ltp_core_t *c, uint64_t now);             /* the core entered at now */
+double host_floor(const ltp_core_t *c, double fixed);     /* a timer floor: fixed, or the host's */
+double ack_hold_us(const ltp_core_t *c, double srtt_us);  /* an ACK's wait for more DATA */
 double cwnd_bytes(const ltp_core_t *c, const peer_t *p, uint64_t now);
 double pacing_rate(const ltp_core_t *c, const peer_t *p, uint64_t now);
 void bbr_on_ack(ltp_core_t *c, peer_t *p, const txpkt_t *pk, uint64_t now);

@@ -9,6 +9,7 @@
 
 static const double STARTUP_GAIN = 2.885; /* 2/ln 2: doubles the rate every round trip */
 static const double CYCLE_GAINS[8] = {1.25, 0.75, 1, 1, 1, 1, 1, 1};
+static const uint64_t HOST_SAMPLES = 16;  /* lateness samples before the floors follow the host */
 
 /* ---------------------------------------------------------------- windowed max (Linux minmax) */
 double minmax_running_max(minmax_t *m, uint64_t win, uint64_t t, double v)
@@ -88,6 +89,39 @@ void rtt_sample(ltp_core_t *c, peer_t *p, double rtt, uint64_t now)
 double srtt_or_initial(const ltp_core_t *c, const peer_t *p)
 {
     return p->has_rtt ? p->srtt_us : (double)c->cfg.initial_rtt_us;
+}
+
+/* ---------------------------------------------------------------- the host's timer slack */
+/* ltp_core_next_timeout names the time the core wants to run next; the first entry at or after it
+ * (a datagram in, a poll, the next call) measures how late the host ran the core. The host's
+ * slack is the largest lateness over the last timer_slack_window_us: a floor must cover the late
+ * wake-ups a host has routinely, not its average one. An entry for a datagram that came just
+ * after the time measures less than the timer would have; the largest sample is the timer's. */
+void host_entry(ltp_core_t *c, uint64_t now)
+{
+    if (now < c->due_us) return;   /* NEVER: no time named */
+    minmax_running_max(&c->late_max, c->cfg.timer_slack_window_us, now, (double)(now - c->due_us));
+    c->due_us = NEVER;
+    c->n_late++;
+}
+
+/* A timer floor: the fixed value, or with timer_floors_host and once the host was measured
+ * (HOST_SAMPLES times), its slack, at least timer_floor_min_us and at most the fixed value. A timer
+ * shorter than the slack of a host (this one, and a peer on a host like it) fires on lateness, not
+ * on loss; one longer than it waits for nothing. A late host keeps the fixed values. */
+double host_floor(const ltp_core_t *c, double fixed)
+{
+    if (!c->cfg.timer_floors_host || c->n_late < HOST_SAMPLES) return fixed;
+    return MIN(fixed, MAX((double)c->cfg.timer_floor_min_us, c->late_max.s[0].v));
+}
+
+/* How long an ACK waits for more DATA: ack_delay_us, or with timer_floors_host a quarter of the
+ * sender's srtt (which its DATA carry), within the host's floor and ack_delay_us. A sender assumes
+ * the same of its peer from its own srtt when it sets its probe timeout. */
+double ack_hold_us(const ltp_core_t *c, double srtt_us)
+{
+    double fixed = c->cfg.ack_delay_us;
+    return MIN(fixed, MAX(host_floor(c, fixed), srtt_us / 4));
 }
 
 static double bdp_bytes(const ltp_core_t *c, const flow_t *f)

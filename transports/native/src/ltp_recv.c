@@ -297,7 +297,7 @@ static int rx_open(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now, rxmsg
 }
 
 /* Record one DATA of open message m and schedule its ACK. */
-static void rx_store(ltp_core_t *c, rxmsg_t *m, const hdr_t *h, uint64_t now)
+static void rx_store(ltp_core_t *c, const peer_t *p, rxmsg_t *m, const hdr_t *h, uint64_t now)
 {
     uint64_t bit = 1ull << (h->index % 64);
     uint64_t *w = &m->bits[h->index / 64];
@@ -320,7 +320,7 @@ static void rx_store(ltp_core_t *c, rxmsg_t *m, const hdr_t *h, uint64_t now)
     if (!retrans && h->tx_seq > m->max_first_seq) m->max_first_seq = h->tx_seq;
     if (!m->pass_end_us && (h->flags & LTP_F_PASS_DONE)) m->pass_end_us = now;
     m->echo_ts = h->ts; m->echo_seq = h->tx_seq; m->echo_arrival_us = now;
-    if (m->ack_pending++ == 0) m->ack_due_us = now + c->cfg.ack_delay_us;
+    if (m->ack_pending++ == 0) m->ack_due_us = now + (uint64_t)ack_hold_us(c, p->peer_srtt_us);
     /* Once the first pass is over the sender is draining; late feedback only slows recovery. */
     if (m->ack_pending >= c->cfg.ack_every || (h->flags & (LTP_F_PASS_DONE | LTP_F_PROBE)) || m->base == m->count)
         m->ack_due_us = now;
@@ -349,7 +349,7 @@ int rx_on_data(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now)
         late_data(c, p, ring_lookup(c, p, m->msg_id, m->segment), h);
         return LTP_OK;
     }
-    rx_store(c, m, h, now);
+    rx_store(c, p, m, h, now);
     rx_note_stored(p, m, h->index);
     rx_check_close(c, p, m, now);
     return LTP_OK;

@@ -82,7 +82,7 @@ static void mark_lost(ltp_core_t *c, peer_t *p, txmsg_t *m, uint32_t i)
 
 static double reo_window(const ltp_core_t *c, const peer_t *p)
 {
-    return MAX((double)c->cfg.reorder_window_min_us, p->min_rtt_us / 4);
+    return MAX(host_floor(c, c->cfg.reorder_window_min_us), p->min_rtt_us / 4);
 }
 
 /* RACK: a packet is lost once one sent after it was delivered and a reorder window passed. */
@@ -106,9 +106,10 @@ static void rack_detect(ltp_core_t *c, peer_t *p, txmsg_t *m, uint64_t now)
 
 static uint64_t pto_us(const ltp_core_t *c, const peer_t *p, const txmsg_t *m)
 {
-    double base = srtt_or_initial(c, p) + 4 * (p->has_rtt ? p->rttvar_us : c->cfg.initial_rtt_us / 2.0) +
-                  c->cfg.ack_delay_us;
-    base = MAX(base, (double)c->cfg.pto_min_us);
+    /* The peer holds an ACK as this end would (ack_hold_us): it reads our srtt in our DATA. */
+    double srtt = srtt_or_initial(c, p);
+    double base = srtt + 4 * (p->has_rtt ? p->rttvar_us : c->cfg.initial_rtt_us / 2.0) + ack_hold_us(c, srtt);
+    base = MAX(base, host_floor(c, c->cfg.pto_min_us));
     /* A suspended send sends no probe, so nothing backs off: it lets go of the window on time. */
     return (uint64_t)base << (m->suspended ? 0 : MIN(m->pto_count, c->cfg.pto_max_backoff));
 }

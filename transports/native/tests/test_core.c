@@ -1376,6 +1376,7 @@ static void test_incast_push_time(void)
 #include "test_edge.c"   /* training iterations at edge RTTs, closing: the scenarios of issue 10 */
 #include "test_resume.c" /* sends that outlast their caller's deadline: suspended, resumed */
 #include "test_loss.c"   /* the loss estimate behind the adaptive threshold: per segment */
+#include "test_timers.c" /* the timer floors follow the host */
 
 int main(void)
 {
@@ -1412,5 +1413,6 @@ int main(void)
     test_linger();
     test_resume();
     test_loss();
+    test_timer_floors();
     return check_summary();
 }
