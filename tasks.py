@@ -328,9 +328,14 @@ def docs(c):
     "loopback_only": "only the loopback part (goodput and CPU per byte); no emulated network, "
                      "no root needed",
     "repeats": "repetitions of the loopback part, schemes interleaved (default 5)",
+    "out": "the folder of the tables (default: a new one under results/bench/); a folder given "
+           "again resumes its loopback runs",
+    "redo": "loopback runs of --out to run again, as run-sweep's --redo (stale, failed, "
+            "loaded:FRAC)",
 })
 def bench_transport(c, transports="ltp,tcp-cubic", loss="0,1,5,10", bandwidth="100,200",
-                    iterations="20", queue="64", loopback_only=False, repeats="5"):
+                    iterations="20", queue="64", loopback_only=False, repeats="5", out=None,
+                    redo=None):
     """Loopback goodput and CPU per byte, and 8-to-1 push time per transport vs the physical
     bound."""
     from harness import cli
@@ -346,7 +351,7 @@ def bench_transport(c, transports="ltp,tcp-cubic", loss="0,1,5,10", bandwidth="1
         if not loopback_only:
             cli.require_root()
             cli.require_setup()
-        bench.transport(*args)
+        bench.transport(*args, out=Path(out) if out else None, redo=redo)
 
 
 @task(help={"sweep": "the sweep folder (holding runs.csv)"})

@@ -19,9 +19,9 @@ without it the allocation count put one in the same push of every run. (Holding 
 during the pushes instead kept cyclic garbage alive, and fresh memory cost TCP's receive path
 more CPU per byte.)
 
-Repetitions (:func:`repeated`): every scheme once per repetition, the schemes' order rotated from
-one repetition to the next, so two schemes compared run seconds apart and in both orders;
-:func:`summary` gives each scheme's median and range over repetitions and its ratio to a reference
+Repetitions (:func:`harness.bench.kind.plan`): every scheme once per repetition, the schemes'
+order rotated from one repetition to the next, so two schemes compared run seconds apart and in
+both orders; :func:`from_tables` reads a folder's runs back and :func:`summary` gives each scheme's median and range over repetitions and its ratio to a reference
 scheme, paired by repetition.
 
     >>> push = loopback_push("ltp", 4 * 1024 * 1024, 20)
@@ -31,13 +31,13 @@ scheme, paired by repetition.
 from __future__ import annotations
 
 import dataclasses
-import errno
 import gc
 import socket
 import statistics
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -156,21 +156,20 @@ def loopback_push(scheme: str, n_bytes: int, pushes: int, repeat: int = 0) -> Lo
     return LoopbackPushes(scheme, n_bytes, tuple(times), tuple(cpu), repeat)
 
 
-def repeated(schemes: Sequence[str], n_bytes: int, pushes: int,
-             repeats: int) -> list[LoopbackPushes]:
-    """``repeats`` repetitions of :func:`loopback_push` for every scheme, interleaved: each
-    repetition runs every scheme once, in an order rotated by one per repetition."""
+def from_tables(folder: Path) -> list[LoopbackPushes]:
+    """The ok runs of a loopback folder (``runs.csv`` and ``loopback.csv``, written by the sweep
+    loop through :mod:`harness.bench.kind`), in the order they ran."""
+    from harness.running.results import read_table
+
+    if not (folder / "runs.csv").exists():
+        return []
+    runs = read_table(folder / "runs.csv")
+    pushes = read_table(folder / "loopback.csv") if (folder / "loopback.csv").exists() else None
     out = []
-    for r in range(repeats):
-        k = r % len(schemes)
-        for scheme in list(schemes[k:]) + list(schemes[:k]):
-            for attempt in range(3):   # a port taken between the probe and the bind: new ports
-                try:
-                    out.append(loopback_push(scheme, n_bytes, pushes, r))
-                    break
-                except OSError as exc:
-                    if exc.errno != errno.EADDRINUSE or attempt == 2:
-                        raise
+    for run in runs[runs.status == "ok"].itertuples():
+        mine = pushes[pushes.run_id == run.run_id].sort_values("push")
+        out.append(LoopbackPushes(str(run.transport), int(run.bytes), tuple(mine.push_s),
+                                  tuple(mine.cpu_s), int(run.repeat)))
     return out
 
 

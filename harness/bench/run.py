@@ -199,15 +199,26 @@ def _spread(x, fmt: str) -> str:
 
 
 def loopback(slugs: tuple[str, ...], folder: Path, n_bytes: int | None = None,
-             pushes: int = LOOPBACK_PUSHES, repeats: int = LOOPBACK_REPEATS) -> None:
-    """Print loopback goodput and CPU per byte of every scheme (``n_bytes`` per push, the MLP's
-    gradient unless given, then 4 MiB), each over ``repeats`` interleaved repetitions, with their
-    ratios to :data:`LOOPBACK_REFERENCE`'s; write ``loopback.csv``."""
+             pushes: int = LOOPBACK_PUSHES, repeats: int = LOOPBACK_REPEATS,
+             redo: str | None = None) -> None:
+    """Run the loopback pushes of every scheme (``n_bytes`` per push, the MLP's gradient unless
+    given, then 4 MiB), ``repeats`` interleaved repetitions, into ``folder`` through the sweep
+    loop (kind ``loopback``: it resumes; ``redo`` as run-sweep's ``--redo``), then print each
+    scheme's goodput and CPU per byte over the folder's repetitions, with their ratios to
+    :data:`LOOPBACK_REFERENCE`'s."""
     n_bytes = n_bytes or mlp_bytes()
-    from harness.bench.loopback import repeated, summary
+    from harness.bench import kind
+    from harness.bench.loopback import from_tables, summary
+    from harness.reporting.report import counted
+    from harness.running import engine
+
+    sizes = (n_bytes, 4 * 1024 * 1024)
+    engine.run_plan(kind.plan(slugs, sizes, pushes, repeats), folder,
+                    redo=engine.parse_redo(redo))
 
     reference = LOOPBACK_REFERENCE if LOOPBACK_REFERENCE in slugs else None
-    print(f"loopback, one worker -> PS over 127.0.0.1: {repeats} repetitions of {pushes} pushes "
+    print(f"loopback, one worker -> PS over 127.0.0.1: {counted(repeats, 'repetition')} of "
+          f"{pushes} pushes "
           "per scheme and size, the schemes interleaved; per repetition the goodput of its median "
           "push and the CPU seconds of the process per GB pushed (both ends, user + system); "
           "median [min, max] over the repetitions"
@@ -216,18 +227,14 @@ def loopback(slugs: tuple[str, ...], folder: Path, n_bytes: int | None = None,
     ref = reference or "ref"
     print(f"  {'bytes':>9} {'transport':<22} {'Gbit/s':>20} {'CPU s/GB':>21} "
           f"{'goodput x ' + ref:>20} {'CPU x ' + ref:>20}")
-    rows = []
-    for size in (n_bytes, 4 * 1024 * 1024):
-        runs = repeated(slugs, size, pushes, repeats)
-        for run in runs:
-            rows += run.rows()
-        for s in summary(runs, reference):
+    pushed = [run for run in from_tables(folder) if run.scheme in slugs]
+    for size in sizes:
+        for s in summary([run for run in pushed if run.n_bytes == size], reference):
             print(f"  {size:>9,} {s.scheme:<22} {_spread(s.goodput_gbps, '.2f'):>20} "
                   f"{_spread(s.cpu_s_per_gb, '.3f'):>21} {_spread(s.goodput_ratio, '.2f'):>20} "
                   f"{_spread(s.cpu_ratio, '.2f'):>20}")
     print("  the machine's load moves both figures from minute to minute: compare schemes within "
-          "one run of this command")
-    results.append_rows(folder / "loopback.csv", results.BENCH_LOOPBACK_COLUMNS, rows)
+          f"one run of this command (tables in {folder})")
 
 
 @dataclasses.dataclass
@@ -289,17 +296,20 @@ def run_cell(tb: Testbed, zygote, cell: Path, slug: str, iterations: int,
 
 def transport(slugs: tuple[str, ...], losses: tuple[float, ...], bandwidths: tuple[float, ...],
               iterations: int, queue_pkts: int, n_bytes: int | None = None,
-              repeats: int = LOOPBACK_REPEATS) -> None:
+              repeats: int = LOOPBACK_REPEATS, out: Path | None = None,
+              redo: str | None = None) -> None:
     """Loopback goodput and CPU per byte (``repeats`` repetitions), then synchronized 8-to-1 push
-    times on the emulated incast vs the bound (no incast part when ``bandwidths`` is empty)."""
+    times on the emulated incast vs the bound (no incast part when ``bandwidths`` is empty), into
+    ``out`` (default: a new folder under :data:`BENCH_DIR`; a folder given again resumes its
+    loopback runs, ``redo`` as run-sweep's ``--redo``)."""
     import numpy as np
 
     from harness.hosts.zygote import Zygote
 
     n_bytes = n_bytes or mlp_bytes()
-    folder = BENCH_DIR / time.strftime("transport-%Y%m%dT%H%M%S")
+    folder = out or BENCH_DIR / time.strftime("transport-%Y%m%dT%H%M%S")
     folder.mkdir(parents=True, exist_ok=True)
-    loopback(slugs, folder, n_bytes, repeats=repeats)
+    loopback(slugs, folder, n_bytes, repeats=repeats, redo=redo)
     if not bandwidths:
         return
 

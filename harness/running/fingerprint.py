@@ -73,7 +73,8 @@ _PS = ("harness.hosts.node", "harness.hosts.zygote", "harness.running.runner",
 NOT_MEASURING = frozenset({
     "harness.reporting", "harness.p2p.report",
     "harness.simulation.figures", "harness.simulation.validate", "harness.running.presets",
-    "harness.cli", "harness.running.provenance", "harness.running.fingerprint", "harness.bench",
+    "harness.cli", "harness.running.provenance", "harness.running.fingerprint",
+    "harness.bench.run", "harness.bench.series", "harness.bench.kind", "harness.bench.figures",
     "harness.hosts.bench",
     "harness.running.engine", "harness.running.kinds", "harness.running.ps",
     "harness.running.cluster", "harness.running.refresh", "transports.options_doc"})
@@ -91,6 +92,8 @@ KINDS: dict[str, Kind] = {
                 _NATIVE + _NETWORK),
     # The simulator: the same C core over a discrete-event network, and its driver.
     "simulate": Kind(("harness.simulation.driver",), _NATIVE + ("transports/native/sim/*.[ch]",)),
+    # Loopback pushes (invoke bench-transport): the transports and the core, timed in one process.
+    "loopback": Kind(("harness.bench.loopback",) + _TRANSPORTS, _NATIVE),
 }
 
 

@@ -25,6 +25,7 @@ KINDS = {
     "ps": "harness.running.ps",                 # training through a PS on the incast star
     "p2p": "harness.p2p.run",                   # peer-to-peer training on the leaf-spine fabric
     "simulate": "harness.simulation.kind",      # the native core over a discrete-event network
+    "loopback": "harness.bench.kind",           # one worker pushing to the PS over 127.0.0.1
 }
 
 

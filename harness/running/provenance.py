@@ -216,7 +216,7 @@ def manifest(kind: str, others: Iterable[str] = ()) -> dict:
 
 
 def folder_kind(folder: Path) -> str:
-    """The kind of run a results folder holds: ``p2p``, ``simulate`` or ``ps``."""
+    """The kind of run a results folder holds: ``p2p``, ``simulate``, ``loopback`` or ``ps``."""
     try:
         header = (Path(folder) / "runs.csv").open().readline().strip().split(",")
     except OSError:
@@ -226,6 +226,8 @@ def folder_kind(folder: Path) -> str:
     # A simulation's runs.csv has its virtual time; its pushes.csv may be left out of git.
     if "virtual_s" in header or (Path(folder) / "pushes.csv").exists():
         return "simulate"
+    if "goodput_gbps" in header:
+        return "loopback"
     return "ps"
 
 

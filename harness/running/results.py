@@ -66,6 +66,7 @@ SIM_ITERATION_COLUMNS = SIM_KEY_COLUMNS + _section("sim_iterations")
 SIM_PUSH_COLUMNS = SIM_KEY_COLUMNS + _section("sim_pushes")
 # The benchmarks' tables (invoke bench-transport, under .state/bench/transport-<stamp>/).
 BENCH_LOOPBACK_COLUMNS = _section("bench_loopback")
+LOOPBACK_RUNS_COLUMNS = _section("loopback_runs") + PROVENANCE_COLUMNS
 SIM_VALIDATION_COLUMNS = _section("sim_validation")
 BENCH_PUSH_COLUMNS = _section("bench_push")
 
@@ -185,6 +186,8 @@ def schema_markdown() -> str:
                            ("iterations.csv of a simulation", SIM_ITERATION_COLUMNS),
                            ("pushes.csv of a simulation", SIM_PUSH_COLUMNS),
                            ("loopback.csv of bench-transport", BENCH_LOOPBACK_COLUMNS),
+                           ("runs.csv of bench-transport's loopback part",
+                            LOOPBACK_RUNS_COLUMNS),
                            ("push_times.csv of bench-transport", BENCH_PUSH_COLUMNS),
                            ("validation.csv of the simulator's validation",
                             SIM_VALIDATION_COLUMNS)):

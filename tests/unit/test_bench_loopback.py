@@ -4,8 +4,10 @@ the ``--repeats`` argument checked. No transport runs here: pushes are stand-ins
 
 import pytest
 
-from harness.bench import loopback
+from harness.bench import kind, loopback
 from harness.bench.loopback import LoopbackPushes, Spread, summary
+from harness.running import engine, provenance
+from harness.running.results import read_table
 
 
 def _run(scheme: str, repeat: int, push_s: float, cpu_s: float,
@@ -13,18 +15,12 @@ def _run(scheme: str, repeat: int, push_s: float, cpu_s: float,
     return LoopbackPushes(scheme, n_bytes, (push_s,) * 3, (cpu_s,) * 3, repeat)
 
 
-def test_repetitions_interleave_schemes_in_rotated_order(monkeypatch):
-    calls = []
-
-    def fake(scheme, n_bytes, pushes, repeat=0):
-        calls.append((repeat, scheme))
-        return _run(scheme, repeat, 1.0, 1.0, n_bytes)
-
-    monkeypatch.setattr(loopback, "loopback_push", fake)
-    runs = loopback.repeated(["a", "b", "c"], 100, 2, 4)
-    assert calls == [(0, "a"), (0, "b"), (0, "c"), (1, "b"), (1, "c"), (1, "a"),
-                     (2, "c"), (2, "a"), (2, "b"), (3, "a"), (3, "b"), (3, "c")]
-    assert [r.repeat for r in runs] == [r for r, _ in calls]
+def test_repetitions_interleave_schemes_in_rotated_order():
+    got = [(r.repeat, r.scheme, r.n_bytes) for r in kind.plan(["a", "b", "c"], [100], 2, 4).specs()]
+    assert got == [(0, "a", 100), (0, "b", 100), (0, "c", 100), (1, "b", 100), (1, "c", 100),
+                   (1, "a", 100), (2, "c", 100), (2, "a", 100), (2, "b", 100), (3, "a", 100),
+                   (3, "b", 100), (3, "c", 100)]
+    assert len({r.run_id for r in kind.plan(["a", "b"], [100, 200], 2, 3).specs()}) == 12
 
 
 def test_a_port_taken_before_the_bind_is_retried(monkeypatch):
@@ -39,7 +35,36 @@ def test_a_port_taken_before_the_bind_is_retried(monkeypatch):
         return _run(scheme, repeat, 1.0, 1.0, n_bytes)
 
     monkeypatch.setattr(loopback, "loopback_push", fake)
-    assert len(loopback.repeated(["tcp-cubic"], 100, 2, 1)) == 1 and len(tries) == 2
+    got = kind._push(kind.LoopbackRun("tcp-cubic", 100, 0, 3))
+    assert got.scheme == "tcp-cubic" and len(tries) == 2
+
+
+def test_the_sweep_loop_keeps_runs_resumes_and_reads_them_back(monkeypatch, tmp_path):
+    # A folder of loopback runs through the engine: rows per push and per run, a crash kept as a
+    # row (the sweep goes on), a second call runs nothing, and from_tables gives the ok runs back.
+    calls = []
+
+    def fake(scheme, n_bytes, pushes, repeat=0):
+        calls.append((scheme, repeat))
+        if scheme == "b" and repeat == 1:
+            raise RuntimeError("the PS never answered")
+        return LoopbackPushes(scheme, n_bytes, (0.5,) * pushes, (0.25,) * pushes, repeat)
+
+    monkeypatch.setattr(loopback, "loopback_push", fake)
+    plan = kind.plan(["a", "b"], [1000], 3, 2)
+    engine.run_plan(plan, tmp_path, progress=lambda line: None, figures=False)
+    engine.run_plan(plan, tmp_path, progress=lambda line: None, figures=False)
+    assert len(calls) == 4
+    runs = read_table(tmp_path / "runs.csv")
+    assert sorted(runs.status) == ["crash", "ok", "ok", "ok"]
+    assert "never answered" in runs[runs.status == "crash"].reason.iloc[0]
+    assert runs.code_fingerprint.str.len().min() > 0
+    assert len(read_table(tmp_path / "loopback.csv")) == 9
+    back = loopback.from_tables(tmp_path)
+    assert [(r.scheme, r.repeat, r.push_s) for r in back] == [
+        ("a", 0, (0.5,) * 3), ("b", 0, (0.5,) * 3), ("a", 1, (0.5,) * 3)]
+    assert back[0].goodput_gbps == pytest.approx(1000 * 8 / 0.5 / 1e9)
+    assert provenance.folder_kind(tmp_path) == "loopback"
 
 
 def test_summary_spreads_and_ratios_paired_by_repetition():

@@ -94,6 +94,12 @@ def report(ctx: Context, rel: str, check: bool, figures: bool, out: Outcome) -> 
 
             out.figures += len(simulate_figures.draw(folder))
         return
+    if kind == "loopback":
+        if figures and not check:
+            from harness.bench import figures as loopback_figures
+
+            out.figures += len(loopback_figures.draw(folder))
+        return
     if kind == "p2p":
         from harness.p2p import report as p2p_report
 

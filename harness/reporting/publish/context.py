@@ -117,9 +117,11 @@ class Folder:
                        if 0 < len(commits) <= 3 else
                        f", {len(commits)} commits (each run's in runs.csv)" if commits else "")
         seeds = self.seeds()
-        return (f"`{self.rel}/` ({counted(len(self.runs), 'run')}, "
-                f"seed{'' if len(seeds) == 1 else 's'} {seed_text(seeds)}"
-                f"{time}{commit_text})")
+        reps = sorted(int(r) for r in self.ok.repeat.unique()) \
+            if not seeds and "repeat" in self.ok else []
+        which = (f"repetition{'' if len(reps) == 1 else 's'} {seed_text(reps)}" if reps else
+                 f"seed{'' if len(seeds) == 1 else 's'} {seed_text(seeds)}")
+        return f"`{self.rel}/` ({counted(len(self.runs), 'run')}, {which}{time}{commit_text})"
 
     def status(self) -> str:
         """``fresh`` or the stale sentence."""

@@ -24,7 +24,7 @@ Render = Callable[[Context], str]
 # The topics, in the order the findings page takes them.
 TOPICS = ("headline", "training", "compression", "cser", "regimes", "traffic", "trust",
           "validation", "plotbounds", "field", "peers", "collectives", "simvalidation",
-          "simulation", "firstpush", "protocol", "labs", "folders")
+          "simulation", "firstpush", "loopback", "protocol", "labs", "folders")
 
 
 @dataclasses.dataclass(frozen=True)
