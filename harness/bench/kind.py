@@ -77,11 +77,13 @@ def plan(schemes: Sequence[str], sizes: Sequence[int], pushes: int,
 
 def _push(spec: LoopbackRun):
     """The run's pushes; a port taken between the probe and the bind is tried again on others."""
-    from harness.bench.loopback import loopback_push
+    from harness.bench import loopback
 
+    push = loopback.peer_push if spec.scheme.startswith(loopback.PEER_PREFIX) else \
+        loopback.loopback_push
     for attempt in range(3):
         try:
-            return loopback_push(spec.scheme, spec.n_bytes, spec.pushes, spec.repeat)
+            return push(spec.scheme, spec.n_bytes, spec.pushes, spec.repeat)
         except OSError as exc:
             if exc.errno != errno.EADDRINUSE or attempt == 2:
                 raise

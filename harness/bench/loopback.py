@@ -156,6 +156,49 @@ def loopback_push(scheme: str, n_bytes: int, pushes: int, repeat: int = 0) -> Lo
     return LoopbackPushes(scheme, n_bytes, tuple(times), tuple(cpu), repeat)
 
 
+# A peer scheme in a loopback plan: "peer-" and a slug of transports.peer (peer-mcast, peer-tcp).
+PEER_PREFIX = "peer-"
+# The pace a peer sender is asked for: far above what loopback carries, so the transport's own
+# cost sets the time, not its pacer.
+PEER_RATE_MBPS = 1_000_000.0
+
+
+def peer_push(scheme: str, n_bytes: int, pushes: int, repeat: int = 0) -> LoopbackPushes:
+    """Time ``pushes`` sends of ``n_bytes`` from peer 0 to peer 1 of a peer-to-peer transport
+    (``scheme``: :data:`PEER_PREFIX` and a slug of :mod:`transports.peer`, options allowed) over
+    127.0.0.1, both peers in this process: a push lasts from the send call until it returns,
+    every receiver having confirmed; its CPU is the process's over that time (both peers, their
+    receiving threads included), as for :func:`loopback_push`."""
+    from transports import peer
+    from transports.base import Session
+
+    slug, options = peer.parse(scheme[len(PEER_PREFIX):])
+    n_floats = n_bytes // 4
+    ports = free_ports(2, socket.SOCK_STREAM)
+    session = Session.draw()
+    ends = []
+    times, cpu = [], []
+    values = np.ones(n_floats, np.float32)
+    gc.collect()
+    try:
+        for rank in range(2):
+            ends.append(peer.create(slug, rank, ["127.0.0.1"] * 2, 0, n_floats, session, options,
+                                    ports=ports))
+        for k in range(pushes):
+            c0, t0 = time.process_time(), time.monotonic()
+            report = ends[0].send(k, values, [1], rate_mbps=PEER_RATE_MBPS, timeout_s=60)
+            times.append(time.monotonic() - t0)
+            cpu.append(time.process_time() - c0)
+            if report.unfinished or report.delivered.get(1, 0.0) < 1.0:
+                raise RuntimeError(f"{scheme}: push {k} was not delivered whole "
+                                   f"({report.delivered}, unfinished {report.unfinished})")
+            ends[1].take()
+    finally:
+        for end in ends:
+            end.close()
+    return LoopbackPushes(scheme, n_bytes, tuple(times), tuple(cpu), repeat)
+
+
 def from_tables(folder: Path) -> list[LoopbackPushes]:
     """The ok runs of a loopback folder (``runs.csv`` and ``loopback.csv``, written by the sweep
     loop through :mod:`harness.bench.kind`), in the order they ran."""

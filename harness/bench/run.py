@@ -25,12 +25,13 @@ import sys
 import time
 from pathlib import Path
 
+from harness.bench.loopback import PEER_PREFIX
 from harness.running import results
 from harness.running.runner import counter_deltas
 from topologies.impair.loss import Impairment
 from topologies.incast import PS_IP, PS_NAME, SUBNET, IncastParams, worker_name
 from topologies.testbed.network import PROJECT_DIR, Testbed, TestbedError
-from transports.base import UserError, parse_scheme
+from transports.base import UserError, check_options, parse_scheme
 
 BENCH_DIR = PROJECT_DIR / "results" / "bench"
 BASE_PORT = 5201
@@ -79,6 +80,15 @@ def transport_args(slugs, losses, bandwidths, iterations: int, queue_pkts: int,
         if len(set(values)) != len(values):
             raise BenchError(f"{name} names a value more than once.")
     for slug in slugs:
+        if slug.startswith(PEER_PREFIX):   # a peer-to-peer transport, timed on loopback only
+            if not loopback_only:
+                raise BenchError(f"{slug} is a peer-to-peer transport, timed on loopback only: "
+                                 "add --loopback-only.")
+            from transports import peer
+
+            name, options = peer.parse(slug[len(PEER_PREFIX):])
+            check_options(peer.SCHEMES[name].OPTIONS, options, name, what="peer transport")
+            continue
         name, options = parse_scheme(slug)
         registry.create(name, options)   # unknown slug or bad option: one sentence, nothing run
     for bw in bandwidths:

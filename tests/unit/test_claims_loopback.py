@@ -42,3 +42,18 @@ def test_targets_met_missed_and_undecided():
 def test_targets_need_both_schemes_at_4_mb():
     got = loopback.targets(_runs([1, 2, 3], [1, 1, 1], size=437544))
     assert "not judged" in got[0]
+
+
+def test_the_peer_transports_share_of_a_round():
+    # peer-mcast at 10 CPU s/GB; a p2p round of 0.5 s moving 20 MB over access links (10 MB sent,
+    # 10 MB received) on 2 cores needs 0.1 CPU s: 10 % of the machine's 1 core-second.
+    runs = pd.DataFrame([{"transport": t, "bytes": 437544, "repeat": r, "pushes": 20,
+                          "goodput_gbps": 1.0, "cpu_s_per_gb": c}
+                         for r in range(3) for t, c in (("peer-mcast", 10.0), ("ltp", 0.5))])
+    p2p = pd.DataFrame({"scheme": ["mcast", "mcast+close_frac=0.9", "tcp"],
+                        "access_bytes_per_round": [20e6, 20e6, 20e6], "round_s": [0.5, 0.5, 0.5],
+                        "cpu_cores": [2, 2, 2]})
+    text = "\n".join(loopback.peer_share(runs, p2p))
+    assert "`mcast` in `results/p2p/` (2 runs)" in text and "10.0 %" in text
+    assert "`tcp`" not in text.split("\n\n")[1]   # no loopback runs of peer-tcp: no estimate
+    assert "0.500" in text   # the native core's CPU per GB beside it

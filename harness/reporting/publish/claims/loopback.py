@@ -1,6 +1,8 @@
 """LTP against TCP on loopback: goodput and CPU per byte of one worker pushing to the PS over
 127.0.0.1 (``invoke bench-transport --loopback-only``, :mod:`harness.bench.kind`), the block
-``ltp-loopback`` of docs/ltp-protocol.md §6 and the findings section ``loopback``.
+``ltp-loopback`` of docs/ltp-protocol.md §6 and the findings section ``loopback``; and, from
+the same folder's peer-to-peer transports (``peer-mcast``, ``peer-tcp``) and the p2p sweep's
+tables, whether those Python transports could set the p2p round time (:func:`peer_share`).
 
 Each run is one scheme's pushes of one size in one repetition; every scheme ran once per
 repetition, in rotated order, so a scheme is compared with ``tcp-cubic`` repetition by repetition
@@ -20,6 +22,8 @@ from harness.reporting.publish.claims import Section
 from harness.reporting.publish.context import Context
 
 FOLDER = "results/loopback"
+P2P = "results/p2p"
+PEER_PREFIX = "peer-"   # harness.bench.loopback.PEER_PREFIX: a peer-to-peer transport's runs
 REFERENCE = "tcp-cubic"
 TARGET_BYTES = 4 * 1024 * 1024
 GOODPUT_TARGET = 1.0     # issue 28: ltp's goodput at least TCP's ...
@@ -78,8 +82,43 @@ def targets(runs: pd.DataFrame) -> list[str]:
     return out
 
 
+def peer_share(runs: pd.DataFrame, p2p: pd.DataFrame) -> list[str]:
+    """Whether the peer transports' own CPU could set the peer-to-peer round time: per p2p run,
+    the CPU its transport needs for a round (half its access-link bytes, each byte sent by one
+    peer and received by another, at the loopback CPU per GB of a send and its receipt, at the
+    size nearest the run's message) over the round's time on every core of the machine."""
+    peers = runs[runs.transport.str.startswith(PEER_PREFIX)]
+    if peers.empty or p2p.empty:
+        return []
+    size = int(peers.bytes.min())
+    at = runs[runs.bytes == size]
+    native = stats.median_ci(at[at.transport == "ltp"].cpu_s_per_gb)
+    out = [f"Peer-to-peer transports on the same loopback, {size:,} bytes (a p2p round's message "
+           "is the model's parameters): CPU s/GB "
+           + ", ".join(f"`{t}` {stats.median_ci(g.cpu_s_per_gb).fmt('.2f')}"
+                       for t, g in at[at.transport.str.startswith(PEER_PREFIX)].groupby("transport"))
+           + (f", against the native core's (`ltp`) {native.fmt('.3f')}." if native.n else "."),
+           ""]
+    for scheme, g in p2p.groupby(p2p.scheme.str.split("+").str[0]):
+        mine = at[at.transport == PEER_PREFIX + scheme]
+        if mine.empty:
+            continue
+        cpu = float(mine.cpu_s_per_gb.median())
+        share = g.access_bytes_per_round / 2 / 1e9 * cpu / (g.round_s * g.cpu_cores)
+        est = stats.median_ci(share * 100)
+        out.append(f"- `{scheme}` in `{P2P}/` ({len(g)} runs): its own CPU would take "
+                   f"{est.fmt('.1f', ' %')} of the machine's time in a round (median over the "
+                   f"runs; the highest run {100 * share.max():.1f} %), from each run's access-link "
+                   f"bytes and round time and the loopback CPU per GB above (its median, which "
+                   "carries no interval into this estimate).")
+    out += ["", "An estimate, not a measurement on the fabric: the peers there also train on the "
+            "same cores. A share far below 100 % means the transport's CPU fits in a round many "
+            "times over, so the fabric, not the Python transport, sets the round time."]
+    return out
+
+
 def body(ctx: Context) -> list[str]:
-    """The table, the legend and the targets."""
+    """The table, the legend, the targets and the peer transports' share of a p2p round."""
     runs = ctx.folder(FOLDER).ok
     lines, shown = table(runs)
     return [f"One worker pushes to the PS over 127.0.0.1 in one process, "
@@ -91,16 +130,17 @@ def body(ctx: Context) -> list[str]:
             + " Here a run is a repetition, and the machine's load moves both figures from "
             "minute to minute.", "", "Issue 28's targets (a target is met when the paired "
             "ratio's interval lies on its side, missed when it lies on the other):", "",
-            *targets(runs)]
+            *targets(runs), "", *peer_share(runs, ctx.folder(P2P).ok)]
 
 
 def block(ctx: Context) -> str:
     """docs/ltp-protocol.md §6: the loopback benchmark's committed folder."""
-    f = ctx.folder(FOLDER)
-    return "\n".join([f"- {f.cite()}: {f.status()}",
-                      *(f"  - `{cmd}`" for cmd in f.commands()), "", *body(ctx)])
+    cites = []
+    for f in (ctx.folder(FOLDER), ctx.folder(P2P)):
+        cites += [f"- {f.cite()}: {f.status()}", *(f"  - `{cmd}`" for cmd in f.commands())]
+    return "\n".join([*cites, "", *body(ctx)])
 
 
 BLOCKS = {"ltp-loopback": block}
 SECTIONS = [Section("loopback", "Is LTP as fast as TCP on loopback, at no more CPU per byte?",
-                    (FOLDER,), body)]
+                    (FOLDER, P2P), body)]
