@@ -21,8 +21,9 @@ more CPU per byte.)
 
 Repetitions (:func:`harness.bench.kind.plan`): every scheme once per repetition, the schemes'
 order rotated from one repetition to the next, so two schemes compared run seconds apart and in
-both orders; :func:`from_tables` reads a folder's runs back and :func:`summary` gives each scheme's median and range over repetitions and its ratio to a reference
-scheme, paired by repetition.
+both orders; :func:`from_tables` reads a folder's runs back and :func:`summary` gives each
+scheme's median and range over repetitions and its ratio to a reference scheme, paired by
+repetition.
 
     >>> push = loopback_push("ltp", 4 * 1024 * 1024, 20)
     >>> push.goodput_gbps, push.cpu_s_per_gb

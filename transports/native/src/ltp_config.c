@@ -54,10 +54,15 @@ static const optdef_t OPTS[] = {
     U32(linger_rtts, 0, 1000, 8, "RTTs", "a closing end leaves once no peer sent anything for this many round trips"),
     U32(linger_min_us, 0, 60e6, 100000, "us", "a closing end stays quiet at least this long (see linger_rtts)"),
     U32(ack_every, 1, 1024, 8, "packets", "an ACK at least every this many DATA packets"),
-    U32(ack_delay_us, 0, 1e6, 200, "us", "longest an ACK waits for more DATA (a sender believes an ACK's ack_delay up to this; with timer_floors_host an ACK waits a quarter of the sender's srtt, within the host's floor and this)"),
-    U32(reorder_window_min_us, 0, 1e6, 100, "us", "least reordering window of RACK (else min RTT / 4; with timer_floors_host: at most this)"),
+    U32(ack_delay_us, 0, 1e6, 200, "us",
+        "longest an ACK waits for more DATA (a sender believes an ACK's ack_delay up to this; with "
+        "timer_floors_host an ACK waits a quarter of the sender's srtt, within the host's floor and this)"),
+    U32(reorder_window_min_us, 0, 1e6, 100, "us",
+        "least reordering window of RACK (else min RTT / 4; with timer_floors_host: at most this)"),
     U32(pto_min_us, 10, 10e6, 500, "us", "least probe timeout (with timer_floors_host: at most this)"),
-    BOOL(timer_floors_host, 1, "the probe timeout's and RACK's floors and the ACK delay follow how late this host runs its timers (measured), between timer_floor_min_us and the fixed values; off: the fixed values"),
+    BOOL(timer_floors_host, 1,
+         "the probe timeout's and RACK's floors and the ACK delay follow how late this host runs its "
+         "timers (measured), between timer_floor_min_us and the fixed values; off: the fixed values"),
     U32(timer_floor_min_us, 1, 1e6, 10, "us", "least floor and ACK delay with timer_floors_host"),
     U32(timer_slack_window_us, 1000, 3600e6, 1000000, "us",
         "with timer_floors_host: the host's timer slack is the largest lateness measured over this long"),

@@ -93,10 +93,11 @@ def peer_share(runs: pd.DataFrame, p2p: pd.DataFrame) -> list[str]:
     size = int(peers.bytes.min())
     at = runs[runs.bytes == size]
     native = stats.median_ci(at[at.transport == "ltp"].cpu_s_per_gb)
+    peer_at = at[at.transport.str.startswith(PEER_PREFIX)]
     out = [f"Peer-to-peer transports on the same loopback, {size:,} bytes (a p2p round's message "
            "is the model's parameters): CPU s/GB "
            + ", ".join(f"`{t}` {stats.median_ci(g.cpu_s_per_gb).fmt('.2f')}"
-                       for t, g in at[at.transport.str.startswith(PEER_PREFIX)].groupby("transport"))
+                       for t, g in peer_at.groupby("transport"))
            + (f", against the native core's (`ltp`) {native.fmt('.3f')}." if native.n else "."),
            ""]
     for scheme, g in p2p.groupby(p2p.scheme.str.split("+").str[0]):
