@@ -17,20 +17,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from harness.reporting import stats  # noqa: E402
 from harness.reporting.report import counted  # noqa: E402
+from harness.reporting.tables import look  # noqa: E402
 from harness.running.results import read_table  # noqa: E402
-from transports import registry  # noqa: E402
 
 PANELS = (("goodput_gbps", "goodput (Gbit/s)"), ("cpu_s_per_gb", "CPU s per GB (both ends)"))
-
-
-def _style(slug: str) -> dict:
-    """The scheme's registered colour, marker and name (a variant such as ``ltp+auth=false``:
-    its base scheme's colour and marker, under its own name)."""
-    try:
-        info = registry.get(slug.split("+", 1)[0])
-        return {"color": info.color, "marker": info.marker}
-    except Exception:   # not a registered scheme
-        return {"color": "#7f7f7f", "marker": "s"}
 
 
 def draw(folder: Path) -> list[Path]:
@@ -43,6 +33,7 @@ def draw(folder: Path) -> list[Path]:
     out.mkdir(exist_ok=True)
     sizes = sorted(ok.bytes.unique())
     schemes = sorted(ok.transport.unique())
+    palette, markers, names = look(schemes)   # a variant (ltp+auth=false) gets its own colour
     fig, axes = plt.subplots(1, len(PANELS), figsize=(4.2 * len(PANELS), 3.4))
     width = 0.8 / max(1, len(schemes))
     for ax, (column, label) in zip(axes, PANELS):
@@ -56,9 +47,8 @@ def draw(folder: Path) -> list[Path]:
                 meds.append(est.value)
                 errs[0].append(est.value - est.lo)
                 errs[1].append(est.hi - est.value)
-            style = _style(scheme)
-            ax.errorbar(xs, meds, yerr=errs, fmt=style["marker"], color=style["color"],
-                        capsize=3, label=scheme)
+            ax.errorbar(xs, meds, yerr=errs, fmt=markers[scheme], color=palette[scheme],
+                        capsize=3, label=names[scheme])
         ax.set_xticks(range(len(sizes)), [f"{s / 2**20:.2f} MiB" if s >= 2**20 else
                                           f"{s / 1e3:.0f} kB" for s in sizes])
         ax.set_ylabel(label)

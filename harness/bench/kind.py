@@ -113,22 +113,22 @@ class LoopbackKind(kinds.Kind):
         meter.start()
         t0 = time.monotonic()
         started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        row = {"run_id": spec.run_id, **spec.key(), "started_at": started, **site}
+        got, reason = None, ""
         try:
             got = _push(spec)
         except Exception as exc:   # a run that fails is a row, and the sweep goes on
-            row.update(status="crash", reason=f"{type(exc).__name__}: {exc}"[:300],
-                       pushes_done=0, median_s=None, goodput_gbps=None, cpu_s_per_gb=None,
-                       wall_s=time.monotonic() - t0, other_load_frac=meter.stop())
-            return {"loopback.csv": [], "runs.csv": [row]}
-        ok = len(got.push_s) == spec.pushes
-        row.update(status="ok" if ok else "crash",
-                   reason="" if ok else f"{len(got.push_s)} of {spec.pushes} pushes finished",
-                   pushes_done=len(got.push_s), median_s=got.median_s if got.push_s else None,
-                   goodput_gbps=got.goodput_gbps if got.push_s else None,
-                   cpu_s_per_gb=got.cpu_s_per_gb if got.push_s else None,
-                   wall_s=time.monotonic() - t0, other_load_frac=meter.stop())
-        return {"loopback.csv": [{"run_id": spec.run_id, **r} for r in got.rows()],
+            reason = f"{type(exc).__name__}: {exc}"[:300]
+        done = len(got.push_s) if got else 0
+        if got and done != spec.pushes:
+            reason = f"{done} of {spec.pushes} pushes finished"
+        row = {"run_id": spec.run_id, **spec.key(), "status": "crash" if reason else "ok",
+               "reason": reason, "pushes_done": done,
+               "median_s": got.median_s if done else None,
+               "goodput_gbps": got.goodput_gbps if done else None,
+               "cpu_s_per_gb": got.cpu_s_per_gb if done else None,
+               "wall_s": time.monotonic() - t0, "started_at": started, **site,
+               "other_load_frac": meter.stop()}
+        return {"loopback.csv": [{"run_id": spec.run_id, **r} for r in got.rows()] if got else [],
                 "runs.csv": [row]}
 
     def manifest(self, plan: LoopbackPlan, specs: list[LoopbackRun], folder: Path) -> None:

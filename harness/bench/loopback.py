@@ -208,13 +208,14 @@ def from_tables(folder: Path) -> list[LoopbackPushes]:
     if not (folder / "runs.csv").exists():
         return []
     runs = read_table(folder / "runs.csv")
-    pushes = read_table(folder / "loopback.csv") if (folder / "loopback.csv").exists() else None
-    out = []
-    for run in runs[runs.status == "ok"].itertuples():
-        mine = pushes[pushes.run_id == run.run_id].sort_values("push")
-        out.append(LoopbackPushes(str(run.transport), int(run.bytes), tuple(mine.push_s),
-                                  tuple(mine.cpu_s), int(run.repeat)))
-    return out
+    ok = runs[runs.status == "ok"]
+    if ok.empty:
+        return []
+    pushes = dict(tuple(read_table(folder / "loopback.csv").sort_values("push")
+                        .groupby("run_id")))   # an ok run has pushes, so the table exists
+    return [LoopbackPushes(str(run.transport), int(run.bytes), tuple(pushes[run.run_id].push_s),
+                           tuple(pushes[run.run_id].cpu_s), int(run.repeat))
+            for run in ok.itertuples()]
 
 
 @dataclasses.dataclass(frozen=True)

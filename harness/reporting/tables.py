@@ -179,7 +179,7 @@ def tta_est(frame: pd.DataFrame) -> stats.Estimate:
     return stats.censored_median_ci(frame.time_to_target_s, reached(frame))
 
 
-def _look(schemes):
+def look(schemes):
     """Colour, marker and legend name per scheme: the registry's for a bare slug; for a slug with
     options, the slug's marker with a colour of its own and the options in the name."""
     import seaborn as sns
@@ -255,7 +255,7 @@ def load(folder: Path) -> Sweep:
     ok = _with_ratio(ok)
     order = [s for s in registry.slugs() if s in set(ok.scheme)]
     order += sorted(set(ok.scheme) - set(order))
-    palette, markers, names = _look(order)
+    palette, markers, names = look(order)
     varying = [c for c in CONDITION_COLUMNS if ok[c].nunique() > 1]
     ids = set(ok.run_id)
     return Sweep(folder, runs, ok, curves[curves.run_id.isin(ids)], iters[iters.run_id.isin(ids)],

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import pandas as pd
 
+from harness.bench.loopback import PEER_PREFIX
 from harness.reporting import stats
 from harness.reporting.publish.claims import Section
 from harness.reporting.publish.context import Context
 
 FOLDER = "results/loopback"
 P2P = "results/p2p"
-PEER_PREFIX = "peer-"   # harness.bench.loopback.PEER_PREFIX: a peer-to-peer transport's runs
 REFERENCE = "tcp-cubic"
 TARGET_BYTES = 4 * 1024 * 1024
 GOODPUT_TARGET = 1.0     # issue 28: ltp's goodput at least TCP's ...
