@@ -35,22 +35,17 @@ def test_plot_early_iterations_do_not_stall_when_pushes_outlast_the_wait(slow_be
     assert row["status"] == "ok", row["reason"]
     assert row["iterations_done"] == spec.iterations
     files = RunFiles(tmp_path / "run")
-    # Under the serial broadcast the gather after it is the last worker's compute and push: the
-    # push about the time one gradient needs on the link, as with ltp-reliable (profiling: every
-    # bound 1.0). A push sent again from scratch would cost a wait and a whole push more; the
-    # compute, which four workers on two cores stretch, is measured, not guessed.
-    grad_bytes = models.layout(models.build(spec.model, spec.seed)).n_bytes
-    push_s = grad_bytes * 8 / (spec.bottleneck_mbps * 1e6)
-    workers = [files.worker_iterations(worker_name(r)) for r in range(spec.n_workers)]
-    for rec in files.ps_iterations():
-        compute_s = max((w.compute_s for ws in workers for w in ws
-                         if w.iteration == rec.iteration), default=0.0)
-        assert rec.gather_s <= 2 * push_s + compute_s, (rec.iteration, rec.gather_s, push_s,
-                                                         compute_s)
+    # A push sent again from scratch would put the part sent before the wait on the wire twice:
+    # about four fifths of a gradient more per push at 3 Mbit/s. Counted in datagrams, not timed
+    # (a gather's time on two busy cores drifted past two pushes in runs that stalled nowhere):
+    # every worker sends at most a quarter more data datagrams than its gradients hold, which
+    # leaves room for the retransmits of a queue that overflows.
     for rank in range(spec.n_workers):
+        held = sum(rec.msg_stats[rec.ranks.index(rank)]["count"] for rec in files.ps_iterations())
         stats = files.host_summary(worker_name(rank)).transport_stats
         assert stats["sends_suspended"] > 0, "no push outlasted the wait: nothing was tested"
         assert stats["bad_close"] == 0 and stats["sends_cancelled"] == 0, stats
+        assert stats["data_sent"] <= 1.25 * held, (rank, stats["data_sent"], held)
 
 
 def test_plot_trains_under_loss_and_respects_per_layer_bounds(testbed, tmp_path):
