@@ -479,10 +479,12 @@ def fuzz(c, seconds=60, rx_seconds=30, udp_seconds=10, peer_seconds=30, jobs=1, 
     "host": "ideal (instant hosts) or testbed (the lateness of this 2-core machine's testbed)",
     "compute_ms": "bsp: each worker's compute per iteration in ms (default 0)",
     "update_ms": "bsp: the PS's update per iteration in ms (default 0)",
+    "redo": "simulated runs of --out to run again first, as run-sweep's --redo (stale, failed, "
+            "loaded:FRAC)",
 })
 def simulate(c, out=None, workers="8", transports="ltp", bandwidth="10000", queue="256", loss="0",
              delay="0", seeds="1", iterations="2", scenario="push", host="ideal", compute_ms="0",
-             update_ms="0"):
+             update_ms="0", redo=None):
     """Simulate the LTP/PLOT core (the same C code) at N workers; write tables and figures."""
     from harness import cli
 
@@ -500,7 +502,8 @@ def simulate(c, out=None, workers="8", transports="ltp", bandwidth="10000", queu
                          update_ms=cli.number(update_ms, float, "--update-ms"))
         folder = Path(out) if out else PROJECT / "results" / "simulate"
         engine.check_folder(folder)
-        engine.run_plan(kind.SimPlan("simulate", tuple(grid)), folder)
+        engine.run_plan(kind.SimPlan("simulate", tuple(grid)), folder,
+                        redo=engine.parse_redo(redo))
 
 
 @task(help={"workers": "comma-separated numbers of workers (default 8,64,256,1024,4096,8192)",

@@ -14,9 +14,9 @@ it again and it goes on where it stopped.
 Which runs: a folder of training runs through the PS's network reruns exactly the specs its
 manifest recorded (:func:`recorded_plan`: today's preset of the same name may plan other runs,
 such as the blocked reference against the unblocked one it replaced); any other folder reruns
-its recorded ``run-sweep`` commands into itself. Folders with other commands (the simulator's,
-the benchmarks', a folder that ``invoke publish`` concatenates) are listed for refreshing by
-hand. The machine should be otherwise idle: a run during which anything else used
+its recorded ``run-sweep`` or ``simulate`` commands into itself. Folders with other commands
+(the simulator's validation against the testbed, the benchmarks', a folder that ``invoke
+publish`` concatenates) are listed for refreshing by hand. The machine should be otherwise idle: a run during which anything else used
 more than ``FRAC`` of it is a run to do again.
 """
 
@@ -42,6 +42,9 @@ PROJECT = provenance.PROJECT
 # The folders the README's generated paragraphs cite, refreshed first.
 README_FOLDERS = ("results/reference", "results/tolerance", "results/default-check",
                   "results/default-check-2")
+# The invoke tasks whose recorded commands a refresh reruns with a redo; only run-sweep draws
+# figures on its own (the others always do, and take no --no-figures).
+RERUNNABLE = ("run-sweep", "simulate")
 # A capture belongs to the sweep that asked for it, not to the folder's runs.
 _DROP_WITH_VALUE = ("--out", "-o", "--redo", "--capture", "--capture-snaplen", "--capture-mb")
 _DROP_ALONE = ("--no-figures",)
@@ -59,14 +62,14 @@ class Item:
     stale: int
     runs: int
     hours: float
-    commands: tuple[str, ...]   # ``run-sweep ...`` argument strings, as recorded
+    commands: tuple[str, ...]   # ``run-sweep ...`` or ``simulate ...`` arguments, as recorded
     recorded: bool = False      # rerun the manifest's own specs (:func:`recorded_plan`)
 
     @property
     def by_hand(self) -> bool:
         """Whether this module cannot rerun the folder."""
         return not self.recorded and (not self.commands or any(
-            not c.startswith("run-sweep") for c in self.commands))
+            c.split(" ", 1)[0] not in RERUNNABLE for c in self.commands))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,7 +126,8 @@ def again(command: str, rel: str, loaded_frac: float) -> list[str]:
         if name in _DROP_ALONE:
             continue
         out.append(word)
-    return out + ["--out", rel, "--no-figures", "--redo", f"stale,failed,loaded:{loaded_frac:g}"]
+    quiet = ["--no-figures"] if out[:1] == ["run-sweep"] else []
+    return out + ["--out", rel, *quiet, "--redo", f"stale,failed,loaded:{loaded_frac:g}"]
 
 
 def plan(folders: Sequence[str] = (), root: Path = PROJECT) -> list[Item]:

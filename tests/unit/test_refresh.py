@@ -19,6 +19,13 @@ def test_a_recorded_command_reruns_into_its_own_folder_with_the_redo():
                     "--no-figures", "--redo", "stale,failed,loaded:0.01"]
     assert refresh.again("run-sweep -t ltp -o /tmp/x -s 0", "results/e", 0.05)[:5] == \
         ["run-sweep", "-t", "ltp", "-s", "0"]
+    # The simulator's folders are rerun the same way; simulate takes no --no-figures.
+    assert refresh.again("simulate --workers 8 --out elsewhere --seeds 1", "results/s", 0.01) == \
+        ["simulate", "--workers", "8", "--seeds", "1", "--out", "results/s", "--redo",
+         "stale,failed,loaded:0.01"]
+    item = refresh.Item("results/s", 1, 1, 0.0, ("simulate --workers 8", "run-sweep -t ltp"))
+    assert not item.by_hand
+    assert refresh.Item("results/v", 1, 1, 0.0, ("bench-transport --loopback-only",)).by_hand
 
 
 def test_a_folder_gives_back_its_recorded_runs():
