@@ -212,6 +212,28 @@ def manifest(kind: str, others: Iterable[str] = ()) -> dict:
     return out
 
 
+# Options that choose which runs of a folder run again, or leave out its figures: a pass over a
+# folder made with them (``invoke refresh`` adds both) changes neither which runs it holds nor
+# their numbers, so the command that fills the folder is the recorded one without them.
+_PASS_WITH_VALUE = ("--redo",)
+_PASS_ALONE = ("--no-figures",)
+
+
+def filling_command(command: str) -> str:
+    """``command`` (as a manifest recorded it) without the options of a pass over its folder."""
+    out, skip = [], False
+    for word in command.split():
+        name = word.split("=", 1)[0]
+        if skip or name in _PASS_ALONE:
+            skip = False
+            continue
+        if name in _PASS_WITH_VALUE:
+            skip = "=" not in word
+            continue
+        out.append(word)
+    return " ".join(out)
+
+
 # ---- is a folder fresh? ------------------------------------------------------------------------
 
 

@@ -1,12 +1,14 @@
 """invoke refresh without running anything: which folders are stale and in what order, how a
 recorded command is rerun into its own folder, and a folder's runs taken back from its manifest."""
 
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 
-from harness.running import refresh
+from harness.reporting.publish.context import Folder
+from harness.running import provenance, refresh
 from harness.running.results import read_table
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -26,6 +28,24 @@ def test_a_recorded_command_reruns_into_its_own_folder_with_the_redo():
     item = refresh.Item("results/s", 1, 1, 0.0, ("simulate --workers 8", "run-sweep -t ltp"))
     assert not item.by_hand
     assert refresh.Item("results/v", 1, 1, 0.0, ("bench-transport --loopback-only",)).by_hand
+
+
+def test_a_folder_cites_the_command_that_fills_it_not_the_pass_that_refreshed_it(tmp_path):
+    # A refresh pass records its own argv (the recorded command with --no-figures and a redo);
+    # the folder's citation is the command without them, once, whichever pass came last.
+    first = "/p/.venv/bin/invoke run-sweep --preset cser --out results/cser"
+    again = "/p/.venv/bin/invoke " + " ".join(refresh.again(first.split("invoke ")[1],
+                                                            "results/cser", 0.01))
+    assert provenance.filling_command(again) == first
+    assert provenance.filling_command(first + " --redo=failed --no-figures -s 0") == first + " -s 0"
+    folder = tmp_path / "results" / "cser"
+    shutil.copytree(PROJECT / "results" / "cser", folder, ignore=shutil.ignore_patterns("figures"))
+    man = provenance.read_manifest(folder)
+    man["provenance"]["command"] = again
+    man["extended"] = [{"provenance": {"command": first}}]
+    (folder / "manifest.json").write_text(json.dumps(man))
+    assert Folder(folder, tmp_path).commands() == [
+        ".venv/bin/invoke run-sweep --preset cser --out results/cser"]
 
 
 def test_a_folder_gives_back_its_recorded_runs():

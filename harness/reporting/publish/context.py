@@ -77,13 +77,14 @@ class Folder:
         return self.freshness.fresh
 
     def commands(self) -> list[str]:
-        """The commands that filled the folder, in order (the manifest's record)."""
+        """The commands that filled the folder, in order (the manifest's record, without the
+        options of a pass over it: :func:`~harness.running.provenance.filling_command`)."""
         man = self.manifest
         entries = [man.get("provenance", {})] + [e.get("provenance", {})
                                                  for e in man.get("extended", [])]
         out = []
         for entry in entries:
-            cmd = str(entry.get("command", "")).strip()
+            cmd = provenance.filling_command(str(entry.get("command", "")).strip())
             if cmd:
                 cmd = ".venv/bin/invoke " + cmd.split("invoke ", 1)[1] if "invoke " in cmd \
                     else cmd
