@@ -16,8 +16,8 @@ manifest recorded (:func:`recorded_plan`: today's preset of the same name may pl
 such as the blocked reference against the unblocked one it replaced); any other folder reruns
 its recorded ``run-sweep`` or ``simulate`` commands into itself. Folders with other commands
 (the simulator's validation against the testbed, the benchmarks', a folder that ``invoke
-publish`` concatenates) are listed for refreshing by hand. The machine should be otherwise idle: a run during which anything else used
-more than ``FRAC`` of it is a run to do again.
+publish`` concatenates) are listed for refreshing by hand. The machine should be otherwise
+idle: a run during which anything else used more than ``FRAC`` of it is a run to do again.
 """
 
 from __future__ import annotations

@@ -79,6 +79,18 @@ class SimKind(kinds.Kind):
             path.write_text(json.dumps({"kind": "simulate", "preset": plan.name,
                                         "cells": [c.key() for c in specs],
                                         "provenance": provenance.manifest("simulate")}, indent=1))
+            return
+        # Another grid into the same folder (more workers, another loss): its cells join the
+        # folder's with their own command, which a refresh reruns too (as the PS's extensions).
+        old = json.loads(path.read_text())
+        known = {c.get("run_id") for c in old.get("cells", [])}
+        added = [c.key() for c in specs if c.run_id not in known]
+        if added:
+            old["cells"] = list(old.get("cells", [])) + added
+            old.setdefault("extended", []).append({
+                "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "cells_added": len(added), "provenance": provenance.manifest("simulate")})
+            path.write_text(json.dumps(old, indent=1))
 
     def started(self, spec: Cell) -> str:
         return (f"{spec.transport} N={spec.workers} {spec.bottleneck_mbps:g} Mbit/s "

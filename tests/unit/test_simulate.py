@@ -6,6 +6,7 @@ handful of iterations of a few workers at 100 Mbit/s, well under a second.
 """
 
 import csv
+import json
 import subprocess
 
 import pytest
@@ -163,6 +164,27 @@ def test_sweep_writes_tables_resumes_and_draws(binary, tmp_path):
     engine.run_plan(plan, tmp_path, lines.append)   # everything done: nothing runs again
     assert lines == [f"all 8 runs of {tmp_path} are done; nothing to run."]
     assert (tmp_path / "figures" / "push_vs_workers.png").stat().st_size > 1000
+
+
+def test_a_second_grid_into_a_folder_is_recorded_with_its_command(binary, tmp_path, monkeypatch):
+    # Before, a folder's manifest kept only its first command, and a refresh that reran it lost
+    # the cells a second command had added (the simulator's N=8192 runs).
+    from harness.reporting.publish.context import Folder
+    from harness.running import engine
+
+    def grid(workers):
+        return kind.SimPlan("test", tuple(sim.cells(("ltp",), workers, (100.0,), (32,), (0.0,),
+                                                    (0.0,), (1,), iterations=1)))
+
+    for workers in ((2,), (4,), (2, 4)):   # the last one adds nothing
+        monkeypatch.setattr("sys.argv", ["invoke", "simulate", "--workers",
+                                         ",".join(map(str, workers)), "--out", "f"])
+        engine.run_plan(grid(workers), tmp_path, lambda _: None, figures=False)
+    man = json.loads((tmp_path / "manifest.json").read_text())
+    assert len(man["cells"]) == 2 and [e["cells_added"] for e in man["extended"]] == [1]
+    assert Folder(tmp_path, tmp_path).commands() == [
+        ".venv/bin/invoke simulate --workers 2 --out f",
+        ".venv/bin/invoke simulate --workers 4 --out f"]
 
 
 def test_compare_states_ratios_and_the_targets():
