@@ -42,9 +42,10 @@ PROJECT = provenance.PROJECT
 # The folders the README's generated paragraphs cite, refreshed first.
 README_FOLDERS = ("results/reference", "results/tolerance", "results/default-check",
                   "results/default-check-2")
-# A capture belongs to the sweep that asked for it, not to the folder's runs.
-_DROP_WITH_VALUE = ("--out", "-o", "--redo", "--capture", "--capture-snaplen", "--capture-mb")
-_DROP_ALONE = ("--no-figures",)
+# A rerun names its own folder and pass options; a capture belongs to the sweep that asked for
+# it, not to the folder's runs.
+_DROP_WITH_VALUE = ("--out", "-o", "--capture", "--capture-snaplen", "--capture-mb",
+                    *provenance.PASS_WITH_VALUE)
 
 
 class RefreshError(ValueError):
@@ -111,18 +112,8 @@ def recorded_commands(folder: Path, root: Path = PROJECT) -> tuple[str, ...]:
 
 def again(command: str, rel: str, loaded_frac: float) -> list[str]:
     """``command``'s arguments with its output folder made ``rel`` and the redo added."""
-    words, out, skip = shlex.split(command), [], False
-    for word in words:
-        if skip:
-            skip = False
-            continue
-        name = word.split("=", 1)[0]
-        if name in _DROP_WITH_VALUE:
-            skip = "=" not in word
-            continue
-        if name in _DROP_ALONE:
-            continue
-        out.append(word)
+    out = provenance.without_options(shlex.split(command), _DROP_WITH_VALUE,
+                                     provenance.PASS_ALONE)
     return out + ["--out", rel, "--no-figures", "--redo", f"stale,failed,loaded:{loaded_frac:g}"]
 
 
