@@ -215,23 +215,31 @@ def manifest(kind: str, others: Iterable[str] = ()) -> dict:
 # Options that choose which runs of a folder run again, or leave out its figures: a pass over a
 # folder made with them (``invoke refresh`` adds both) changes neither which runs it holds nor
 # their numbers, so the command that fills the folder is the recorded one without them.
-_PASS_WITH_VALUE = ("--redo",)
-_PASS_ALONE = ("--no-figures",)
+PASS_WITH_VALUE = ("--redo",)
+PASS_ALONE = ("--no-figures",)
+
+
+def without_options(words: Iterable[str], with_value: Iterable[str],
+                    alone: Iterable[str]) -> list[str]:
+    """``words`` without the options named ``with_value`` (and their values, ``--o v`` or
+    ``--o=v``) and those named ``alone``."""
+    with_value, alone = set(with_value), set(alone)
+    out, skip = [], False
+    for word in words:
+        name = word.split("=", 1)[0]
+        if skip or name in alone:
+            skip = False
+            continue
+        if name in with_value:
+            skip = "=" not in word
+            continue
+        out.append(word)
+    return out
 
 
 def filling_command(command: str) -> str:
     """``command`` (as a manifest recorded it) without the options of a pass over its folder."""
-    out, skip = [], False
-    for word in command.split():
-        name = word.split("=", 1)[0]
-        if skip or name in _PASS_ALONE:
-            skip = False
-            continue
-        if name in _PASS_WITH_VALUE:
-            skip = "=" not in word
-            continue
-        out.append(word)
-    return " ".join(out)
+    return " ".join(without_options(command.split(), PASS_WITH_VALUE, PASS_ALONE))
 
 
 # ---- is a folder fresh? ------------------------------------------------------------------------

@@ -45,9 +45,10 @@ README_FOLDERS = ("results/reference", "results/tolerance", "results/default-che
 # The invoke tasks whose recorded commands a refresh reruns with a redo; only run-sweep draws
 # figures on its own (the others always do, and take no --no-figures).
 RERUNNABLE = ("run-sweep", "simulate")
-# A capture belongs to the sweep that asked for it, not to the folder's runs.
-_DROP_WITH_VALUE = ("--out", "-o", "--redo", "--capture", "--capture-snaplen", "--capture-mb")
-_DROP_ALONE = ("--no-figures",)
+# A rerun names its own folder and pass options; a capture belongs to the sweep that asked for
+# it, not to the folder's runs.
+_DROP_WITH_VALUE = ("--out", "-o", "--capture", "--capture-snaplen", "--capture-mb",
+                    *provenance.PASS_WITH_VALUE)
 
 
 class RefreshError(ValueError):
@@ -114,18 +115,8 @@ def recorded_commands(folder: Path, root: Path = PROJECT) -> tuple[str, ...]:
 
 def again(command: str, rel: str, loaded_frac: float) -> list[str]:
     """``command``'s arguments with its output folder made ``rel`` and the redo added."""
-    words, out, skip = shlex.split(command), [], False
-    for word in words:
-        if skip:
-            skip = False
-            continue
-        name = word.split("=", 1)[0]
-        if name in _DROP_WITH_VALUE:
-            skip = "=" not in word
-            continue
-        if name in _DROP_ALONE:
-            continue
-        out.append(word)
+    out = provenance.without_options(shlex.split(command), _DROP_WITH_VALUE,
+                                     provenance.PASS_ALONE)
     quiet = ["--no-figures"] if out[:1] == ["run-sweep"] else []
     return out + ["--out", rel, *quiet, "--redo", f"stale,failed,loaded:{loaded_frac:g}"]
 
