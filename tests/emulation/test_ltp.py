@@ -26,3 +26,14 @@ def test_ltp_at_5pct_loss_trains_as_well_as_tcp_without_loss(testbed, tmp_path):
     assert abs(ltp["final_accuracy"] - tcp["final_accuracy"]) < 0.04, (ltp["final_accuracy"],
                                                                        tcp["final_accuracy"])
     assert len(iters) == common["iterations"]
+
+
+def test_ltp_joins_across_a_round_trip_of_many_hello_intervals(testbed, tmp_path):
+    # 50 ms each way: the round trip spans five or more HELLO intervals (20 ms), so the answer
+    # that comes back is to an earlier HELLO than the latest; it must still join the worker
+    # (the core once accepted the answers to its last two HELLOs only, and every run hung).
+    spec = RunSpec(transport="ltp", n_workers=4, delay_ms=50.0, iterations=3, eval_every=3,
+                   timeout_s=120)
+    row, _, iters = execute(testbed, spec, tmp_path / "ltp", "test")
+    assert row["status"] == "ok", row["reason"]
+    assert len(iters) == spec.iterations

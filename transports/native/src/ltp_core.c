@@ -110,14 +110,6 @@ hdr_t core_header(const ltp_core_t *c, uint8_t type, uint32_t msg_id, uint16_t s
 }
 
 /* ---------------------------------------------------------------- join */
-/* The PS echoes a HELLO's nonce in HELLO_ACK: an answer to a HELLO we never sent joins nothing.
- * The clock is mixed in so that the seed alone does not give it away; each HELLO of a join has
- * its own, so that an answer says which HELLO it answers. */
-static uint32_t hello_nonce(ltp_core_t *c, uint64_t now)
-{
-    return (uint32_t)(ltp_splitmix64(&c->rng) ^ now ^ (now >> 32)) | 1u;
-}
-
 int ltp_core_hello(ltp_core_t *c, int peer, uint64_t now)
 {
     peer_t *p = core_peer(c, peer);
@@ -126,9 +118,10 @@ int ltp_core_hello(ltp_core_t *c, int peer, uint64_t now)
     p->hello_active = 1;
     p->joined = 0;
     p->hello_next_us = now;
+    /* The PS echoes the join's nonce in HELLO_ACK: an answer to a HELLO we never sent joins
+     * nothing. The clock is mixed in so that the seed alone does not give it away. */
+    p->hello_nonce = (uint32_t)(ltp_splitmix64(&c->rng) ^ now ^ (now >> 32)) | 1u;
     p->hello_sends = 0;
-    p->hello_nonce = hello_nonce(c, now);
-    p->hello_nonce_prev = 0;
     index_touch(c, p);
     return LTP_OK;
 }
@@ -146,19 +139,18 @@ int ltp_core_peer_greeted(const ltp_core_t *c, int peer)
 }
 
 /* The answer to the join's latest HELLO is the path's first RTT sample, as QUIC's handshake gives
- * QUIC its first (the HELLO before it, whose answer may still be on its way, joins but is not
- * timed: Karn's rule). Without it the first push's probe timeout and pacing assume
- * initial_rtt_us, and at data-centre rates a sender whose whole first window was dropped waits
- * for that probe longer than the push takes (docs/simulation.md, "The first push"). */
+ * QUIC its first. Any answer that echoes the join's nonce joins, however many HELLOs went out
+ * while it was on its way (a round trip may span many hello_interval_us); it is timed only if it
+ * echoes the latest HELLO's number (Karn's rule: an answer to an earlier one is ambiguous).
+ * Without the sample the first push's probe timeout and pacing assume initial_rtt_us, and at
+ * data-centre rates a sender whose whole first window was dropped waits for that probe longer
+ * than the push takes (docs/simulation.md, "The first push"). */
 static int on_hello_ack(ltp_core_t *c, peer_t *p, const hdr_t *h, uint64_t now)
 {
     if (!p->hello_active && !p->joined) { c->st[LTP_S_STRAY_CONTROL]++; return LTP_OK; }
-    int latest = h->msg_id == p->hello_nonce;
-    if (!latest && (!p->hello_nonce_prev || h->msg_id != p->hello_nonce_prev)) {
-        c->st[LTP_S_BAD_ECHO]++;
-        return LTP_EREJECTED;
-    }
-    if (latest && p->hello_active && p->hello_sends && now >= p->hello_sent_us && !p->has_rtt)
+    if (h->msg_id != p->hello_nonce) { c->st[LTP_S_BAD_ECHO]++; return LTP_EREJECTED; }
+    int latest = p->hello_sends && h->segment == (uint16_t)p->hello_sends;
+    if (latest && p->hello_active && now >= p->hello_sent_us && !p->has_rtt)
         rtt_sample(c, p, (double)(now - p->hello_sent_us), now);
     p->joined = 1;
     p->hello_active = 0;
@@ -209,7 +201,10 @@ static int input(ltp_core_t *c, int peer, const uint8_t *buf, size_t len, const 
         return rx_on_data(c, p, &h, now);
     case LTP_T_ACK: return tx_on_ack(c, p, &h, now);
     case LTP_T_CLOSE: return tx_on_close(c, p, &h, now);
-    case LTP_T_HELLO: p->greeted = 1; p->hello_ack_pending = 1; p->hello_echo = h.msg_id; return LTP_OK;
+    case LTP_T_HELLO:
+        p->greeted = 1; p->hello_ack_pending = 1;
+        p->hello_echo = h.msg_id; p->hello_echo_number = h.segment;
+        return LTP_OK;
     case LTP_T_HELLO_ACK: return on_hello_ack(c, p, &h, now);
     }
     return LTP_EMALFORMED;
@@ -239,17 +234,14 @@ static int peer_control(ltp_core_t *c, peer_t *p, uint64_t now, uint8_t *b, size
 {
     if (p->hello_ack_pending) {
         p->hello_ack_pending = 0;
-        hdr_t h = core_header(c, LTP_T_HELLO_ACK, p->hello_echo, 0);
+        hdr_t h = core_header(c, LTP_T_HELLO_ACK, p->hello_echo, p->hello_echo_number);
         return wire_put_hello(b, &h);
     }
     if (p->hello_active && now >= p->hello_next_us) {
         p->hello_next_us = now + c->cfg.hello_interval_us;
-        if (p->hello_sends++) {
-            p->hello_nonce_prev = p->hello_nonce;
-            p->hello_nonce = hello_nonce(c, now);
-        }
+        p->hello_sends++;
         p->hello_sent_us = now;
-        hdr_t h = core_header(c, LTP_T_HELLO, p->hello_nonce, 0);
+        hdr_t h = core_header(c, LTP_T_HELLO, p->hello_nonce, (uint16_t)p->hello_sends);
         return wire_put_hello(b, &h);
     }
     return rx_poll_control(c, p, now, b, cap);

@@ -235,7 +235,7 @@ typedef struct {
     uint16_t rank;
     int greeted, joined, hello_active, hello_ack_pending;
     uint32_t hello_nonce, hello_echo;      /* ours in HELLO; the peer's, echoed in HELLO_ACK */
-    uint32_t hello_nonce_prev;             /* the HELLO before ours: its answer joins, untimed */
+    uint16_t hello_echo_number;            /* the peer's HELLO's number, echoed in HELLO_ACK */
     /* Authentication (ltp_auth.c): the pair's keys, one per direction, and the numbers. */
     int has_key;
     uint8_t pair_key[LTP_KEY_BYTES];       /* as set (ltp_core_set_peer_key) */
@@ -248,7 +248,7 @@ typedef struct {
     uint64_t *rx_seen;                     /* ring bitmap of the replay_window numbers up to rx_top */
     uint64_t hello_next_us;
     uint64_t hello_sent_us;                /* when our last HELLO went out */
-    uint32_t hello_sends;                  /* HELLOs of this join so far, each with its own nonce */
+    uint32_t hello_sends;                  /* HELLOs of this join so far; each carries its number */
     int has_rtt;
     double srtt_us, rttvar_us, min_rtt_us, peer_srtt_us;
     uint64_t min_rtt_stamp_us;

@@ -42,8 +42,8 @@ MUTANTS = (
            "    if (!p) return LTP_EPEER;   /* no slot, no key to check it with */\n"
            "    if (b[WIRE_MAC] == LTP_MAC_NONE) return (int)len;\n"),
     Mutant("the HELLO_ACK's nonce not checked", "src/ltp_core.c",
-           "    if (!latest && (!p->hello_nonce_prev || h->msg_id != p->hello_nonce_prev)) {",
-           "    if (0) {"),
+           "    if (h->msg_id != p->hello_nonce) { c->st[LTP_S_BAD_ECHO]++; return LTP_EREJECTED; }\n",
+           ""),
     Mutant("the CLOSE's echo not checked", "src/ltp_send.c",
            _ACK_ECHO + "    /* The receiver cannot hold", "    /* The receiver cannot hold"),
     Mutant("a hint obeyed beyond hint_ttl_max_us", "src/ltp_rate.c",
@@ -53,8 +53,8 @@ MUTANTS = (
            "return MIN((double)srtt_us, (double)c->cfg.max_wait_us);", "return (double)srtt_us;"),
     # issue 28: the join's RTT sample (Karn's rule: an answer to an earlier HELLO is not timed)
     Mutant("an answer to an earlier HELLO timed", "src/ltp_core.c",
-           "    if (latest && p->hello_active && p->hello_sends",
-           "    if (p->hello_active && p->hello_sends"),
+           "    int latest = p->hello_sends && h->segment == (uint16_t)p->hello_sends;",
+           "    int latest = p->hello_sends > 0;"),
     # defences the suite guarded already
     Mutant("the ACK's echo not checked", "src/ltp_send.c",
            _ACK_ECHO + "    rate_on_hint(", "    rate_on_hint("),
