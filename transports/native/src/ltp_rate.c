@@ -92,6 +92,16 @@ double srtt_or_initial(const ltp_core_t *c, const peer_t *p)
 }
 
 /* ---------------------------------------------------------------- the host's timer slack */
+/* What every floor follows (host_floor): -1 while they keep their fixed values, else the host's
+ * slack within timer_floor_min_us and the largest fixed value. */
+static double floor_level(const ltp_core_t *c)
+{
+    if (!c->cfg.timer_floors_host || c->n_late < HOST_SAMPLES) return -1;
+    double top = MAX((double)c->cfg.pto_min_us,
+                     MAX((double)c->cfg.reorder_window_min_us, (double)c->cfg.ack_delay_us));
+    return MIN(top, MAX((double)c->cfg.timer_floor_min_us, c->late_max.s[0].v));
+}
+
 /* ltp_core_next_timeout names the time the core wants to run next; the first entry at or after it
  * (a datagram in, a poll, the next call) measures how late the host ran the core. The host's
  * slack is the largest lateness over the last timer_slack_window_us: a floor must cover the late
@@ -100,9 +110,14 @@ double srtt_or_initial(const ltp_core_t *c, const peer_t *p)
 void host_entry(ltp_core_t *c, uint64_t now)
 {
     if (now < c->due_us) return;   /* NEVER: no time named */
+    double before = floor_level(c);
     minmax_running_max(&c->late_max, c->cfg.timer_slack_window_us, now, (double)(now - c->due_us));
     c->due_us = NEVER;
     c->n_late++;
+    /* The index keys each peer's timers by deadlines the floors enter (a probe, RACK): when they
+     * move, every peer is keyed again. Only a change of the clamped level counts, so a host whose
+     * slack stays above every fixed value re-keys nothing. */
+    if (floor_level(c) != before) index_touch_all(c);
 }
 
 /* A timer floor: the fixed value, or with timer_floors_host and once the host was measured
