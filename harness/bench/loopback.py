@@ -43,6 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from transports.base import parse_scheme
+from transports.peer import PEER_PREFIX
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,8 +158,6 @@ def loopback_push(scheme: str, n_bytes: int, pushes: int, repeat: int = 0) -> Lo
     return LoopbackPushes(scheme, n_bytes, tuple(times), tuple(cpu), repeat)
 
 
-# A peer scheme in a loopback plan: "peer-" and a slug of transports.peer (peer-mcast, peer-tcp).
-PEER_PREFIX = "peer-"
 # The pace a peer sender is asked for: far above what loopback carries, so the transport's own
 # cost sets the time, not its pacer.
 PEER_RATE_MBPS = 1_000_000.0

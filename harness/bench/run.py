@@ -25,13 +25,13 @@ import sys
 import time
 from pathlib import Path
 
-from harness.bench.loopback import PEER_PREFIX
 from harness.running import results
 from harness.running.runner import counter_deltas
 from topologies.impair.loss import Impairment
 from topologies.incast import PS_IP, PS_NAME, SUBNET, IncastParams, worker_name
 from topologies.testbed.network import PROJECT_DIR, Testbed, TestbedError
 from transports.base import UserError, check_options, parse_scheme
+from transports.peer import PEER_PREFIX
 
 BENCH_DIR = PROJECT_DIR / "results" / "bench"
 BASE_PORT = 5201

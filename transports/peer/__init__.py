@@ -23,7 +23,12 @@ from transports.peer.tcp import TcpPeer
 
 SCHEMES: dict[str, type[PeerEnd]] = {"mcast": McastPeer, "tcp": TcpPeer}
 
-__all__ = ["SCHEMES", "Incoming", "PeerEnd", "SendReport", "create", "parse"]
+__all__ = ["PEER_PREFIX", "SCHEMES", "Incoming", "PeerEnd", "SendReport", "create", "parse"]
+
+
+# A peer scheme where one scheme names a transport (the loopback bench's plans): this prefix and
+# a slug of this package (peer-mcast, peer-tcp).
+PEER_PREFIX = "peer-"
 
 
 def parse(text: str) -> tuple[str, dict[str, Any]]:
