@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import functools
 import io
 import json
@@ -210,6 +211,13 @@ def manifest(kind: str, others: Iterable[str] = ()) -> dict:
     if others:
         out["other_fingerprints"] = [fingerprint(k).as_dict() for k in others]
     return out
+
+
+def extension(kind: str, others: Iterable[str] = (), **what) -> dict:
+    """A manifest's ``extended`` entry: another grid run into a folder that had one, when, what
+    it added (``what``) and its own provenance."""
+    return {"at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            **what, "provenance": manifest(kind, others)}
 
 
 # Options that choose which runs of a folder run again, or leave out its figures: a pass over a

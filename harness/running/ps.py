@@ -104,10 +104,8 @@ def _extend_manifest(path: Path, old: dict, plan: Plan, specs: list[RunSpec]) ->
     old["run_ids"] = sorted(known | {s.run_id for s in added})
     old["specs"] += [s.as_dict() for s in added]
     if added:
-        old.setdefault("extended", []).append({
-            "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "runs_added": len(added), "dimensions": dims,
-            "provenance": provenance.manifest("ps", _other_kinds(added))})
+        old.setdefault("extended", []).append(provenance.extension(
+            "ps", _other_kinds(added), runs_added=len(added), dimensions=dims))
     path.write_text(json.dumps(old, indent=1, default=list))
 
 

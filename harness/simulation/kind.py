@@ -87,9 +87,8 @@ class SimKind(kinds.Kind):
         added = [c.key() for c in specs if c.run_id not in known]
         if added:
             old["cells"] = list(old.get("cells", [])) + added
-            old.setdefault("extended", []).append({
-                "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                "cells_added": len(added), "provenance": provenance.manifest("simulate")})
+            old.setdefault("extended", []).append(
+                provenance.extension("simulate", cells_added=len(added)))
             path.write_text(json.dumps(old, indent=1))
 
     def started(self, spec: Cell) -> str:

@@ -126,8 +126,8 @@ void host_entry(ltp_core_t *c, uint64_t now)
  * on loss; one longer than it waits for nothing. A late host keeps the fixed values. */
 double host_floor(const ltp_core_t *c, double fixed)
 {
-    if (!c->cfg.timer_floors_host || c->n_late < HOST_SAMPLES) return fixed;
-    return MIN(fixed, MAX((double)c->cfg.timer_floor_min_us, c->late_max.s[0].v));
+    double level = floor_level(c);   /* clamped to the largest fixed value, so MIN is the same */
+    return level < 0 ? fixed : MIN(fixed, level);
 }
 
 /* How long an ACK waits for more DATA: ack_delay_us, or with timer_floors_host a quarter of the
