@@ -67,6 +67,9 @@ METRICS = {
     "unacked": ("segments", "the sender's segments in flight"),
     "bytes_acked": ("bytes", "the sender's bytes acknowledged since it connected"),
 }
+# The longest a sender waits after its last push for the rest to be acknowledged (seconds); the
+# queue is read until every sender exits (at most twice this past the pushes' schedule).
+ACK_WAIT_S = 30.0
 SENDER_FIELDS = ("time_s", "cwnd", "srtt_ms", "ca_state", "retrans", "unacked", "bytes_acked")
 
 
@@ -176,7 +179,10 @@ def send(ip: str, port: int, start: float, pushes: int, period_s: float, n_bytes
     for k in range(pushes):
         time.sleep(max(0.0, start + k * period_s - time.monotonic()))
         sock.sendall(payload)
-    deadline = time.monotonic() + max(2.0, 2 * period_s)
+    # Sample until the last byte is acknowledged: a tail lost more than once waits out backed-off
+    # retransmission timeouts (0.2, 0.4, 0.8 s, ...), so the series must not stop a fixed 2 s after
+    # the last push; ACK_WAIT_S only bounds a connection that never completes.
+    deadline = time.monotonic() + ACK_WAIT_S
     while tcp_state(sock)[5] - base < pushes * n_bytes and time.monotonic() < deadline:
         time.sleep(interval_s)
     time.sleep(2 * interval_s)
@@ -285,7 +291,7 @@ def run(scheme: str, workers: int, bandwidth_mbps: float, queue_pkts: int, loss_
                     "--cc", transport.options()["cc"], "--interval-ms", repr(interval_ms),
                     "--out", str(senders[host])], raw / f"{host}.log"))
             queue = _sample_queue(QdiscReader(BOTTLENECK_INTF, HANDLE), start, interval_ms / 1000,
-                                  procs[1:], start + pushes * period_s + 30)
+                                  procs[1:], start + pushes * period_s + 2 * ACK_WAIT_S)
         finally:
             for p in procs:
                 p.kill()
