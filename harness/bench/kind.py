@@ -79,8 +79,9 @@ def _push(spec: LoopbackRun):
     """The run's pushes; a port taken between the probe and the bind is tried again on others."""
     from harness.bench import loopback
 
-    push = loopback.peer_push if spec.scheme.startswith(loopback.PEER_PREFIX) else \
-        loopback.loopback_push
+    push = (loopback.peer_push if spec.scheme.startswith(loopback.PEER_PREFIX) else
+            loopback.mac_push if spec.scheme.startswith(loopback.MAC_PREFIX) else
+            loopback.loopback_push)
     for attempt in range(3):
         try:
             return push(spec.scheme, spec.n_bytes, spec.pushes, spec.repeat)

@@ -42,6 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.bench.names import MAC_ALGORITHMS, MAC_PREFIX
 from transports.base import parse_scheme
 from transports.peer import PEER_PREFIX
 
@@ -197,6 +198,53 @@ def peer_push(scheme: str, n_bytes: int, pushes: int, repeat: int = 0) -> Loopba
         for end in ends:
             end.close()
     return LoopbackPushes(scheme, n_bytes, tuple(times), tuple(cpu), repeat)
+
+
+# The largest UDP payload over IPv4, the size of a loopback datagram at the path MTU
+# (docs/ltp-protocol.md §6): the MAC covers about that much per datagram.
+DATAGRAM_BYTES = 65_507
+
+
+def _tag_pieces(tag, key, data, n_bytes: int, piece: int) -> None:
+    """One tag per ``piece``-byte piece of the ``n_bytes`` at ``data`` (the last one shorter)."""
+    for k, at in enumerate(range(0, n_bytes, piece)):
+        tag(key, k, data + at, min(piece, n_bytes - at))
+
+
+def mac_push(scheme: str, n_bytes: int, pushes: int, repeat: int = 0) -> LoopbackPushes:
+    """What ``auth`` costs a push at the least: the core's MAC (``scheme``: :data:`MAC_PREFIX`
+    and one of :data:`MAC_ALGORITHMS`) over ``n_bytes`` twice, as the sender seals every
+    datagram and the receiver checks it, in :data:`DATAGRAM_BYTES`-byte datagrams.
+
+    The library's one-shot functions (``ltp_gmac128``, ``ltp_siphash24``) set up a key on every
+    call, which the core does once per peer; so each pass runs twice, in pieces of the datagram
+    size and of a quarter of it, and only the part that grows with the bytes is kept (time per
+    pass ``(4 * t_whole - t_quarter) / 3``: a fixed cost per call cancels). A push's time and its
+    CPU time are that, for both passes; no socket and no other thread is involved, so its CPU is
+    the calling thread's (the process's would add whatever an idle library thread spins)."""
+    from transports.native._ltp_cffi import ffi, lib
+
+    algorithm = scheme[len(MAC_PREFIX):]
+    if algorithm not in MAC_ALGORITHMS:
+        raise ValueError(f"{scheme}: the MAC must be one of "
+                         f"{', '.join(MAC_PREFIX + a for a in MAC_ALGORITHMS)}.")
+    tag = (lib.ltp_gmac128 if algorithm == "gmac128" else
+           lambda key, pseq, msg, n: lib.ltp_siphash24(key, msg, n))
+    key = ffi.new("uint8_t[16]", bytes(range(16)))
+    payload = np.ones(n_bytes // 4, np.float32)
+    data = ffi.cast("uint8_t *", ffi.from_buffer(payload))
+    times, cpu = [], []
+    gc.collect()
+    for _ in range(pushes):
+        passes = []
+        for piece in (DATAGRAM_BYTES, DATAGRAM_BYTES // 4):
+            c0, t0 = time.thread_time(), time.perf_counter()
+            _tag_pieces(tag, key, data, payload.nbytes, piece)
+            passes.append((time.perf_counter() - t0, time.thread_time() - c0))
+        (t_whole, c_whole), (t_quarter, c_quarter) = passes
+        times.append(max(2 * (4 * t_whole - t_quarter) / 3, 1e-9))
+        cpu.append(max(2 * (4 * c_whole - c_quarter) / 3, 0.0))
+    return LoopbackPushes(scheme, payload.nbytes, tuple(times), tuple(cpu), repeat)
 
 
 def from_tables(folder: Path) -> list[LoopbackPushes]:

@@ -25,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 
+from harness.bench.names import MAC_ALGORITHMS, MAC_PREFIX
 from harness.running import results
 from harness.running.runner import counter_deltas
 from topologies.impair.loss import Impairment
@@ -80,6 +81,14 @@ def transport_args(slugs, losses, bandwidths, iterations: int, queue_pkts: int,
         if len(set(values)) != len(values):
             raise BenchError(f"{name} names a value more than once.")
     for slug in slugs:
+        if slug.startswith(MAC_PREFIX):   # the MAC alone, no transport: loopback only
+            if not loopback_only:
+                raise BenchError(f"{slug} times the MAC alone, on loopback only: add "
+                                 "--loopback-only.")
+            if slug[len(MAC_PREFIX):] not in MAC_ALGORITHMS:
+                raise BenchError(f"{slug} is no MAC of the core: use one of "
+                                 f"{', '.join(MAC_PREFIX + a for a in MAC_ALGORITHMS)}.")
+            continue
         if slug.startswith(PEER_PREFIX):   # a peer-to-peer transport, timed on loopback only
             if not loopback_only:
                 raise BenchError(f"{slug} is a peer-to-peer transport, timed on loopback only: "

@@ -96,3 +96,25 @@ def test_repeats_out_of_range_is_one_sentence():
         run.transport_args(("ltp",), (0.0,), (100.0,), 20, 64, True, 0)
     args = run.transport_args(("ltp",), (0.0,), (100.0,), 20, 64, True, 3)
     assert args[2] == () and args[-1] == 3
+
+
+def test_the_mac_alone_is_timed_through_the_core_library():
+    # The core's own MAC functions over a small message: both passes' time, a positive rate, and
+    # the kind of run sends a mac- scheme to it rather than to a transport.
+    got = loopback.mac_push("mac-gmac128", 262_144, 3, repeat=2)
+    assert (got.scheme, got.n_bytes, got.repeat, len(got.push_s)) == ("mac-gmac128", 262_144, 2, 3)
+    assert all(t > 0 for t in got.push_s) and got.goodput_gbps > 0
+    assert kind._push(kind.LoopbackRun("mac-siphash24", 65_536, 0, 2)).scheme == "mac-siphash24"
+    with pytest.raises(ValueError, match="the MAC must be one of mac-gmac128, mac-siphash24"):
+        loopback.mac_push("mac-md5", 1024, 1)
+
+
+def test_a_mac_scheme_is_loopback_only_and_one_of_the_cores():
+    from harness.bench import run
+
+    with pytest.raises(run.BenchError, match="times the MAC alone, on loopback only"):
+        run.transport_args(("mac-gmac128",), (0.0,), (100.0,), 20, 64, False, 3)
+    with pytest.raises(run.BenchError, match="mac-md5 is no MAC of the core"):
+        run.transport_args(("mac-md5",), (0.0,), (100.0,), 20, 64, True, 3)
+    assert run.transport_args(("ltp", "mac-gmac128"), (0.0,), (100.0,), 20, 64, True, 3)[0] == (
+        "ltp", "mac-gmac128")

@@ -57,3 +57,28 @@ def test_the_peer_transports_share_of_a_round():
     assert "`mcast` in `results/p2p/` (2 runs)" in text and "10.0 %" in text
     assert "`tcp`" not in text.split("\n\n")[1]   # no loopback runs of peer-tcp: no estimate
     assert "0.500" in text   # the native core's CPU per GB beside it
+
+
+def test_what_the_mac_alone_leaves_of_the_targets():
+    # TCP at 80 Gbit/s and 0.2 CPU s/GB on 2 cores: 0.2 * 10 GB/s = 2 cores, 100 % busy. The MAC
+    # alone at 0.15 s/GB is 0.75x TCP's CPU per byte, leaving 0.25x under TCP's and 0.75x under
+    # the 1.5x target; ltp+auth=false at 0.3 s/GB is 1.5x.
+    rows = []
+    for r in range(9):
+        for t, g, c in (("tcp-cubic", 80.0, 0.2), ("mac-gmac128", 50.0, 0.15),
+                        ("ltp+auth=false", 60.0, 0.3)):
+            rows.append({"transport": t, "bytes": MB4, "repeat": r, "pushes": 20,
+                         "goodput_gbps": g, "cpu_s_per_gb": c, "cpu_cores": 2})
+    with stats.tally():
+        text = "\n".join(loopback.mac_cost(pd.DataFrame(rows)))
+    assert "kept about 100 % [100, 100] of the machine's 2 cores busy" in text
+    assert "`mac-gmac128`: 0.75x" in text
+    assert ("leaves the rest of the path 0.25x under a CPU per byte equal to TCP's and 0.75x "
+            "under the 1.5x target") in text
+    assert "`ltp+auth=false` (the rest of the path, no MAC): 1.50x" in text
+    assert loopback.mac_cost(pd.DataFrame(rows[:1])) == []   # no MAC run: nothing said
+    dear = pd.DataFrame(rows).replace({"cpu_s_per_gb": {0.15: 0.25}})   # the MAC alone 1.25x
+    with stats.tally():
+        text = "\n".join(loopback.mac_cost(dear))
+    assert ("leaves the rest of the path nothing under a CPU per byte equal to TCP's and "
+            "0.25x under") in text

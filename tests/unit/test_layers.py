@@ -15,7 +15,7 @@ LAYERS = [   # top first; a module belongs to the longest prefix that names it
      "harness.running.cluster", "harness.running.refresh", "harness.p2p.run", "harness.bench",
      "harness.simulation.kind", "harness.simulation.validate"),
     ("harness.reporting", "harness.p2p.report", "harness.simulation.figures",
-     "harness.bench.figures"),
+     "harness.bench.figures", "harness.bench.names"),
     ("harness.running", "harness.p2p", "harness.simulation"),
     ("harness.hosts",),
     ("harness.running.spec", "harness.running.runfiles", "harness.running.keys",

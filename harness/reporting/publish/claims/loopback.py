@@ -20,6 +20,7 @@ import pandas as pd
 from harness.reporting import stats
 from harness.reporting.publish.claims import Section
 from harness.reporting.publish.context import Context
+from harness.bench.names import MAC_PREFIX
 from transports.peer import PEER_PREFIX
 
 FOLDER = "results/loopback"
@@ -82,6 +83,42 @@ def targets(runs: pd.DataFrame) -> list[str]:
     return out
 
 
+def mac_cost(runs: pd.DataFrame) -> list[str]:
+    """What the MAC alone leaves of issue 28's targets for an authenticated ``ltp`` at 4 MB: its
+    CPU per byte (both ends' passes, :func:`harness.bench.loopback.mac_push`) against TCP's, and
+    how much of the machine TCP keeps busy (its CPU per byte times its goodput, over the cores):
+    where TCP keeps every core busy, a goodput at least TCP's needs a CPU per byte at most TCP's,
+    MAC included."""
+    at = runs[runs.bytes == TARGET_BYTES]
+    macs = sorted(t for t in set(at.transport) if t.startswith(MAC_PREFIX))
+    tcp = at[at.transport == REFERENCE]
+    if not macs or tcp.empty:
+        return []
+    busy = stats.median_ci(tcp.cpu_s_per_gb * tcp.goodput_gbps / 8 / tcp.cpu_cores * 100)
+    out = [f"The MAC alone at {TARGET_BYTES:,} bytes (a scheme `{MAC_PREFIX}<algorithm>` is no "
+           "transport: its push is the core's MAC over the message twice, as the sender seals "
+           "and the receiver checks every datagram, in loopback-sized datagrams, the key setup of "
+           "each call left out, which the core does once per peer; its CPU is what `auth` adds "
+           f"at the least). `{REFERENCE}` kept about {busy.fmt('.0f', ' %')} of the machine's "
+           f"{int(tcp.cpu_cores.iloc[0])} cores busy (its CPU per byte times its goodput; "
+           f"{busy.label}): where it keeps them all "
+           "busy, a goodput at least TCP's needs a CPU per byte at most TCP's, MAC included.", ""]
+    for mac in macs:
+        est = ratio(runs, mac, TARGET_BYTES, "cpu_s_per_gb")
+        left = [f"{cap - est.value:.2f}x {what}" if cap > est.value else f"nothing {what}"
+                for cap, what in ((GOODPUT_TARGET, "under a CPU per byte equal to TCP's"),
+                                  (CPU_TARGET, f"under the {CPU_TARGET:g}x target"))]
+        out.append(f"- `{mac}`: {est.fmt('.2f', 'x')} `{REFERENCE}`'s whole CPU per byte "
+                   f"({est.label}, paired by repetition), which leaves the rest of the path "
+                   f"{left[0]} and {left[1]} (medians).")
+    bare = "ltp+auth=false"
+    if bare in set(at.transport):
+        est = ratio(runs, bare, TARGET_BYTES, "cpu_s_per_gb")
+        out.append(f"- `{bare}` (the rest of the path, no MAC): {est.fmt('.2f', 'x')} "
+                   f"({est.label}).")
+    return out
+
+
 def peer_share(runs: pd.DataFrame, p2p: pd.DataFrame) -> list[str]:
     """Whether the peer transports' own CPU could set the peer-to-peer round time: per p2p run,
     the CPU its transport needs for a round (half its access-link bytes, each byte sent by one
@@ -131,7 +168,7 @@ def body(ctx: Context) -> list[str]:
             + " Here a run is a repetition, and the machine's load moves both figures from "
             "minute to minute.", "", "Issue 28's targets (a target is met when the paired "
             "ratio's interval lies on its side, missed when it lies on the other):", "",
-            *targets(runs), "", *peer_share(runs, ctx.folder(P2P).ok)]
+            *targets(runs), "", *mac_cost(runs), "", *peer_share(runs, ctx.folder(P2P).ok)]
 
 
 def block(ctx: Context) -> str:
