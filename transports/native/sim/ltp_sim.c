@@ -202,6 +202,7 @@ static int make_cores(const app_args_t *a, ltp_core_t **cores, char *err, size_t
         ps.rtt_weight = 0;
     }
     w = ps;
+    w.max_peers = 1;   /* a worker has one peer, the PS: its tables for 64 only crowd the cache */
     ps.max_peers = (uint32_t)a->workers;
     if (a->reliable) ps.threshold_min = ps.threshold_max = 1.0;
     char why[200];
