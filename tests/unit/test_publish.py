@@ -84,3 +84,18 @@ def test_every_block_a_page_names_is_generated_and_every_folder_is_cited():
 def test_unpaired_markers_are_one_sentence():
     with pytest.raises(blocks.BlockError, match="do not pair"):
         blocks.fill("<!-- generated:a -->\nx\n", lambda name: "")
+
+
+def test_a_folder_git_ignores_is_not_published(tmp_path):
+    # A scratch benchmark folder in the workspace (results/bench/ is ignored) is no clone's: it
+    # is neither published nor cited. Outside a git checkout every folder counts.
+    import subprocess
+
+    for rel in ("results/kept", "results/bench/scratch"):
+        (tmp_path / rel).mkdir(parents=True)
+        (tmp_path / rel / "runs.csv").write_text("run_id\n")
+    assert published_folders(tmp_path) == [tmp_path / "results/bench/scratch",
+                                            tmp_path / "results/kept"]
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text("/results/bench/\n")
+    assert published_folders(tmp_path) == [tmp_path / "results/kept"]

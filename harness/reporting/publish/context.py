@@ -9,6 +9,7 @@ citation a finding gives for it (folder, commands, commits, seeds, runs, hours).
 from __future__ import annotations
 
 import functools
+import subprocess
 from pathlib import Path
 
 import pandas as pd
@@ -23,9 +24,29 @@ RESULTS = PROJECT / "results"
 
 
 def published_folders(root: Path = PROJECT) -> list[Path]:
-    """Every results folder under ``root/results`` that holds a ``runs.csv``, sorted."""
-    return sorted(p.parent for p in (root / "results").glob("**/runs.csv")
-                  if "runs" not in p.parent.relative_to(root / "results").parts)
+    """Every results folder under ``root/results`` that holds a ``runs.csv`` git does not ignore,
+    sorted. A benchmark's or a lab's scratch output in an ignored folder (``results/bench/``, say)
+    is the workspace's, not the project's: publishing it would cite a folder no clone has. Where
+    ``root`` is no git checkout, every folder counts."""
+    found = [p for p in (root / "results").glob("**/runs.csv")
+             if "runs" not in p.parent.relative_to(root / "results").parts]
+    ignored = _git_ignored(root, found)
+    return sorted(p.parent for p in found if p not in ignored)
+
+
+def _git_ignored(root: Path, paths: list[Path]) -> set[Path]:
+    """The ``paths`` git ignores in the checkout at ``root`` (none where it is no checkout)."""
+    if not paths:
+        return set()
+    try:
+        got = subprocess.run(["git", "-C", str(root), "check-ignore", "--stdin"],
+                             input="\n".join(str(p.relative_to(root)) for p in paths),
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return set()
+    if got.returncode not in (0, 1):   # 1: nothing ignored; anything else: no checkout
+        return set()
+    return {root / line for line in got.stdout.splitlines() if line}
 
 
 class MissingFolder(LookupError):
