@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.bench.names import MAC_ALGORITHMS, MAC_PREFIX
+from harness.bench.names import MAC_PREFIX, mac_algorithm
 from transports.base import parse_scheme
 from transports.peer import PEER_PREFIX
 
@@ -213,7 +213,7 @@ def _tag_pieces(tag, key, data, n_bytes: int, piece: int) -> None:
 
 def mac_push(scheme: str, n_bytes: int, pushes: int, repeat: int = 0) -> LoopbackPushes:
     """What ``auth`` costs a push at the least: the core's MAC (``scheme``: :data:`MAC_PREFIX`
-    and one of :data:`MAC_ALGORITHMS`) over ``n_bytes`` twice, as the sender seals every
+    and one of the core's algorithms, :func:`harness.bench.names.mac_algorithm`) over ``n_bytes`` twice, as the sender seals every
     datagram and the receiver checks it, in :data:`DATAGRAM_BYTES`-byte datagrams.
 
     The library's one-shot functions (``ltp_gmac128``, ``ltp_siphash24``) set up a key on every
@@ -224,12 +224,9 @@ def mac_push(scheme: str, n_bytes: int, pushes: int, repeat: int = 0) -> Loopbac
     the calling thread's (the process's would add whatever an idle library thread spins)."""
     from transports.native._ltp_cffi import ffi, lib
 
-    algorithm = scheme[len(MAC_PREFIX):]
-    if algorithm not in MAC_ALGORITHMS:
-        raise ValueError(f"{scheme}: the MAC must be one of "
-                         f"{', '.join(MAC_PREFIX + a for a in MAC_ALGORITHMS)}.")
-    tag = (lib.ltp_gmac128 if algorithm == "gmac128" else
-           lambda key, pseq, msg, n: lib.ltp_siphash24(key, msg, n))
+    tag = {"gmac128": lib.ltp_gmac128,
+           "siphash24": lambda key, pseq, msg, n: lib.ltp_siphash24(key, msg, n)}[
+        mac_algorithm(scheme)]
     key = ffi.new("uint8_t[16]", bytes(range(16)))
     payload = np.ones(n_bytes // 4, np.float32)
     data = ffi.cast("uint8_t *", ffi.from_buffer(payload))

@@ -2,11 +2,24 @@
 (:mod:`harness.bench.loopback`) and its claims (:mod:`harness.reporting.publish.claims.loopback`)
 read, kept in the reporting layer so that both may.
 
-A scheme :data:`MAC_PREFIX` + an algorithm of :data:`MAC_ALGORITHMS` times the core's MAC alone
-(:func:`harness.bench.loopback.mac_push`): what ``auth`` costs a push at the least.
+A scheme :data:`MAC_PREFIX` + one of the core's MAC algorithms (its option ``mac``) times the
+core's MAC alone (:func:`harness.bench.loopback.mac_push`): what ``auth`` costs a push at the
+least.
 """
 
 from __future__ import annotations
 
 MAC_PREFIX = "mac-"
-MAC_ALGORITHMS = ("gmac128", "siphash24")   # the core's, as its option mac names them
+
+
+def mac_algorithm(scheme: str) -> str:
+    """The MAC algorithm a :data:`MAC_PREFIX` scheme names, one of the core's (read from its
+    option table); ``ValueError`` in one sentence for any other."""
+    from transports import native
+
+    known = sorted(native.core_options()["mac"].choices)
+    algorithm = scheme[len(MAC_PREFIX):]
+    if not scheme.startswith(MAC_PREFIX) or algorithm not in known:
+        raise ValueError(f"{scheme} is no MAC of the core: the MAC must be one of "
+                         f"{', '.join(MAC_PREFIX + a for a in known)}.")
+    return algorithm

@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.bench.names import MAC_ALGORITHMS, MAC_PREFIX
+from harness.bench.names import MAC_PREFIX, mac_algorithm
 from harness.running import results
 from harness.running.runner import counter_deltas
 from topologies.impair.loss import Impairment
@@ -85,9 +85,10 @@ def transport_args(slugs, losses, bandwidths, iterations: int, queue_pkts: int,
             if not loopback_only:
                 raise BenchError(f"{slug} times the MAC alone, on loopback only: add "
                                  "--loopback-only.")
-            if slug[len(MAC_PREFIX):] not in MAC_ALGORITHMS:
-                raise BenchError(f"{slug} is no MAC of the core: use one of "
-                                 f"{', '.join(MAC_PREFIX + a for a in MAC_ALGORITHMS)}.")
+            try:
+                mac_algorithm(slug)
+            except ValueError as exc:
+                raise BenchError(str(exc)) from None
             continue
         if slug.startswith(PEER_PREFIX):   # a peer-to-peer transport, timed on loopback only
             if not loopback_only:

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import pandas as pd
 
+from harness.bench.names import MAC_PREFIX
 from harness.reporting import stats
 from harness.reporting.publish.claims import Section
 from harness.reporting.publish.context import Context
-from harness.bench.names import MAC_PREFIX
 from transports.peer import PEER_PREFIX
 
 FOLDER = "results/loopback"
