@@ -541,12 +541,13 @@ def refresh(c, folders="", plan=False, loaded="0.01", passes="3"):
         for it in items:
             how = ("by hand" if it.by_hand else "its recorded runs" if it.recorded
                    else "its commands")
-            print(f"{it.rel}: {it.stale} of {it.runs} runs stale, {it.hours:.1f} h of runs last "
-                  f"time ({how})")
+            missing = f", {it.missing} recorded runs missing" if it.missing else ""
+            print(f"{it.rel}: {it.stale} of {it.runs} runs stale{missing}, {it.hours:.1f} h of "
+                  f"runs last time ({how})")
             for cmd in it.commands:
                 print(f"    invoke {cmd}")
         if not items:
-            print("every published folder is fresh at today's code")
+            print("every published folder is fresh at today's code and complete")
         if plan or not items:
             return
         cli.require_root()

@@ -303,15 +303,28 @@ class Freshness:
     unknown_runs: int             # runs with no known fingerprint
     changed: tuple[str, ...]      # files that differ from today's (every recorded digest)
     current: tuple[str, ...] = ()   # the recorded digests under today's rule (translated)
+    missing_runs: int = 0         # runs its manifest records that runs.csv does not hold
+    planned_runs: int = 0         # runs its manifest records (0: it records none)
 
     @property
-    def fresh(self) -> bool:
-        """Every run ran with today's code."""
+    def same_code(self) -> bool:
+        """Every run in the table ran with today's code."""
         return (self.current or self.recorded) == tuple(self.today.split(", ")) \
             and not self.unknown_runs
 
+    @property
+    def fresh(self) -> bool:
+        """Every run ran with today's code, and every run the folder records is in its table."""
+        return self.same_code and not self.missing_runs
+
+    def _missing_text(self) -> str:
+        return (f"{self.missing_runs} of the {self.planned_runs} runs its manifest records are "
+                "not in its runs.csv (a sweep or refresh that stopped; `invoke refresh` runs them)")
+
     def text(self) -> str:
         """One sentence for a report."""
+        if self.same_code and self.missing_runs:
+            return f"**Incomplete:** {self._missing_text()}."
         if self.fresh:
             was = "" if self.recorded == tuple(self.today.split(", ")) else \
                 f", recorded as {', '.join(self.recorded)} under the earlier hash rule"
@@ -332,7 +345,9 @@ class Freshness:
             shown = ", ".join(f"`{c}`" for c in self.changed[:6])
             more = f" and {len(self.changed) - 6} more" if len(self.changed) > 6 else ""
             changed = f"; changed since: {shown}{more}"
-        return f"**Stale: code changed since** ({'; '.join(parts)}{changed})."
+        missing = f" {self._missing_text()[0].upper()}{self._missing_text()[1:]}." \
+            if self.missing_runs else ""
+        return f"**Stale: code changed since** ({'; '.join(parts)}{changed}).{missing}"
 
 
 def _translations(man: dict) -> dict[str, Fingerprint]:
@@ -364,6 +379,17 @@ def _run_digests(folder: Path, today: Fingerprint | None = None):
     return runs, todays, kinds, digests, man
 
 
+def missing_run_ids(folder: Path) -> set[str]:
+    """Ids of the runs ``folder``'s manifest records (the sweep's plan) that its runs.csv does
+    not hold: a sweep that stopped, or a refresh whose ``--redo stale`` dropped stale rows it had
+    not yet rerun. Empty for a folder whose manifest records no run ids."""
+    planned = read_manifest(folder).get("run_ids", [])
+    if not planned:
+        return set()
+    runs = read_table(Path(folder) / "runs.csv")
+    return set(map(str, planned)) - set(runs["run_id"].astype(str))
+
+
 def stale_run_ids(folder: Path) -> set[str]:
     """Ids of the runs of ``folder`` that did not run with today's code (or recorded no
     fingerprint): what ``invoke run-sweep --redo stale`` runs again."""
@@ -390,7 +416,7 @@ def freshness(folder: Path, today: Fingerprint | None = None) -> Freshness:
     current = tuple(sorted({moved[d].digest if d in moved else d for d in known}))
     return Freshness(" and ".join(todays), ", ".join(sorted(t.digest for t in todays.values())),
                      tuple(known), sum(1 for d in digests if not d), tuple(sorted(changed)),
-                     current)
+                     current, len(missing_run_ids(folder)), len(man.get("run_ids", [])))
 
 
 @contextlib.contextmanager

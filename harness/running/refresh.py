@@ -1,8 +1,10 @@
 """Bring committed results folders back to today's code: ``invoke refresh``.
 
 A change to the code that produces a kind of run's numbers makes every folder measured with the
-old code *stale* (:mod:`harness.running.provenance`); the README may cite only fresh folders.
-:func:`plan` lists the stale published folders (the README's first, then the others by how long
+old code *stale* (:mod:`harness.running.provenance`); the README may cite only fresh folders. A
+folder is not fresh either while runs its manifest records are missing from its table (a sweep
+that stopped, or a refresh stopped after its ``--redo stale`` had dropped the stale rows).
+:func:`plan` lists the stale and incomplete published folders (the README's first, then the others by how long
 their runs took last time) with the commands that filled them, as their manifests recorded them.
 :func:`refresh` runs each folder's runs again through the sweep's own resumable loop
 (:func:`harness.running.engine.run_plan`) with the redo ``stale,failed,loaded:FRAC``: only the
@@ -11,7 +13,8 @@ than ``FRAC`` of the machine run again, and a folder is gone over again (at most
 times) while any of its runs is still loaded or failed. An interrupted refresh loses nothing: run
 it again and it goes on where it stopped.
 
-Which runs: a folder of training runs through the PS's network reruns exactly the specs its
+Which runs: the stale, failed and loaded rows, and every recorded run missing from the table
+(a sweep's resumable loop runs whatever its table does not hold). A folder of training runs through the PS's network reruns exactly the specs its
 manifest recorded (:func:`recorded_plan`: today's preset of the same name may plan other runs,
 such as the blocked reference against the unblocked one it replaced); any other folder reruns
 its recorded ``run-sweep`` or ``simulate`` commands into itself. Folders with other commands
@@ -57,7 +60,8 @@ class RefreshError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Item:
-    """One stale folder: its stale runs, its runs' hours last time, and its commands."""
+    """One stale or incomplete folder: its stale runs, its runs' hours last time, its
+    commands, and the recorded runs missing from its table."""
 
     rel: str
     stale: int
@@ -65,6 +69,7 @@ class Item:
     hours: float
     commands: tuple[str, ...]   # ``run-sweep ...`` or ``simulate ...`` arguments, as recorded
     recorded: bool = False      # rerun the manifest's own specs (:func:`recorded_plan`)
+    missing: int = 0            # runs the manifest records that the table does not hold
 
     @property
     def by_hand(self) -> bool:
@@ -122,7 +127,8 @@ def again(command: str, rel: str, loaded_frac: float) -> list[str]:
 
 
 def plan(folders: Sequence[str] = (), root: Path = PROJECT) -> list[Item]:
-    """The stale folders among ``folders`` (default: every published one), README's first."""
+    """The stale or incomplete folders among ``folders`` (default: every published one),
+    README's first."""
     known = {str(p.relative_to(root)): p for p in published_folders(root)}
     chosen = [f.rstrip("/") for f in folders] or list(known)
     unknown = [f for f in chosen if f not in known]
@@ -135,13 +141,14 @@ def plan(folders: Sequence[str] = (), root: Path = PROJECT) -> list[Item]:
         if provenance.folder_kind(path) == "simulate" and not recorded_commands(path, root):
             continue
         stale = provenance.stale_run_ids(path)
-        if not stale:
+        missing = provenance.missing_run_ids(path)
+        if not stale and not missing:
             continue
         runs = read_table(path / "runs.csv")
         hours = float(runs.wall_s.sum()) / 3600 if "wall_s" in runs else float("nan")
         recorded = provenance.folder_kind(path) == "ps" and recorded_plan(path) is not None
         items.append(Item(rel, len(stale), len(runs), hours, recorded_commands(path, root),
-                          recorded))
+                          recorded, len(missing)))
     first = {rel: i for i, rel in enumerate(README_FOLDERS)}
     return sorted(items, key=lambda it: (first.get(it.rel, len(first)), it.hours, it.rel))
 

@@ -66,3 +66,22 @@ def test_the_readme_folders_come_first_and_an_unknown_folder_is_refused(tmp_path
     assert rels[:len(readme)] == readme
     with pytest.raises(refresh.RefreshError, match="not a published results folder"):
         refresh.plan(["results/nowhere"], root=tmp_path)
+
+
+def test_a_folder_missing_recorded_runs_is_neither_fresh_nor_left_out(tmp_path):
+    # A refresh stopped after its --redo stale had dropped the stale rows it had not rerun left
+    # a folder whose table holds a few of the runs its manifest records: not fresh, and to do.
+    rel = "results/default-check"
+    folder = tmp_path / rel
+    shutil.copytree(PROJECT / rel, folder, ignore=shutil.ignore_patterns("figures"))
+    runs = read_table(folder / "runs.csv")
+    assert provenance.missing_run_ids(folder) == set()
+    dropped = set(runs.run_id.astype(str)[:7])
+    runs[~runs.run_id.astype(str).isin(dropped)].to_csv(folder / "runs.csv", index=False)
+    assert provenance.missing_run_ids(folder) == dropped
+    f = provenance.freshness(folder)
+    assert (f.missing_runs, f.planned_runs) == (7, len(runs)) and not f.fresh
+    assert ("**Incomplete:** 7 of the" in f.text()) if f.same_code else \
+        ("7 of the" in f.text() and "**Stale" in f.text())
+    item, = refresh.plan([rel], root=tmp_path)
+    assert item.missing == 7 and item.recorded and item.runs == len(runs) - 7

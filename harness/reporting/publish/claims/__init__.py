@@ -46,12 +46,18 @@ class Section:
         with stats.tally() as tally:
             body = self.body(ctx)
         lines = [f"## {self.question}", ""]
-        stale = [f for f in cited if not f.fresh]
+        stale = [f for f in cited if not f.freshness.same_code]
         if stale:
             lines += ["> **Stale:** the code that produces these numbers has changed since "
                       + ("they were" if len(stale) == len(cited) else "some of them were")
                       + " measured; they describe the code at the commits named below, not "
                       "today's. Rerun the commands to refresh them.", ""]
+        short = [f for f in cited if f.freshness.missing_runs]
+        if short:
+            lines += ["> **Incomplete:** runs that the sweep planned are missing from "
+                      + ("its table" if len(cited) == 1 else "some of the tables")
+                      + " (the sweep stopped); the numbers below rest on the runs that are "
+                      "there. `invoke refresh` runs the rest.", ""]
         for f in cited:
             lines.append(f"- {f.cite()}: {f.status()}")
             for cmd in f.commands():

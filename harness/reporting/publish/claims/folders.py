@@ -19,7 +19,9 @@ def index(ctx: Context) -> str:
     lines = []
     for f in ctx.all():
         sources = build.COMBINED.get(f.rel)
-        lines.append(f"- {f.cite()}: {'fresh' if f.fresh else 'stale (code changed since)'}.")
+        state = ("fresh" if f.fresh else "stale (code changed since)"
+                 if not f.freshness.same_code else "incomplete (runs it records are missing)")
+        lines.append(f"- {f.cite()}: {state}.")
         if sources:
             lines.append(f"  The tables of {', '.join(f'`{s}/`' for s in sources)} "
                          "concatenated (by `invoke publish`), for one figure across them.")
