@@ -44,7 +44,7 @@ from transports import registry
 PROJECT = provenance.PROJECT
 # The folders the README's generated paragraphs cite, refreshed first.
 README_FOLDERS = ("results/reference", "results/tolerance", "results/default-check",
-                  "results/default-check-2")
+                  "results/default-check-2", "results/field")
 # The invoke tasks whose recorded commands a refresh reruns with a redo; only run-sweep draws
 # figures on its own (the others always do, and take no --no-figures).
 RERUNNABLE = ("run-sweep", "simulate")

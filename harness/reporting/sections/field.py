@@ -92,6 +92,22 @@ def winner(c: pd.DataFrame) -> tuple[str, str | None, list[stats.Verdict]]:
     return best, (best if wins else None), verdicts
 
 
+def verdict_text(fastest: str, best: str | None, verdicts: list[stats.Verdict],
+                 quote=lambda s: f"`{s}`") -> str:
+    """What the rule says of a cell: its winner, that none separates (and how many of the
+    others the fastest median beat), or that nothing was compared (fewer than
+    :data:`~harness.reporting.stats.MIN_RUNS` seeds in common)."""
+    if best:
+        return f"{quote(best)} wins (faster than each of the {len(verdicts)} others)"
+    if verdicts and all(v.sign is None for v in verdicts):
+        return (f"not compared (fewer than {stats.MIN_RUNS} runs a design; the fastest median "
+                f"so far is {quote(fastest)}'s)")
+    beaten = sum(1 for v in verdicts if v.sign == 1)
+    return "none separates" + (
+        f" (the fastest median, {quote(fastest)}'s, is faster beyond noise than {beaten} of "
+        f"the {len(verdicts)} others)" if verdicts else "")
+
+
 def frame(sw: Sweep) -> pd.DataFrame:
     """The ok runs with their cell and design."""
     d = sw.ok.copy()
@@ -107,12 +123,7 @@ def section(sw: Sweep) -> list[str]:
              f"Time to the target accuracy per cell ({WINNER_RULE}):", ""]
     with stats.tally() as tally:
         for label in cells(d):
-            fastest, best, verdicts = winner(d[d.cell == label])
-            beaten = sum(1 for v in verdicts if v.sign == 1)
-            said = (f"`{best}` wins" if best else
-                    f"none separates (the fastest median, `{fastest}`'s, beats {beaten} of "
-                    f"{len(verdicts)})")
-            lines.append(f"- {label}: {said}.")
+            lines.append(f"- {label}: {verdict_text(*winner(d[d.cell == label]))}.")
     lines += ["", tally.sentence("section"), ""]
     return lines
 

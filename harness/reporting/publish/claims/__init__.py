@@ -4,7 +4,8 @@ Each module of this package defines ``BLOCKS`` (block name -> function of the
 :class:`~harness.reporting.publish.context.Context` returning Markdown; README.md and docs/*.md hold
 the markers) and ``SECTIONS`` (the findings page's sections, each a question with the folders that
 answer it and a function writing the answer), and may define ``FOLDERS`` (folders its blocks cite
-that no section does, such as the labs' own sweeps). Every number in them is computed from the
+that no section does, such as the labs' own sweeps) and ``README_RESTS_ON`` (the README's blocks
+and their folders: a README block withholds numbers from a folder that is not fresh). Every number in them is computed from the
 tables; every verdict comes from :func:`harness.reporting.stats.compare` or
 :func:`harness.reporting.stats.judge`, and each section says how many comparisons it made
 (:class:`Section`).
@@ -84,6 +85,12 @@ def blocks() -> dict[str, Render]:
 def sections() -> list[Section]:
     """The findings page's sections, in order."""
     return [s for mod in _modules() for s in getattr(mod, "SECTIONS", [])]
+
+
+def readme_folders() -> dict[str, tuple[str, ...]]:
+    """The README's generated blocks and the folders each rests on (a topic's
+    ``README_RESTS_ON``): a block whose folders are not all fresh withholds its numbers."""
+    return {k: v for mod in _modules() for k, v in getattr(mod, "README_RESTS_ON", {}).items()}
 
 
 def block_folders() -> set[str]:

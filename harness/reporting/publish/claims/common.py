@@ -154,6 +154,22 @@ def per_iteration(frame: pd.DataFrame, column: str) -> float:
                  .median())
 
 
+def withheld(folders, question: str) -> str | None:
+    """The README's sentence in place of a finding that rests on a folder that is not fresh (run
+    with other code than today's, or missing runs it records), or None when all are fresh. The
+    findings page keeps such numbers, marked; the README gives only today's code's."""
+    late = [f for f in folders if not f.fresh]
+    if not late:
+        return None
+    which = ", ".join(f"`{f.rel}/`" for f in late)
+    return (f"Withheld until {which} {'is' if len(late) == 1 else 'are'} rerun: "
+            f"{'it holds' if len(late) == 1 else 'they hold'} runs of other code than today's, "
+            "or lack runs recorded in the manifest. The findings page keeps the numbers with "
+            f"their state ([docs/findings.md](docs/findings.md#{anchor(question)})); "
+            f"`.venv/bin/invoke refresh --folders {','.join(f.rel for f in late)}` runs them "
+            "again.")
+
+
 def anchor(title: str) -> str:
     """The GitHub anchor of a heading (as the findings page's contents link it)."""
     keep = "".join(ch for ch in title.lower() if ch.isalnum() or ch in " -")

@@ -16,11 +16,12 @@ import pandas as pd
 
 from harness.reporting import stats
 from harness.reporting.publish.claims import Section
-from harness.reporting.publish.claims.common import (STRONGEST_TCP, cap_text, legend, listed, name,
-                                                     runs_of, setting, time_fmt, tta_est)
-from harness.reporting.publish.context import Context
+from harness.reporting.publish.claims.common import (STRONGEST_TCP, anchor, cap_text, legend,
+                                                     listed, name, runs_of, setting, time_fmt,
+                                                     tta_est, withheld)
+from harness.reporting.publish.context import Context, MissingFolder
 from harness.reporting.sections.field import (CONTEXT, WINNER_RULE, cell_labels, cells,
-                                              designs, order, winner)
+                                              designs, order, verdict_text, winner)
 
 FIELD = "results/field"
 QUESTION = "Which design of the field wins where, on identical replayed loss?"
@@ -35,6 +36,16 @@ def runs(ctx: Context, rel: str = FIELD) -> tuple[pd.DataFrame, pd.DataFrame]:
     ok = every[every.status == "ok"].copy()
     ok["given_up"] = 1.0 - ok.mean_recv_frac.astype(float)
     return ok, every[every.status != "ok"]
+
+
+def so_far(ok: pd.DataFrame) -> str:
+    """`` of the preset's 6 so far`` while the folder holds fewer seeds than the preset plans
+    (the preset runs a seed at a time: ``--seeds K`` adds seed K to the folder)."""
+    from harness.running.presets import PRESETS
+
+    planned = len(PRESETS["field"].seeds)
+    have = ok.seed.nunique()
+    return f" ({have} of the preset's {planned} so far)" if have < planned else ""
 
 
 def lossless_tcp(ok: pd.DataFrame, c: pd.DataFrame) -> pd.DataFrame:
@@ -72,7 +83,7 @@ def field_body(ctx: Context) -> list[str]:
     """Per cell: the table, then the winner or that none separates; a summary line last."""
     ok, failed = runs(ctx)
     target = float(ok.target_accuracy.dropna().iloc[0])
-    lines = [f"{setting(ok)} ({cap_text(ok)}), seeds {listed(ok, 'seed')}. "
+    lines = [f"{setting(ok)} ({cap_text(ok)}), seeds {listed(ok, 'seed')}{so_far(ok)}. "
              "Every seed drops the same packet positions for every scheme (`replay:` and `ge:` "
              "loss are functions of the seed, the host and the packet's position; "
              f"docs/running.md). {WINNER_RULE[0].upper() + WINNER_RULE[1:]}.", ""]
@@ -81,24 +92,41 @@ def field_body(ctx: Context) -> list[str]:
         c = ok[ok.cell == label]
         rows, est = table(ok, c, target)
         shown += est
-        fastest, best, verdicts = winner(c)
         lines += [f"**{label}**", ""] + rows + [""]
         gone = failed[failed.cell == label]
         if len(gone):
             lines += ["- Runs that did not finish: " + "; ".join(
                 f"{name(d)} {len(g)} ({listed(g, 'status')})"
                 for d, g in gone.groupby("design")) + "."]
-        if best:
-            said = f"{name(best)} wins (faster than each of the {len(verdicts)} others)"
-        else:
-            beaten = sum(1 for v in verdicts if v.sign == 1)
-            said = "none separates" + (
-                f" (the fastest median, {name(fastest)}'s, is faster beyond noise than "
-                f"{beaten} of the {len(verdicts)} others)" if verdicts else "")
+        said = verdict_text(*winner(c), quote=name)
         lines += [f"- {said}.", ""]
         summary.append(f"{label}: {said}")
     lines += [legend(shown), "", "In short: " + "; ".join(summary) + "."]
     return lines
 
 
+def readme(ctx: Context) -> str:
+    """The README's paragraph: per cell, the winner by the rule, or that none separates; only
+    from a fresh, complete folder (otherwise it says why the finding is withheld)."""
+    try:
+        f = ctx.folder(FIELD)
+    except MissingFolder as exc:
+        return f"Not measured yet: {exc}."
+    late = withheld([f], QUESTION)
+    if late:
+        return late
+    ok, _ = runs(ctx)
+    with stats.tally() as tally:
+        said = [f"{label}: {verdict_text(*winner(ok[ok.cell == label]), quote=name)}"
+                for label in cells(ok)]
+    return "\n".join([
+        f"Time to the target accuracy of {len(order(ok))} designs on identical replayed loss, "
+        f"from {f.cite()}, fresh, seeds {listed(ok, 'seed')}{so_far(ok)}; "
+        f"{WINNER_RULE} (tables per cell: [docs/findings.md](docs/findings.md#"
+        f"{anchor(QUESTION)})):", "", *[f"- {line}." for line in said], "",
+        tally.sentence("paragraph")])
+
+
+BLOCKS = {"field": readme}
+README_RESTS_ON = {"field": (FIELD,)}
 SECTIONS = [Section("field", QUESTION, (FIELD,), field_body)]
