@@ -81,6 +81,7 @@ def _push(spec: LoopbackRun):
 
     push = (loopback.peer_push if spec.scheme.startswith(loopback.PEER_PREFIX) else
             loopback.mac_push if spec.scheme.startswith(loopback.MAC_PREFIX) else
+            loopback.floor_push if spec.scheme == loopback.FLOOR else
             loopback.loopback_push)
     for attempt in range(3):
         try:

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.bench.names import MAC_PREFIX, mac_algorithm
+from harness.bench.names import FLOOR, MAC_PREFIX, mac_algorithm
 from transports.base import parse_scheme
 from transports.peer import PEER_PREFIX
 
@@ -242,6 +242,33 @@ def mac_push(scheme: str, n_bytes: int, pushes: int, repeat: int = 0) -> Loopbac
         times.append(max(2 * (4 * t_whole - t_quarter) / 3, 1e-9))
         cpu.append(max(2 * (4 * c_whole - c_quarter) / 3, 0.0))
     return LoopbackPushes(scheme, payload.nbytes, tuple(times), tuple(cpu), repeat)
+
+
+NATIVE = Path(__file__).resolve().parents[2] / "transports" / "native"
+
+
+def floor_push(scheme: str, n_bytes: int, pushes: int, repeat: int = 0) -> LoopbackPushes:
+    """What any transport over UDP pays a push on loopback at the least (``scheme``:
+    :data:`~harness.bench.names.FLOOR`): the message in the largest datagrams, sent with
+    sendmmsg and received with recvmmsg into its place by two threads of one process, nothing
+    else (``transports/native/tests/bench_udp_floor.c``, built here if it is not). Its push
+    times and CPU (the process's, both threads) are the program's own, per push, as
+    :func:`loopback_push` takes them for a transport."""
+    import subprocess
+
+    binary = NATIVE / "build" / "bench_udp_floor"
+    made = subprocess.run(["make", "-s", "-C", str(NATIVE), "build/bench_udp_floor"],
+                          capture_output=True, text=True)
+    if made.returncode != 0:
+        raise RuntimeError(f"{scheme}: building {binary.name} failed: {made.stderr.strip()}")
+    gc.collect()
+    out = subprocess.run([str(binary), str(n_bytes), str(pushes)], capture_output=True,
+                         text=True, timeout=120)
+    if out.returncode != 0:
+        raise RuntimeError(f"{scheme}: {out.stderr.strip()}")
+    rows = [tuple(map(float, line.split())) for line in out.stdout.split("\n") if line.strip()]
+    return LoopbackPushes(scheme, n_bytes, tuple(t for t, _ in rows), tuple(c for _, c in rows),
+                          repeat)
 
 
 def from_tables(folder: Path) -> list[LoopbackPushes]:

@@ -4,12 +4,15 @@ read, kept in the reporting layer so that both may.
 
 A scheme :data:`MAC_PREFIX` + one of the core's MAC algorithms (its option ``mac``) times the
 core's MAC alone (:func:`harness.bench.loopback.mac_push`): what ``auth`` costs a push at the
-least.
+least. :data:`FLOOR` times the kernel's part of any transport over UDP.
 """
 
 from __future__ import annotations
 
 MAC_PREFIX = "mac-"
+# The floor of a UDP path on loopback (:func:`harness.bench.loopback.floor_push`): the kernel's
+# part of any transport over UDP, with nothing of a transport's own.
+FLOOR = "udp-floor"
 
 
 def mac_algorithm(scheme: str) -> str:

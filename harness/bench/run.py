@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.bench.names import MAC_PREFIX, mac_algorithm
+from harness.bench.names import FLOOR, MAC_PREFIX, mac_algorithm
 from harness.running import results
 from harness.running.runner import counter_deltas
 from topologies.impair.loss import Impairment
@@ -81,6 +81,11 @@ def transport_args(slugs, losses, bandwidths, iterations: int, queue_pkts: int,
         if len(set(values)) != len(values):
             raise BenchError(f"{name} names a value more than once.")
     for slug in slugs:
+        if slug == FLOOR:   # the kernel's part of a UDP path, no transport: loopback only
+            if not loopback_only:
+                raise BenchError(f"{slug} times the kernel's UDP path alone, on loopback only: "
+                                 "add --loopback-only.")
+            continue
         if slug.startswith(MAC_PREFIX):   # the MAC alone, no transport: loopback only
             if not loopback_only:
                 raise BenchError(f"{slug} times the MAC alone, on loopback only: add "

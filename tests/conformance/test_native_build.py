@@ -3,8 +3,9 @@
 Compiles every binary side by side (``make -j2 binaries``), then runs
 ``make -C transports/native test test-asan`` (the core's tests, the forged-datagram
 reproductions of ``tests/test_trust.c``, the guards of ``tests/test_guards.c``, keys per pair
-and replays in ``tests/test_pairs.c``
-and the driver's receive batches of ``tests/test_udp_io.c``) and a 10-second ``make ... fuzz``
+and replays in ``tests/test_pairs.c``,
+the driver's receive batches of ``tests/test_udp_io.c`` and the staged AES-NI GMAC against
+OpenSSL's tags in ``tests/test_gmac.c``) and a 10-second ``make ... fuzz``
 (the stateful core target, the driver's receive batches and placement, its parsing) into
 ``transports/native/build/`` and asserts that each succeeds. Skipped when make or a compiler is
 missing (the fuzz run needs clang with libFuzzer).
@@ -36,8 +37,9 @@ def test_c_unit_tests_plain_and_sanitized() -> None:
     proc = _make("test", "test-asan", timeout_s=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     summaries = [line for line in proc.stdout.splitlines() if line.endswith(" failed")]
-    # test_core, test_trust, test_guards, test_pairs, test_udp_io and test_udp, plain and sanitized
-    assert len(summaries) == 12, summaries
+    # test_core, test_trust, test_guards, test_pairs, test_udp_io, test_udp and test_gmac, plain
+    # and sanitized
+    assert len(summaries) == 14, summaries
     assert all(line.endswith(", 0 failed") for line in summaries), summaries
 
 

@@ -118,3 +118,20 @@ def test_a_mac_scheme_is_loopback_only_and_one_of_the_cores():
         run.transport_args(("mac-md5",), (0.0,), (100.0,), 20, 64, True, 3)
     assert run.transport_args(("ltp", "mac-gmac128"), (0.0,), (100.0,), 20, 64, True, 3)[0] == (
         "ltp", "mac-gmac128")
+
+
+def test_the_udp_floor_is_a_real_program_and_loopback_only():
+    # The kernel's part of a UDP path: the C program's pushes (built on demand), each with a
+    # time and a CPU time, through the kind of run; a bad size is its usage line; and the
+    # scheme is refused off loopback.
+    from harness.bench import run
+
+    got = kind._push(kind.LoopbackRun("udp-floor", 262_144, 1, 3))
+    assert (got.scheme, got.n_bytes, got.repeat, len(got.push_s)) == ("udp-floor", 262_144, 1, 3)
+    assert all(t > 0 for t in got.push_s) and all(c >= 0 for c in got.cpu_s)
+    with pytest.raises(RuntimeError, match="usage: bench_udp_floor BYTES PUSHES"):
+        loopback.floor_push("udp-floor", 0, 1)
+    with pytest.raises(run.BenchError, match="times the kernel's UDP path alone, on loopback"):
+        run.transport_args(("udp-floor",), (0.0,), (100.0,), 20, 64, False, 3)
+    assert run.transport_args(("udp-floor", "tcp-cubic"), (0.0,), (100.0,), 20, 64, True,
+                              3)[0] == ("udp-floor", "tcp-cubic")

@@ -82,3 +82,21 @@ def test_what_the_mac_alone_leaves_of_the_targets():
         text = "\n".join(loopback.mac_cost(dear))
     assert ("leaves the rest of the path nothing under a CPU per byte equal to TCP's and "
             "0.25x under") in text
+
+
+def test_the_udp_floor_with_the_mac_bounds_an_authenticated_transport():
+    # The floor at 0.9x TCP's CPU per byte and the MAC at 0.75x: an authenticated transport over
+    # UDP pays at least 1.65x, above 1x (the goodput target is out of reach where TCP keeps the
+    # cores busy) and above the 1.5x target. Without a floor run, nothing is said.
+    rows = []
+    for r in range(9):
+        for t, g, c in (("tcp-cubic", 80.0, 0.2), ("mac-gmac128", 50.0, 0.15),
+                        ("udp-floor", 70.0, 0.18)):
+            rows.append({"transport": t, "bytes": MB4, "repeat": r, "pushes": 20,
+                         "goodput_gbps": g, "cpu_s_per_gb": c, "cpu_cores": 2})
+    with stats.tally():
+        text = " ".join(loopback.floor(pd.DataFrame(rows)))
+    assert "0.90x [0.90, 0.90] `tcp-cubic`'s CPU per byte and 0.88x" in text
+    assert "at least 1.65x TCP's CPU per byte" in text and "cannot reach TCP's" in text
+    assert "above the 1.5x CPU target" in text
+    assert loopback.floor(pd.DataFrame([r for r in rows if r["transport"] != "udp-floor"])) == []
