@@ -39,7 +39,7 @@ struct sim {
     uint64_t now, app_at, wake_rng;
     link_fifo_t btl, ps_link, *wlink;
     link_bucket_t tb;           /* the bottleneck's token bucket (burst_bytes 0: none) */
-    uint8_t held[2048];         /* the PS's datagram its full link refused */
+    uint8_t held[65536];        /* the PS's datagram its full link refused (any poll's size) */
     int held_len, held_slot;
     sim_counters_t k;
     uint8_t buf[65536];
@@ -136,16 +136,23 @@ static int emit(sim_t *s, int src, int slot, const uint8_t *b, int len)
     return 0;
 }
 
+/* A node's turn: its core's datagrams out, until none or the PS's full link refuses one, then its
+ * next timeout. The PS's time counts its core's calls only: the network's part of a datagram
+ * (its queue, its loss draw, its copy into an event) is the simulator's, not the PS's. */
 static void run_node(sim_t *s, int k)
 {
     node_t *n = &s->node[k];
     int slot, len, held = 0;
-    uint64_t t_in = k == 0 ? mono_ns() : 0;
+    uint64_t spent = 0, t_in = 0;
     if (k == 0 && s->held_len) {   /* the driver offers the refused datagram first */
         if (emit(s, 0, s->held_slot, s->held, s->held_len) < 0) held = 1;
         else s->held_len = 0;
     }
-    while (!held && (len = s->ops.poll_tx(n->ep, s->now, s->buf, sizeof s->buf, &slot)) > 0) {
+    while (!held) {
+        if (k == 0) t_in = mono_ns();
+        len = s->ops.poll_tx(n->ep, s->now, s->buf, sizeof s->buf, &slot);
+        if (k == 0) spent += mono_ns() - t_in;
+        if (len <= 0) break;
         s->k.ps_datagrams += k == 0;
         if (emit(s, k, slot, s->buf, len) < 0) {
             memcpy(s->held, s->buf, (size_t)len);
@@ -154,8 +161,9 @@ static void run_node(sim_t *s, int k)
             held = 1;
         }
     }
+    if (k == 0) t_in = mono_ns();
     uint64_t t = held ? s->ps_link.dep[s->ps_link.head] : s->ops.next_timeout(n->ep, s->now);
-    if (k == 0) s->k.ps_cpu_ns += mono_ns() - t_in;   /* (emit's own share is small) */
+    if (k == 0) s->k.ps_cpu_ns += spent + mono_ns() - t_in;
     if (t == NEVER_US) return;
     if (t <= s->now) t = s->now + 1;
     run_at(s, k, t + lateness(s));
