@@ -213,8 +213,9 @@ def _tag_pieces(tag, key, data, n_bytes: int, piece: int) -> None:
 
 def mac_push(scheme: str, n_bytes: int, pushes: int, repeat: int = 0) -> LoopbackPushes:
     """What ``auth`` costs a push at the least: the core's MAC (``scheme``: :data:`MAC_PREFIX`
-    and one of the core's algorithms, :func:`harness.bench.names.mac_algorithm`) over ``n_bytes`` twice, as the sender seals every
-    datagram and the receiver checks it, in :data:`DATAGRAM_BYTES`-byte datagrams.
+    and one of the core's algorithms, :func:`harness.bench.names.mac_algorithm`) over
+    ``n_bytes`` twice, as the sender seals every datagram and the receiver checks it, in
+    :data:`DATAGRAM_BYTES`-byte datagrams.
 
     The library's one-shot functions (``ltp_gmac128``, ``ltp_siphash24``) set up a key on every
     call, which the core does once per peer; so each pass runs twice, in pieces of the datagram

@@ -4,8 +4,9 @@ A change to the code that produces a kind of run's numbers makes every folder me
 old code *stale* (:mod:`harness.running.provenance`); the README may cite only fresh folders. A
 folder is not fresh either while runs its manifest records are missing from its table (a sweep
 that stopped, or a refresh stopped after its ``--redo stale`` had dropped the stale rows).
-:func:`plan` lists the stale and incomplete published folders (the README's first, then the others by how long
-their runs took last time) with the commands that filled them, as their manifests recorded them.
+:func:`plan` lists the stale and incomplete published folders (the README's first, then the
+others by how long their runs took last time) with the commands that filled them, as their
+manifests recorded them.
 :func:`refresh` runs each folder's runs again through the sweep's own resumable loop
 (:func:`harness.running.engine.run_plan`) with the redo ``stale,failed,loaded:FRAC``: only the
 runs measured with other code, the failed ones and those during which other processes took more
@@ -14,8 +15,8 @@ times) while any of its runs is still loaded or failed. An interrupted refresh l
 it again and it goes on where it stopped.
 
 Which runs: the stale, failed and loaded rows, and every recorded run missing from the table
-(a sweep's resumable loop runs whatever its table does not hold). A folder of training runs through the PS's network reruns exactly the specs its
-manifest recorded (:func:`recorded_plan`: today's preset of the same name may plan other runs,
+(a sweep's resumable loop runs whatever its table does not hold). A folder of training runs
+through the PS's network reruns exactly the specs its manifest recorded (:func:`recorded_plan`: today's preset of the same name may plan other runs,
 such as the blocked reference against the unblocked one it replaced); any other folder reruns
 its recorded ``run-sweep`` or ``simulate`` commands into itself. Folders with other commands
 (the simulator's validation against the testbed, the benchmarks', a folder that ``invoke

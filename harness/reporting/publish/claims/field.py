@@ -39,13 +39,13 @@ def runs(ctx: Context, rel: str = FIELD) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def so_far(ok: pd.DataFrame) -> str:
-    """`` of the preset's 6 so far`` while the folder holds fewer seeds than the preset plans
-    (the preset runs a seed at a time: ``--seeds K`` adds seed K to the folder)."""
+    """`` (2 of the preset's 6 seeds so far)`` while the folder holds fewer seeds than the
+    preset plans (the preset may run a seed at a time: ``--seeds K`` adds seed K to it)."""
     from harness.running.presets import PRESETS
 
     planned = len(PRESETS["field"].seeds)
     have = ok.seed.nunique()
-    return f" ({have} of the preset's {planned} so far)" if have < planned else ""
+    return f" ({have} of the preset's {planned} seeds so far)" if have < planned else ""
 
 
 def lossless_tcp(ok: pd.DataFrame, c: pd.DataFrame) -> pd.DataFrame:
@@ -121,7 +121,7 @@ def readme(ctx: Context) -> str:
                 for label in cells(ok)]
     return "\n".join([
         f"Time to the target accuracy of {len(order(ok))} designs on identical replayed loss, "
-        f"from {f.cite()}, fresh, seeds {listed(ok, 'seed')}{so_far(ok)}; "
+        f"from {f.cite()}, fresh{so_far(ok)}; "
         f"{WINNER_RULE} (tables per cell: [docs/findings.md](docs/findings.md#"
         f"{anchor(QUESTION)})):", "", *[f"- {line}." for line in said], "",
         tally.sentence("paragraph")])
