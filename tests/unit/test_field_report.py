@@ -75,3 +75,14 @@ def test_a_design_is_a_scheme_under_its_pattern():
     d = field.frame(sweep(ok))
     assert set(d.design) == {"ltp", "ltp (ring)", "optireduce (ring)"}
     assert field.order(d)[:1] == ["ltp"]
+
+
+def test_below_three_seeds_a_cell_is_not_compared():
+    # Two seeds a design: no comparison is stated, so no winner and no "none separates" either.
+    d = field.frame(sweep(table({"ltp": 10, "mlt": 30}, seeds=2)))
+    fastest, best, verdicts = field.winner(d[d.cell == "replay:5"])
+    assert best is None and all(v.sign is None for v in verdicts)
+    assert field.verdict_text(fastest, best, verdicts) == "not compared (fewer than 3 runs a design)"
+    d = field.frame(sweep(table({"ltp": 10, "mlt": 30})))
+    assert field.verdict_text(*field.winner(d[d.cell == "replay:5"])) == \
+        "`ltp` wins (faster than each of the 1 others)"

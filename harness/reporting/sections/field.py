@@ -100,8 +100,7 @@ def verdict_text(fastest: str, best: str | None, verdicts: list[stats.Verdict],
     if best:
         return f"{quote(best)} wins (faster than each of the {len(verdicts)} others)"
     if verdicts and all(v.sign is None for v in verdicts):
-        return (f"not compared (fewer than {stats.MIN_RUNS} runs a design; the fastest median "
-                f"so far is {quote(fastest)}'s)")
+        return f"not compared (fewer than {stats.MIN_RUNS} runs a design)"
     beaten = sum(1 for v in verdicts if v.sign == 1)
     return "none separates" + (
         f" (the fastest median, {quote(fastest)}'s, is faster beyond noise than {beaten} of "
