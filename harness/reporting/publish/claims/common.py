@@ -161,13 +161,14 @@ def withheld(folders, question: str) -> str | None:
     late = [f for f in folders if not f.fresh]
     if not late:
         return None
-    which = ", ".join(f"`{f.rel}/`" for f in late)
-    return (f"Withheld until {which} {'is' if len(late) == 1 else 'are'} rerun: "
-            f"{'it holds' if len(late) == 1 else 'they hold'} runs of other code than today's, "
-            "or lack runs recorded in the manifest. The findings page keeps the numbers with "
+    which, one = ", ".join(f"`{f.rel}/`" for f in late), len(late) == 1
+    return (f"Withheld until {which} {'is' if one else 'are'} refreshed: "
+            f"{'it holds' if one else 'they hold'} runs of other code than today's, or "
+            f"{'lacks' if one else 'lack'} runs recorded in the manifest. The findings page "
+            "keeps the numbers with "
             f"their state ([docs/findings.md](docs/findings.md#{anchor(question)})); "
-            f"`.venv/bin/invoke refresh --folders {','.join(f.rel for f in late)}` runs them "
-            "again.")
+            f"`.venv/bin/invoke refresh --folders {','.join(f.rel for f in late)}` runs what "
+            "is stale or missing.")
 
 
 def anchor(title: str) -> str:
