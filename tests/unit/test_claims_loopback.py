@@ -59,16 +59,20 @@ def test_the_peer_transports_share_of_a_round():
     assert "0.500" in text   # the native core's CPU per GB beside it
 
 
+def _steady(third: tuple[str, float, float]) -> list[dict]:
+    """Nine repetitions of TCP (80 Gbit/s, 0.2 CPU s/GB), the MAC alone (50, 0.15) and a third
+    scheme (name, Gbit/s, CPU s/GB), every run alike, on 2 cores."""
+    return [{"transport": t, "bytes": MB4, "repeat": r, "pushes": 20, "goodput_gbps": g,
+             "cpu_s_per_gb": c, "cpu_cores": 2}
+            for r in range(9)
+            for t, g, c in (("tcp-cubic", 80.0, 0.2), ("mac-gmac128", 50.0, 0.15), third)]
+
+
 def test_what_the_mac_alone_leaves_of_the_targets():
     # TCP at 80 Gbit/s and 0.2 CPU s/GB on 2 cores: 0.2 * 10 GB/s = 2 cores, 100 % busy. The MAC
     # alone at 0.15 s/GB is 0.75x TCP's CPU per byte, leaving 0.25x under TCP's and 0.75x under
     # the 1.5x target; ltp+auth=false at 0.3 s/GB is 1.5x.
-    rows = []
-    for r in range(9):
-        for t, g, c in (("tcp-cubic", 80.0, 0.2), ("mac-gmac128", 50.0, 0.15),
-                        ("ltp+auth=false", 60.0, 0.3)):
-            rows.append({"transport": t, "bytes": MB4, "repeat": r, "pushes": 20,
-                         "goodput_gbps": g, "cpu_s_per_gb": c, "cpu_cores": 2})
+    rows = _steady(("ltp+auth=false", 60.0, 0.3))
     with stats.tally():
         text = "\n".join(loopback.mac_cost(pd.DataFrame(rows)))
     assert "kept about 100 % [100, 100] of the machine's 2 cores busy" in text
@@ -88,12 +92,7 @@ def test_the_udp_floor_with_the_mac_bounds_an_authenticated_transport():
     # The floor at 0.9x TCP's CPU per byte and the MAC at 0.75x: an authenticated transport over
     # UDP pays at least 1.65x, above 1x (the goodput target is out of reach where TCP keeps the
     # cores busy) and above the 1.5x target. Without a floor run, nothing is said.
-    rows = []
-    for r in range(9):
-        for t, g, c in (("tcp-cubic", 80.0, 0.2), ("mac-gmac128", 50.0, 0.15),
-                        ("udp-floor", 70.0, 0.18)):
-            rows.append({"transport": t, "bytes": MB4, "repeat": r, "pushes": 20,
-                         "goodput_gbps": g, "cpu_s_per_gb": c, "cpu_cores": 2})
+    rows = _steady(("udp-floor", 70.0, 0.18))
     with stats.tally():
         text = " ".join(loopback.floor(pd.DataFrame(rows)))
     assert "0.90x [0.90, 0.90] `tcp-cubic`'s CPU per byte and 0.88x" in text

@@ -43,6 +43,21 @@ static double clock_s(clockid_t id)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+/* Up to BATCH datagrams' worth of the message from byte `at` on, in place at `base`, as
+ * message headers for sendmmsg or recvmmsg; returns how many. */
+static int batch(struct mmsghdr *msgs, struct iovec *iov, uint8_t *base, size_t at)
+{
+    int n = 0;
+    for (; n < BATCH && at < n_bytes; n++, at += DATAGRAM) {
+        iov[n].iov_base = base + at;
+        iov[n].iov_len = n_bytes - at < DATAGRAM ? n_bytes - at : DATAGRAM;
+        memset(&msgs[n], 0, sizeof msgs[n]);
+        msgs[n].msg_hdr.msg_iov = &iov[n];
+        msgs[n].msg_hdr.msg_iovlen = 1;
+    }
+    return n;
+}
+
 static void *receiver(void *arg)
 {
     (void)arg;
@@ -51,14 +66,7 @@ static void *receiver(void *arg)
     for (long k = 0; k < n_pushes; k++) {
         size_t got = 0;
         while (got < n_bytes) {
-            int n = 0;
-            for (size_t at = got; n < BATCH && at < n_bytes; n++, at += DATAGRAM) {
-                iov[n].iov_base = dst + at;
-                iov[n].iov_len = n_bytes - at < DATAGRAM ? n_bytes - at : DATAGRAM;
-                memset(&msgs[n], 0, sizeof msgs[n]);
-                msgs[n].msg_hdr.msg_iov = &iov[n];
-                msgs[n].msg_hdr.msg_iovlen = 1;
-            }
+            int n = batch(msgs, iov, dst, got);
             int r = recvmmsg(rx_fd, msgs, (unsigned)n, MSG_WAITFORONE, NULL);
             if (r < 0) {   /* the receive timeout: a datagram was lost */
                 failed = errno;
@@ -112,14 +120,7 @@ int main(int argc, char **argv)
     for (long k = 0; k < n_pushes; k++) {
         double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
         for (size_t at = 0; at < n_bytes;) {
-            int n = 0;
-            for (size_t a = at; n < BATCH && a < n_bytes; n++, a += DATAGRAM) {
-                iov[n].iov_base = src + a;
-                iov[n].iov_len = n_bytes - a < DATAGRAM ? n_bytes - a : DATAGRAM;
-                memset(&msgs[n], 0, sizeof msgs[n]);
-                msgs[n].msg_hdr.msg_iov = &iov[n];
-                msgs[n].msg_hdr.msg_iovlen = 1;
-            }
+            int n = batch(msgs, iov, src, at);
             int r = sendmmsg(tx_fd, msgs, (unsigned)n, 0);
             if (r < 0) {
                 if (errno == EINTR || errno == ENOBUFS || errno == EAGAIN) continue;
