@@ -345,8 +345,8 @@ class Freshness:
             shown = ", ".join(f"`{c}`" for c in self.changed[:6])
             more = f" and {len(self.changed) - 6} more" if len(self.changed) > 6 else ""
             changed = f"; changed since: {shown}{more}"
-        missing = f" {self._missing_text()[0].upper()}{self._missing_text()[1:]}." \
-            if self.missing_runs else ""
+        text = self._missing_text()
+        missing = f" {text[0].upper()}{text[1:]}." if self.missing_runs else ""
         return f"**Stale: code changed since** ({'; '.join(parts)}{changed}).{missing}"
 
 
@@ -383,11 +383,12 @@ def missing_run_ids(folder: Path) -> set[str]:
     """Ids of the runs ``folder``'s manifest records (the sweep's plan) that its runs.csv does
     not hold: a sweep that stopped, or a refresh whose ``--redo stale`` dropped stale rows it had
     not yet rerun. Empty for a folder whose manifest records no run ids."""
-    planned = read_manifest(folder).get("run_ids", [])
-    if not planned:
-        return set()
-    runs = read_table(Path(folder) / "runs.csv")
-    return set(map(str, planned)) - set(runs["run_id"].astype(str))
+    return _missing(read_manifest(folder), read_table(Path(folder) / "runs.csv"))
+
+
+def _missing(man: dict, runs) -> set[str]:
+    """The manifest's run ids that the runs table does not hold."""
+    return set(map(str, man.get("run_ids", []))) - set(runs["run_id"].astype(str))
 
 
 def stale_run_ids(folder: Path) -> set[str]:
@@ -416,7 +417,7 @@ def freshness(folder: Path, today: Fingerprint | None = None) -> Freshness:
     current = tuple(sorted({moved[d].digest if d in moved else d for d in known}))
     return Freshness(" and ".join(todays), ", ".join(sorted(t.digest for t in todays.values())),
                      tuple(known), sum(1 for d in digests if not d), tuple(sorted(changed)),
-                     current, len(missing_run_ids(folder)), len(man.get("run_ids", [])))
+                     current, len(_missing(man, runs)), len(man.get("run_ids", [])))
 
 
 @contextlib.contextmanager

@@ -16,12 +16,13 @@ it again and it goes on where it stopped.
 
 Which runs: the stale, failed and loaded rows, and every recorded run missing from the table
 (a sweep's resumable loop runs whatever its table does not hold). A folder of training runs
-through the PS's network reruns exactly the specs its manifest recorded (:func:`recorded_plan`: today's preset of the same name may plan other runs,
-such as the blocked reference against the unblocked one it replaced); any other folder reruns
-its recorded ``run-sweep`` or ``simulate`` commands into itself. Folders with other commands
-(the simulator's validation against the testbed, the benchmarks', a folder that ``invoke
-publish`` concatenates) are listed for refreshing by hand. The machine should be otherwise
-idle: a run during which anything else used more than ``FRAC`` of it is a run to do again.
+through the PS's network reruns exactly the specs its manifest recorded (:func:`recorded_plan`:
+today's preset of the same name may plan other runs, such as the blocked reference against the
+unblocked one it replaced); any other folder reruns its recorded ``run-sweep`` or
+``simulate`` commands into itself. Folders with other commands (the simulator's validation
+against the testbed, the benchmarks', a folder that ``invoke publish`` concatenates) are listed
+for refreshing by hand. The machine should be otherwise idle: a run during which anything else
+used more than ``FRAC`` of it is a run to do again.
 """
 
 from __future__ import annotations

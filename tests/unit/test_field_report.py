@@ -82,7 +82,8 @@ def test_below_three_seeds_a_cell_is_not_compared():
     d = field.frame(sweep(table({"ltp": 10, "mlt": 30}, seeds=2)))
     fastest, best, verdicts = field.winner(d[d.cell == "replay:5"])
     assert best is None and all(v.sign is None for v in verdicts)
-    assert field.verdict_text(fastest, best, verdicts) == "not compared (fewer than 3 runs a design)"
+    assert field.verdict_text(fastest, best, verdicts) == \
+        "not compared (fewer than 3 runs a design)"
     d = field.frame(sweep(table({"ltp": 10, "mlt": 30})))
     assert field.verdict_text(*field.winner(d[d.cell == "replay:5"])) == \
         "`ltp` wins (faster than each of the 1 others)"

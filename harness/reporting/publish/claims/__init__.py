@@ -6,7 +6,8 @@ the markers) and ``SECTIONS`` (the findings page's sections, each a question wit
 answer it and a function writing the answer), and may define ``FOLDERS`` (folders its blocks cite
 that no section does, such as the labs' own sweeps) and ``README_RESTS_ON`` (the README's blocks
 and their folders: a README block withholds numbers from a folder that is not fresh). Every
-number in them is computed from the tables; every verdict comes from :func:`harness.reporting.stats.compare` or
+number in them is computed from the tables; every verdict comes from
+:func:`harness.reporting.stats.compare` or
 :func:`harness.reporting.stats.judge`, and each section says how many comparisons it made
 (:class:`Section`).
 """
