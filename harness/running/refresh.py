@@ -44,9 +44,6 @@ from harness.running.spec import RunSpec
 from transports import registry
 
 PROJECT = provenance.PROJECT
-# The folders the README's generated paragraphs cite, refreshed first.
-README_FOLDERS = ("results/reference", "results/tolerance", "results/default-check",
-                  "results/default-check-2", "results/field")
 # The invoke tasks whose recorded commands a refresh reruns with a redo; only run-sweep draws
 # figures on its own (the others always do, and take no --no-figures).
 RERUNNABLE = ("run-sweep", "simulate")
@@ -54,6 +51,14 @@ RERUNNABLE = ("run-sweep", "simulate")
 # it, not to the folder's runs.
 _DROP_WITH_VALUE = ("--out", "-o", "--capture", "--capture-snaplen", "--capture-mb",
                     *provenance.PASS_WITH_VALUE)
+
+
+def readme_folders() -> list[str]:
+    """The folders the README's generated blocks rest on, in the README's order (refreshed
+    first)."""
+    from harness.reporting.publish import claims   # the claims import the whole reporting side
+
+    return list(dict.fromkeys(f for rels in claims.readme_folders().values() for f in rels))
 
 
 class RefreshError(ValueError):
@@ -151,7 +156,7 @@ def plan(folders: Sequence[str] = (), root: Path = PROJECT) -> list[Item]:
         recorded = provenance.folder_kind(path) == "ps" and recorded_plan(path) is not None
         items.append(Item(rel, len(stale), len(runs), hours, recorded_commands(path, root),
                           recorded, len(missing)))
-    first = {rel: i for i, rel in enumerate(README_FOLDERS)}
+    first = {rel: i for i, rel in enumerate(readme_folders())}
     return sorted(items, key=lambda it: (first.get(it.rel, len(first)), it.hours, it.rel))
 
 

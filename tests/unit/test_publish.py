@@ -90,7 +90,7 @@ def test_a_finding_on_a_folder_of_other_code_leaves_the_readme(tmp_path):
     table.loc[0, "code_fingerprint"] = "0123456789ab"
     table.to_csv(runs, index=False)
     ctx = Context(root)
-    text = headline.readme_tolerance(ctx)
+    text = headline.README["tolerance"](ctx)
     assert text.startswith(f"Withheld until `{headline.TOLERANCE}/` is refreshed: it holds")
     assert "refresh --folders results/tolerance" in text
     assert headline.tolerance(ctx).count("x [") > 3

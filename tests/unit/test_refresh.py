@@ -62,7 +62,7 @@ def test_the_readme_folders_come_first_and_an_unknown_folder_is_refused(tmp_path
     items = refresh.plan(root=tmp_path)
     rels = [it.rel for it in items]
     # Stale or fresh depends on today's code; whichever are stale, the README's come first.
-    readme = [r for r in rels if r in refresh.README_FOLDERS]
+    readme = [r for r in rels if r in refresh.readme_folders()]
     assert rels[:len(readme)] == readme
     with pytest.raises(refresh.RefreshError, match="not a published results folder"):
         refresh.plan(["results/nowhere"], root=tmp_path)

@@ -4,12 +4,11 @@ Each module of this package defines ``BLOCKS`` (block name -> function of the
 :class:`~harness.reporting.publish.context.Context` returning Markdown; README.md and docs/*.md hold
 the markers) and ``SECTIONS`` (the findings page's sections, each a question with the folders that
 answer it and a function writing the answer), and may define ``FOLDERS`` (folders its blocks cite
-that no section does, such as the labs' own sweeps) and ``README_RESTS_ON`` (the README's blocks
-and their folders: a README block withholds numbers from a folder that is not fresh). Every
-number in them is computed from the tables; every verdict comes from
-:func:`harness.reporting.stats.compare` or
-:func:`harness.reporting.stats.judge`, and each section says how many comparisons it made
-(:class:`Section`).
+that no section does, such as the labs' own sweeps) and ``README`` (the README's blocks, each a
+:class:`Readme` naming the folders it rests on: a block withholds its numbers while any of them is
+not fresh). Every number in them is computed from the tables; every verdict comes from
+:func:`harness.reporting.stats.compare` or :func:`harness.reporting.stats.judge`, and each
+section says how many comparisons it made (:class:`Section`).
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ import importlib
 from collections.abc import Callable
 
 from harness.reporting import stats
+from harness.reporting.publish.claims.common import withheld
 from harness.reporting.publish.context import Context, MissingFolder
 
 Render = Callable[[Context], str]
@@ -68,6 +68,27 @@ class Section:
         return "\n".join(lines)
 
 
+@dataclasses.dataclass(frozen=True)
+class Readme:
+    """One of the README's blocks: its text, the folders it rests on and the findings page's
+    question that keeps the numbers. While any of the folders is not fresh the block says why
+    its finding is withheld instead (:func:`common.withheld`); a block without a question keeps
+    its text and says itself that it was measured at other code (the quickstart's minutes)."""
+
+    render: Render
+    folders: tuple[str, ...]
+    question: str | None = None
+
+    def __call__(self, ctx: Context) -> str:
+        if self.question is None:
+            return self.render(ctx)
+        try:
+            cited = [ctx.folder(f) for f in self.folders]
+        except MissingFolder as exc:
+            return f"Not measured yet: {exc}."
+        return withheld(cited, self.question) or self.render(ctx)
+
+
 def _modules():
     return [importlib.import_module(f"harness.reporting.publish.claims.{t}") for t in TOPICS]
 
@@ -76,7 +97,8 @@ def blocks() -> dict[str, Render]:
     """Every generated block, by name."""
     out: dict[str, Render] = {}
     for mod in _modules():
-        for name, fn in getattr(mod, "BLOCKS", {}).items():
+        made = {**getattr(mod, "BLOCKS", {}), **getattr(mod, "README", {})}
+        for name, fn in made.items():
             if name in out:
                 raise ValueError(f"two topics generate the block {name!r}")
             out[name] = fn
@@ -89,9 +111,8 @@ def sections() -> list[Section]:
 
 
 def readme_folders() -> dict[str, tuple[str, ...]]:
-    """The README's generated blocks and the folders each rests on (a topic's
-    ``README_RESTS_ON``): a block whose folders are not all fresh withholds its numbers."""
-    return {k: v for mod in _modules() for k, v in getattr(mod, "README_RESTS_ON", {}).items()}
+    """The README's generated blocks and the folders each rests on (a topic's ``README``)."""
+    return {k: r.folders for mod in _modules() for k, r in getattr(mod, "README", {}).items()}
 
 
 def block_folders() -> set[str]:

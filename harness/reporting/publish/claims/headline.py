@@ -11,9 +11,9 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.reporting import stats
-from harness.reporting.publish.claims import Section
+from harness.reporting.publish.claims import Readme, Section
 from harness.reporting.publish.claims.common import (RELIABLE, STRONGEST_TCP, TOLERANT, name,
-                                                     setting, withheld)
+                                                     setting)
 from harness.reporting.publish.context import Context, Folder
 from harness.reporting.report import readme_table, seed_text
 from harness.reporting.tables import BASELINE
@@ -328,17 +328,6 @@ SPEED = "How much faster than TCP are the loss-tolerant transports under random 
 TOLERANCE_QUESTION = "Does tolerating loss itself pay, or the repair?"
 
 
-def readme_headline(ctx: Context) -> str:
-    """The README's headline, or why it is withheld (:func:`common.withheld`)."""
-    return withheld([ctx.folder(REFERENCE)], SPEED) or headline(ctx)
-
-
-def readme_tolerance(ctx: Context) -> str:
-    """The README's paragraph on tolerating loss, or why it is withheld."""
-    return withheld([ctx.folder(REFERENCE), ctx.folder(TOLERANCE)], TOLERANCE_QUESTION) \
-        or tolerance(ctx)
-
-
 def _speed_body(ctx: Context) -> list[str]:
     return headline(ctx).splitlines()
 
@@ -350,11 +339,11 @@ def _tolerance_body(ctx: Context) -> list[str]:
             "seed:", "", *tolerance_text(ctx)]
 
 
-# The README's blocks and the folders each rests on (a block whose folders are not all fresh
-# is withheld; the quickstart's minutes say when they were measured at other code).
-BLOCKS = {"headline": readme_headline, "tolerance": readme_tolerance, "quickstart": quickstart}
-README_RESTS_ON = {"headline": (REFERENCE,), "tolerance": (REFERENCE, TOLERANCE),
-                   "quickstart": (CHECK,)}
+# The README's blocks (withheld while a folder is not fresh; the quickstart's minutes say
+# instead when they were measured at other code).
+README = {"headline": Readme(headline, (REFERENCE,), SPEED),
+          "tolerance": Readme(tolerance, (REFERENCE, TOLERANCE), TOLERANCE_QUESTION),
+          "quickstart": Readme(quickstart, (CHECK,))}
 SECTIONS = [
     Section("speed", SPEED, (REFERENCE,), _speed_body),
     Section("tolerance", TOLERANCE_QUESTION, (REFERENCE, TOLERANCE), _tolerance_body),
