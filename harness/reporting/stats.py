@@ -48,20 +48,25 @@ SEED = 20231      # for the Monte Carlo of separation_rate
 N_PERMUTATIONS = 100_000
 
 
+@functools.lru_cache(maxsize=None)
 def coverage(n: int, k: int) -> float:
     """Probability that [k-th smallest, k-th largest] of ``n`` independent runs holds their
     distribution's median (0 when there is no such interval)."""
     if n < 2 or not 1 <= k <= n // 2:
         return 0.0
-    return 1.0 - 2.0 * sum(math.comb(n, i) for i in range(k)) / 2.0 ** n
+    return 1.0 - 2 * sum(math.comb(n, i) for i in range(k)) / 2 ** n   # exact to any n
 
 
+@functools.lru_cache(maxsize=None)
 def rank(n: int) -> int:
     """The ``k`` of the interval of ``n`` runs: the largest with coverage >= :data:`LEVEL`, or 1
     (the range) when none reaches it."""
-    k = 1
-    while k + 1 <= n // 2 and coverage(n, k + 1) >= LEVEL:
-        k += 1
+    k, tail, term, total = 1, 1, 1, 2 ** n   # tail: the sum of C(n, i) for i < k; term C(n, k-1)
+    while k + 1 <= n // 2:
+        term = term * (n - k + 1) // k      # C(n, k)
+        if 1.0 - 2 * (tail + term) / total < LEVEL:
+            break
+        k, tail = k + 1, tail + term
     return k
 
 
