@@ -70,7 +70,7 @@ CHECKED = (("workers", "--workers", "--workers", 1, "", True),
            ("delay_ms", "--delay-us", "--delay", 1000, " ms", False),
            ("iterations", "--iterations", "--iterations", 1, "", True),
            ("seed", "--seed", "--seeds", 1, "", True))
-from transports.base import UserError
+from transports.base import UserError, parse_scheme
 
 
 
@@ -105,8 +105,10 @@ class Cell:
     skew_us: float = 1000.0
 
     def __post_init__(self) -> None:
-        if self.transport not in SCHEMES:
-            raise SimulationError(f"the simulator runs {', '.join(SCHEMES)}, not {self.transport!r}.")
+        if self.scheme not in SCHEMES:
+            raise SimulationError(f"the simulator runs {', '.join(SCHEMES)} (with core options "
+                                  f"as ltp+NAME=VALUE), not {self.transport!r}.")
+        core_flags(self.transport)   # an unknown core option or a bad value: one sentence
         for name, flag, what, per_unit, unit, whole in CHECKED:
             value = getattr(self, name)
             lo, hi = (x / per_unit for x in ranges()[flag])
@@ -119,6 +121,11 @@ class Cell:
         if self.host not in HOSTS:
             raise SimulationError(f"--host must be one of {', '.join(HOSTS)}, not {self.host!r}.")
         loss_flags(self.loss)   # a bad loss model: one sentence
+
+    @property
+    def scheme(self) -> str:
+        """The simulated scheme without its core options (``ltp+pto_max_backoff=2``: ``ltp``)."""
+        return parse_scheme(self.transport)[0]
 
     @property
     def run_id(self) -> str:
@@ -186,13 +193,43 @@ def argv(cell: Cell, segments: str | None = None) -> list[str]:
            "--skew-us", f"{cell.skew_us:.0f}", "--limit-s", f"{limit_s(cell):.6g}",
            "--wake-mean-us", str(host["wake_mean_us"]), "--rx-poll-us", str(host["rx_poll_us"]),
            "--burst-bytes", str(host["burst_bytes"]), *loss_flags(cell.loss)]
-    if cell.transport == "ltp-reliable":
+    if cell.scheme == "ltp-reliable":
         out += ["--reliable", "1"]
-    if cell.transport == "tcp-ref":
+    if cell.scheme == "tcp-ref":
         out += ["--tcp", "1"]
-    if cell.transport == "plot":
+    if cell.scheme == "plot":
         out += ["--segments", segments or plot_segments()]
-    return out
+    return out + core_flags(cell.transport)
+
+
+def core_flags(transport: str) -> list[str]:
+    """``ltp+pto_max_backoff=2`` -> ``["--cfg", "pto_max_backoff=2"]``: a simulated scheme's
+    options are the core's own, by the names of its option table (include/ltp.h), passed to the
+    simulator as they are (the testbed's transports expose some of them under other names)."""
+    from transports import native
+
+    scheme, given = parse_scheme(transport)
+    if not given:
+        return []
+    if scheme == "tcp-ref":
+        raise SimulationError(f"{transport!r}: tcp-ref is the TCP model, which has no core options.")
+    table, items = native.core_options(), []
+    for name, value in sorted(given.items()):
+        row = table.get(name)
+        if row is None:
+            raise SimulationError(f"{transport!r}: the core has no option {name!r} (its options "
+                                  "are include/ltp.h's table, such as pto_max_backoff).")
+        ok = (isinstance(value, bool) if row.kind == "bool"
+              else value in row.choices if row.kind == "choice"
+              else isinstance(value, (int, float)) and not isinstance(value, bool)
+              and row.low <= value <= row.high and (row.kind == "float" or value == int(value)))
+        if not ok:
+            want = ("true or false" if row.kind == "bool" else " or ".join(row.choices)
+                    if row.kind == "choice" else f"a number from {row.low:g} to {row.high:g}")
+            raise SimulationError(f"{transport!r}: the core option {name} must be {want}, "
+                                  f"not {value!r}.")
+        items.append(f"{name}={row.to_core(value):.17g}")
+    return ["--cfg", ",".join(items)]
 
 
 def build() -> Path:

@@ -59,12 +59,12 @@ class SimKind(kinds.Kind):
     def execute(self, site: dict, spec: Cell, run_dir: Path, sweep: str) -> dict[str, list[dict]]:
         from harness.running import provenance
 
-        if spec.transport == "plot" and site["segments"] is None:
+        if spec.scheme == "plot" and site["segments"] is None:
             site["segments"] = plot_segments()
         meter = provenance.LoadMeter()
         meter.start()
         started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        got = run(spec, site["segments"] if spec.transport == "plot" else None)
+        got = run(spec, site["segments"] if spec.scheme == "plot" else None)
         got.summary.update(started_at=started, **site["stamp"], other_load_frac=meter.stop())
         return {"pushes.csv": [_fill(results.SIM_PUSH_COLUMNS, r) for r in got.pushes],
                 "iterations.csv": [_fill(results.SIM_ITERATION_COLUMNS, r)

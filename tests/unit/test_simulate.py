@@ -29,6 +29,10 @@ def binary():
     ({"scenario": "ring"}, "--scenario must be push or bsp"),
     ({"host": "cloud"}, "--host must be one of ideal, testbed"),
     ({"loss": "get:5:2"}, "steps in time"),
+    ({"transport": "ltp+no_such_option=1"}, "the core has no option 'no_such_option'"),
+    ({"transport": "ltp+pto_max_backoff=99"}, "pto_max_backoff must be a number from 0 to 16"),
+    ({"transport": "ltp+udp_gso=1"}, "udp_gso must be true or false"),
+    ({"transport": "tcp-ref+pto_max_backoff=2"}, "tcp-ref is the TCP model"),
 ])
 def test_bad_settings_are_one_sentence(kwargs, words):
     with pytest.raises(sim.SimulationError, match=words) as err:
@@ -61,6 +65,18 @@ def test_the_binary_refuses_bad_flags_with_a_sentence(binary):
                         ([], "--bytes (or --segments) is required")):
         got = subprocess.run([str(binary), *args], capture_output=True, text=True)
         assert got.returncode == 2 and words in got.stderr, got.stderr
+
+
+def test_core_options_reach_the_simulator_and_the_probe_backoff_makes_the_stalls(binary):
+    # Bursts of lost packets meet a lost tail's probes, one ever longer timeout apart: with the
+    # default backoff some broadcasts take seconds; with none, none does (the same seed drops
+    # the same packet positions for both).
+    cells = [sim.Cell(transport=t, workers=8, bottleneck_mbps=200, loss="ge:5:4", scenario="bsp",
+                      iterations=60) for t in ("ltp", "ltp+pto_max_backoff=0")]
+    assert sim.core_flags(cells[1].transport) == ["--cfg", "pto_max_backoff=0"]
+    assert cells[1].scheme == "ltp" and cells[1].run_id != cells[0].run_id
+    slowest = [max(r["broadcast_s"] for r in sim.run(c).iterations) for c in cells]
+    assert slowest[0] > 1.0 > slowest[1], slowest
 
 
 def _accounted(summary):

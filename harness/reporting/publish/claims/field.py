@@ -15,16 +15,22 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.reporting import stats
-from harness.reporting.publish.claims import Section
+from harness.reporting.publish.claims import Readme, Section
 from harness.reporting.publish.claims.common import (STRONGEST_TCP, anchor, cap_text, legend,
                                                      listed, name, runs_of, setting, time_fmt,
-                                                     tta_est, withheld)
-from harness.reporting.publish.context import Context, MissingFolder
+                                                     tta_est)
+from harness.reporting.publish.context import Context
 from harness.reporting.sections.field import (CONTEXT, WINNER_RULE, cell_labels, cells,
                                               designs, order, verdict_text, winner)
+from harness.running.results import read_table
+from transports.base import parse_scheme
 
 FIELD = "results/field"
 QUESTION = "Which design of the field wins where, on identical replayed loss?"
+# The same core in the simulator under the field's bursty loss, its probe backoff varied.
+BACKOFF = "results/simulate-backoff"
+STALL_QUESTION = "Why do broadcasts through the PS stall under bursty loss?"
+STALL_S = 1.0   # a broadcast longer than this is a stall (the lossless ones take a fraction of it)
 
 
 def runs(ctx: Context, rel: str = FIELD) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -105,16 +111,85 @@ def field_body(ctx: Context) -> list[str]:
     return lines
 
 
+def stall_runs(iters: pd.DataFrame, runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Per run: the share of its iterations whose broadcast took more than :data:`STALL_S` and
+    its slowest broadcasts (the 99th percentile of its iterations'), with the run's ``keys``."""
+    got = iters.groupby("run_id").broadcast_s.agg(
+        stalled=lambda b: float((b > STALL_S).mean()), p99=lambda b: float(b.quantile(0.99)))
+    return runs[["run_id", *keys]].merge(got, left_on="run_id", right_index=True)
+
+
+def _backoff(transport: str, default: int) -> str:
+    _, given = parse_scheme(transport)
+    n = given.get("pto_max_backoff", default)
+    return f"`pto_max_backoff={n}`" + (" (the default)" if n == default else "")
+
+
+def stall_body(ctx: Context) -> list[str]:
+    """The field's stalled broadcasts by design and loss; the simulator's, by probe backoff."""
+    from transports import native
+
+    f, sim = ctx.folder(FIELD), ctx.folder(BACKOFF)
+    ok, _ = runs(ctx)
+    ps = ok[~ok.design.str.contains("(", regex=False)]   # the designs that broadcast from the PS
+    field = stall_runs(f.sweep.iters, ps, ["design", "cell", "seed"])
+    lines = [f"In `{FIELD}/`, the share of each run's iterations whose broadcast from the PS took "
+             f"more than {STALL_S:g} s, per design and cell (median over runs):", "",
+             "| design | " + " | ".join(cells(field)) + " |",
+             "|---|" + "---|" * len(cells(field))]
+    shown = []
+    for d in order(field):
+        row = []
+        for label in cells(field):
+            e = stats.median_ci(field[(field.design == d) & (field.cell == label)].stalled)
+            shown.append(e)
+            row.append(e.fmt(".1%") if e.n else "-")
+        lines.append(f"| {name(d)} | " + " | ".join(row) + " |")
+    default = int(native.core_options()["pto_max_backoff"].default)
+    its = read_table(sim.path / "iterations.csv")
+    sims = stall_runs(its, sim.runs, ["transport", "loss", "seed"])
+    base = next(t for t in sims.transport.unique() if parse_scheme(t)[0] == t)
+    lines += ["", "Every scheme but TCP runs the same core, whose lost tail is found by a probe "
+              "timeout that doubles after each unanswered probe (at most `pto_max_backoff` "
+              "times). Gilbert-Elliott loss counts its bursts in packets, and a link that carries "
+              "nothing but probes carries them one timeout apart, so a burst of a few packets "
+              "lasts several ever longer timeouts. The same core in the simulator "
+              f"(`{BACKOFF}/`: {setting_sim(sim.runs)}), with the probe backoff varied, per run "
+              f"the share of broadcasts over {STALL_S:g} s and its 99th-percentile broadcast:",
+              "", "| loss | probe backoff | runs | broadcasts over "
+              f"{STALL_S:g} s | broadcast p99, s | p99 against the default's |",
+              "|---|---|---|---|---|---|"]
+    said = []
+    for loss, g in sims.groupby("loss", sort=False):
+        ref = g[g.transport == base]
+        for t in sorted(g.transport.unique(), key=lambda t: (t != base, t)):
+            m = g[g.transport == t]
+            stalled, p99 = stats.median_ci(m.stalled), stats.median_ci(m.p99)
+            shown += [stalled, p99]
+            versus = "-"
+            if t != base:
+                v = stats.compare(_backoff(t, default), runs_of(m, "p99"), _backoff(base, default),
+                                  runs_of(ref, "p99"), higher_is_better=False, unit=" s")
+                versus = v.estimate.fmt(".2f", "x") if v.estimate.n else "-"
+                said.append(f"under `{loss}`: {v.sentence}")
+            lines.append(f"| `{loss}` | {_backoff(t, default)} | {len(m)} | {stalled.fmt('.1%')} "
+                         f"| {p99.fmt('.2f')} | {versus} |")
+    lines += ["", legend(shown), ""] + [f"- {x}" for x in said]
+    return lines
+
+
+def setting_sim(runs_: pd.DataFrame) -> str:
+    """The simulated setting in words: workers, link, queue, host model, iterations, seeds."""
+    r = runs_.iloc[0]
+    return (f"{int(r.n_workers)} workers, {r.bottleneck_mbps:g} Mbit/s, a {int(r.queue_pkts)}-"
+            f"packet queue, host model `{r.host}`, {r.scenario} scenario, {int(r.iterations)} "
+            f"iterations a run, seeds {listed(runs_, 'seed')}")
+
+
 def readme(ctx: Context) -> str:
-    """The README's paragraph: per cell, the winner by the rule, or that none separates; only
-    from a fresh, complete folder (otherwise it says why the finding is withheld)."""
-    try:
-        f = ctx.folder(FIELD)
-    except MissingFolder as exc:
-        return f"Not measured yet: {exc}."
-    late = withheld([f], QUESTION)
-    if late:
-        return late
+    """The README's paragraph: per cell, the winner by the rule, or that none separates (given
+    only from a fresh, complete folder: :class:`Readme`)."""
+    f = ctx.folder(FIELD)
     ok, _ = runs(ctx)
     with stats.tally() as tally:
         said = [f"{label}: {verdict_text(*winner(ok[ok.cell == label]), quote=name)}"
@@ -127,6 +202,6 @@ def readme(ctx: Context) -> str:
         tally.sentence("paragraph")])
 
 
-BLOCKS = {"field": readme}
-README_RESTS_ON = {"field": (FIELD,)}
-SECTIONS = [Section("field", QUESTION, (FIELD,), field_body)]
+README = {"field": Readme(readme, (FIELD,), QUESTION)}
+SECTIONS = [Section("field", QUESTION, (FIELD,), field_body),
+            Section("stalls", STALL_QUESTION, (FIELD, BACKOFF), stall_body)]
