@@ -133,14 +133,14 @@ def stall_body(ctx: Context) -> list[str]:
     ok, _ = runs(ctx)
     ps = ok[~ok.design.str.contains("(", regex=False)]   # the designs that broadcast from the PS
     field = stall_runs(f.sweep.iters, ps, ["design", "cell", "seed"])
+    labels = cells(field)
     lines = [f"In `{FIELD}/`, the share of each run's iterations whose broadcast from the PS took "
              f"more than {STALL_S:g} s, per design and cell (median over runs):", "",
-             "| design | " + " | ".join(cells(field)) + " |",
-             "|---|" + "---|" * len(cells(field))]
+             "| design | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
     shown = []
     for d in order(field):
         row = []
-        for label in cells(field):
+        for label in labels:
             e = stats.median_ci(field[(field.design == d) & (field.cell == label)].stalled)
             shown.append(e)
             row.append(e.fmt(".1%") if e.n else "-")
