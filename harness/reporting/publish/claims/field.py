@@ -137,11 +137,13 @@ def stall_body(ctx: Context) -> list[str]:
     lines = [f"In `{FIELD}/`, the share of each run's iterations whose broadcast from the PS took "
              f"more than {STALL_S:g} s, per design and cell (median over runs):", "",
              "| design | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
+    by_pair = {k: g.stalled for k, g in field.groupby(["design", "cell"])}
+    none = field.stalled.iloc[:0]
     shown = []
     for d in order(field):
         row = []
         for label in labels:
-            e = stats.median_ci(field[(field.design == d) & (field.cell == label)].stalled)
+            e = stats.median_ci(by_pair.get((d, label), none))
             shown.append(e)
             row.append(e.fmt(".1%") if e.n else "-")
         lines.append(f"| {name(d)} | " + " | ".join(row) + " |")
